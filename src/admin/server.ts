@@ -1,0 +1,102 @@
+/**
+ * The admin HTTP API (bound to localhost by default): liveness, readiness, the fleet as the gate
+ * sees it, and operator state changes such as draining a worker before maintenance.
+ *
+ *   GET  /healthz                   200 while the process runs
+ *   GET  /readyz                    200 when config is loaded and the store answers, else 503
+ *   GET  /workers                   JSON: each worker's state, in-flight count and limit
+ *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"}
+ */
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import type { Logger } from 'pino';
+import type { Gate } from '../gate/gate.js';
+import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+
+/** Admin bodies are tiny JSON documents; anything bigger is refused unread. */
+const MAX_ADMIN_BODY = 64 * 1024;
+
+export interface AdminServerOptions {
+  gate: Gate;
+  logger: Logger;
+  isReady: () => Promise<boolean>;
+}
+
+export class AdminServer {
+  private readonly server: http.Server;
+
+  constructor(private readonly opts: AdminServerOptions) {
+    this.server = http.createServer((req, res) => {
+      this.handle(req, res).catch((err: unknown) => {
+        opts.logger.error({ err: (err as Error).message }, 'admin request failed');
+        send(res, 500, { error: 'internal error' });
+      });
+    });
+  }
+
+  listen(host: string, port: number): Promise<number> {
+    return new Promise((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(port, host, () => resolve((this.server.address() as AddressInfo).port));
+    });
+  }
+
+  close(): Promise<void> {
+    return new Promise((resolve) => {
+      this.server.closeAllConnections();
+      this.server.close(() => resolve());
+    });
+  }
+
+  private async handle(req: http.IncomingMessage, res: http.ServerResponse): Promise<void> {
+    const url = new URL(req.url ?? '/', 'http://admin');
+    const gate = this.opts.gate;
+    if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, { status: 'ok' });
+    if (req.method === 'GET' && url.pathname === '/readyz') {
+      const ready = await this.opts.isReady();
+      return send(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not ready' });
+    }
+    if (req.method === 'GET' && url.pathname === '/workers') {
+      const snap = await gate.store.snapshot(gate.pool, undefined, gate.currentConfig.workers.map((w) => w.id));
+      return send(res, 200, {
+        store: gate.store.backend,
+        workers: gate.views(snap).map((w) => ({ id: w.id, cluster: w.cluster, state: w.state, inflight: w.inflight, max_inflight: w.maxInflight })),
+      });
+    }
+    const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
+    if (m && (req.method === 'PUT' || req.method === 'POST')) {
+      const id = decodeURIComponent(m[1]!);
+      if (!gate.currentConfig.workers.some((w) => w.id === id)) return send(res, 404, { error: `no worker "${id}"` });
+      const body = await readJson(req);
+      const state = (body as { state?: unknown } | undefined)?.state;
+      if (typeof state !== 'string' || !WORKER_STATES.includes(state as WorkerState)) {
+        return send(res, 400, { error: `body must be {"state": one of ${WORKER_STATES.join(', ')}}` });
+      }
+      await gate.store.setWorkerState(gate.pool, id, state as WorkerState);
+      this.opts.logger.info({ worker: id, state }, 'worker state set by operator');
+      return send(res, 200, { id, state });
+    }
+    return send(res, 404, { error: 'not found' });
+  }
+}
+
+function send(res: http.ServerResponse, status: number, body: unknown): void {
+  if (res.headersSent) return;
+  res.writeHead(status, { 'content-type': 'application/json' });
+  res.end(JSON.stringify(body));
+}
+
+async function readJson(req: http.IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of req) {
+    size += (chunk as Buffer).length;
+    if (size > MAX_ADMIN_BODY) return undefined;
+    chunks.push(chunk as Buffer);
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'));
+  } catch {
+    return undefined;
+  }
+}

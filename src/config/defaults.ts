@@ -1,0 +1,78 @@
+/**
+ * Every default kvgate uses, in one place, each with the reason it has this value.
+ * The config schema (./schema.ts) and the CLI read from here; nothing else hard-codes these.
+ */
+export const DEFAULTS = {
+  /** Envoy's ext_proc listener convention (the Gateway API endpoint picker uses 9002 too). */
+  grpcPort: 9002,
+  /** Prometheus convention for a sidecar's metrics/admin port. */
+  adminPort: 9090,
+  /** The admin API can drain workers: reachable from the pod only unless an operator opts in. */
+  adminHost: '127.0.0.1',
+  /** Listen on every interface: Envoy usually runs in another pod or container. */
+  grpcHost: '0.0.0.0',
+  /** The embedded store: a single replica needs nothing else running. */
+  store: 'memory',
+
+  /** The request header kvgate sets; envoy/envoy.yaml routes on it with `cluster_header`. */
+  routingHeader: 'x-kvgate-cluster',
+  /** 429 tells a client (and Envoy's retry policy) that trying later is right; 503 is for "no worker". */
+  shedStatus: 429,
+  /** Short: in-flight counts fall as soon as any running request finishes its prefill. */
+  retryAfterS: 1,
+  /**
+   * When the routing decision is made: with `buffered` Envoy holds the headers until kvgate answers
+   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Must match the
+   * filter's `request_body_mode` in Envoy.
+   */
+  requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none',
+  /**
+   * A request stops counting against its worker's in-flight limit at its response headers: that ends
+   * the queueing and prefill that affinity and the limit govern, and needs no per-chunk ext_proc hop.
+   * `response_end` counts the whole decode, if Envoy sends response bodies.
+   */
+  releaseOn: 'response_headers' as 'response_headers' | 'response_end',
+
+  /** Common header for conversation ids (AIBrix and llm-d use the same name). */
+  sessionHeader: 'x-session-id',
+  sessionCookie: 'kvgate-session',
+  /** The OpenAI-compatible endpoints whose bodies carry `user` / `metadata.session_id` and prompts. */
+  sessionPaths: ['/v1/chat/completions', '/v1/completions'],
+  /**
+   * ~128 tokens at ~4 characters per token: small enough that a shared system prompt of a few
+   * hundred tokens fills whole blocks, large enough that hashing a 400 KB prompt stays cheap.
+   */
+  prefixBlockChars: 512,
+  /** Key on the first 4 blocks (~2 KB): the part of a prompt that sessions of one app share. */
+  prefixBlocks: 4,
+
+  /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
+  affinityTtlS: 3600,
+  /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
+  maxInflight: 16,
+  /**
+   * Longest body kvgate reads. 8 MiB holds a ~1M-token prompt's text with room to spare and matches
+   * the per_connection_buffer_limit_bytes in envoy/envoy.yaml; past it Envoy itself answers 413.
+   */
+  maxBodyBytes: 8 * 1024 * 1024,
+  /** A malformed body is the model server's to reject (it has the authoritative error format). */
+  malformedBody: 'forward' as 'forward' | 'reject',
+
+  /**
+   * In-flight leases on the shared store expire unless renewed: a gate that dies stops renewing,
+   * and its counts vanish within this time instead of pinning workers as busy forever.
+   */
+  leaseTtlS: 30,
+  /** Redis commands past this fall back to local state, well inside Envoy's 500 ms message_timeout. */
+  storeTimeoutMs: 50,
+  /** How often a Redis-backed gate refreshes its local view of worker loads and states. */
+  storeRefreshMs: 250,
+  /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
+  storeKeyPrefix: 'kvgate',
+  /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */
+  localAffinityCacheSize: 100_000,
+
+  /** The one pool every worker belongs to until pools are configured. */
+  pool: 'default',
+  logLevel: 'info',
+} as const;

@@ -1,0 +1,70 @@
+/**
+ * The schema of kvgate's YAML config. One zod schema is the source of both validation and the
+ * `Config` type. Unknown keys are rejected so a typo never silently falls back to a default.
+ */
+import { z } from 'zod';
+import { DEFAULTS } from './defaults.js';
+
+const headerName = z
+  .string()
+  .min(1)
+  .regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a lower-case HTTP header name');
+
+const workerSchema = z.strictObject({
+  /** Stable id used for affinity; renaming a worker drops its sessions' affinity. */
+  id: z.string().min(1).regex(/^[A-Za-z0-9._:-]+$/, 'letters, digits and . _ : - only'),
+  /** The Envoy cluster name that kvgate puts in the routing header. */
+  cluster: z.string().min(1),
+  max_inflight: z.number().int().positive().optional(),
+});
+
+export const configSchema = z.strictObject({
+  routing: z
+    .strictObject({
+      header: headerName.default(DEFAULTS.routingHeader),
+      shed_status: z.union([z.literal(429), z.literal(503)]).default(DEFAULTS.shedStatus),
+      retry_after_s: z.number().int().nonnegative().default(DEFAULTS.retryAfterS),
+      request_body_mode: z.enum(['buffered', 'streamed', 'none']).default(DEFAULTS.requestBodyMode),
+      release_on: z.enum(['response_headers', 'response_end']).default(DEFAULTS.releaseOn),
+    })
+    .prefault({}),
+  keys: z
+    .strictObject({
+      session_header: headerName.default(DEFAULTS.sessionHeader),
+      session_cookie: z.string().min(1).default(DEFAULTS.sessionCookie),
+      body_session_fields: z.boolean().default(true),
+      session_paths: z.array(z.string().startsWith('/')).default([...DEFAULTS.sessionPaths]),
+      prefix_block_chars: z.number().int().min(16).max(65536).default(DEFAULTS.prefixBlockChars),
+      prefix_blocks: z.number().int().min(1).max(1024).default(DEFAULTS.prefixBlocks),
+    })
+    .prefault({}),
+  affinity: z.strictObject({ ttl_s: z.number().int().positive().default(DEFAULTS.affinityTtlS) }).prefault({}),
+  limits: z
+    .strictObject({
+      max_body_bytes: z.number().int().positive().default(DEFAULTS.maxBodyBytes),
+      malformed_body: z.enum(['forward', 'reject']).default(DEFAULTS.malformedBody),
+      max_inflight: z.number().int().positive().default(DEFAULTS.maxInflight),
+    })
+    .prefault({}),
+  leases: z.strictObject({ ttl_s: z.number().int().min(3).default(DEFAULTS.leaseTtlS) }).prefault({}),
+  store: z
+    .strictObject({
+      timeout_ms: z.number().int().positive().default(DEFAULTS.storeTimeoutMs),
+      refresh_ms: z.number().int().positive().default(DEFAULTS.storeRefreshMs),
+      key_prefix: z.string().min(1).regex(/^[A-Za-z0-9_.:-]+$/).default(DEFAULTS.storeKeyPrefix),
+    })
+    .prefault({}),
+  workers: z
+    .array(workerSchema)
+    .min(1, 'at least one worker is required')
+    .superRefine((workers, ctx) => {
+      const seen = new Set<string>();
+      for (const [i, w] of workers.entries()) {
+        if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
+        seen.add(w.id);
+      }
+    }),
+});
+
+export type Config = z.infer<typeof configSchema>;
+export type WorkerConfig = z.infer<typeof workerSchema>;

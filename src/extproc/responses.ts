@@ -1,0 +1,46 @@
+/**
+ * Builders for the replies kvgate sends. Envoy's rules they follow (external_processor.proto and
+ * the ext_proc filter): header values go in `raw_value` (Envoy ignores `value`, and both set is an
+ * error); `append` must be explicit and false to overwrite; `clear_route_cache` only works on a
+ * request-path reply that also carries a header mutation.
+ */
+import type { CommonResponse, HeaderMutation, ProcessingResponse } from './messages.js';
+
+export function setHeader(name: string, value: string): HeaderMutation['set_headers'] {
+  return [{ header: { key: name, raw_value: Buffer.from(value, 'latin1') }, append: { value: false } }];
+}
+
+/** The routing answer: name the cluster in the routing header and make Envoy re-pick the route. */
+export function routeTo(routingHeader: string, cluster: string): CommonResponse {
+  return { status: 'CONTINUE', header_mutation: { set_headers: setHeader(routingHeader, cluster) }, clear_route_cache: true };
+}
+
+/** Continue untouched, except that a client-sent routing header never survives. */
+export function continueStripping(routingHeader: string, present: boolean): CommonResponse {
+  return present ? { status: 'CONTINUE', header_mutation: { remove_headers: [routingHeader] } } : { status: 'CONTINUE' };
+}
+
+export const CONTINUE: CommonResponse = { status: 'CONTINUE' };
+
+export function immediate(
+  status: number,
+  body: { message: string; type: string; code: string },
+  details: string,
+  retryAfterS?: number,
+): ProcessingResponse {
+  const headers = [
+    { header: { key: 'content-type', raw_value: Buffer.from('application/json') }, append: { value: false } },
+  ];
+  if (retryAfterS !== undefined) {
+    headers.push({ header: { key: 'retry-after', raw_value: Buffer.from(String(retryAfterS)) }, append: { value: false } });
+  }
+  return {
+    immediate_response: {
+      status: { code: status },
+      headers: { set_headers: headers },
+      body: Buffer.from(JSON.stringify({ error: body })),
+      // Shows up as %RESPONSE_CODE_DETAILS% in Envoy's access log.
+      details,
+    },
+  };
+}

@@ -1,0 +1,94 @@
+/**
+ * The gRPC server Envoy calls: `envoy.service.ext_proc.v3.ExternalProcessor/Process`, one
+ * bidirectional stream per HTTP request, plus grpc.health.v1 so Envoy's gRPC health checks and
+ * Kubernetes probes can see whether the gate is ready.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { HealthImplementation } from 'grpc-health-check';
+import type { Logger } from 'pino';
+import type { Gate, GateResult } from '../gate/gate.js';
+import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
+import { ExtProcStream } from './stream.js';
+
+export interface ExtProcServerOptions {
+  gate: Gate;
+  logger: Logger;
+  /** Largest ext_proc message accepted: the body limit plus room for headers. */
+  maxMessageBytes: number;
+  credentials?: grpc.ServerCredentials;
+  onResult?: (result: GateResult) => void;
+}
+
+type ServingStatus = 'SERVING' | 'NOT_SERVING';
+
+export class ExtProcServer {
+  private readonly server: grpc.Server;
+  private readonly health: HealthImplementation;
+  private readonly streams = new Set<ExtProcStream>();
+  private nextStreamId = 1;
+
+  constructor(private readonly opts: ExtProcServerOptions) {
+    this.server = new grpc.Server({
+      'grpc.max_receive_message_length': opts.maxMessageBytes,
+      // Envoy keeps its ext_proc connections open for the process lifetime; detect dead peers.
+      'grpc.keepalive_time_ms': 60_000,
+      'grpc.keepalive_timeout_ms': 20_000,
+    });
+    this.server.addService(extProcServiceDefinition(), {
+      Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
+    });
+    // Not serving until the owner says config and store are ready.
+    this.health = new HealthImplementation({ '': 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
+    this.health.addToServer(this.server);
+  }
+
+  /** Binds and starts; resolves with the bound port (0 picks a free one). */
+  listen(host: string, port: number): Promise<number> {
+    const creds = this.opts.credentials ?? grpc.ServerCredentials.createInsecure();
+    return new Promise((resolve, reject) => {
+      this.server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${port}`, creds, (err, bound) => {
+        if (err) reject(err);
+        else resolve(bound);
+      });
+    });
+  }
+
+  setServing(serving: boolean): void {
+    const status: ServingStatus = serving ? 'SERVING' : 'NOT_SERVING';
+    this.health.setStatus('', status);
+    this.health.setStatus(EXT_PROC_SERVICE_NAME, status);
+  }
+
+  /** Streams currently open (each is one HTTP request Envoy is processing). */
+  get openStreams(): number {
+    return this.streams.size;
+  }
+
+  /**
+   * Stops taking new streams, lets open ones finish for up to `graceMs`, then cuts the rest.
+   * Health turns NOT_SERVING first so Envoy moves new requests elsewhere.
+   */
+  async shutdown(graceMs: number): Promise<void> {
+    this.setServing(false);
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(() => {
+        this.server.forceShutdown();
+        resolve();
+      }, graceMs);
+      this.server.tryShutdown(() => {
+        clearTimeout(timer);
+        resolve();
+      });
+    });
+  }
+
+  private accept(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
+    const logger = this.opts.logger.child({ stream: this.nextStreamId++ });
+    const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, logger, {
+      onClose: () => this.streams.delete(stream),
+      ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
+    });
+    this.streams.add(stream);
+  }
+}

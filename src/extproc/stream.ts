@@ -1,0 +1,216 @@
+/**
+ * One ext_proc stream = one HTTP request. An explicit state machine per direction (Envoy may
+ * interleave the request and response directions, so they are tracked apart):
+ *
+ *   request:  start → headers → body* → trailers → done
+ *   response: start → headers → body* → trailers → done
+ *
+ * Every message gets exactly one reply of the matching type, in arrival order (messages are handled
+ * one at a time through a promise chain, so a slow decision never lets a later reply overtake it).
+ * When the decision is made depends on `routing.request_body_mode`: with `buffered` it waits for
+ * the body (Envoy holds the headers until the body reply, so the routing header set there still
+ * applies); otherwise it decides on the request headers.
+ *
+ * The in-flight lease is released exactly once: at the response headers (or the response's end,
+ * per `routing.release_on`), or when the stream ends, is cancelled or fails, whichever is first.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import { KvgateError } from '../errors.js';
+import type { Gate, GateResult } from '../gate/gate.js';
+import type { RequestInfo } from '../request/request.js';
+import type { Lease } from '../state/store.js';
+import { headerMapToMap, requestInfoFromHeaders } from './headers.js';
+import type { CommonResponse, ProcessingRequest, ProcessingResponse } from './messages.js';
+import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
+import { grpcStatusFor, httpAnswerFor } from './status-map.js';
+
+type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
+type Call = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+
+export interface StreamHooks {
+  /** Called once when the stream is over, however it ended. */
+  onClose(): void;
+  /** Called once per routing decision or rejection (for metrics and tests). */
+  onResult?(result: GateResult): void;
+}
+
+export class ExtProcStream {
+  private reqPhase: Phase = 'start';
+  private respPhase: Phase = 'start';
+  private request: RequestInfo | undefined;
+  private decided = false;
+  private lease: Lease | undefined;
+  private queue: Promise<void> = Promise.resolve();
+  private finished = false;
+  /** After an immediate response Envoy stops processing; anything later is ignored. */
+  private answeredImmediately = false;
+
+  constructor(
+    private readonly call: Call,
+    private readonly gate: Gate,
+    private readonly logger: Logger,
+    private readonly hooks: StreamHooks,
+  ) {
+    call.on('data', (msg: ProcessingRequest) => {
+      this.queue = this.queue.then(() => this.handle(msg)).catch((err: unknown) => this.fail(err));
+    });
+    // Envoy half-closes when processing is complete; answer with OK once our replies are out.
+    call.on('end', () => {
+      this.queue = this.queue.then(() => this.finish(true));
+    });
+    call.on('cancelled', () => this.finish(false));
+    call.on('error', () => this.finish(false));
+    call.on('close', () => this.finish(false));
+  }
+
+  private get config() {
+    return this.gate.currentConfig;
+  }
+
+  private async handle(msg: ProcessingRequest): Promise<void> {
+    if (this.finished || this.answeredImmediately) return;
+    switch (msg.request) {
+      case 'request_headers':
+        return this.onRequestHeaders(msg);
+      case 'request_body':
+        return this.onRequestBody(msg);
+      case 'request_trailers':
+        this.advance('request', 'trailers');
+        return this.reply({ request_trailers: {} });
+      case 'response_headers':
+        this.advance('response', 'headers');
+        if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
+        return this.reply({ response_headers: { response: CONTINUE } });
+      case 'response_body':
+        this.advance('response', 'body');
+        if (msg.response_body?.end_of_stream) this.releaseLease();
+        return this.reply({ response_body: { response: CONTINUE } });
+      case 'response_trailers':
+        this.advance('response', 'trailers');
+        this.releaseLease();
+        return this.reply({ response_trailers: {} });
+      default:
+        throw new KvgateError('protocol_violation', 'ProcessingRequest carries no request phase');
+    }
+  }
+
+  private async onRequestHeaders(msg: ProcessingRequest): Promise<void> {
+    this.advance('request', 'headers');
+    const headers = headerMapToMap(msg.request_headers?.headers);
+    this.request = requestInfoFromHeaders(headers);
+    const routingHeader = this.config.routing.header;
+    const noBody = msg.request_headers?.end_of_stream === true;
+    if (noBody || this.config.routing.request_body_mode !== 'buffered') {
+      return this.decideAndReply('request_headers');
+    }
+    // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
+    return this.reply({ request_headers: { response: continueStripping(routingHeader, headers.has(routingHeader)) } });
+  }
+
+  private async onRequestBody(msg: ProcessingRequest): Promise<void> {
+    if (this.reqPhase === 'trailers' || this.reqPhase === 'done') {
+      throw new KvgateError('protocol_violation', `request body after request ${this.reqPhase}`);
+    }
+    this.advance('request', 'body');
+    if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
+    // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
+    // follow), so the first body message is the one to decide on.
+    const body = msg.request_body?.body ?? Buffer.alloc(0);
+    this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body: Buffer.from(body) };
+    return this.decideAndReply('request_body');
+  }
+
+  /** Decides once, and answers the current message with the routing mutation or an immediate response. */
+  private async decideAndReply(phase: 'request_headers' | 'request_body'): Promise<void> {
+    this.decided = true;
+    const request = this.request ?? requestInfoFromHeaders(new Map());
+    let result: GateResult;
+    try {
+      result = await this.gate.route(request);
+    } catch (err) {
+      // A bug in deciding must not fail the request: forward it without a routing header, so the
+      // fallback route serves it, and say so loudly.
+      this.logger.error({ err: KvgateError.from(err).message }, 'routing failed; forwarding without affinity');
+      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+    }
+    this.hooks.onResult?.(result);
+    if (result.kind === 'route') {
+      // A stream that ended while the store answered must not keep the lease.
+      if (this.finished) {
+        void this.gate.release(result.lease);
+        return;
+      }
+      this.lease = result.lease;
+      return this.replyCommon(phase, routeTo(this.config.routing.header, result.cluster));
+    }
+    const answer = httpAnswerFor(result.error.code, this.config);
+    if (!answer) {
+      this.logger.error({ code: result.error.code, err: result.error.message }, 'unexpected rejection; forwarding without affinity');
+      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+    }
+    this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
+    this.answeredImmediately = true;
+    return this.reply(
+      immediate(answer.status, { message: result.error.message, type: answer.type, code: result.error.code }, `kvgate_${result.error.code}`, answer.retryAfterS),
+    );
+  }
+
+  private replyCommon(phase: 'request_headers' | 'request_body', response: CommonResponse): void {
+    this.reply(phase === 'request_headers' ? { request_headers: { response } } : { request_body: { response } });
+  }
+
+  private reply(msg: ProcessingResponse): void {
+    if (this.finished || !this.call.writable) return;
+    try {
+      this.call.write(msg);
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message }, 'ext_proc write failed');
+    }
+  }
+
+  /** Moves a direction forward; going backwards or repeating a phase is a protocol violation. */
+  private advance(direction: 'request' | 'response', to: Phase): void {
+    const order: Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
+    const current = direction === 'request' ? this.reqPhase : this.respPhase;
+    const ok = order.indexOf(to) > order.indexOf(current) || (to === 'body' && current === 'body');
+    if (!ok) throw new KvgateError('protocol_violation', `${direction} ${to} after ${direction} ${current}`);
+    if (direction === 'request') this.reqPhase = to;
+    else this.respPhase = to;
+  }
+
+  private releaseLease(): void {
+    const lease = this.lease;
+    this.lease = undefined;
+    if (lease) void this.gate.release(lease);
+  }
+
+  private fail(err: unknown): void {
+    const e = KvgateError.from(err);
+    this.logger.warn({ code: e.code, err: e.message }, 'ending ext_proc stream');
+    this.releaseLease();
+    if (!this.finished) {
+      this.finished = true;
+      try {
+        this.call.emit('error', { code: grpcStatusFor(e), details: e.message });
+      } catch {
+        // The call may already be gone; nothing is left to tell.
+      }
+      this.hooks.onClose();
+    }
+  }
+
+  private finish(graceful: boolean): void {
+    this.releaseLease();
+    if (this.finished) return;
+    this.finished = true;
+    if (graceful) {
+      try {
+        this.call.end();
+      } catch {
+        // Already closed by the peer.
+      }
+    }
+    this.hooks.onClose();
+  }
+}

@@ -1,0 +1,150 @@
+/**
+ * The gate: from an understood request to a committed routing decision. It joins the three rooms
+ * behind the transport: request understanding (keys), the pure policy, and the store. It knows no
+ * protocol; the ext_proc transport, the simulator and the benchmarks all call `route()`.
+ */
+import type { Logger } from 'pino';
+import type { Config, WorkerConfig } from '../config/schema.js';
+import { DEFAULTS } from '../config/defaults.js';
+import { KvgateError } from '../errors.js';
+import { understand, type RoutingKey } from '../request/keys.js';
+import type { RequestInfo } from '../request/request.js';
+import { decide } from '../routing/policy.js';
+import type { Decision, RouteOutcome, WorkerView } from '../routing/types.js';
+import type { Lease, RoutingStore, Snapshot } from '../state/store.js';
+
+export type GateResult =
+  | {
+      kind: 'route';
+      worker: string;
+      cluster: string;
+      outcome: RouteOutcome;
+      from?: string;
+      lease: Lease;
+      key: RoutingKey | undefined;
+      /** Routed on local state because the shared store was unreachable. */
+      degraded: boolean;
+      /** Store commits it took (1 unless another replica raced this one). */
+      attempts: number;
+    }
+  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined };
+
+/**
+ * Commits tried before giving up. Each failed commit means another replica changed the same
+ * facts in between; four in a row only happen when every worker sits at its limit.
+ */
+const MAX_COMMITS = 4;
+
+export class Gate {
+  private workerIds: readonly string[];
+  private workersById: ReadonlyMap<string, WorkerConfig>;
+
+  constructor(
+    private config: Config,
+    readonly store: RoutingStore,
+    private readonly logger: Logger,
+  ) {
+    this.workerIds = config.workers.map((w) => w.id);
+    this.workersById = new Map(config.workers.map((w) => [w.id, w]));
+  }
+
+  get currentConfig(): Config {
+    return this.config;
+  }
+
+  /** The pool every worker is in until pools are configured. */
+  readonly pool = DEFAULTS.pool;
+
+  async route(req: RequestInfo): Promise<GateResult> {
+    let key: RoutingKey | undefined;
+    try {
+      key = understand(req, this.config).key;
+    } catch (err) {
+      return { kind: 'reject', error: KvgateError.from(err, 'bad_request'), key: undefined };
+    }
+    const storeKey = key === undefined ? undefined : `${key.kind === 'session' ? 's' : 'p'}:${key.hash}`;
+    let snap = this.store.cachedSnapshot(this.pool, storeKey, this.workerIds);
+    let fresh = this.store.backend === 'memory';
+    for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
+      const decision = decide({ keyHash: key?.hash, affinity: snap.affinity, workers: this.views(snap) });
+      if (decision.kind === 'shed') {
+        // Never shed on a stale view: re-read once, then trust it.
+        if (!fresh) {
+          snap = await this.store.snapshot(this.pool, storeKey, this.workerIds);
+          fresh = true;
+          attempt--;
+          continue;
+        }
+        return this.shed(decision, key);
+      }
+      const res = await this.store.commit({
+        pool: this.pool,
+        key: storeKey,
+        workers: this.workerIds,
+        worker: decision.worker,
+        preconditions: decision.preconditions,
+        affinityTtlMs: this.config.affinity.ttl_s * 1000,
+      });
+      if (res.ok) {
+        const result: GateResult = {
+          kind: 'route',
+          worker: decision.worker,
+          cluster: decision.cluster,
+          outcome: decision.outcome,
+          ...(decision.from !== undefined ? { from: decision.from } : {}),
+          lease: res.lease,
+          key,
+          degraded: res.degraded,
+          attempts: attempt,
+        };
+        this.logger.debug(
+          {
+            key_kind: key?.kind,
+            key_source: key?.source,
+            key_hash: key?.hash,
+            outcome: decision.outcome,
+            worker: decision.worker,
+            from: decision.from,
+            attempts: attempt,
+            degraded: res.degraded,
+          },
+          'routed',
+        );
+        return result;
+      }
+      snap = res.snapshot;
+      fresh = true;
+    }
+    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [] } }, key);
+  }
+
+  /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
+  release(lease: Lease): Promise<void> {
+    return this.store.release(lease).catch((err: unknown) => {
+      this.logger.warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
+    });
+  }
+
+  /** Workers as the policy sees them: config limits joined with the store's counts and states. */
+  views(snap: Snapshot): WorkerView[] {
+    return this.workerIds.map((id) => {
+      const w = this.workersById.get(id)!;
+      return {
+        id,
+        cluster: w.cluster,
+        state: snap.states.get(id) ?? 'healthy',
+        inflight: snap.inflight.get(id) ?? 0,
+        maxInflight: w.max_inflight ?? this.config.limits.max_inflight,
+      };
+    });
+  }
+
+  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined): GateResult {
+    const error =
+      decision.reason === 'overloaded'
+        ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
+        : new KvgateError('no_healthy_workers', 'no worker is healthy');
+    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason }, 'shed');
+    return { kind: 'reject', error, key };
+  }
+}

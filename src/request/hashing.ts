@@ -1,0 +1,42 @@
+/**
+ * Hashing for keys. Prompt blocks use xxhash64 (fast, maintained, the hash SGLang/llm-d/AIBrix use
+ * for block chains); session ids use SHA-256 so that what is stored or logged cannot be turned
+ * back into the id a client sent.
+ */
+import { createHash } from 'node:crypto';
+import { xxh as h } from '../util/xxhash.js';
+
+export { initHashing } from '../util/xxhash.js';
+
+const encoder = new TextEncoder();
+
+/** 64-bit seed from a string (the model name), so equal prompts for different models never collide. */
+export function seedFor(text: string): bigint {
+  return h().h64(text, 0n);
+}
+
+/**
+ * Chained block hashes: block i's hash covers blocks 0..i (each block is hashed with the previous
+ * hash as its seed). Equal hash at index i means an equal prefix of i+1 blocks. Only whole blocks
+ * are hashed: a trailing partial block is not a stable prefix yet.
+ */
+export function chainedBlockHashes(text: string, blockChars: number, maxBlocks: number, seed: bigint): bigint[] {
+  const out: bigint[] = [];
+  let prev = seed;
+  const raw = h().h64Raw;
+  for (let i = 0; i < maxBlocks && (i + 1) * blockChars <= text.length; i++) {
+    prev = raw(encoder.encode(text.slice(i * blockChars, (i + 1) * blockChars)), prev);
+    out.push(prev);
+  }
+  return out;
+}
+
+/** xxhash64 of a whole string under a seed (for prompts shorter than one block). */
+export function hashText(text: string, seed: bigint): bigint {
+  return h().h64(text, seed);
+}
+
+/** A session id as stored and logged: 128 bits of SHA-256, hex. */
+export function hashSessionId(id: string): string {
+  return createHash('sha256').update(id).digest('hex').slice(0, 32);
+}

@@ -1,0 +1,52 @@
+/**
+ * Canonical prompt text: the prompt as the model will see it, flattened to one string, so that two
+ * requests whose prompts begin alike produce text that begins alike. Roles and message boundaries
+ * are kept (a system prompt and a user message with the same words are different prefixes).
+ */
+
+/** Separator that cannot appear in JSON-decoded text unescaped... rarely does, and only needs to be stable. */
+const SEP = '\u241e';
+
+/** Canonical text of an OpenAI chat or completions body, or undefined when it carries no prompt. */
+export function canonicalPrompt(body: Record<string, unknown>): string | undefined {
+  const parts: string[] = [];
+  // Tool definitions are rendered into the prompt ahead of the conversation by chat templates.
+  if (Array.isArray(body['tools']) && body['tools'].length > 0) parts.push(`tools${SEP}${stableJson(body['tools'])}`);
+  if (Array.isArray(body['messages'])) {
+    for (const m of body['messages']) {
+      if (m === null || typeof m !== 'object') continue;
+      const msg = m as Record<string, unknown>;
+      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
+      parts.push(`${role}${SEP}${contentText(msg['content'])}`);
+    }
+  } else if (body['prompt'] !== undefined) {
+    const p = body['prompt'];
+    if (typeof p === 'string') parts.push(p);
+    else if (Array.isArray(p)) parts.push(p.map((x) => (typeof x === 'string' ? x : stableJson(x))).join(SEP));
+    else return undefined;
+  }
+  return parts.length > 0 ? parts.join(SEP) : undefined;
+}
+
+/** Message content: a string, or an array of parts of which text parts count (images by reference). */
+function contentText(content: unknown): string {
+  if (typeof content === 'string') return content;
+  if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
+  return content
+    .map((part) => {
+      if (part === null || typeof part !== 'object') return typeof part === 'string' ? part : '';
+      const p = part as Record<string, unknown>;
+      if (typeof p['text'] === 'string') return p['text'];
+      return stableJson(p);
+    })
+    .join('');
+}
+
+/** JSON.stringify that never throws (bodies came from JSON.parse, so no cycles or BigInts). */
+function stableJson(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? '';
+  } catch {
+    return '';
+  }
+}

@@ -1,0 +1,304 @@
+/**
+ * Routing state shared through Redis, so that many gate replicas place every session alike.
+ *
+ * Hot path: one round trip. The gate decides on its local view (the last state Redis returned,
+ * refreshed every `store.refresh_ms` and by every reply) and commits with DECIDE_LUA, which checks
+ * the decision's preconditions and writes affinity and lease atomically. A stale view costs one
+ * more round trip (the failed commit returns fresh state), never a wrong placement.
+ *
+ * Redis slow or down: commands time out after `store.timeout_ms` and fail fast while disconnected
+ * (no offline queue), and the store answers from its local view instead: affinities this replica
+ * has seen, the last known loads, and leases kept in-process. Routing degrades, requests do not fail.
+ */
+import { randomUUID } from 'node:crypto';
+import { Redis, type RedisOptions } from 'ioredis';
+import { LRUCache } from 'lru-cache';
+import type { Logger } from 'pino';
+import { KvgateError } from '../errors.js';
+import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+import { DECIDE_LUA, RENEW_LUA } from './redis-scripts.js';
+import {
+  preconditionsHold,
+  type CommitRequest,
+  type CommitResult,
+  type Lease,
+  type RoutingStore,
+  type Snapshot,
+} from './store.js';
+
+export interface RedisStoreOptions {
+  url: string;
+  keyPrefix: string;
+  timeoutMs: number;
+  refreshMs: number;
+  leaseTtlMs: number;
+  localAffinityCacheSize: number;
+  logger: Logger;
+}
+
+type DecideReply = [number, string, number[], string[]];
+
+interface PoolView {
+  workers: readonly string[];
+  inflight: Map<string, number>;
+  states: Map<string, WorkerState>;
+}
+
+export class RedisStore implements RoutingStore {
+  readonly backend = 'redis' as const;
+  private readonly redis: Redis;
+  private readonly views = new Map<string, PoolView>();
+  /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
+  private readonly affinityCache: LRUCache<string, string>;
+  /** Leases held by this process and shared through Redis, renewed until released. */
+  private readonly liveLeases = new Map<string, Lease>();
+  /** Leases taken while Redis was unreachable: counted locally only. */
+  private readonly localLeases = new Map<string, Lease>();
+  private readonly timers: NodeJS.Timeout[] = [];
+  private lastErrorLog = 0;
+  private closed = false;
+
+  constructor(private readonly opts: RedisStoreOptions) {
+    const redisOptions: RedisOptions = {
+      // Fail fast instead of queueing while disconnected: the caller falls back to local state.
+      enableOfflineQueue: false,
+      commandTimeout: opts.timeoutMs,
+      maxRetriesPerRequest: 0,
+      // Reconnect forever with a capped backoff; the gate keeps serving meanwhile.
+      retryStrategy: (times) => Math.min(50 * times, 1000),
+      lazyConnect: false,
+    };
+    this.redis = new Redis(opts.url, redisOptions);
+    this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
+    // No numberOfKeys: the key count varies with the pool size and is passed first on each call.
+    this.redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
+    this.redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
+    this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
+    this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
+    this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
+  }
+
+  cachedSnapshot(pool: string, key: string | undefined, workers: readonly string[]): Snapshot {
+    const view = this.view(pool, workers);
+    const inflight = new Map<string, number>();
+    for (const w of workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.localCount(pool, w));
+    return {
+      affinity: key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(pool, key)),
+      inflight,
+      states: new Map(view.states),
+    };
+  }
+
+  async snapshot(pool: string, key: string | undefined, workers: readonly string[]): Promise<Snapshot> {
+    try {
+      const reply = await this.decide(pool, key, workers, { m: 'read', k: key === undefined ? 0 : 1 });
+      return this.absorb(pool, key, workers, reply);
+    } catch (err) {
+      this.logFailure('redis read failed; deciding on local state', err);
+      return this.cachedSnapshot(pool, key, workers);
+    }
+  }
+
+  async commit(req: CommitRequest): Promise<CommitResult> {
+    const { pool, key, workers } = req;
+    const index = (w: string) => workers.indexOf(w) + 1;
+    const leaseId = randomUUID();
+    const spec = {
+      m: 'commit',
+      k: key === undefined ? 0 : 1,
+      w: workers,
+      c: index(req.worker),
+      e: req.preconditions.affinity ?? '',
+      b: req.preconditions.below.filter((b) => index(b.worker) > 0).map((b) => [index(b.worker), b.limit]),
+      g: req.preconditions.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => [index(g.worker), g.limit]),
+      at: req.affinityTtlMs,
+      l: leaseId,
+      lt: this.opts.leaseTtlMs,
+    };
+    if (spec.c === 0) throw new KvgateError('internal', `worker ${req.worker} is not in pool ${pool}`);
+    let reply: DecideReply;
+    try {
+      reply = await this.decide(pool, key, workers, spec);
+    } catch (err) {
+      this.logFailure('redis commit failed; routing on local state', err);
+      return this.commitLocally(req);
+    }
+    const snapshot = this.absorb(pool, key, workers, reply);
+    if (reply[0] !== 1) return { ok: false, snapshot };
+    const lease: Lease = { id: leaseId, pool, worker: req.worker, shared: true };
+    this.liveLeases.set(lease.id, lease);
+    return { ok: true, lease, snapshot, degraded: false };
+  }
+
+  async release(lease: Lease): Promise<void> {
+    if (!lease.shared) {
+      this.localLeases.delete(lease.id);
+      return;
+    }
+    if (!this.liveLeases.delete(lease.id)) return;
+    const view = this.views.get(lease.pool);
+    const n = view?.inflight.get(lease.worker);
+    if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
+    try {
+      await this.redis.zrem(this.inflightKey(lease.pool, lease.worker), lease.id);
+    } catch (err) {
+      // Not renewed any more, so Redis drops it within the lease TTL.
+      this.logFailure('redis release failed; the lease will expire', err);
+    }
+  }
+
+  async setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
+    const key = this.statesKey(pool);
+    try {
+      if (state === undefined || state === 'healthy') await this.redis.hdel(key, worker);
+      else await this.redis.hset(key, worker, state);
+    } catch (err) {
+      throw new KvgateError('store_unavailable', `cannot record state of ${worker}: ${(err as Error).message}`, { cause: err });
+    }
+    const view = this.views.get(pool);
+    if (view) {
+      if (state === undefined || state === 'healthy') view.states.delete(worker);
+      else view.states.set(worker, state);
+    }
+  }
+
+  async ping(): Promise<void> {
+    try {
+      await this.redis.ping();
+    } catch (err) {
+      throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    for (const t of this.timers) clearInterval(t);
+    // Give our leases back so other replicas see the capacity at once, not after the TTL.
+    const leases = [...this.liveLeases.values()];
+    this.liveLeases.clear();
+    if (leases.length > 0 && this.redis.status === 'ready') {
+      const p = this.redis.pipeline();
+      for (const l of leases) p.zrem(this.inflightKey(l.pool, l.worker), l.id);
+      await p.exec().catch(() => undefined);
+    }
+    this.redis.disconnect();
+  }
+
+  /** Waits until Redis answers, up to `ms`; false when it did not (the gate then starts degraded). */
+  async waitReady(ms: number): Promise<boolean> {
+    const until = Date.now() + ms;
+    while (Date.now() < until && !this.closed) {
+      if (this.redis.status === 'ready') return true;
+      await new Promise((r) => setTimeout(r, 25));
+    }
+    return this.redis.status === 'ready';
+  }
+
+  private decide(pool: string, key: string | undefined, workers: readonly string[], spec: object): Promise<DecideReply> {
+    const keys = [
+      key === undefined ? this.statesKey(pool) : this.affinityKey(pool, key),
+      this.statesKey(pool),
+      ...workers.map((w) => this.inflightKey(pool, w)),
+    ];
+    const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
+    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify(spec));
+  }
+
+  /** Folds a script reply into the local view and returns it as a snapshot. */
+  private absorb(pool: string, key: string | undefined, workers: readonly string[], reply: DecideReply): Snapshot {
+    const [, affinity, counts, statePairs] = reply;
+    const view = this.view(pool, workers);
+    view.inflight = new Map(workers.map((w, i) => [w, Number(counts[i] ?? 0)]));
+    view.states = parseStates(statePairs);
+    if (key !== undefined) {
+      const ck = this.affinityCacheKey(pool, key);
+      if (affinity) this.affinityCache.set(ck, affinity);
+      else this.affinityCache.delete(ck);
+    }
+    return this.cachedSnapshot(pool, key, workers);
+  }
+
+  private commitLocally(req: CommitRequest): CommitResult {
+    const snapshot = this.cachedSnapshot(req.pool, req.key, req.workers);
+    // Degraded: the shared affinity is unknown, so only the capacity facts are checked here.
+    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity }, snapshot.affinity, (w) => snapshot.inflight.get(w) ?? 0);
+    if (!holds) return { ok: false, snapshot };
+    if (req.key !== undefined) this.affinityCache.set(this.affinityCacheKey(req.pool, req.key), req.worker);
+    const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
+    this.localLeases.set(lease.id, lease);
+    return { ok: true, lease, snapshot: this.cachedSnapshot(req.pool, req.key, req.workers), degraded: true };
+  }
+
+  private async refreshAll(): Promise<void> {
+    if (this.closed || this.redis.status !== 'ready') return;
+    for (const [pool, view] of this.views) {
+      try {
+        const reply = await this.decide(pool, undefined, view.workers, { m: 'read', k: 0 });
+        this.absorb(pool, undefined, view.workers, reply);
+      } catch (err) {
+        this.logFailure('redis refresh failed', err);
+      }
+    }
+  }
+
+  private async renewLeases(): Promise<void> {
+    if (this.closed || this.liveLeases.size === 0 || this.redis.status !== 'ready') return;
+    const byKey = new Map<string, string[]>();
+    for (const l of this.liveLeases.values()) {
+      const k = this.inflightKey(l.pool, l.worker);
+      const ids = byKey.get(k);
+      if (ids) ids.push(l.id);
+      else byKey.set(k, [l.id]);
+    }
+    const p = this.redis.pipeline();
+    for (const [k, ids] of byKey) (p as unknown as Record<string, (...a: unknown[]) => unknown>)['kvgateRenew']!.call(p, k, this.opts.leaseTtlMs, ...ids);
+    await p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+  }
+
+  private view(pool: string, workers: readonly string[]): PoolView {
+    let v = this.views.get(pool);
+    if (!v) this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map() }));
+    else if (v.workers !== workers) v.workers = workers;
+    return v;
+  }
+
+  private localCount(pool: string, worker: string): number {
+    let n = 0;
+    for (const l of this.localLeases.values()) if (l.pool === pool && l.worker === worker) n++;
+    return n;
+  }
+
+  private logFailure(msg: string, err: unknown): void {
+    // One line a second at most: a Redis outage must not flood the logs at request rate.
+    const now = Date.now();
+    if (now - this.lastErrorLog < 1000) return;
+    this.lastErrorLog = now;
+    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err) }, msg);
+  }
+
+  private tag(pool: string): string {
+    return `${this.opts.keyPrefix}:{${pool}}`;
+  }
+  private affinityKey(pool: string, key: string): string {
+    return `${this.tag(pool)}:a:${key}`;
+  }
+  private statesKey(pool: string): string {
+    return `${this.tag(pool)}:s`;
+  }
+  private inflightKey(pool: string, worker: string): string {
+    return `${this.tag(pool)}:f:${worker}`;
+  }
+  private affinityCacheKey(pool: string, key: string): string {
+    return `${pool}\u0000${key}`;
+  }
+}
+
+function parseStates(pairs: string[]): Map<string, WorkerState> {
+  const m = new Map<string, WorkerState>();
+  for (let i = 0; i + 1 < pairs.length; i += 2) {
+    const state = pairs[i + 1] as WorkerState;
+    if (WORKER_STATES.includes(state)) m.set(pairs[i]!, state);
+  }
+  return m;
+}
