@@ -1,0 +1,108 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { RedisStore } from '../../src/state/redis-store.js';
+import { silentLogger } from '../helpers/logger.js';
+import { startRedis } from '../helpers/redis-server.js';
+import { storeContract } from './store.contract.js';
+
+function redisStore(url: string, overrides: Partial<ConstructorParameters<typeof RedisStore>[0]> = {}): RedisStore {
+  return new RedisStore({
+    url,
+    keyPrefix: 'kvgate-test',
+    timeoutMs: 200,
+    refreshMs: 100,
+    leaseTtlMs: 30_000,
+    localAffinityCacheSize: 1000,
+    logger: silentLogger(),
+    ...overrides,
+  });
+}
+
+storeContract('redis', async () => {
+  const redis = await startRedis();
+  const store = redisStore(redis.url);
+  assert.ok(await store.waitReady(3000));
+  return {
+    store,
+    cleanup: async () => {
+      await store.close();
+      await redis.stop();
+    },
+  };
+});
+
+describe('redis store specifics', () => {
+  test('two store instances on one Redis see each other’s affinities and loads', async () => {
+    const redis = await startRedis();
+    const a = redisStore(redis.url);
+    const b = redisStore(redis.url);
+    try {
+      assert.ok(await a.waitReady(3000));
+      assert.ok(await b.waitReady(3000));
+      const workers = ['w1', 'w2'];
+      const res = await a.commit({ pool: 'p', key: 's:shared', workers, worker: 'w2', preconditions: { affinity: undefined, below: [], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.ok(res.ok);
+      const seen = await b.snapshot('p', 's:shared', workers);
+      assert.equal(seen.affinity, 'w2');
+      assert.equal(seen.inflight.get('w2'), 1);
+      // b's cached view is stale for this key until it reads: a commit on the stale view fails
+      // and hands back the truth instead of overwriting a's placement.
+      const stale = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.ok(stale.ok);
+      const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.equal(race.ok, false);
+      assert.equal(race.snapshot.affinity, 'w2');
+    } finally {
+      await a.close();
+      await b.close();
+      await redis.stop();
+    }
+  });
+
+  test('with Redis down, commits succeed on local state (degraded) and never throw', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { timeoutMs: 100 });
+    try {
+      assert.ok(await store.waitReady(3000));
+      const workers = ['w1', 'w2'];
+      const first = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.ok(first.ok);
+      await redis.kill();
+      const t0 = Date.now();
+      const res = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.ok(res.ok);
+      assert.equal(res.degraded, true);
+      assert.equal(res.lease.shared, false);
+      assert.ok(Date.now() - t0 < 1000, 'falls back quickly');
+      assert.equal(store.cachedSnapshot('p', 's:d', workers).affinity, 'w1', 'affinity known locally survives');
+      await store.release(res.lease);
+      await assert.rejects(store.ping(), /unreachable/);
+      await store.release(first.lease); // never throws
+    } finally {
+      await store.close();
+      await redis.stop();
+    }
+  });
+
+  test('Redis time decides lease expiry: an unrenewed lease lapses', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { leaseTtlMs: 300 });
+    const other = redisStore(redis.url);
+    try {
+      assert.ok(await store.waitReady(3000));
+      assert.ok(await other.waitReady(3000));
+      const workers = ['w1'];
+      const res = await store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [] }, affinityTtlMs: 60_000 });
+      assert.ok(res.ok);
+      assert.equal((await other.snapshot('p', undefined, workers)).inflight.get('w1'), 1);
+      // Renewal runs every max(1 s, ttl/3); stop it by closing without release (as a crash would).
+      (store as unknown as { liveLeases: Map<string, unknown> }).liveLeases.clear();
+      await new Promise((r) => setTimeout(r, 600));
+      assert.equal((await other.snapshot('p', undefined, workers)).inflight.get('w1'), 0);
+    } finally {
+      await store.close();
+      await other.close();
+      await redis.stop();
+    }
+  });
+});

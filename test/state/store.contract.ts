@@ -1,0 +1,139 @@
+/**
+ * The store contract: every RoutingStore backend must pass this same suite. Memory and Redis run it
+ * in memory-store.test.ts and redis-store.test.ts (Redis against a real redis-server).
+ */
+import assert from 'node:assert/strict';
+import { describe, test, before, after } from 'node:test';
+import type { Preconditions } from '../../src/routing/types.js';
+import type { CommitRequest, RoutingStore } from '../../src/state/store.js';
+
+export interface StoreFixture {
+  store: RoutingStore;
+  cleanup(): Promise<void>;
+}
+
+const WORKERS = ['w1', 'w2', 'w3'] as const;
+const none: Preconditions = { affinity: undefined, below: [], atOrAbove: [] };
+
+let seq = 0;
+/** Each test uses its own pool, so tests never see each other's state. */
+function pool(): string {
+  return `pool-${process.pid}-${++seq}`;
+}
+
+function req(p: string, key: string | undefined, worker: string, pre: Partial<Preconditions> = {}, ttlMs = 60_000): CommitRequest {
+  return { pool: p, key, workers: WORKERS, worker, preconditions: { ...none, ...pre }, affinityTtlMs: ttlMs };
+}
+
+export function storeContract(name: string, make: () => Promise<StoreFixture>): void {
+  describe(`store contract: ${name}`, () => {
+    let fx: StoreFixture;
+    let store: RoutingStore;
+    before(async () => {
+      fx = await make();
+      store = fx.store;
+    });
+    after(async () => fx.cleanup());
+
+    test('an unknown key has no affinity and an idle pool has no load', async () => {
+      const s = await store.snapshot(pool(), 's:abc', WORKERS);
+      assert.equal(s.affinity, undefined);
+      for (const w of WORKERS) assert.equal(s.inflight.get(w) ?? 0, 0);
+      assert.equal(s.states.size, 0);
+    });
+
+    test('a commit records affinity and takes one in-flight lease; release gives it back', async () => {
+      const p = pool();
+      const res = await store.commit(req(p, 's:abc', 'w2', { below: [{ worker: 'w2', limit: 10 }] }));
+      assert.ok(res.ok);
+      assert.equal(res.lease.worker, 'w2');
+      assert.equal(res.degraded, false);
+      const s = await store.snapshot(p, 's:abc', WORKERS);
+      assert.equal(s.affinity, 'w2');
+      assert.equal(s.inflight.get('w2'), 1);
+      await store.release(res.lease);
+      await store.release(res.lease); // a second release is harmless
+      const after = await store.snapshot(p, 's:abc', WORKERS);
+      assert.equal(after.inflight.get('w2') ?? 0, 0);
+      assert.equal(after.affinity, 'w2', 'affinity outlives the request');
+    });
+
+    test('a commit whose expected affinity is stale fails and returns the real one', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:k', 'w1'))).ok);
+      const res = await store.commit(req(p, 's:k', 'w3', { affinity: undefined }));
+      assert.equal(res.ok, false);
+      assert.equal(res.snapshot.affinity, 'w1');
+      const again = await store.commit(req(p, 's:k', 'w3', { affinity: 'w1' }));
+      assert.ok(again.ok, 'with the right expectation the same commit succeeds');
+      assert.equal((await store.snapshot(p, 's:k', WORKERS)).affinity, 'w3');
+    });
+
+    test('a commit fails when its target reached the limit it relied on', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, undefined, 'w1'))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w1'))).ok);
+      const res = await store.commit(req(p, 's:x', 'w1', { below: [{ worker: 'w1', limit: 2 }] }));
+      assert.equal(res.ok, false);
+      assert.equal(res.snapshot.inflight.get('w1'), 2);
+      assert.equal((await store.snapshot(p, 's:x', WORKERS)).affinity, undefined, 'a failed commit writes nothing');
+    });
+
+    test('a migration fails when the worker it left is no longer full', async () => {
+      const p = pool();
+      const res = await store.commit(req(p, 's:m', 'w2', { atOrAbove: [{ worker: 'w1', limit: 1 }] }));
+      assert.equal(res.ok, false);
+    });
+
+    test('unkeyed commits take leases without touching affinity', async () => {
+      const p = pool();
+      const res = await store.commit(req(p, undefined, 'w3'));
+      assert.ok(res.ok);
+      const s = await store.snapshot(p, undefined, WORKERS);
+      assert.equal(s.inflight.get('w3'), 1);
+      assert.equal(s.affinity, undefined);
+      await store.release(res.lease);
+    });
+
+    test('worker states are recorded, shared and cleared', async () => {
+      const p = pool();
+      await store.setWorkerState(p, 'w2', 'draining');
+      await store.setWorkerState(p, 'w3', 'down');
+      let s = await store.snapshot(p, undefined, WORKERS);
+      assert.equal(s.states.get('w2'), 'draining');
+      assert.equal(s.states.get('w3'), 'down');
+      await store.setWorkerState(p, 'w2', 'healthy');
+      await store.setWorkerState(p, 'w3', undefined);
+      s = await store.snapshot(p, undefined, WORKERS);
+      assert.equal(s.states.size, 0);
+    });
+
+    test('affinity expires after its TTL', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:ttl', 'w1', {}, 150))).ok);
+      assert.equal((await store.snapshot(p, 's:ttl', WORKERS)).affinity, 'w1');
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal((await store.snapshot(p, 's:ttl', WORKERS)).affinity, undefined);
+    });
+
+    test('racing commits never push a worker past the limit they check', async () => {
+      const p = pool();
+      const results = await Promise.all(
+        Array.from({ length: 40 }, (_, i) => store.commit(req(p, `s:r${i}`, 'w1', { below: [{ worker: 'w1', limit: 7 }] }))),
+      );
+      assert.equal(results.filter((r) => r.ok).length, 7);
+      assert.equal((await store.snapshot(p, undefined, WORKERS)).inflight.get('w1'), 7);
+      for (const r of results) if (r.ok) await store.release(r.lease);
+      assert.equal((await store.snapshot(p, undefined, WORKERS)).inflight.get('w1') ?? 0, 0);
+    });
+
+    test('pools are independent', async () => {
+      const a = pool();
+      const b = pool();
+      assert.ok((await store.commit(req(a, 's:same', 'w1'))).ok);
+      const s = await store.snapshot(b, 's:same', WORKERS);
+      assert.equal(s.affinity, undefined);
+      assert.equal(s.inflight.get('w1') ?? 0, 0);
+    });
+  });
+}
