@@ -90,7 +90,8 @@ export interface CommonResponse {
 export interface ImmediateResponse {
   status: { code: number | string };
   headers?: HeaderMutation;
-  body?: Buffer | string;
+  /** bytes: always a Buffer (a JS string would be read as base64). */
+  body?: Buffer;
   details?: string;
 }
 

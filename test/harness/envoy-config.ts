@@ -1,0 +1,530 @@
+/**
+ * Reads an Envoy bootstrap (YAML) into the few things the test harness needs to behave like that
+ * Envoy: the first listener's HTTP filter chain in order, the ext_proc filter's settings with
+ * Envoy's defaults filled in, the inline route table and the set of cluster names.
+ *
+ * Anything the harness cannot imitate (RDS, weighted clusters, observability mode, ...) is a
+ * thrown error rather than a silent skip: a harness that quietly ignored config would pass tests
+ * that a real Envoy fails.
+ */
+import { readFileSync } from 'node:fs';
+import { parse as parseYaml } from 'yaml';
+
+export type HeaderSendMode = 'SEND' | 'SKIP';
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED';
+
+/**
+ * ext_proc.v3.ProcessingMode after Envoy's defaults (field names as in the proto, like the YAML
+ * and `mode_override` on the wire). DEFAULT header mode means SEND; DEFAULT trailer mode means
+ * SKIP (ProcessorState::setProcessingModeInternal: headers "!= SKIP", trailers "== SEND").
+ */
+export interface ProcessingMode {
+  request_header_mode: HeaderSendMode;
+  response_header_mode: HeaderSendMode;
+  request_body_mode: BodySendMode;
+  response_body_mode: BodySendMode;
+  request_trailer_mode: HeaderSendMode;
+  response_trailer_mode: HeaderSendMode;
+}
+
+/** config.common.mutation_rules.v3.HeaderMutationRules, all BoolValues defaulting to false. */
+export interface MutationRules {
+  allowAllRouting: boolean;
+  allowEnvoy: boolean;
+  disallowSystem: boolean;
+  disallowAll: boolean;
+  disallowIsError: boolean;
+  /** RE2 full-match in Envoy; compiled here as an anchored JS RegExp. */
+  allowExpression?: RegExp;
+  disallowExpression?: RegExp;
+}
+
+export type RouteCacheAction = 'DEFAULT' | 'CLEAR' | 'RETAIN';
+
+export interface ExtProcConfig {
+  /** The http_filters entry name (also the typed_per_filter_config key). */
+  filterName: string;
+  grpcCluster?: string;
+  grpcAuthority?: string;
+  /** grpc_service.initial_metadata (literal values only). */
+  initialMetadata: Array<[string, string]>;
+  processingMode: ProcessingMode;
+  /** message_timeout, default 200 ms. */
+  messageTimeoutMs: number;
+  /** max_message_timeout; 0 (default) means override_message_timeout is never honoured. */
+  maxMessageTimeoutMs: number;
+  failureModeAllow: boolean;
+  mutationRules: MutationRules;
+  /** route_cache_action, with the deprecated disable_clear_route_cache folded in as RETAIN. */
+  routeCacheAction: RouteCacheAction;
+  disableImmediateResponse: boolean;
+  allowModeOverride: boolean;
+  allowedOverrideModes: ProcessingMode[];
+  /** status_on_error (newer Envoy), default 500. Timeouts always answer 504. */
+  statusOnError: number;
+}
+
+/** One action of envoy.filters.http.header_mutation's request_mutations. */
+export type RequestMutation =
+  | { kind: 'remove'; name: string }
+  | { kind: 'remove_on_match'; matcher: StringMatcher }
+  | {
+      kind: 'append';
+      name: string;
+      value: string;
+      action: 'APPEND_IF_EXISTS_OR_ADD' | 'ADD_IF_ABSENT' | 'OVERWRITE_IF_EXISTS_OR_ADD' | 'OVERWRITE_IF_EXISTS';
+      keepEmptyValue: boolean;
+    };
+
+export type HttpFilter =
+  | { kind: 'header_mutation'; name: string; requestMutations: RequestMutation[] }
+  | { kind: 'ext_proc'; name: string }
+  | { kind: 'router'; name: string }
+  /** A filter the harness does not imitate; it is passed through. */
+  | { kind: 'other'; name: string; typeUrl?: string };
+
+/** type.matcher.v3.StringMatcher (the variants the harness supports). */
+export interface StringMatcher {
+  kind: 'exact' | 'prefix' | 'suffix' | 'contains' | 'regex';
+  value: string;
+  ignoreCase: boolean;
+  regex?: RegExp;
+}
+
+/** route.v3.HeaderMatcher. */
+export interface HeaderMatcher {
+  name: string;
+  /** present_match: true/false; otherwise a string match on the comma-joined values. */
+  present?: boolean;
+  string?: StringMatcher;
+  invert: boolean;
+  treatMissingAsEmpty: boolean;
+}
+
+export type RouteAction =
+  | { kind: 'cluster'; cluster: string; clusterNotFoundStatus: number }
+  | { kind: 'cluster_header'; header: string; clusterNotFoundStatus: number }
+  | { kind: 'direct_response'; status: number; body: string };
+
+export interface Route {
+  name?: string;
+  match: {
+    prefix?: string;
+    path?: string;
+    regex?: RegExp;
+    caseSensitive: boolean;
+    headers: HeaderMatcher[];
+  };
+  action: RouteAction;
+}
+
+export interface VirtualHost {
+  name: string;
+  domains: string[];
+  routes: Route[];
+}
+
+export interface RouteConfig {
+  name?: string;
+  virtualHosts: VirtualHost[];
+}
+
+export interface ParsedEnvoyConfig {
+  listenerName: string;
+  /** listener per_connection_buffer_limit_bytes (default 1 MiB): the BUFFERED body limit. */
+  bufferLimitBytes: number;
+  /** bootstrap header_prefix, "x-envoy" by default (the allow_envoy rule). */
+  envoyHeaderPrefix: string;
+  /** The first listener's HCM http_filters, in order. */
+  httpFilters: HttpFilter[];
+  /** The (single) ext_proc filter's settings, if the chain has one. */
+  extProc: ExtProcConfig | undefined;
+  routeConfig: RouteConfig;
+  clusters: ReadonlySet<string>;
+}
+
+const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
+const EXT_PROC_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor';
+const HEADER_MUTATION_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation';
+const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
+
+export const DEFAULT_PROCESSING_MODE: Readonly<ProcessingMode> = Object.freeze({
+  request_header_mode: 'SEND',
+  response_header_mode: 'SEND',
+  request_body_mode: 'NONE',
+  response_body_mode: 'NONE',
+  request_trailer_mode: 'SKIP',
+  response_trailer_mode: 'SKIP',
+});
+
+/** route.v3.RouteAction.ClusterNotFoundResponseCode → HTTP status. */
+const CLUSTER_NOT_FOUND_CODES: Record<string, number> = {
+  SERVICE_UNAVAILABLE: 503,
+  NOT_FOUND: 404,
+  INTERNAL_SERVER_ERROR: 500,
+};
+
+/**
+ * ext_proc fields that do not change what the harness must do. Everything else not handled
+ * below is rejected so a config feature the harness cannot imitate never passes silently.
+ */
+const EXT_PROC_IGNORED_FIELDS = new Set(['@type', 'stat_prefix', 'metadata_options', 'deferred_close_timeout']);
+
+type Obj = Record<string, unknown>;
+
+function isObj(v: unknown): v is Obj {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function obj(v: unknown, where: string): Obj {
+  if (v === undefined || v === null) return {};
+  if (!isObj(v)) throw new Error(`${where}: expected a mapping`);
+  return v;
+}
+
+function list(v: unknown, where: string): unknown[] {
+  if (v === undefined || v === null) return [];
+  if (!Array.isArray(v)) throw new Error(`${where}: expected a list`);
+  return v;
+}
+
+function str(v: unknown, where: string): string {
+  if (typeof v !== 'string') throw new Error(`${where}: expected a string`);
+  return v;
+}
+
+/** A google.protobuf.BoolValue / bool as YAML writes it. */
+function bool(v: unknown, where: string, dflt = false): boolean {
+  if (v === undefined || v === null) return dflt;
+  if (typeof v === 'boolean') return v;
+  if (isObj(v) && typeof v.value === 'boolean') return v.value;
+  throw new Error(`${where}: expected a boolean`);
+}
+
+/**
+ * google.protobuf.Duration in its JSON/YAML form: "0.5s", "5s", "1.000340012s", or
+ * {seconds, nanos}. Returns milliseconds.
+ */
+export function parseDurationMs(v: unknown, where = 'duration'): number {
+  if (typeof v === 'string') {
+    const m = /^(-?)(\d+)(?:\.(\d{1,9}))?s$/.exec(v.trim());
+    if (!m || m[2] === undefined) throw new Error(`${where}: bad duration ${JSON.stringify(v)} (want e.g. "0.5s")`);
+    // Whole seconds and nanos apart, as protobuf does, so "1.000340012s" stays exact.
+    const nanos = Number((m[3] ?? '').padEnd(9, '0'));
+    return (m[1] === '-' ? -1 : 1) * (Number(m[2]) * 1000 + nanos / 1e6);
+  }
+  if (isObj(v)) {
+    const seconds = Number(v.seconds ?? 0);
+    const nanos = Number(v.nanos ?? 0);
+    if (!Number.isFinite(seconds) || !Number.isFinite(nanos)) throw new Error(`${where}: bad duration`);
+    return seconds * 1000 + nanos / 1e6;
+  }
+  throw new Error(`${where}: bad duration ${JSON.stringify(v)}`);
+}
+
+function headerMode(v: unknown, dflt: HeaderSendMode, where: string): HeaderSendMode {
+  if (v === undefined || v === null || v === 'DEFAULT') return dflt;
+  if (v === 'SEND' || v === 'SKIP') return v;
+  throw new Error(`${where}: unknown header send mode ${String(v)}`);
+}
+
+function bodyMode(v: unknown, where: string): BodySendMode {
+  if (v === undefined || v === null || v === 'NONE') return 'NONE';
+  if (v === 'STREAMED' || v === 'BUFFERED') return v;
+  // BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED, GRPC have their own message rules; not imitated.
+  throw new Error(`${where}: body mode ${String(v)} is not supported by the harness`);
+}
+
+/** Fills Envoy's defaults into a processing_mode mapping (or a mode_override). */
+export function normalizeProcessingMode(raw: unknown, where = 'processing_mode'): ProcessingMode {
+  const m = obj(raw, where);
+  return {
+    request_header_mode: headerMode(m.request_header_mode, 'SEND', `${where}.request_header_mode`),
+    response_header_mode: headerMode(m.response_header_mode, 'SEND', `${where}.response_header_mode`),
+    request_body_mode: bodyMode(m.request_body_mode, `${where}.request_body_mode`),
+    response_body_mode: bodyMode(m.response_body_mode, `${where}.response_body_mode`),
+    request_trailer_mode: headerMode(m.request_trailer_mode, 'SKIP', `${where}.request_trailer_mode`),
+    response_trailer_mode: headerMode(m.response_trailer_mode, 'SKIP', `${where}.response_trailer_mode`),
+  };
+}
+
+/** RE2 patterns used in configs are usually valid JS; Envoy matches the whole string. */
+function anchoredRegex(v: unknown, where: string): RegExp {
+  const r = obj(v, where);
+  return new RegExp(`^(?:${str(r.regex, `${where}.regex`)})$`);
+}
+
+export function parseStringMatcher(v: unknown, where: string): StringMatcher {
+  const m = obj(v, where);
+  const ignoreCase = bool(m.ignore_case, `${where}.ignore_case`);
+  for (const kind of ['exact', 'prefix', 'suffix', 'contains'] as const) {
+    if (m[kind] !== undefined) return { kind, value: str(m[kind], `${where}.${kind}`), ignoreCase };
+  }
+  if (m.safe_regex !== undefined) {
+    return { kind: 'regex', value: '', ignoreCase, regex: anchoredRegex(m.safe_regex, `${where}.safe_regex`) };
+  }
+  throw new Error(`${where}: unsupported string matcher ${JSON.stringify(m)}`);
+}
+
+function parseMutationRules(v: unknown): MutationRules {
+  const r = obj(v, 'mutation_rules');
+  const rules: MutationRules = {
+    allowAllRouting: bool(r.allow_all_routing, 'mutation_rules.allow_all_routing'),
+    allowEnvoy: bool(r.allow_envoy, 'mutation_rules.allow_envoy'),
+    disallowSystem: bool(r.disallow_system, 'mutation_rules.disallow_system'),
+    disallowAll: bool(r.disallow_all, 'mutation_rules.disallow_all'),
+    disallowIsError: bool(r.disallow_is_error, 'mutation_rules.disallow_is_error'),
+  };
+  if (r.allow_expression !== undefined) rules.allowExpression = anchoredRegex(r.allow_expression, 'allow_expression');
+  if (r.disallow_expression !== undefined) {
+    rules.disallowExpression = anchoredRegex(r.disallow_expression, 'disallow_expression');
+  }
+  return rules;
+}
+
+/** A google.protobuf.UInt32Value as YAML writes it (plain number or {value}). */
+function uint32Value(v: unknown, where: string, dflt: number): number {
+  if (v === undefined || v === null) return dflt;
+  const n = Number(isObj(v) ? v.value : v);
+  if (!Number.isInteger(n) || n < 0) throw new Error(`${where}: expected a non-negative integer`);
+  return n;
+}
+
+/** type.v3.HttpStatus as config writes it: {code: 500}. */
+function httpStatusCode(v: unknown, where: string, dflt: number): number {
+  if (v === undefined || v === null) return dflt;
+  const code = Number(obj(v, where).code);
+  if (!Number.isInteger(code)) throw new Error(`${where}: expected {code: <number>}`);
+  return code;
+}
+
+export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
+  const c = obj(raw, name);
+  const known = new Set([
+    'grpc_service', 'failure_mode_allow', 'processing_mode', 'message_timeout', 'max_message_timeout',
+    'mutation_rules', 'route_cache_action', 'disable_clear_route_cache', 'disable_immediate_response',
+    'allow_mode_override', 'allowed_override_modes', 'status_on_error', 'observability_mode',
+    'send_body_without_waiting_for_header_response', 'forward_rules', 'request_attributes', 'response_attributes',
+  ]);
+  const unknown = Object.keys(c).filter((k) => !known.has(k) && !EXT_PROC_IGNORED_FIELDS.has(k));
+  if (unknown.length > 0) throw new Error(`${name}: ext_proc field(s) not supported by the harness: ${unknown.join(', ')}`);
+  for (const k of ['observability_mode', 'send_body_without_waiting_for_header_response'] as const) {
+    if (bool(c[k], k)) throw new Error(`${name}: ${k}: true is not supported by the harness`);
+  }
+  for (const k of ['forward_rules', 'request_attributes', 'response_attributes'] as const) {
+    if (c[k] !== undefined) throw new Error(`${name}: ${k} is not supported by the harness`);
+  }
+
+  const grpc = obj(c.grpc_service, 'grpc_service');
+  if (grpc.google_grpc !== undefined) throw new Error(`${name}: grpc_service.google_grpc is not supported`);
+  const envoyGrpc = obj(grpc.envoy_grpc, 'grpc_service.envoy_grpc');
+  const initialMetadata = list(grpc.initial_metadata, 'grpc_service.initial_metadata').map((h, i): [string, string] => {
+    const hv = obj(h, `initial_metadata[${i}]`);
+    return [str(hv.key, `initial_metadata[${i}].key`).toLowerCase(), String(hv.value ?? '')];
+  });
+
+  // route_cache_action and the deprecated disable_clear_route_cache are mutually exclusive
+  // (config error in Envoy when both are non-default).
+  const action = (c.route_cache_action ?? 'DEFAULT') as string;
+  if (!['DEFAULT', 'CLEAR', 'RETAIN'].includes(action)) throw new Error(`${name}: bad route_cache_action ${action}`);
+  const disableClear = bool(c.disable_clear_route_cache, 'disable_clear_route_cache');
+  if (disableClear && action !== 'DEFAULT') {
+    throw new Error(`${name}: disable_clear_route_cache and a non-default route_cache_action are mutually exclusive`);
+  }
+
+  const config: ExtProcConfig = {
+    filterName: name,
+    initialMetadata,
+    processingMode: normalizeProcessingMode(c.processing_mode),
+    messageTimeoutMs: c.message_timeout === undefined ? 200 : parseDurationMs(c.message_timeout, 'message_timeout'),
+    maxMessageTimeoutMs:
+      c.max_message_timeout === undefined ? 0 : parseDurationMs(c.max_message_timeout, 'max_message_timeout'),
+    failureModeAllow: bool(c.failure_mode_allow, 'failure_mode_allow'),
+    mutationRules: parseMutationRules(c.mutation_rules),
+    routeCacheAction: disableClear ? 'RETAIN' : (action as RouteCacheAction),
+    disableImmediateResponse: bool(c.disable_immediate_response, 'disable_immediate_response'),
+    allowModeOverride: bool(c.allow_mode_override, 'allow_mode_override'),
+    allowedOverrideModes: list(c.allowed_override_modes, 'allowed_override_modes').map((m, i) =>
+      normalizeProcessingMode(m, `allowed_override_modes[${i}]`),
+    ),
+    statusOnError: httpStatusCode(c.status_on_error, 'status_on_error', 500),
+  };
+  if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
+  if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
+  return config;
+}
+
+function parseHeaderMutationFilter(name: string, raw: unknown): RequestMutation[] {
+  const c = obj(raw, name);
+  const mutations = obj(c.mutations, `${name}.mutations`);
+  if (mutations.query_parameter_mutations !== undefined || mutations.parameter_mutations !== undefined) {
+    throw new Error(`${name}: query parameter mutations are not supported by the harness`);
+  }
+  return list(mutations.request_mutations, `${name}.request_mutations`).map((m, i): RequestMutation => {
+    const where = `${name}.request_mutations[${i}]`;
+    const mm = obj(m, where);
+    if (mm.remove !== undefined) return { kind: 'remove', name: str(mm.remove, `${where}.remove`).toLowerCase() };
+    if (mm.remove_on_match !== undefined) {
+      const rom = obj(mm.remove_on_match, `${where}.remove_on_match`);
+      return { kind: 'remove_on_match', matcher: parseStringMatcher(rom.key_matcher, `${where}.key_matcher`) };
+    }
+    if (mm.append !== undefined) {
+      const a = obj(mm.append, `${where}.append`);
+      const header = obj(a.header, `${where}.append.header`);
+      const value = String(header.value ?? '');
+      // Values are Envoy substitution-format strings; only literals are imitated.
+      if (/%[A-Z_]+[(%]/.test(value)) throw new Error(`${where}: format commands in values are not supported`);
+      const action = (a.append_action ?? 'APPEND_IF_EXISTS_OR_ADD') as string;
+      if (!['APPEND_IF_EXISTS_OR_ADD', 'ADD_IF_ABSENT', 'OVERWRITE_IF_EXISTS_OR_ADD', 'OVERWRITE_IF_EXISTS'].includes(action)) {
+        throw new Error(`${where}: bad append_action ${action}`);
+      }
+      return {
+        kind: 'append',
+        name: str(header.key, `${where}.append.header.key`).toLowerCase(),
+        value,
+        action: action as 'APPEND_IF_EXISTS_OR_ADD',
+        keepEmptyValue: bool(a.keep_empty_value, `${where}.keep_empty_value`),
+      };
+    }
+    throw new Error(`${where}: unsupported header mutation ${JSON.stringify(mm)}`);
+  });
+}
+
+function parseHeaderMatcher(v: unknown, where: string): HeaderMatcher {
+  const h = obj(v, where);
+  const hm: HeaderMatcher = {
+    name: str(h.name, `${where}.name`).toLowerCase(),
+    invert: bool(h.invert_match, `${where}.invert_match`),
+    treatMissingAsEmpty: bool(h.treat_missing_header_as_empty, `${where}.treat_missing_header_as_empty`),
+  };
+  if (h.present_match !== undefined) hm.present = bool(h.present_match, `${where}.present_match`);
+  else if (h.exact_match !== undefined) hm.string = { kind: 'exact', value: str(h.exact_match, where), ignoreCase: false };
+  else if (h.prefix_match !== undefined) hm.string = { kind: 'prefix', value: str(h.prefix_match, where), ignoreCase: false };
+  else if (h.suffix_match !== undefined) hm.string = { kind: 'suffix', value: str(h.suffix_match, where), ignoreCase: false };
+  else if (h.string_match !== undefined) hm.string = parseStringMatcher(h.string_match, `${where}.string_match`);
+  else if (h.safe_regex_match !== undefined) {
+    hm.string = { kind: 'regex', value: '', ignoreCase: false, regex: anchoredRegex(h.safe_regex_match, where) };
+  } else throw new Error(`${where}: unsupported header matcher ${JSON.stringify(h)}`);
+  return hm;
+}
+
+function parseRoute(v: unknown, where: string): Route {
+  const r = obj(v, where);
+  const m = obj(r.match, `${where}.match`);
+  const match: Route['match'] = {
+    caseSensitive: bool(m.case_sensitive, `${where}.match.case_sensitive`, true),
+    headers: list(m.headers, `${where}.match.headers`).map((h, i) => parseHeaderMatcher(h, `${where}.match.headers[${i}]`)),
+  };
+  if (m.prefix !== undefined) match.prefix = str(m.prefix, `${where}.match.prefix`);
+  else if (m.path !== undefined) match.path = str(m.path, `${where}.match.path`);
+  else if (m.safe_regex !== undefined) match.regex = anchoredRegex(m.safe_regex, `${where}.match.safe_regex`);
+  else throw new Error(`${where}.match: need prefix, path or safe_regex`);
+  if (m.query_parameters !== undefined || m.grpc !== undefined || m.runtime_fraction !== undefined) {
+    throw new Error(`${where}.match: only prefix/path/safe_regex + headers are supported by the harness`);
+  }
+
+  let action: RouteAction;
+  if (r.route !== undefined) {
+    const ra = obj(r.route, `${where}.route`);
+    const nf = (ra.cluster_not_found_response_code ?? 'SERVICE_UNAVAILABLE') as string;
+    const clusterNotFoundStatus = CLUSTER_NOT_FOUND_CODES[nf];
+    if (clusterNotFoundStatus === undefined) throw new Error(`${where}: bad cluster_not_found_response_code ${nf}`);
+    if (ra.cluster !== undefined) action = { kind: 'cluster', cluster: str(ra.cluster, where), clusterNotFoundStatus };
+    else if (ra.cluster_header !== undefined) {
+      action = { kind: 'cluster_header', header: str(ra.cluster_header, where).toLowerCase(), clusterNotFoundStatus };
+    } else throw new Error(`${where}.route: only cluster and cluster_header are supported by the harness`);
+  } else if (r.direct_response !== undefined) {
+    const d = obj(r.direct_response, `${where}.direct_response`);
+    const body = obj(d.body, `${where}.direct_response.body`);
+    action = { kind: 'direct_response', status: Number(d.status), body: String(body.inline_string ?? '') };
+  } else {
+    throw new Error(`${where}: only route and direct_response actions are supported by the harness`);
+  }
+  const route: Route = { match, action };
+  if (typeof r.name === 'string') route.name = r.name;
+  return route;
+}
+
+function parseRouteConfig(v: unknown): RouteConfig {
+  const rc = obj(v, 'route_config');
+  const rcOut: RouteConfig = {
+    virtualHosts: list(rc.virtual_hosts, 'route_config.virtual_hosts').map((vh, i): VirtualHost => {
+      const where = `virtual_hosts[${i}]`;
+      const h = obj(vh, where);
+      return {
+        name: String(h.name ?? where),
+        domains: list(h.domains, `${where}.domains`).map((d) => str(d, `${where}.domains`).toLowerCase()),
+        routes: list(h.routes, `${where}.routes`).map((r, j) => parseRoute(r, `${where}.routes[${j}]`)),
+      };
+    }),
+  };
+  if (typeof rc.name === 'string') rcOut.name = rc.name;
+  return rcOut;
+}
+
+function filterType(f: Obj): string | undefined {
+  const tc = f.typed_config;
+  return isObj(tc) && typeof tc['@type'] === 'string' ? tc['@type'] : undefined;
+}
+
+/** Parses a bootstrap document (already YAML-decoded). */
+export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
+  const root = obj(doc, 'bootstrap');
+  const sr = obj(root.static_resources, 'static_resources');
+  const listener = list(sr.listeners, 'static_resources.listeners')[0];
+  if (listener === undefined) throw new Error('bootstrap has no listener');
+  const l = obj(listener, 'listener');
+  const chain = obj(list(l.filter_chains, 'filter_chains')[0], 'filter_chains[0]');
+  const hcmFilter = list(chain.filters, 'filter_chains[0].filters')
+    .map((f) => obj(f, 'network filter'))
+    .find((f) => filterType(f) === HCM_TYPE || f.name === 'envoy.filters.network.http_connection_manager');
+  if (!hcmFilter) throw new Error('first listener has no http_connection_manager');
+  const hcm = obj(hcmFilter.typed_config, 'http_connection_manager');
+  if (hcm.rds !== undefined) throw new Error('RDS is not supported by the harness; inline route_config only');
+
+  let extProc: ExtProcConfig | undefined;
+  const httpFilters = list(hcm.http_filters, 'http_filters').map((raw, i): HttpFilter => {
+    const f = obj(raw, `http_filters[${i}]`);
+    const name = str(f.name, `http_filters[${i}].name`);
+    const type = filterType(f);
+    if (type === EXT_PROC_TYPE || (type === undefined && name === 'envoy.filters.http.ext_proc')) {
+      // One ext_proc server per harness: a second ext_proc filter would need its own stream.
+      if (extProc) throw new Error('more than one ext_proc filter is not supported by the harness');
+      extProc = parseExtProc(name, f.typed_config);
+      return { kind: 'ext_proc', name };
+    }
+    if (type === HEADER_MUTATION_TYPE || (type === undefined && name === 'envoy.filters.http.header_mutation')) {
+      return { kind: 'header_mutation', name, requestMutations: parseHeaderMutationFilter(name, f.typed_config) };
+    }
+    if (type === ROUTER_TYPE || (type === undefined && name === 'envoy.filters.http.router')) return { kind: 'router', name };
+    return type === undefined ? { kind: 'other', name } : { kind: 'other', name, typeUrl: type };
+  });
+
+  const clusters = new Set(
+    list(sr.clusters, 'static_resources.clusters').map((c, i) => str(obj(c, `clusters[${i}]`).name, `clusters[${i}].name`)),
+  );
+
+  return {
+    listenerName: String(l.name ?? 'listener_0'),
+    bufferLimitBytes: uint32Value(l.per_connection_buffer_limit_bytes, 'per_connection_buffer_limit_bytes', 1024 * 1024),
+    envoyHeaderPrefix: typeof root.header_prefix === 'string' ? root.header_prefix.toLowerCase() : 'x-envoy',
+    httpFilters,
+    extProc,
+    routeConfig: parseRouteConfig(hcm.route_config),
+    clusters,
+  };
+}
+
+export function parseEnvoyConfig(yamlText: string): ParsedEnvoyConfig {
+  return parseEnvoyBootstrap(parseYaml(yamlText));
+}
+
+export function loadEnvoyConfig(file: string): ParsedEnvoyConfig {
+  return parseEnvoyConfig(readFileSync(file, 'utf8'));
+}
+
+/** A copy of `config` with ext_proc settings patched (e.g. fail-closed, a shorter timeout). */
+export function withExtProc(config: ParsedEnvoyConfig, patch: Partial<ExtProcConfig>): ParsedEnvoyConfig {
+  if (!config.extProc) throw new Error('config has no ext_proc filter');
+  return { ...config, extProc: { ...config.extProc, ...patch } };
+}

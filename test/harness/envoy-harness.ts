@@ -1,0 +1,177 @@
+/**
+ * EnvoyHarness plays Envoy's side of ext_proc over real gRPC: for each HTTP request it runs the
+ * configured filter chain (header_mutation, ext_proc, router), opens one `Process` stream,
+ * sends the messages Envoy would send in Envoy's order, holds each reply to Envoy's rules
+ * (spurious replies, timeouts, mutation rules, route cache) and reports what Envoy would have
+ * done: which cluster the request reached, or which local reply the client got.
+ *
+ * It imitates Envoy's ext_proc filter as of about Envoy 1.35+ (reference:
+ * /work/shared/reference/envoy-ext-proc.md §3, §5.1). Deliberate simplifications:
+ *  - the request path finishes before the response path starts (Envoy may interleave them);
+ *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
+ *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
+ *  - no protocol_config, attributes or dynamic metadata (the npm proto copy predates
+ *    protocol_config; metadata_context is sent empty);
+ *  - no per-route ExtProcPerRoute overrides, no header count/size limits, no grpc_status
+ *    on immediate responses, no HCM response header_mutation.
+ */
+import * as grpc from '@grpc/grpc-js';
+import { extProcClientConstructor } from '../../src/extproc/proto.js';
+import type { ExtProcConfig, ParsedEnvoyConfig, ProcessingMode } from './envoy-config.js';
+import { type ExtProcStats, ExtProcSession, type MessageRecord } from './ext-proc-session.js';
+import type { HeaderInput, HeaderList } from './header-list.js';
+import { type ProcessCall, RawStream } from './raw-stream.js';
+import { RequestRun } from './request-run.js';
+
+export type { MessageRecord, ExtProcStats } from './ext-proc-session.js';
+export { HeaderList } from './header-list.js';
+export { RawStream, isClosed, isTimedOut } from './raw-stream.js';
+export type { StreamClosed, StreamTimedOut, StreamEvent } from './raw-stream.js';
+
+export interface EnvoyHarnessOptions {
+  /** host:port of the ext_proc server. */
+  target: string;
+  config: ParsedEnvoyConfig;
+  /** Replaces parts of the ext_proc processing_mode (e.g. STREAMED request bodies). */
+  processingModeOverride?: Partial<ProcessingMode>;
+  /** Replaces other ext_proc settings (e.g. failureModeAllow: false, a shorter messageTimeoutMs). */
+  extProcOverride?: Partial<Omit<ExtProcConfig, 'processingMode'>>;
+  /** Extra gRPC initial metadata on every Process call (on top of grpc_service.initial_metadata). */
+  grpcMetadata?: Record<string, string>;
+}
+
+export interface HarnessRequest {
+  method: string;
+  path: string;
+  /** Client headers; `host` becomes `:authority`. Buffer values may hold non-UTF-8 bytes. */
+  headers?: HeaderInput;
+  /** Present (even empty) = the request has a body; absent = headers only (end_of_stream). */
+  body?: Buffer | string;
+  trailers?: Record<string, string>;
+  /** The body as Envoy receives it, chunk by chunk (one STREAMED message per chunk). */
+  chunks?: Buffer[];
+}
+
+/** The request as it reaches the upstream cluster. */
+export interface UpstreamRequest {
+  cluster: string;
+  headers: HeaderList;
+  body: Buffer;
+  trailers?: HeaderList;
+}
+
+/** The simulated worker's response. */
+export interface UpstreamResponse {
+  status: number;
+  headers?: HeaderInput;
+  /** Present (even empty) = the response has a body. */
+  body?: Buffer | string;
+  chunks?: Buffer[];
+  trailers?: Record<string, string>;
+  /**
+   * How long the upstream takes. While it runs Envoy has nothing outstanding on the stream, so
+   * anything the server sends then (an extra reply) is seen as spurious.
+   */
+  latencyMs?: number;
+}
+
+export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse);
+
+export interface OutcomeBase {
+  /** Every message Envoy sent and what answered it, in order. */
+  messages: MessageRecord[];
+  /** Header mutations skipped by mutation_rules (Envoy's rejected_header_mutations). */
+  rejectedMutations: number;
+  /** ext_proc cleared the route cache before the router read it (the route was re-resolved). */
+  routeCleared: boolean;
+  /** A reply of the wrong type (or an extra reply) arrived. */
+  spurious: boolean;
+  /** The request headers as Envoy holds them at the end (after every mutation). */
+  requestHeaders: HeaderList;
+  /** The cluster the request reached, when it reached one before the outcome was decided. */
+  cluster?: string;
+  /** ext_proc counters for this request (absent when the chain has no ext_proc filter). */
+  stats?: ExtProcStats;
+}
+
+export interface UpstreamOutcome extends OutcomeBase {
+  kind: 'upstream';
+  cluster: string;
+  requestBody: Buffer;
+  requestTrailers?: HeaderList;
+  responseStatus: number;
+  responseHeaders: HeaderList;
+  responseBody: Buffer;
+  responseTrailers?: HeaderList;
+}
+
+/** Envoy answered the client itself (ext_proc immediate/error reply, router 404/503, 413). */
+export interface LocalOutcome extends OutcomeBase {
+  kind: 'local';
+  status: number;
+  headers: HeaderList;
+  body: Buffer;
+  /** Response code details, e.g. ext_proc_error_per-message_timeout_exceeded, cluster_not_found. */
+  details?: string;
+}
+
+/** A local reply was needed after the response headers had gone out: Envoy resets the stream. */
+export interface ResetOutcome extends OutcomeBase {
+  kind: 'reset';
+  details: string;
+  responseStatus: number;
+}
+
+export type Outcome = UpstreamOutcome | LocalOutcome | ResetOutcome;
+
+type ExtProcClient = grpc.Client & { Process(metadata?: grpc.Metadata): ProcessCall };
+
+export class EnvoyHarness {
+  readonly config: ParsedEnvoyConfig;
+  /** The effective ext_proc settings (config + overrides), if the chain has ext_proc. */
+  readonly extProc: ExtProcConfig | undefined;
+  private readonly client: ExtProcClient;
+  private readonly metadata: Array<[string, string]>;
+  private readonly streams = new Set<RawStream>();
+
+  constructor(opts: EnvoyHarnessOptions) {
+    this.config = opts.config;
+    const base = opts.config.extProc;
+    this.extProc = base && {
+      ...base,
+      ...opts.extProcOverride,
+      processingMode: { ...base.processingMode, ...opts.processingModeOverride },
+    };
+    this.metadata = [...(this.extProc?.initialMetadata ?? []), ...Object.entries(opts.grpcMetadata ?? {})];
+    const Client = extProcClientConstructor();
+    const channelOptions: grpc.ChannelOptions = {};
+    // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
+    const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
+    if (authority) channelOptions['grpc.default_authority'] = authority;
+    this.client = new Client(opts.target, grpc.credentials.createInsecure(), channelOptions) as unknown as ExtProcClient;
+  }
+
+  /** Sends one HTTP request through the simulated Envoy; `upstream` answers if it is routed. */
+  async request(req: HarnessRequest, upstream?: UpstreamSpec): Promise<Outcome> {
+    const session = this.extProc
+      ? new ExtProcSession(this.extProc, this.config.envoyHeaderPrefix, () => this.openRawStream())
+      : undefined;
+    return new RequestRun(this.config, session, req).run(upstream);
+  }
+
+  /** A bare Process stream, for tests that script message orders, half-closes and cancels. */
+  openRawStream(): RawStream {
+    const md = new grpc.Metadata();
+    for (const [k, v] of this.metadata) md.add(k, v);
+    const stream: RawStream = new RawStream(this.client.Process(md), () => this.streams.delete(stream));
+    this.streams.add(stream);
+    return stream;
+  }
+
+  /** Resets any stream still open and closes the channel: nothing keeps the process alive. */
+  close(): void {
+    for (const s of this.streams) s.cancel();
+    this.streams.clear();
+    this.client.close();
+  }
+}

@@ -1,0 +1,388 @@
+/**
+ * The ext_proc filter's per-request state, as in Envoy's ext_proc.cc (Filter) and
+ * processor_state.cc (ProcessorState): the lazily opened stream, `processing_complete_`, the
+ * per-direction modes, the message timer, and what happens on a reply, a spurious reply, a
+ * timeout and a server close. The HTTP flow (which message when) lives in envoy-harness.ts.
+ */
+import * as protoLoader from '@grpc/proto-loader';
+import * as grpc from '@grpc/grpc-js';
+import { EXT_PROC_PROTO, PROTO_LOADER_OPTIONS } from '../../src/extproc/proto.js';
+import type {
+  HeaderMutation,
+  ImmediateResponse,
+  ProcessingRequest,
+  ProcessingRequestKind,
+  ProcessingResponse,
+} from '../../src/extproc/messages.js';
+import type { BodySendMode, ExtProcConfig, HeaderSendMode, ProcessingMode } from './envoy-config.js';
+import { HeaderList } from './header-list.js';
+import { applyExtProcHeaderMutation } from './mutations.js';
+import { type RawStream, isClosed, isTimedOut } from './raw-stream.js';
+
+/** Reply fields messages.ts does not declare (yet); decoded by proto-loader all the same. */
+export type WireResponse = ProcessingResponse & {
+  mode_override?: Partial<Record<keyof ProcessingMode, string>> | null;
+  override_message_timeout?: { seconds?: string | number; nanos?: number } | null;
+};
+
+export type ReplyKind = ProcessingRequestKind | 'immediate_response' | 'unknown';
+
+export interface MessageRecord {
+  /** What Envoy sent; 'idle' for a server message that arrived while nothing was outstanding. */
+  sent: ProcessingRequestKind | 'idle';
+  /** What answered it: the reply's oneof case, or how the wait ended ('none': never awaited). */
+  reply: ReplyKind | 'timeout' | 'closed' | 'none';
+  endOfStream?: boolean;
+}
+
+/** Envoy's ext_proc stats (http.<prefix>.ext_proc.*) that the harness can observe. */
+export interface ExtProcStats {
+  streamsStarted: number;
+  streamMsgsSent: number;
+  streamMsgsReceived: number;
+  spuriousMsgsReceived: number;
+  messageTimeouts: number;
+  failureModeAllowed: number;
+  streamsFailed: number;
+  rejectedHeaderMutations: number;
+  clearRouteCacheIgnored: number;
+  clearRouteCacheDisabled: number;
+  overrideMessageTimeoutReceived: number;
+  overrideMessageTimeoutIgnored: number;
+}
+
+export interface LocalReply {
+  status: number;
+  headers: HeaderList;
+  body: Buffer;
+  details?: string;
+}
+
+/**
+ * How a wait for a reply ended, once the session has applied Envoy's rules:
+ *  - match: the reply has the expected type; the caller applies it;
+ *  - continue: processing is complete (clean close, or a failure let through by
+ *    failure_mode_allow); the HTTP request carries on untouched from here;
+ *  - local: Envoy answers the client itself (immediate_response, or a fail-closed error).
+ */
+export type Handled =
+  | { type: 'match'; response: WireResponse }
+  | { type: 'continue' }
+  | { type: 'local'; reply: LocalReply };
+
+export interface DirectionState {
+  sendHeaders: boolean;
+  bodyMode: BodySendMode;
+  sendTrailers: boolean;
+}
+
+interface Pending {
+  kind: ProcessingRequestKind;
+  record: MessageRecord;
+  deadline: number;
+  timeoutOverridden: boolean;
+}
+
+let statusByName: Map<string, number> | undefined;
+
+/** envoy.type.v3.StatusCode arrives as its enum name ('TooManyRequests'); map it back. */
+function statusCodeNumber(code: unknown): number {
+  if (typeof code === 'number') return code;
+  if (!statusByName) {
+    const def = protoLoader.loadSync(EXT_PROC_PROTO, PROTO_LOADER_OPTIONS)['envoy.type.v3.StatusCode'] as
+      | protoLoader.EnumTypeDefinition
+      | undefined;
+    const values = ((def?.type as { value?: Array<{ name: string; number: number }> } | undefined)?.value ?? []);
+    statusByName = new Map(values.map((v) => [v.name, v.number]));
+  }
+  return statusByName.get(String(code)) ?? Number(code);
+}
+
+/** StringUtil::replaceAllEmptySpace: response code details never contain whitespace. */
+export function detailsOf(s: string | undefined): string | undefined {
+  return s ? s.replace(/\s/g, '_') : undefined;
+}
+
+/** Headers of a local reply (Utility::sendLocalReply): :status, content-length, text/plain body. */
+export function localReplyHeaders(status: number, body: Buffer): HeaderList {
+  const h = new HeaderList();
+  h.add(':status', String(status));
+  h.add('content-length', String(body.length));
+  if (body.length > 0) h.add('content-type', 'text/plain');
+  return h;
+}
+
+export function localReply(status: number, body: Buffer, details?: string): LocalReply {
+  const reply: LocalReply = { status, headers: localReplyHeaders(status, body), body };
+  const d = detailsOf(details);
+  if (d !== undefined) reply.details = d;
+  return reply;
+}
+
+const isHeadersKind = (k: ProcessingRequestKind): boolean => k === 'request_headers' || k === 'response_headers';
+
+export class ExtProcSession {
+  /** Envoy's processing_complete_: once set, the server is never consulted again. */
+  complete = false;
+  spurious = false;
+  readonly messages: MessageRecord[] = [];
+  readonly stats: ExtProcStats = {
+    streamsStarted: 0,
+    streamMsgsSent: 0,
+    streamMsgsReceived: 0,
+    spuriousMsgsReceived: 0,
+    messageTimeouts: 0,
+    failureModeAllowed: 0,
+    streamsFailed: 0,
+    rejectedHeaderMutations: 0,
+    clearRouteCacheIgnored: 0,
+    clearRouteCacheDisabled: 0,
+    overrideMessageTimeoutReceived: 0,
+    overrideMessageTimeoutIgnored: 0,
+  };
+  readonly decoding: DirectionState;
+  readonly encoding: DirectionState;
+  private stream: RawStream | undefined;
+
+  constructor(
+    readonly config: ExtProcConfig,
+    readonly envoyPrefix: string,
+    private readonly openStream: () => RawStream,
+  ) {
+    this.decoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
+    this.encoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
+    this.setProcessingMode(config.processingMode);
+  }
+
+  /** ProcessorState::setProcessingModeInternal for both directions. */
+  setProcessingMode(m: ProcessingMode): void {
+    Object.assign(this.decoding, {
+      sendHeaders: m.request_header_mode !== 'SKIP',
+      bodyMode: m.request_body_mode,
+      sendTrailers: m.request_trailer_mode === 'SEND',
+    });
+    Object.assign(this.encoding, {
+      sendHeaders: m.response_header_mode !== 'SKIP',
+      bodyMode: m.response_body_mode,
+      sendTrailers: m.response_trailer_mode === 'SEND',
+    });
+  }
+
+  /** Modes where Envoy drops content-length because the server may change the body size. */
+  shouldRemoveContentLength(dir: DirectionState): boolean {
+    return dir.bodyMode === 'STREAMED' || (dir.bodyMode === 'BUFFERED' && !dir.sendHeaders);
+  }
+
+  countRejected = (): void => {
+    this.stats.rejectedHeaderMutations++;
+  };
+
+  /** Opens the stream on first use (Filter::openStream) and sends one message. */
+  send(kind: ProcessingRequestKind, payload: ProcessingRequest, endOfStream?: boolean): Pending {
+    if (!this.stream) {
+      this.stream = this.openStream();
+      this.stats.streamsStarted++;
+    }
+    const record: MessageRecord = { sent: kind, reply: 'none' };
+    if (endOfStream !== undefined) record.endOfStream = endOfStream;
+    this.messages.push(record);
+    // Envoy attaches metadata_context (empty unless forwarding namespaces are configured).
+    // (A write after the server already closed is dropped; the close is read as the reply.)
+    if (this.stream.write({ metadata_context: { filter_metadata: {} }, ...payload })) this.stats.streamMsgsSent++;
+    return { kind, record, deadline: Date.now() + this.config.messageTimeoutMs, timeoutOverridden: false };
+  }
+
+  /** send + awaitReply, for the one-message-at-a-time phases. */
+  exchange(kind: ProcessingRequestKind, payload: ProcessingRequest, endOfStream?: boolean): Promise<Handled> {
+    return this.awaitReply(this.send(kind, payload, endOfStream));
+  }
+
+  /**
+   * Waits for the reply to `p` (replies come in send order) under its message timer, and
+   * applies Envoy's rules to whatever arrives instead.
+   */
+  async awaitReply(p: Pending): Promise<Handled> {
+    const stream = this.stream;
+    for (;;) {
+      if (this.complete || !stream) return { type: 'continue' };
+      const ev = await stream.next(p.deadline - Date.now());
+      if (this.complete) return { type: 'continue' };
+      if (isTimedOut(ev)) {
+        p.record.reply = 'timeout';
+        return this.onTimeout();
+      }
+      if (isClosed(ev)) {
+        p.record.reply = 'closed';
+        return this.onClose(ev.status);
+      }
+      const resp = ev as WireResponse;
+      // A reply carrying override_message_timeout is consumed by the timer logic; all its
+      // other fields are ignored (Filter::onReceiveMessage → onNewTimeout; return).
+      if (resp.override_message_timeout) {
+        this.onNewTimeout(p, resp.override_message_timeout);
+        continue;
+      }
+      if (this.config.allowModeOverride && isHeadersKind(p.kind) && resp.mode_override) {
+        this.applyModeOverride(resp.mode_override);
+      }
+      const kind = (resp.response ?? 'unknown') as ReplyKind;
+      p.record.reply = kind;
+      if (kind === p.kind) {
+        this.stats.streamMsgsReceived++;
+        return { type: 'match', response: resp };
+      }
+      if (kind === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
+        this.stats.streamMsgsReceived++;
+        return this.onImmediate(resp.immediate_response);
+      }
+      return this.onSpurious(
+        kind === 'immediate_response'
+          ? 'unhandled immediate response due to config disabled it'
+          : kind === 'unknown'
+            ? 'unhandled message'
+            : 'spurious message',
+      );
+    }
+  }
+
+  /**
+   * Deals with whatever the server sent while Envoy had nothing outstanding (e.g. while the
+   * upstream was answering): a close ends processing, an immediate_response is honoured, any
+   * other reply matches no state and is spurious (ExtraReply).
+   */
+  checkIdle(): Handled | undefined {
+    const stream = this.stream;
+    while (stream && !this.complete && stream.pending > 0) {
+      const ev = stream.shiftPending();
+      if (!ev) break;
+      if (isClosed(ev)) return this.onClose(ev.status);
+      const resp = ev as WireResponse;
+      if (resp.override_message_timeout) {
+        this.stats.overrideMessageTimeoutIgnored++;
+        continue;
+      }
+      const kind = (resp.response ?? 'unknown') as ReplyKind;
+      this.messages.push({ sent: 'idle', reply: kind });
+      if (kind === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
+        this.stats.streamMsgsReceived++;
+        return this.onImmediate(resp.immediate_response);
+      }
+      return this.onSpurious(kind === 'unknown' ? 'unhandled message' : 'spurious message');
+    }
+    return undefined;
+  }
+
+  /** An error from applying a reply (bad mutation etc.): always a local reply (not fail-open). */
+  processingError(message: string): { type: 'local'; reply: LocalReply } {
+    this.finish();
+    return { type: 'local', reply: localReply(this.config.statusOnError, Buffer.alloc(0), message) };
+  }
+
+  /** Envoy's closeStream(): mark complete, half-close then reset. */
+  finish(): void {
+    this.complete = true;
+    this.stream?.close();
+  }
+
+  private onTimeout(): Handled {
+    this.stats.messageTimeouts++;
+    this.finish();
+    if (this.config.failureModeAllow) {
+      this.stats.failureModeAllowed++;
+      return { type: 'continue' };
+    }
+    // status_on_error does not apply here (MessageTimeoutReturnsGatewayTimeout).
+    return { type: 'local', reply: localReply(504, Buffer.alloc(0), 'ext_proc_error_per-message_timeout_exceeded') };
+  }
+
+  private onClose(status: grpc.StatusObject): Handled {
+    this.finish();
+    // A clean close (OK) means "stop consulting me", even with failure_mode_allow: false.
+    if (status.code === grpc.status.OK) return { type: 'continue' };
+    this.stats.streamsFailed++;
+    if (this.config.failureModeAllow) {
+      this.stats.failureModeAllowed++;
+      return { type: 'continue' };
+    }
+    return {
+      type: 'local',
+      reply: localReply(this.config.statusOnError, Buffer.alloc(0), `ext_proc_error_gRPC_error_${status.code}{${status.details}}`),
+    };
+  }
+
+  private onSpurious(message: string): Handled {
+    this.stats.spuriousMsgsReceived++;
+    this.spurious = true;
+    if (this.config.failureModeAllow) {
+      this.stats.failureModeAllowed++;
+      this.finish();
+      return { type: 'continue' };
+    }
+    // Fail-closed spurious replies answer status_on_error since Envoy ~1.35 (PR #39994).
+    return this.processingError(message);
+  }
+
+  private onImmediate(ir: ImmediateResponse): Handled {
+    this.finish();
+    let status = ir.status ? statusCodeNumber(ir.status.code) : 200;
+    if (!Number.isInteger(status) || status < 200) status = 200; // MutationUtils::isValidHttpStatus
+    const body = Buffer.from(ir.body ?? Buffer.alloc(0));
+    const reply = localReply(status, body, ir.details);
+    if (ir.headers) {
+      // Checked against the filter's mutation_rules; a failure is only logged, the reply still
+      // goes out (with the mutations applied up to the failing one).
+      applyExtProcHeaderMutation(ir.headers as HeaderMutation, reply.headers, {
+        rules: this.config.mutationRules,
+        envoyPrefix: this.envoyPrefix,
+        replacingMessage: false,
+        removeContentLength: false,
+        onRejected: this.countRejected,
+      });
+    }
+    return { type: 'local', reply };
+  }
+
+  /** Filter::onNewTimeout: honoured once per message, only within 1 ms..max_message_timeout. */
+  private onNewTimeout(p: Pending, d: NonNullable<WireResponse['override_message_timeout']>): void {
+    const ms = Number(d.seconds ?? 0) * 1000 + Number(d.nanos ?? 0) / 1e6;
+    if (ms < 1 || ms > this.config.maxMessageTimeoutMs || p.timeoutOverridden) {
+      this.stats.overrideMessageTimeoutIgnored++;
+      return;
+    }
+    p.timeoutOverridden = true;
+    p.deadline = Date.now() + ms;
+    this.stats.overrideMessageTimeoutReceived++;
+  }
+
+  /** effectiveModeOverride: DEFAULT header/trailer modes mean "no change"; body modes are explicit. */
+  private applyModeOverride(mo: NonNullable<WireResponse['mode_override']>): void {
+    const base = this.config.processingMode;
+    const hdr = (v: string | undefined, b: HeaderSendMode): HeaderSendMode =>
+      v === 'SEND' || v === 'SKIP' ? v : b;
+    const body = (v: string | undefined): BodySendMode => {
+      if (v === undefined || v === 'NONE' || v === 'STREAMED' || v === 'BUFFERED') return v ?? 'NONE';
+      throw new Error(`mode_override body mode ${v} is not supported by the harness`);
+    };
+    const eff: ProcessingMode = {
+      request_header_mode: hdr(mo.request_header_mode, base.request_header_mode),
+      response_header_mode: hdr(mo.response_header_mode, base.response_header_mode),
+      request_trailer_mode: hdr(mo.request_trailer_mode, base.request_trailer_mode),
+      response_trailer_mode: hdr(mo.response_trailer_mode, base.response_trailer_mode),
+      request_body_mode: body(mo.request_body_mode),
+      response_body_mode: body(mo.response_body_mode),
+    };
+    const allowed = this.config.allowedOverrideModes;
+    // request_header_mode is ignored in the comparison (RequestHeaderModeIgnoredInModeOverrideComparison).
+    const ok =
+      allowed.length === 0 ||
+      allowed.some(
+        (a) =>
+          a.request_body_mode === eff.request_body_mode &&
+          a.request_trailer_mode === eff.request_trailer_mode &&
+          a.response_header_mode === eff.response_header_mode &&
+          a.response_body_mode === eff.response_body_mode &&
+          a.response_trailer_mode === eff.response_trailer_mode,
+      );
+    if (ok) this.setProcessingMode(eff);
+  }
+}
