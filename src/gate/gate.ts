@@ -115,7 +115,7 @@ export class Gate {
       snap = res.snapshot;
       fresh = true;
     }
-    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [] } }, key);
+    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] } }, key);
   }
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */

@@ -13,7 +13,10 @@
  * the same view and unkeyed ties do not all pile onto the first worker.
  */
 import { rendezvousScore } from './rendezvous.js';
-import type { Decision, DecisionInput, Preconditions, WorkerView } from './types.js';
+import type { Decision, DecisionInput, Preconditions, WorkerState, WorkerView } from './types.js';
+
+const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
+const TAKES: readonly WorkerState[] = ['healthy'];
 
 /** Can keep serving the keys it already holds. */
 export function keepsSessions(w: WorkerView): boolean {
@@ -35,7 +38,12 @@ export function decide(input: DecisionInput): Decision {
       worker: affine.id,
       cluster: affine.cluster,
       outcome: 'affinity_hit',
-      preconditions: { affinity, below: [{ worker: affine.id, limit: affine.maxInflight }], atOrAbove: [] },
+      preconditions: {
+        affinity,
+        below: [{ worker: affine.id, limit: affine.maxInflight }],
+        atOrAbove: [],
+        states: [{ worker: affine.id, in: KEEPS }],
+      },
     };
   }
 
@@ -49,6 +57,7 @@ export function decide(input: DecisionInput): Decision {
       atOrAbove: workers
         .filter((w) => w.state === 'healthy' || (w.state === 'pressured' && w.id === affinity))
         .map((w) => ({ worker: w.id, limit: w.maxInflight })),
+      states: [],
     };
     return { kind: 'shed', reason: anyUp ? 'overloaded' : 'no_healthy_workers', preconditions };
   }
@@ -61,6 +70,11 @@ export function decide(input: DecisionInput): Decision {
       affine && (affine.state === 'healthy' || affine.state === 'pressured') && affine.inflight >= affine.maxInflight
         ? [{ worker: affine.id, limit: affine.maxInflight }]
         : [],
+    states: [
+      { worker: target.id, in: TAKES },
+      // Leaving a dead or drained worker is only right while it still is.
+      ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
+    ],
   };
   return {
     kind: 'route',

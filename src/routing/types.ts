@@ -51,6 +51,8 @@ export interface Preconditions {
   below: ReadonlyArray<{ worker: string; limit: number }>;
   /** Workers that must still be at or above these counts (the reason a session migrated). */
   atOrAbove: ReadonlyArray<{ worker: string; limit: number }>;
+  /** Workers whose state must still be one of these (an operator may have drained it meanwhile). */
+  states: ReadonlyArray<{ worker: string; in: readonly WorkerState[] }>;
 }
 
 export type Decision =

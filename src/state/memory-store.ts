@@ -52,7 +52,7 @@ export class MemoryStore implements RoutingStore {
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
   commitSync(req: CommitRequest, shared: boolean): CommitResult {
     const before = this.cachedSnapshot(req.pool, req.key, req.workers);
-    if (!preconditionsHold(req.preconditions, before.affinity, (w) => before.inflight.get(w) ?? 0)) {
+    if (!preconditionsHold(req.preconditions, before)) {
       return { ok: false, snapshot: before };
     }
     if (req.key !== undefined) this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });

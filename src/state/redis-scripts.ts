@@ -14,6 +14,7 @@
  * KEYS: [affinity, states, inflight(worker 1) … inflight(worker n)]
  * ARGV[1]: JSON {m: 'read'|'commit', k: 0|1 (keyed), w: [worker ids], c: chosen index (1-based),
  *   e: expected affinity ('' = none), b: [[index, limit]] below, g: [[index, limit]] at-or-above,
+ *   s: [[worker, [allowed states]]] (a worker without a recorded state is 'healthy'),
  *   at: affinity TTL ms, l: lease id, lt: lease TTL ms}
  * Returns [ok 0|1, affinity or '', [in-flight counts], [state hash as flat pairs]]
  */
@@ -36,6 +37,16 @@ if spec.m == 'commit' then
   if (aff or '') ~= spec.e then ok = 0 end
   for _, b in ipairs(spec.b) do if counts[b[1]] >= b[2] then ok = 0 end end
   for _, g in ipairs(spec.g) do if counts[g[1]] < g[2] then ok = 0 end end
+  if spec.s and #spec.s > 0 then
+    local st = {}
+    for i = 1, #states, 2 do st[states[i]] = states[i + 1] end
+    for _, s in ipairs(spec.s) do
+      local current = st[s[1]] or 'healthy'
+      local allowed = false
+      for _, a in ipairs(s[2]) do if a == current then allowed = true end end
+      if not allowed then ok = 0 end
+    end
+  end
   if ok == 1 then
     local chosen = spec.w[spec.c]
     if spec.k == 1 then

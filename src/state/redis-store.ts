@@ -111,6 +111,7 @@ export class RedisStore implements RoutingStore {
       e: req.preconditions.affinity ?? '',
       b: req.preconditions.below.filter((b) => index(b.worker) > 0).map((b) => [index(b.worker), b.limit]),
       g: req.preconditions.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => [index(g.worker), g.limit]),
+      s: req.preconditions.states.map((s) => [s.worker, s.in]),
       at: req.affinityTtlMs,
       l: leaseId,
       lt: this.opts.leaseTtlMs,
@@ -202,7 +203,7 @@ export class RedisStore implements RoutingStore {
       ...workers.map((w) => this.inflightKey(pool, w)),
     ];
     const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
-    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify(spec));
+    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify({ ...spec, w: workers }));
   }
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
@@ -222,7 +223,7 @@ export class RedisStore implements RoutingStore {
   private commitLocally(req: CommitRequest): CommitResult {
     const snapshot = this.cachedSnapshot(req.pool, req.key, req.workers);
     // Degraded: the shared affinity is unknown, so only the capacity facts are checked here.
-    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity }, snapshot.affinity, (w) => snapshot.inflight.get(w) ?? 0);
+    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity }, snapshot);
     if (!holds) return { ok: false, snapshot };
     if (req.key !== undefined) this.affinityCache.set(this.affinityCacheKey(req.pool, req.key), req.worker);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };

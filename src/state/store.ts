@@ -61,13 +61,11 @@ export interface RoutingStore {
 }
 
 /** Checks preconditions against a snapshot: the one rule both backends apply. */
-export function preconditionsHold(
-  p: Preconditions,
-  affinity: string | undefined,
-  inflight: (worker: string) => number,
-): boolean {
-  if (p.affinity !== affinity) return false;
+export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
+  if (p.affinity !== snap.affinity) return false;
+  const inflight = (w: string) => snap.inflight.get(w) ?? 0;
   for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
   for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
+  for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
   return true;
 }

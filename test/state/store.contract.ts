@@ -13,7 +13,7 @@ export interface StoreFixture {
 }
 
 const WORKERS = ['w1', 'w2', 'w3'] as const;
-const none: Preconditions = { affinity: undefined, below: [], atOrAbove: [] };
+const none: Preconditions = { affinity: undefined, below: [], atOrAbove: [], states: [] };
 
 let seq = 0;
 /** Each test uses its own pool, so tests never see each other's state. */
@@ -83,6 +83,16 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       const res = await store.commit(req(p, 's:m', 'w2', { atOrAbove: [{ worker: 'w1', limit: 1 }] }));
       assert.equal(res.ok, false);
+    });
+
+    test('a commit fails when its target left the state it relied on', async () => {
+      const p = pool();
+      await store.setWorkerState(p, 'w2', 'draining');
+      const res = await store.commit(req(p, 's:st', 'w2', { states: [{ worker: 'w2', in: ['healthy'] }] }));
+      assert.equal(res.ok, false);
+      assert.equal(res.snapshot.states.get('w2'), 'draining');
+      const ok = await store.commit(req(p, 's:st', 'w1', { states: [{ worker: 'w1', in: ['healthy'] }, { worker: 'w2', in: ['draining'] }] }));
+      assert.ok(ok.ok);
     });
 
     test('unkeyed commits take leases without touching affinity', async () => {

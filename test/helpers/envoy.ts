@@ -1,0 +1,73 @@
+/**
+ * Shortcuts for driving a gate the way Envoy does, on top of the harness in test/harness/.
+ */
+import path from 'node:path';
+import { isClosed, isTimedOut, type RawStream } from '../harness/envoy-harness.js';
+import { EnvoyHarness, type EnvoyHarnessOptions } from '../harness/envoy-harness.js';
+import { loadEnvoyConfig, type ParsedEnvoyConfig } from '../harness/envoy-config.js';
+import type { ProcessingResponse } from '../../src/extproc/messages.js';
+
+export const ENVOY_YAML = path.resolve(import.meta.dirname, '../../envoy/envoy.yaml');
+
+export function envoyConfig(): ParsedEnvoyConfig {
+  return loadEnvoyConfig(ENVOY_YAML);
+}
+
+export function harness(target: string, opts: Omit<EnvoyHarnessOptions, 'target' | 'config'> & { config?: ParsedEnvoyConfig } = {}): EnvoyHarness {
+  return new EnvoyHarness({ config: opts.config ?? envoyConfig(), target, ...opts });
+}
+
+/** A chat completion request as an OpenAI client sends it. */
+export function chat(opts: { session?: string; user?: string; system?: string; text?: string; model?: string; headers?: Record<string, string> } = {}) {
+  const messages = [
+    ...(opts.system ? [{ role: 'system', content: opts.system }] : []),
+    { role: 'user', content: opts.text ?? 'hello' },
+  ];
+  return {
+    method: 'POST',
+    path: '/v1/chat/completions',
+    headers: {
+      host: 'llm.example',
+      'content-type': 'application/json',
+      ...(opts.session ? { 'x-session-id': opts.session } : {}),
+      ...opts.headers,
+    },
+    body: JSON.stringify({ model: opts.model ?? 'llama', messages, ...(opts.user ? { user: opts.user } : {}) }),
+  };
+}
+
+export function headersMsg(headers: Record<string, string>, endOfStream: boolean) {
+  return {
+    request_headers: {
+      headers: { headers: Object.entries(headers).map(([key, v]) => ({ key, raw_value: Buffer.from(v, 'latin1') })) },
+      end_of_stream: endOfStream,
+    },
+  };
+}
+
+/** The cluster a reply routes to (its x-kvgate-cluster set_header), if any. */
+export function routedCluster(reply: ProcessingResponse, header = 'x-kvgate-cluster'): string | undefined {
+  const common = reply.request_headers?.response ?? reply.request_body?.response;
+  const h = common?.header_mutation?.set_headers?.find((s) => s.header.key === header);
+  return h?.header.raw_value ? Buffer.from(h.header.raw_value).toString() : undefined;
+}
+
+/**
+ * Opens a stream and sends a body-less request with a session header, so the gate decides on the
+ * headers and the request then stays in flight until the stream ends: a way to hold load on a worker.
+ */
+export async function holdRequest(h: EnvoyHarness, session: string): Promise<{ cluster: string | undefined; reply: ProcessingResponse; stream: RawStream }> {
+  const stream = h.openRawStream();
+  stream.write(headersMsg({ ':method': 'GET', ':path': '/v1/models', ':scheme': 'http', ':authority': 'llm', 'x-session-id': session }, true) as never);
+  const ev = await stream.next(3000);
+  if (isClosed(ev) || isTimedOut(ev)) throw new Error(`no reply for ${session}: ${JSON.stringify(ev)}`);
+  return { cluster: routedCluster(ev), reply: ev, stream };
+}
+
+export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs = 3000, what = 'condition'): Promise<void> {
+  const until = Date.now() + timeoutMs;
+  while (!(await cond())) {
+    if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}

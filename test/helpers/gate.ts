@@ -1,0 +1,44 @@
+/**
+ * An in-process kvgate on free ports, wired exactly as `kvgate serve` wires it (startKvgate).
+ */
+import { parseConfig } from '../../src/config/load.js';
+import { startKvgate, type RunningKvgate } from '../../src/app.js';
+import type { GateResult } from '../../src/gate/gate.js';
+import type { Logger } from '../../src/telemetry/logger.js';
+import { silentLogger } from './logger.js';
+
+export interface TestGate extends RunningKvgate {
+  target: string;
+  admin: string;
+  results: GateResult[];
+}
+
+export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger } = {}): Promise<TestGate> {
+  const results: GateResult[] = [];
+  const running = await startKvgate({
+    config: parseConfig(rawConfig),
+    logger: opts.logger ?? silentLogger(),
+    store: opts.store ?? 'memory',
+    grpcHost: '127.0.0.1',
+    grpcPort: 0,
+    adminHost: '127.0.0.1',
+    adminPort: 0,
+    onResult: (r) => results.push(r),
+  });
+  return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
+}
+
+/** Sets a worker's state through the admin API, as an operator would. */
+export async function setWorkerState(admin: string, worker: string, state: string): Promise<void> {
+  const res = await fetch(`${admin}/workers/${encodeURIComponent(worker)}/state`, {
+    method: 'PUT',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ state }),
+  });
+  if (res.status !== 200) throw new Error(`admin answered ${res.status}: ${await res.text()}`);
+}
+
+export async function workers(admin: string): Promise<Array<{ id: string; state: string; inflight: number }>> {
+  const res = await fetch(`${admin}/workers`);
+  return ((await res.json()) as { workers: Array<{ id: string; state: string; inflight: number }> }).workers;
+}
