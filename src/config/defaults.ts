@@ -67,6 +67,12 @@ export const DEFAULTS = {
   storeTimeoutMs: 50,
   /** How often a Redis-backed gate refreshes its local view of worker loads and states. */
   storeRefreshMs: 250,
+  /**
+   * An ext_proc stream with no message for this long is ended and its lease released. Longer than
+   * any gap Envoy leaves between messages of a live request (its upstream's time to first byte
+   * under load); it exists to reclaim streams whose peer vanished without a reset reaching us.
+   */
+  streamIdleS: 600,
   /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
   storeKeyPrefix: 'kvgate',
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */

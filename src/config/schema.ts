@@ -44,6 +44,7 @@ export const configSchema = z.strictObject({
       max_body_bytes: z.number().int().positive().default(DEFAULTS.maxBodyBytes),
       malformed_body: z.enum(['forward', 'reject']).default(DEFAULTS.malformedBody),
       max_inflight: z.number().int().positive().default(DEFAULTS.maxInflight),
+      stream_idle_s: z.number().positive().default(DEFAULTS.streamIdleS),
     })
     .prefault({}),
   leases: z.strictObject({ ttl_s: z.number().int().min(3).default(DEFAULTS.leaseTtlS) }).prefault({}),

@@ -27,6 +27,7 @@ export class ExtProcServer {
   private readonly health: HealthImplementation;
   private readonly streams = new Set<ExtProcStream>();
   private nextStreamId = 1;
+  private readonly sweeper: NodeJS.Timeout;
 
   constructor(private readonly opts: ExtProcServerOptions) {
     this.server = new grpc.Server({
@@ -41,6 +42,13 @@ export class ExtProcServer {
     // Not serving until the owner says config and store are ready.
     this.health = new HealthImplementation({ '': 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
     this.health.addToServer(this.server);
+    // One timer for all streams, not one per stream: it reclaims streams whose peer vanished
+    // without a reset reaching us (grpc-js can miss a cancel that races the call's start).
+    const idleMs = opts.gate.currentConfig.limits.stream_idle_s * 1000;
+    this.sweeper = setInterval(() => {
+      const cutoff = Date.now() - idleMs;
+      for (const s of this.streams) if (s.lastActivity < cutoff) s.expire();
+    }, Math.max(50, Math.min(30_000, idleMs / 4))).unref();
   }
 
   /** Binds and starts; resolves with the bound port (0 picks a free one). */
@@ -71,6 +79,7 @@ export class ExtProcServer {
    */
   async shutdown(graceMs: number): Promise<void> {
     this.setServing(false);
+    clearInterval(this.sweeper);
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();

@@ -14,7 +14,7 @@
  * The in-flight lease is released exactly once: at the response headers (or the response's end,
  * per `routing.release_on`), or when the stream ends, is cancelled or fails, whichever is first.
  */
-import type * as grpc from '@grpc/grpc-js';
+import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import type { Gate, GateResult } from '../gate/gate.js';
@@ -26,7 +26,7 @@ import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js'
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
-type Call = grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
+type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 
 export interface StreamHooks {
   /** Called once when the stream is over, however it ended. */
@@ -45,6 +45,8 @@ export class ExtProcStream {
   private finished = false;
   /** After an immediate response Envoy stops processing; anything later is ignored. */
   private answeredImmediately = false;
+  /** When the last message arrived (ms since epoch), for the server's idle sweep. */
+  lastActivity = Date.now();
 
   constructor(
     private readonly call: Call,
@@ -53,6 +55,7 @@ export class ExtProcStream {
     private readonly hooks: StreamHooks,
   ) {
     call.on('data', (msg: ProcessingRequest) => {
+      this.lastActivity = Date.now();
       this.queue = this.queue.then(() => this.handle(msg)).catch((err: unknown) => this.fail(err));
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
@@ -185,14 +188,23 @@ export class ExtProcStream {
     if (lease) void this.gate.release(lease);
   }
 
-  private fail(err: unknown): void {
+  /**
+   * Ends a stream that went quiet for too long: its peer is gone or stuck. A peer that is still
+   * there sees DEADLINE_EXCEEDED and applies its failure mode.
+   */
+  expire(): void {
+    if (this.finished) return;
+    this.fail(new KvgateError('protocol_violation', 'ext_proc stream idle past limits.stream_idle_s'), 'deadline');
+  }
+
+  private fail(err: unknown, kind: 'error' | 'deadline' = 'error'): void {
     const e = KvgateError.from(err);
     this.logger.warn({ code: e.code, err: e.message }, 'ending ext_proc stream');
     this.releaseLease();
     if (!this.finished) {
       this.finished = true;
       try {
-        this.call.emit('error', { code: grpcStatusFor(e), details: e.message });
+        this.call.emit('error', { code: kind === 'deadline' ? GrpcStatus.DEADLINE_EXCEEDED : grpcStatusFor(e), details: e.message });
       } catch {
         // The call may already be gone; nothing is left to tell.
       }

@@ -58,9 +58,16 @@ export class Gate {
   async route(req: RequestInfo): Promise<GateResult> {
     let key: RoutingKey | undefined;
     try {
-      key = understand(req, this.config).key;
+      const u = understand(req, this.config);
+      key = u.key;
+      // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
+      if (u.bodyProblem && u.bodyProblem !== 'empty') {
+        this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
+      }
     } catch (err) {
-      return { kind: 'reject', error: KvgateError.from(err, 'bad_request'), key: undefined };
+      const error = KvgateError.from(err, 'bad_request');
+      this.logger.info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
+      return { kind: 'reject', error, key: undefined };
     }
     const storeKey = key === undefined ? undefined : `${key.kind === 'session' ? 's' : 'p'}:${key.hash}`;
     let snap = this.store.cachedSnapshot(this.pool, storeKey, this.workerIds);

@@ -7,6 +7,10 @@
  *  - a prefix hit is the longest run of leading blocks present, stopping at the first miss.
  * An optional CPU tier (LMCache-style offload) keeps what the GPU evicts, in its own LRU, so a
  * later hit there costs a PCIe reload instead of a recompute.
+ *
+ * Block ids are dense small integers (workload.ts interns them), so the state lives in typed
+ * arrays indexed by id, with the LRU orders as intrusive doubly linked lists: a replay touches
+ * millions of blocks, and hash maps made that the simulator's bottleneck.
  */
 import type { BlockId } from './blocks.js';
 
@@ -17,13 +21,73 @@ export interface PrefixMatch {
   offload: number;
 }
 
+const NONE = -1;
+
+/** An LRU order over block ids: O(1) push-to-most-recent, remove, and pop-least-recent. */
+class LruList {
+  prev = new Int32Array(0);
+  next = new Int32Array(0);
+  member = new Uint8Array(0);
+  head = NONE; // least recent
+  tail = NONE; // most recent
+  size = 0;
+
+  grow(n: number): void {
+    const grow32 = (a: Int32Array) => {
+      const b = new Int32Array(n);
+      b.set(a);
+      return b;
+    };
+    this.prev = grow32(this.prev);
+    this.next = grow32(this.next);
+    const m = new Uint8Array(n);
+    m.set(this.member);
+    this.member = m;
+  }
+
+  has(id: number): boolean {
+    return id < this.member.length && this.member[id] === 1;
+  }
+
+  remove(id: number): void {
+    if (!this.has(id)) return;
+    const p = this.prev[id]!;
+    const n = this.next[id]!;
+    if (p === NONE) this.head = n;
+    else this.next[p] = n;
+    if (n === NONE) this.tail = p;
+    else this.prev[n] = p;
+    this.member[id] = 0;
+    this.size--;
+  }
+
+  /** Makes `id` the most recent (inserting it if absent). */
+  push(id: number): void {
+    this.remove(id);
+    this.prev[id] = this.tail;
+    this.next[id] = NONE;
+    if (this.tail === NONE) this.head = id;
+    else this.next[this.tail] = id;
+    this.tail = id;
+    this.member[id] = 1;
+    this.size++;
+  }
+
+  pop(): number {
+    const id = this.head;
+    if (id !== NONE) this.remove(id);
+    return id;
+  }
+}
+
 export class KvCache {
-  /** GPU-resident blocks → reference count. */
-  private readonly resident = new Map<BlockId, number>();
-  /** Resident blocks with count 0, least recently released first (Map keeps insertion order). */
-  private readonly evictable = new Map<BlockId, true>();
-  /** CPU tier, least recently used first. */
-  private readonly offloaded = new Map<BlockId, true>();
+  /** Per block id: -1 when not in GPU memory, else how many running requests pin it. */
+  private ref = new Int32Array(0);
+  /** Resident blocks with count 0, least recently released first. */
+  private readonly evictable = new LruList();
+  /** The CPU tier, least recently used first. */
+  private readonly offloaded = new LruList();
+  private resident = 0;
   /** Pinned blocks that hold no reusable prefix (a prompt's partial tail, generated tokens). */
   private anonymous = 0;
   /** Blocks evicted from GPU memory so far. */
@@ -36,28 +100,32 @@ export class KvCache {
 
   /** Blocks held by running requests. */
   get pinnedBlocks(): number {
-    return this.resident.size - this.evictable.size + this.anonymous;
+    return this.resident - this.evictable.size + this.anonymous;
   }
 
   /** Blocks in GPU memory, pinned or cached. */
   get usedBlocks(): number {
-    return this.resident.size + this.anonymous;
+    return this.resident + this.anonymous;
   }
 
-  /** Cached (resident) prompt blocks, pinned or not. */
+  /** Prompt blocks in GPU memory, pinned or not. */
   get cachedBlocks(): number {
-    return this.resident.size;
+    return this.resident;
   }
 
   has(block: BlockId): boolean {
-    return this.resident.has(block);
+    return block < this.ref.length && this.ref[block]! >= 0;
+  }
+
+  inOffload(block: BlockId): boolean {
+    return this.offloaded.has(block);
   }
 
   match(blocks: readonly BlockId[]): PrefixMatch {
     let gpu = 0;
     let offload = 0;
     for (const b of blocks) {
-      if (this.resident.has(b)) gpu++;
+      if (this.has(b)) gpu++;
       else if (this.offloaded.has(b)) offload++;
       else break;
     }
@@ -71,10 +139,7 @@ export class KvCache {
    */
   pinCost(blocks: readonly BlockId[], anonymousBlocks: number): number {
     let cost = anonymousBlocks;
-    for (const b of blocks) {
-      const ref = this.resident.get(b);
-      if (ref === undefined || ref === 0) cost++;
-    }
+    for (const b of blocks) if (!(b < this.ref.length && this.ref[b]! > 0)) cost++;
     return cost;
   }
 
@@ -87,15 +152,17 @@ export class KvCache {
     this.makeRoom(anonymousBlocks);
     this.anonymous += anonymousBlocks;
     for (const b of blocks) {
-      const ref = this.resident.get(b);
-      if (ref !== undefined) {
-        if (ref === 0) this.evictable.delete(b);
-        this.resident.set(b, ref + 1);
+      this.ensure(b);
+      const r = this.ref[b]!;
+      if (r >= 0) {
+        if (r === 0) this.evictable.remove(b);
+        this.ref[b] = r + 1;
         continue;
       }
       this.makeRoom(1);
-      this.resident.set(b, 1);
-      if (this.offloaded.delete(b)) this.offloaded.set(b, true); // reloaded: refresh its CPU copy
+      this.ref[b] = 1;
+      this.resident++;
+      if (this.offloaded.has(b)) this.offloaded.push(b); // reloaded: refresh its CPU copy
     }
   }
 
@@ -104,13 +171,10 @@ export class KvCache {
     this.anonymous -= anonymousBlocks;
     for (let i = blocks.length - 1; i >= 0; i--) {
       const b = blocks[i]!;
-      const ref = this.resident.get(b);
-      if (ref === undefined) continue;
-      if (ref <= 1) {
-        this.resident.set(b, 0);
-        this.evictable.delete(b);
-        this.evictable.set(b, true);
-      } else this.resident.set(b, ref - 1);
+      const r = b < this.ref.length ? this.ref[b]! : -1;
+      if (r <= 0) continue;
+      this.ref[b] = r - 1;
+      if (r === 1) this.evictable.push(b);
     }
   }
 
@@ -122,19 +186,29 @@ export class KvCache {
     return m;
   }
 
+  private ensure(id: number): void {
+    if (id < this.ref.length) return;
+    let n = Math.max(1024, this.ref.length);
+    while (n <= id) n *= 2;
+    const ref = new Int32Array(n).fill(-1);
+    ref.set(this.ref);
+    this.ref = ref;
+    this.evictable.grow(n);
+    if (this.offloadBlocks > 0) this.offloaded.grow(n);
+  }
+
   private makeRoom(blocks: number): void {
     while (this.usedBlocks + blocks > this.capacityBlocks) {
-      const victim = this.evictable.keys().next();
+      const victim = this.evictable.pop();
       // Everything left is pinned: over-commit rather than deadlock (only an oversized request
       // admitted alone gets here; see worker.ts).
-      if (victim.done) return;
-      this.evictable.delete(victim.value);
-      this.resident.delete(victim.value);
+      if (victim === NONE) return;
+      this.ref[victim] = -1;
+      this.resident--;
       this.evictions++;
       if (this.offloadBlocks > 0) {
-        this.offloaded.delete(victim.value);
-        this.offloaded.set(victim.value, true);
-        if (this.offloaded.size > this.offloadBlocks) this.offloaded.delete(this.offloaded.keys().next().value!);
+        this.offloaded.push(victim);
+        if (this.offloaded.size > this.offloadBlocks) this.offloaded.pop();
       }
     }
   }

@@ -1,0 +1,163 @@
+/**
+ * The ext_proc protocol at the edges: wrong phase orders, half-close and cancel at every phase,
+ * and nothing left behind (streams, leases) however a stream ends. Scripted with raw streams.
+ */
+import assert from 'node:assert/strict';
+import { status as GrpcStatus } from '@grpc/grpc-js';
+import { after, before, describe, test } from 'node:test';
+import type { ProcessingRequest } from '../../src/extproc/messages.js';
+import { isClosed, isTimedOut, type EnvoyHarness, type RawStream } from '../harness/envoy-harness.js';
+import { harness, headersMsg, routedCluster, waitFor } from '../helpers/envoy.js';
+import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
+
+const REQ_HEADERS = { ':method': 'POST', ':path': '/v1/chat/completions', ':scheme': 'http', ':authority': 'llm', 'x-session-id': 'proto' };
+const body = (text: string, eos = true) => ({ request_body: { body: Buffer.from(text), end_of_stream: eos } }) as ProcessingRequest;
+const respHeaders = (eos = false) =>
+  ({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] }, end_of_stream: eos } }) as ProcessingRequest;
+
+let g: TestGate;
+let h: EnvoyHarness;
+before(async () => {
+  // A short idle limit: a stream cancelled before its first message can escape grpc-js's cancel
+  // notification, and the idle sweep is what reclaims it.
+  g = await startTestGate({ limits: { stream_idle_s: 0.5 }, workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] });
+  h = harness(g.target);
+});
+after(async () => {
+  h.close();
+  await g.close(100);
+});
+
+async function reply(s: RawStream) {
+  const ev = await s.next(2000);
+  assert.ok(!isTimedOut(ev), 'a reply within 2 s');
+  return ev;
+}
+
+async function settled(): Promise<void> {
+  await waitFor(() => g.extproc.openStreams === 0, 3000, 'no open streams');
+  await waitFor(async () => (await workers(g.admin)).every((w) => w.inflight === 0), 3000, 'no in-flight leases');
+}
+
+describe('ext_proc protocol', () => {
+  test('headers twice is a protocol violation: the stream ends with INVALID_ARGUMENT', async () => {
+    const s = h.openRawStream();
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    const first = await reply(s);
+    assert.ok(!isClosed(first) && first.request_headers);
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    const second = await reply(s);
+    assert.ok(isClosed(second));
+    assert.equal(second.status.code, GrpcStatus.INVALID_ARGUMENT);
+    assert.match(second.status.details, /request headers after request headers/);
+    await settled();
+  });
+
+  test('a body after the request trailers is a protocol violation', async () => {
+    const s = h.openRawStream();
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    await reply(s);
+    s.write(body('{"user":"u"}', false));
+    const routed = await reply(s);
+    assert.ok(!isClosed(routed) && routedCluster(routed));
+    s.write({ request_trailers: { trailers: { headers: [] } } } as never);
+    const t = await reply(s);
+    assert.ok(!isClosed(t) && t.request_trailers);
+    s.write(body('more'));
+    const ev = await reply(s);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    await settled();
+  });
+
+  test('a message with no phase set is a protocol violation', async () => {
+    const s = h.openRawStream();
+    s.write({} as never);
+    const ev = await reply(s);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    await settled();
+  });
+
+  test('response headers twice is a protocol violation; the lease is still released', async () => {
+    const s = h.openRawStream();
+    s.write(headersMsg({ ...REQ_HEADERS, ':method': 'GET' }, true) as never);
+    await reply(s);
+    s.write(respHeaders());
+    await reply(s);
+    s.write(respHeaders());
+    const ev = await reply(s);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    await settled();
+  });
+
+  test('response phases may arrive before the request body ends (directions interleave)', async () => {
+    const s = h.openRawStream();
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    await reply(s);
+    s.write(respHeaders());
+    const r = await reply(s);
+    assert.ok(!isClosed(r) && r.response_headers);
+    s.end();
+    const end = await reply(s);
+    assert.ok(isClosed(end) && end.status.code === GrpcStatus.OK);
+    await settled();
+  });
+
+  const phases: Array<[string, ProcessingRequest[]]> = [
+    ['before any message', []],
+    ['after request headers', [headersMsg(REQ_HEADERS, false) as never]],
+    ['after the request body (lease held)', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}')]],
+    ['after response headers', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}'), respHeaders()]],
+    ['after a body-less request was routed', [headersMsg({ ...REQ_HEADERS, ':method': 'GET' }, true) as never]],
+  ];
+  for (const [when, msgs] of phases) {
+    test(`half-close ${when}: the server finishes with OK and keeps nothing`, async () => {
+      const s = h.openRawStream();
+      for (const m of msgs) {
+        s.write(m);
+        assert.ok(!isClosed(await reply(s)));
+      }
+      s.end();
+      const ev = await reply(s);
+      assert.ok(isClosed(ev));
+      assert.equal(ev.status.code, GrpcStatus.OK);
+      await settled();
+    });
+    test(`cancel ${when}: nothing is left behind`, async () => {
+      const s = h.openRawStream();
+      for (const m of msgs) {
+        s.write(m);
+        assert.ok(!isClosed(await reply(s)));
+      }
+      s.cancel();
+      await settled();
+    });
+  }
+
+  test('cancel while the decision is in progress: the lease taken for it is released', async () => {
+    for (let i = 0; i < 20; i++) {
+      const s = h.openRawStream();
+      s.write(headersMsg({ ...REQ_HEADERS, ':method': 'GET', 'x-session-id': `race-${i}` }, true) as never);
+      s.cancel();
+    }
+    // Some of these cancels race the call's start and never reach the stream; those streams are
+    // reclaimed by the idle sweep (0.5 s here), so look only after it has run.
+    await new Promise((r) => setTimeout(r, 1500));
+    await settled();
+  });
+
+  test('a request decided at the body stays in flight until its response headers', async () => {
+    const s = h.openRawStream();
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    await reply(s);
+    s.write(body('{"user":"inflight"}'));
+    const routed = await reply(s);
+    assert.ok(!isClosed(routed));
+    const total = async () => (await workers(g.admin)).reduce((n, w) => n + w.inflight, 0);
+    assert.equal(await total(), 1);
+    s.write(respHeaders());
+    await reply(s);
+    await waitFor(async () => (await total()) === 0, 2000, 'released at response headers');
+    s.end();
+    await settled();
+  });
+});

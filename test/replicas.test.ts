@@ -1,0 +1,116 @@
+/**
+ * Several gate processes on one Redis: every session is placed identically whichever replica
+ * Envoy asks, worker states set on one are seen by the other, and a killed replica's in-flight
+ * counts vanish within the lease TTL.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { chat, harness, holdRequest, waitFor } from './helpers/envoy.js';
+import { startGateProcess, writeConfig, type GateProcess } from './helpers/gate-process.js';
+import { setWorkerState, workers } from './helpers/gate.js';
+import { startRedis, type TestRedis } from './helpers/redis-server.js';
+
+const CONFIG = {
+  leases: { ttl_s: 3 },
+  workers: [
+    { id: 'worker_1', cluster: 'worker_1', max_inflight: 50 },
+    { id: 'worker_2', cluster: 'worker_2', max_inflight: 50 },
+    { id: 'worker_3', cluster: 'worker_3', max_inflight: 50 },
+  ],
+};
+
+let redis: TestRedis;
+let a: GateProcess;
+let b: GateProcess;
+before(async () => {
+  redis = await startRedis();
+  const file = writeConfig(CONFIG);
+  [a, b] = await Promise.all([
+    startGateProcess(['--config', file, '--store', redis.url]),
+    startGateProcess(['--config', file, '--store', redis.url]),
+  ]);
+});
+after(async () => {
+  await a.stop();
+  await b.stop();
+  await redis.stop();
+});
+
+describe('gate replicas sharing one Redis', () => {
+  test('a session placed by one gate is placed identically by the other', async () => {
+    const ha = harness(a.target);
+    const hb = harness(b.target);
+    try {
+      const placed = new Map<string, string>();
+      for (let i = 0; i < 30; i++) {
+        const session = `conv-${i}`;
+        const first = await (i % 2 ? ha : hb).request(chat({ session, text: 'first turn' }));
+        assert.equal(first.kind, 'upstream');
+        placed.set(session, first.cluster!);
+      }
+      assert.ok(new Set(placed.values()).size > 1, 'sessions spread over workers');
+      for (const [session, cluster] of placed) {
+        for (const h of [ha, hb]) {
+          const next = await h.request(chat({ session, text: 'next turn' }));
+          assert.equal(next.cluster, cluster, `${session} stays on ${cluster}`);
+        }
+      }
+      // Both at once, for sessions neither has seen: still one placement each.
+      const racing = await Promise.all(
+        Array.from({ length: 20 }, (_, i) => Promise.all([ha.request(chat({ session: `race-${i}` })), hb.request(chat({ session: `race-${i}` }))])),
+      );
+      for (const [x, y] of racing) assert.equal(x.cluster, y.cluster);
+    } finally {
+      ha.close();
+      hb.close();
+    }
+  });
+
+  test('worker states set through one gate’s admin API steer the other gate', async () => {
+    const hb = harness(b.target);
+    try {
+      await setWorkerState(`http://127.0.0.1:${a.adminPort}`, 'worker_1', 'draining');
+      await setWorkerState(`http://127.0.0.1:${a.adminPort}`, 'worker_2', 'draining');
+      for (let i = 0; i < 5; i++) {
+        const out = await hb.request(chat({ session: `drain-${i}` }));
+        assert.equal(out.cluster, 'worker_3');
+      }
+      assert.deepEqual((await workers(`http://127.0.0.1:${b.adminPort}`)).map((w) => w.state), ['draining', 'draining', 'healthy']);
+    } finally {
+      await setWorkerState(`http://127.0.0.1:${a.adminPort}`, 'worker_1', 'healthy');
+      await setWorkerState(`http://127.0.0.1:${a.adminPort}`, 'worker_2', 'healthy');
+      hb.close();
+    }
+  });
+
+  test('a killed gate’s in-flight requests stop counting within the lease TTL', async () => {
+    const file = writeConfig(CONFIG);
+    const doomed = await startGateProcess(['--config', file, '--store', redis.url]);
+    const hd = harness(doomed.target);
+    const held = await Promise.all([holdRequest(hd, 'k1'), holdRequest(hd, 'k2'), holdRequest(hd, 'k3')]);
+    assert.ok(held.every((r) => r.cluster));
+    const total = async () => (await workers(`http://127.0.0.1:${b.adminPort}`)).reduce((n, w) => n + w.inflight, 0);
+    assert.equal(await total(), 3);
+    await doomed.kill();
+    hd.close();
+    await waitFor(async () => (await total()) === 0, 6000, 'leases of the dead gate expire');
+  });
+
+  test('a restarted gate loses no affinity', async () => {
+    const file = writeConfig(CONFIG);
+    const first = await startGateProcess(['--config', file, '--store', redis.url]);
+    const h1 = harness(first.target);
+    const out = await h1.request(chat({ session: 'survivor' }));
+    h1.close();
+    await first.stop();
+    const second = await startGateProcess(['--config', file, '--store', redis.url]);
+    const h2 = harness(second.target);
+    try {
+      const again = await h2.request(chat({ session: 'survivor' }));
+      assert.equal(again.cluster, out.cluster);
+    } finally {
+      h2.close();
+      await second.stop();
+    }
+  });
+});
