@@ -8,7 +8,6 @@ import { loadConfigFile } from '../config/load.js';
 import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
-import { registerSimCommand } from './sim-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -51,7 +50,6 @@ export function buildCli(): Command {
       process.once('SIGTERM', () => stop('SIGTERM'));
     });
 
-  registerSimCommand(program);
   return program;
 }
 
