@@ -8,6 +8,7 @@ import { loadConfigFile } from '../config/load.js';
 import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
+import { registerSimCommand } from './sim-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -50,6 +51,7 @@ export function buildCli(): Command {
       process.once('SIGTERM', () => stop('SIGTERM'));
     });
 
+  registerSimCommand(program);
   return program;
 }
 

@@ -1,0 +1,165 @@
+/**
+ * `kvgate sim`: replays a trace or a synthetic workload on a simulated GPU fleet under kvgate's
+ * real routing (through `Gate`) and under the baselines users would otherwise pick, and prints one
+ * row per policy (or `--json`), optionally writing a markdown report with charts.
+ */
+import { Command, InvalidArgumentError, Option } from 'commander';
+import cliProgress from 'cli-progress';
+import { DEFAULTS } from '../config/defaults.js';
+import { initHashing } from '../request/hashing.js';
+import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
+import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
+import { writeReport } from '../sim/report.js';
+import { runSimulation, type Progress } from '../sim/run.js';
+import { formatTable, pct } from '../sim/table.js';
+import type { Workload } from '../sim/workload.js';
+import { loadTrace } from '../sim/workloads/trace.js';
+import { isSyntheticName, SYNTHETIC_DESCRIPTIONS, SYNTHETIC_WORKLOADS, syntheticWorkload } from '../sim/workloads/synthetic.js';
+
+/** Requests a synthetic run generates unless `--requests` says otherwise: seconds on two cores. */
+const DEFAULT_SYNTHETIC_REQUESTS = 2000;
+
+function positiveInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
+  return n;
+}
+
+function nonNegativeInt(value: string): number {
+  const n = Number(value);
+  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('must be a non-negative integer');
+  return n;
+}
+
+function positiveNumber(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+  return n;
+}
+
+function policyList(value: string): string[] {
+  const names = value.split(',').map((s) => s.trim()).filter(Boolean);
+  try {
+    checkPolicyNames(names);
+  } catch (err) {
+    throw new InvalidArgumentError((err as Error).message);
+  }
+  if (names.length === 0) throw new InvalidArgumentError('name at least one policy');
+  return names;
+}
+
+interface SimFlags {
+  trace?: string;
+  workload?: string;
+  policies: string[];
+  workers: number;
+  cacheTokens: number;
+  offloadTokens: number;
+  maxBatch: number;
+  maxInflight: number;
+  prefillTokS: number;
+  rateScale: number;
+  requests?: number;
+  seed: number;
+  json?: boolean;
+  report?: string;
+}
+
+/** Where results go: stdout in the CLI; tests pass their own sink. */
+export interface SimOutput {
+  write(text: string): void;
+}
+
+export function registerSimCommand(program: Command, out: SimOutput = process.stdout): void {
+  const policyHelp = [...Object.entries(POLICY_FACTORIES).map(([k, v]) => `${k} (${v.describe})`), `${POOLED_BOUND} (one LRU cache of the fleet's total size)`];
+  program
+    .command('sim')
+    .description('simulate a GPU fleet with prefix KV caches and compare kvgate with baseline routing policies')
+    .addOption(new Option('--trace <file|dir>', 'replay a Mooncake trace (.jsonl with hash_ids) or a folder of agent-session .jsonl files'))
+    .addOption(
+      new Option('--workload <name>', `synthetic workload when no --trace: ${SYNTHETIC_WORKLOADS.map((n) => `${n} (${SYNTHETIC_DESCRIPTIONS[n]})`).join('; ')}`).choices(SYNTHETIC_WORKLOADS),
+    )
+    .addOption(new Option('--policies <list>', `comma-separated: ${policyHelp.join('; ')}`).argParser(policyList).default(ALL_POLICIES, ALL_POLICIES.join(',')))
+    .addOption(new Option('--workers <n>', 'workers in the fleet').argParser(positiveInt).default(DEFAULT_FLEET.workers))
+    .addOption(new Option('--cache-tokens <n>', 'GPU KV cache per worker, in tokens').argParser(positiveInt).default(DEFAULT_FLEET.cacheTokens))
+    .addOption(new Option('--offload-tokens <n>', 'CPU offload tier per worker, in tokens (0: none)').argParser(nonNegativeInt).default(DEFAULT_FLEET.offloadTokens))
+    .addOption(new Option('--max-batch <n>', 'most sequences in a worker batch').argParser(positiveInt).default(DEFAULT_FLEET.maxBatch))
+    .addOption(new Option('--max-inflight <n>', "kvgate's limits.max_inflight per worker").argParser(positiveInt).default(DEFAULTS.maxInflight))
+    .addOption(new Option('--prefill-tok-s <n>', 'prefill throughput per worker, uncached tokens/s').argParser(positiveNumber).default(DEFAULT_COST_MODEL.prefillTokensPerS))
+    .addOption(new Option('--rate-scale <x>', 'speed up arrivals by this factor (0.5 = half the rate)').argParser(positiveNumber).default(1))
+    .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS})`).argParser(positiveInt))
+    .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
+    .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
+    .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .action(async (o: SimFlags) => {
+      if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
+      await initHashing();
+      const workload = loadWorkload(o);
+      const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
+      let report;
+      try {
+        report = await runSimulation(
+          workload,
+          {
+            policies: o.policies,
+            fleet: {
+              workers: o.workers,
+              cacheTokens: o.cacheTokens,
+              offloadTokens: o.offloadTokens,
+              maxBatch: o.maxBatch,
+            },
+            cost: { prefillTokensPerS: o.prefillTokS },
+            seed: o.seed,
+            maxInflight: o.maxInflight,
+          },
+          bar?.update,
+        );
+      } finally {
+        bar?.stop();
+      }
+      if (o.json) {
+        out.write(`${JSON.stringify(report.rows)}\n`);
+      } else {
+        const w = report.workload;
+        out.write(
+          `${w.name}: ${w.requests.toLocaleString('en-US')} requests over ${w.spanS.toFixed(0)} s on ${o.workers} workers × ` +
+            `${o.cacheTokens.toLocaleString('en-US')} KV tokens\n\n${formatTable(report.rows)}\n`,
+        );
+        if (report.kvgateOutcomes) {
+          out.write(`\nkvgate decisions: ${Object.entries(report.kvgateOutcomes).map(([k, v]) => `${k} ${v}`).join(', ')}\n`);
+        }
+        const bound = report.rows.find((r) => r.policy === POOLED_BOUND);
+        if (bound) out.write(`pooled-cache bound: ${pct(bound.hit_rate)} hit rate\n`);
+      }
+      if (o.report !== undefined) {
+        const files = await writeReport(o.report, report, `kvgate ${process.argv.slice(2).join(' ')}`);
+        process.stderr.write(`report: ${files.markdown}\n`);
+      }
+    });
+}
+
+function loadWorkload(o: SimFlags): Workload {
+  const common = { rateScale: o.rateScale, ...(o.requests !== undefined ? { maxRequests: o.requests } : {}) };
+  if (o.trace !== undefined) return loadTrace(o.trace, common);
+  const name = o.workload ?? 'mixed';
+  if (!isSyntheticName(name)) throw new InvalidArgumentError(`unknown workload ${name}`);
+  return syntheticWorkload(name, { requests: o.requests ?? DEFAULT_SYNTHETIC_REQUESTS, seed: o.seed, rateScale: o.rateScale });
+}
+
+/** One bar across all policies, on stderr, redrawn at most every 1% of a policy's requests. */
+function progressBar(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
+  const simulated = policies.filter((p) => p !== POOLED_BOUND);
+  const n = w.requests.length;
+  const bar = new cliProgress.SingleBar(
+    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted}', hideCursor: true, clearOnComplete: true },
+    cliProgress.Presets.shades_classic,
+  );
+  bar.start(simulated.length * n, 0, { policy: simulated[0] ?? '' });
+  const step = Math.max(1, Math.floor(n / 100));
+  return {
+    update: (policy, routed) => {
+      if (routed % step === 0 || routed === n) bar.update(simulated.indexOf(policy) * n + routed, { policy: policy.padEnd(18) });
+    },
+    stop: () => bar.stop(),
+  };
+}

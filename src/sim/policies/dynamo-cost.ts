@@ -1,0 +1,177 @@
+/**
+ * NVIDIA Dynamo's KV router, re-implemented from its published description (routing-landscape.md
+ * §1.3; `docs/components/router/*`, `DefaultWorkerSelector`), in the mode a router without engine
+ * KV events runs (`--no-router-kv-events`):
+ *  - an approximate indexer: each routed request's blocks are recorded under its worker for
+ *    `router_ttl_secs` = 120 s; past `router_max_tree_size` = 2^20 blocks the oldest go, down to
+ *    `router_prune_target_ratio` = 0.8 of it;
+ *  - router-local load: active blocks per worker (added at routing, freed at completion; shared
+ *    blocks counted once) and active prefill tokens (added at routing, cleared at the first token);
+ *  - cost(w) = overlap_score_weight × prefill_blocks(w) + decode_blocks(w), lowest wins, with
+ *    prefill_blocks = (w's active prefill tokens + this request's uncached tokens on w) / block size
+ *    and decode_blocks = w's active blocks + this request's blocks not already active there;
+ *  - temperature 0: argmin; ties go to the smallest tree, then to a (seeded) random pick.
+ */
+import type { BlockId } from '../blocks.js';
+import { Rng } from '../rng.js';
+import type { SimRequest } from '../workload.js';
+import type { PolicyContext, RouteChoice, RouterPolicy } from './policy.js';
+
+export interface DynamoParams {
+  overlapScoreWeight: number;
+  ttlS: number;
+  maxTreeBlocks: number;
+  pruneTargetRatio: number;
+}
+
+export const DYNAMO_DEFAULTS: Readonly<DynamoParams> = Object.freeze({
+  overlapScoreWeight: 1.0,
+  ttlS: 120,
+  maxTreeBlocks: 1_048_576,
+  pruneTargetRatio: 0.8,
+});
+
+/** Per worker, the blocks routed there and when each expires; insertion order is expiry order. */
+export class ApproxKvIndexer {
+  private readonly byWorker: Array<Map<BlockId, number>>;
+  private total = 0;
+
+  constructor(
+    workers: number,
+    private readonly ttlS: number,
+    private readonly maxBlocks: number,
+    private readonly pruneRatio: number,
+  ) {
+    this.byWorker = Array.from({ length: workers }, () => new Map());
+  }
+
+  expire(now: number): void {
+    for (const m of this.byWorker) {
+      for (const [b, until] of m) {
+        if (until > now) break;
+        m.delete(b);
+        this.total--;
+      }
+    }
+  }
+
+  /** Leading blocks of `blocks` recorded (and unexpired) under `worker`. */
+  overlap(blocks: readonly BlockId[], worker: number): number {
+    const m = this.byWorker[worker]!;
+    let n = 0;
+    while (n < blocks.length && m.has(blocks[n]!)) n++;
+    return n;
+  }
+
+  treeSize(worker: number): number {
+    return this.byWorker[worker]!.size;
+  }
+
+  insert(blocks: readonly BlockId[], worker: number, now: number): void {
+    const m = this.byWorker[worker]!;
+    for (const b of blocks) {
+      if (!m.delete(b)) this.total++;
+      m.set(b, now + this.ttlS);
+    }
+    if (this.total > this.maxBlocks) this.prune(Math.floor(this.maxBlocks * this.pruneRatio));
+  }
+
+  private prune(target: number): void {
+    while (this.total > target) {
+      let oldest: Map<BlockId, number> | undefined;
+      let oldestAt = Infinity;
+      for (const m of this.byWorker) {
+        const first = m.values().next();
+        if (!first.done && first.value < oldestAt) [oldest, oldestAt] = [m, first.value];
+      }
+      if (!oldest) return;
+      oldest.delete(oldest.keys().next().value!);
+      this.total--;
+    }
+  }
+}
+
+interface Active {
+  worker: number;
+  prefillTokens: number;
+  partialBlocks: number;
+}
+
+export class DynamoCostPolicy implements RouterPolicy {
+  readonly name = 'dynamo-cost';
+  private readonly index: ApproxKvIndexer;
+  private readonly activeBlocks: Array<Map<BlockId, number>>;
+  private readonly activePartial: number[];
+  private readonly activePrefill: number[];
+  private readonly active = new Map<number, Active>();
+  private readonly rng: Rng;
+
+  constructor(
+    private readonly ctx: PolicyContext,
+    private readonly params: Readonly<DynamoParams> = DYNAMO_DEFAULTS,
+  ) {
+    this.index = new ApproxKvIndexer(ctx.workers, params.ttlS, params.maxTreeBlocks, params.pruneTargetRatio);
+    this.activeBlocks = Array.from({ length: ctx.workers }, () => new Map());
+    this.activePartial = new Array<number>(ctx.workers).fill(0);
+    this.activePrefill = new Array<number>(ctx.workers).fill(0);
+    this.rng = new Rng(ctx.seed ^ 0x64796e);
+  }
+
+  /** Each worker's cost for this request, as the selector computes it. */
+  costs(req: SimRequest): Array<{ worker: number; cost: number; uncached: number }> {
+    const bs = this.ctx.blockTokens;
+    const partial = req.promptTokens > req.blocks.length * bs ? 1 : 0;
+    const out = [];
+    for (let w = 0; w < this.ctx.workers; w++) {
+      const uncached = Math.max(0, req.promptTokens - this.index.overlap(req.blocks, w) * bs);
+      const active = this.activeBlocks[w]!;
+      let fresh = partial;
+      for (const b of req.blocks) if (!active.has(b)) fresh++;
+      const prefillBlocks = (this.activePrefill[w]! + uncached) / bs;
+      const decodeBlocks = active.size + this.activePartial[w]! + fresh;
+      out.push({ worker: w, cost: this.params.overlapScoreWeight * prefillBlocks + decodeBlocks, uncached });
+    }
+    return out;
+  }
+
+  route(req: SimRequest, now: number): RouteChoice {
+    this.index.expire(now);
+    const costs = this.costs(req);
+    const best = Math.min(...costs.map((c) => c.cost));
+    let ties = costs.filter((c) => c.cost === best);
+    const smallest = Math.min(...ties.map((c) => this.index.treeSize(c.worker)));
+    ties = ties.filter((c) => this.index.treeSize(c.worker) === smallest);
+    const pick = ties.length === 1 ? ties[0]! : this.rng.pick(ties);
+    const w = pick.worker;
+
+    const active = this.activeBlocks[w]!;
+    for (const b of req.blocks) active.set(b, (active.get(b) ?? 0) + 1);
+    const partialBlocks = req.promptTokens > req.blocks.length * this.ctx.blockTokens ? 1 : 0;
+    this.activePartial[w]! += partialBlocks;
+    this.activePrefill[w]! += pick.uncached;
+    this.active.set(req.index, { worker: w, prefillTokens: pick.uncached, partialBlocks });
+    this.index.insert(req.blocks, w, now);
+    return { worker: w };
+  }
+
+  firstToken(req: SimRequest): void {
+    const a = this.active.get(req.index);
+    if (!a) return;
+    this.activePrefill[a.worker]! -= a.prefillTokens;
+    a.prefillTokens = 0;
+  }
+
+  completed(req: SimRequest): void {
+    const a = this.active.get(req.index);
+    if (!a) return;
+    this.active.delete(req.index);
+    this.activePrefill[a.worker]! -= a.prefillTokens;
+    this.activePartial[a.worker]! -= a.partialBlocks;
+    const active = this.activeBlocks[a.worker]!;
+    for (const b of req.blocks) {
+      const n = active.get(b)!;
+      if (n <= 1) active.delete(b);
+      else active.set(b, n - 1);
+    }
+  }
+}

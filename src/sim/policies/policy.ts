@@ -1,0 +1,67 @@
+/**
+ * What a routing policy is to the simulator. A policy sees only what a router in front of the
+ * fleet could see: the requests it routed, when their first token and their end came back, and
+ * whatever state it keeps itself (in-flight counts, its own approximate prefix tree). Only kvgate
+ * is also told of worker states, the way its admin API / health signals would set them.
+ */
+import type { SimRequest } from '../workload.js';
+
+export type RouteChoice = { worker: number } | { shed: string };
+
+export interface RouterPolicy {
+  readonly name: string;
+  route(req: SimRequest, nowS: number): RouteChoice | Promise<RouteChoice>;
+  /** The response's first token (its headers) came back. */
+  firstToken?(req: SimRequest, worker: number, nowS: number): void | Promise<void>;
+  /** The response ended. */
+  completed?(req: SimRequest, worker: number, nowS: number): void | Promise<void>;
+  /** A worker's pinned KV crossed the pressure threshold (either way). */
+  workerPressure?(worker: number, pressured: boolean, nowS: number): void | Promise<void>;
+  close?(): Promise<void>;
+}
+
+export interface PolicyContext {
+  workers: number;
+  /** Tokens per block of the workload's block ids. */
+  blockTokens: number;
+  seed: number;
+  /** kvgate's per-worker in-flight limit (config `limits.max_inflight`). */
+  maxInflight: number;
+}
+
+/**
+ * A router's own count of requests it sent to each worker and has not seen finish (the load
+ * signal SGLang's router and plain least-connections balancers use), plus how many it ever sent.
+ */
+export class InflightCounts {
+  readonly inflight: number[];
+  readonly routed: number[];
+
+  constructor(workers: number) {
+    this.inflight = new Array<number>(workers).fill(0);
+    this.routed = new Array<number>(workers).fill(0);
+  }
+
+  add(w: number): void {
+    this.inflight[w]!++;
+    this.routed[w]!++;
+  }
+
+  done(w: number): void {
+    this.inflight[w]!--;
+  }
+
+  /** Lowest in-flight count; ties go to the fewer routed so far, then the lower index (SGLang's tie-break). */
+  least(candidates?: readonly number[]): number | undefined {
+    let best: number | undefined;
+    for (const w of candidates ?? this.inflight.keys()) {
+      if (
+        best === undefined ||
+        this.inflight[w]! < this.inflight[best]! ||
+        (this.inflight[w] === this.inflight[best] && this.routed[w]! < this.routed[best]!)
+      )
+        best = w;
+    }
+    return best;
+  }
+}

@@ -1,0 +1,142 @@
+/**
+ * One policy over one workload on one simulated fleet: arrivals are routed by the policy, served
+ * by the workers, and every request's timeline is recorded for metrics.ts.
+ */
+import type { CostModel, FleetOptions } from './cost-model.js';
+import { EventLoop } from './event-loop.js';
+import type { RouterPolicy } from './policies/policy.js';
+import { SimWorker, type Job, type WorkerHooks } from './worker.js';
+import type { Workload } from './workload.js';
+
+export interface SimOptions {
+  fleet: FleetOptions;
+  cost: CostModel;
+  /** Seconds between load samples (for "load over time"); default: 1/120 of the arrival span. */
+  sampleIntervalS?: number;
+  /** Called after each routed (or shed) request with how many have been. */
+  onProgress?: (routed: number) => void;
+}
+
+export interface RequestOutcome {
+  /** The worker it ran on, or -1 if the policy shed it. */
+  worker: number;
+  shedReason: string | undefined;
+  arrivalS: number;
+  firstTokenS: number;
+  finishS: number;
+  cachedTokens: number;
+  offloadTokens: number;
+  computedTokens: number;
+}
+
+export interface LoadSample {
+  t: number;
+  worker: number;
+  /** Mean requests on the worker (waiting, prefilling, decoding) over the interval ending at t. */
+  outstanding: number;
+  /** Share of its KV blocks pinned by running requests. */
+  pinned: number;
+}
+
+export interface PolicyRun {
+  policy: string;
+  outcomes: RequestOutcome[];
+  /** Per worker: prompt tokens computed + tokens generated. */
+  workerWork: number[];
+  workerEvictions: number[];
+  load: LoadSample[];
+  /** Wall-clock seconds the run took (includes the policy's own cost, e.g. kvgate's hashing). */
+  wallS: number;
+}
+
+export async function simulate(workload: Workload, policy: RouterPolicy, opts: SimOptions): Promise<PolicyRun> {
+  const started = performance.now();
+  const reqs = workload.requests;
+  const loop = new EventLoop();
+  const outcomes: RequestOutcome[] = reqs.map((r) => ({
+    worker: -1,
+    shedReason: undefined,
+    arrivalS: r.arrivalS,
+    firstTokenS: NaN,
+    finishS: NaN,
+    cachedTokens: 0,
+    offloadTokens: 0,
+    computedTokens: 0,
+  }));
+  let settled = 0; // finished or shed
+
+  const hooks: WorkerHooks = {
+    firstToken: (job: Job) => {
+      const o = outcomes[job.req.index]!;
+      o.firstTokenS = job.firstTokenS;
+      o.cachedTokens = job.cachedTokens;
+      o.offloadTokens = job.offloadTokens;
+      o.computedTokens = job.computedTokens;
+      return policy.firstToken?.(job.req, job.worker, loop.now);
+    },
+    finished: (job: Job) => {
+      outcomes[job.req.index]!.finishS = job.finishS;
+      settled++;
+      return policy.completed?.(job.req, job.worker, loop.now);
+    },
+    pressure: (worker, pressured) => policy.workerPressure?.(worker, pressured, loop.now),
+  };
+  const workers = Array.from(
+    { length: opts.fleet.workers },
+    (_, i) => new SimWorker(i, opts.fleet, opts.cost, workload.blockTokens, loop, hooks),
+  );
+
+  let next = 0;
+  const arrive = async (): Promise<void> => {
+    const req = reqs[next++]!;
+    if (next < reqs.length) loop.at(reqs[next]!.arrivalS, arrive);
+    const pending = policy.route(req, loop.now);
+    const choice = pending instanceof Promise ? await pending : pending;
+    const o = outcomes[req.index]!;
+    if ('shed' in choice) {
+      o.shedReason = choice.shed;
+      settled++;
+    } else {
+      if (!Number.isInteger(choice.worker) || choice.worker < 0 || choice.worker >= workers.length) {
+        throw new Error(`policy ${policy.name} chose worker ${choice.worker} of ${workers.length}`);
+      }
+      o.worker = choice.worker;
+      workers[choice.worker]!.submit(req);
+    }
+    opts.onProgress?.(next);
+  };
+  if (reqs.length > 0) loop.at(reqs[0]!.arrivalS, arrive);
+
+  const load: LoadSample[] = [];
+  const span = reqs.length > 0 ? reqs[reqs.length - 1]!.arrivalS : 0;
+  const every = opts.sampleIntervalS ?? Math.max(span / 120, 0.5);
+  const lastIntegral = new Array<number>(workers.length).fill(0);
+  let lastSampleAt = 0;
+  const sample = (): void => {
+    const dt = loop.now - lastSampleAt;
+    for (const w of workers) {
+      const integral = w.loadIntegral(loop.now);
+      load.push({
+        t: loop.now,
+        worker: w.id,
+        outstanding: dt > 0 ? (integral - lastIntegral[w.id]!) / dt : w.outstanding,
+        pinned: w.cache.pinnedBlocks / w.cache.capacityBlocks,
+      });
+      lastIntegral[w.id] = integral;
+    }
+    lastSampleAt = loop.now;
+    if (settled < reqs.length) loop.at(loop.now + every, sample);
+  };
+  loop.at(every, sample);
+
+  await loop.run();
+  if (settled !== reqs.length) throw new Error(`simulation ended with ${reqs.length - settled} requests unfinished`);
+  return {
+    policy: policy.name,
+    outcomes,
+    workerWork: workers.map((w) => w.workTokens),
+    workerEvictions: workers.map((w) => w.cache.evictions),
+    load,
+    wallS: (performance.now() - started) / 1000,
+  };
+}

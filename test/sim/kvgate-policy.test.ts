@@ -1,0 +1,106 @@
+import assert from 'node:assert/strict';
+import { before, describe, test } from 'node:test';
+import { hashSessionId, initHashing } from '../../src/request/hashing.js';
+import { understand } from '../../src/request/keys.js';
+import { KvgatePolicy, requestInfo, workerId } from '../../src/sim/policies/kvgate.js';
+import { simulate } from '../../src/sim/simulator.js';
+import { syntheticWorkload } from '../../src/sim/workloads/synthetic.js';
+import { HAND_COST, HAND_FLEET, handWorkload } from './helpers.js';
+
+before(() => initHashing());
+
+const ctx = { workers: 2, blockTokens: 100, seed: 1, maxInflight: 16 };
+
+describe('the kvgate policy runs the real Gate', () => {
+  test('each request becomes the RequestInfo Envoy would send', async () => {
+    const p = await KvgatePolicy.create(ctx);
+    const w = handWorkload([{ at: 0, prompt: 300, out: 5, blocks: [1, 2, 3], session: 'conv-1' }]);
+    const info = requestInfo(w.requests[0]!, p.gate.currentConfig);
+    assert.equal(info.method, 'POST');
+    assert.equal(info.path, '/v1/chat/completions');
+    assert.equal(info.headers.get('x-session-id'), 'conv-1');
+    const body = JSON.parse(info.body!.toString('utf8')) as { model: string; messages: Array<{ content: string }> };
+    assert.equal(typeof body.model, 'string');
+    assert.equal(body.messages[0]!.content, w.requests[0]!.text());
+    // The gate's own key reading sees the session.
+    assert.equal(understand(info, p.gate.currentConfig).key?.hash, hashSessionId('conv-1'));
+  });
+
+  test('after a run the gate store holds the sessions’ affinities, and every lease was released at first token', async () => {
+    const p = await KvgatePolicy.create(ctx);
+    const w = handWorkload([
+      { at: 0, prompt: 300, out: 5, blocks: [1, 2, 3], session: 'alice' },
+      { at: 0, prompt: 300, out: 5, blocks: [7, 8, 9], session: 'bob' },
+      { at: 2, prompt: 400, out: 5, blocks: [1, 2, 3, 4], session: 'alice' },
+    ]);
+    const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
+    const ids = p.gate.currentConfig.workers.map((x) => x.id);
+    for (const [i, session] of [[0, 'alice'], [1, 'bob'], [2, 'alice']] as const) {
+      const snap = p.gate.store.cachedSnapshot(p.gate.pool, `s:${hashSessionId(session)}`, ids);
+      assert.equal(snap.affinity, workerId(run.outcomes[i]!.worker), `affinity of ${session}`);
+    }
+    // alice's second turn went where the gate had pinned her, and hit her cached prefix there.
+    assert.equal(run.outcomes[2]!.worker, run.outcomes[0]!.worker);
+    assert.equal(run.outcomes[2]!.cachedTokens, 300);
+    assert.deepEqual(Object.fromEntries(p.outcomes), { new: 2, affinity_hit: 1 });
+    const snap = p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids);
+    assert.deepEqual([...snap.inflight.values()], [0, 0]);
+  });
+
+  test('leases are held until the first token: the gate sees the in-flight count while a request prefills', async () => {
+    const p = await KvgatePolicy.create(ctx);
+    const w = handWorkload([{ at: 0, prompt: 300, out: 50, blocks: [1, 2, 3], session: 's' }]);
+    const ids = p.gate.currentConfig.workers.map((x) => x.id);
+    const seen: number[] = [];
+    const inflight = () => [...p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).inflight.values()].reduce((a, b) => a + b, 0);
+    const original = p.firstToken.bind(p);
+    p.firstToken = async (req) => {
+      seen.push(inflight());
+      await original(req);
+      seen.push(inflight());
+    };
+    await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
+    assert.deepEqual(seen, [1, 0]);
+  });
+
+  test('KV pressure is pushed into the store as worker state, and the gate then keeps new sessions off that worker', async () => {
+    const p = await KvgatePolicy.create(ctx);
+    await p.workerPressure(0, true);
+    const ids = p.gate.currentConfig.workers.map((x) => x.id);
+    assert.equal(p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).states.get('w0'), 'pressured');
+    for (let i = 0; i < 5; i++) {
+      const r = handWorkload([{ at: 0, prompt: 100, out: 1, blocks: [i], session: `new-${i}` }]).requests[0]!;
+      assert.deepEqual(await p.route(r), { worker: 1 });
+    }
+    await p.workerPressure(0, false);
+    assert.equal(p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).states.get('w0'), undefined);
+  });
+
+  test('a simulated worker whose pinned KV crosses 85% reports itself pressured to kvgate', async () => {
+    const p = await KvgatePolicy.create(ctx);
+    const events: Array<[number, boolean]> = [];
+    const original = p.workerPressure.bind(p);
+    p.workerPressure = (w, on) => {
+      events.push([w, on]);
+      return original(w, on);
+    };
+    // 10 blocks per worker; one request pinning 9 (3 prompt + 6 output) crosses 85%, then releases.
+    const w = handWorkload([{ at: 0, prompt: 300, out: 600, blocks: [1, 2, 3], session: 'big' }]);
+    const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
+    const at = run.outcomes[0]!.worker;
+    assert.deepEqual(events, [
+      [at, true],
+      [at, false],
+    ]);
+  });
+
+  test('on a synthetic chat workload every request went through the gate', async () => {
+    const p = await KvgatePolicy.create({ ...ctx, workers: 4, blockTokens: 16 });
+    const w = syntheticWorkload('chat', { requests: 150, seed: 3 });
+    const run = await simulate(w, p, { fleet: { ...HAND_FLEET, workers: 4, cacheTokens: 400_000 }, cost: HAND_COST });
+    const decided = [...p.outcomes.values()].reduce((a, b) => a + b, 0);
+    assert.equal(decided, 150);
+    assert.ok(run.outcomes.every((o) => o.worker >= 0));
+    assert.ok((p.outcomes.get('affinity_hit') ?? 0) > 0);
+  });
+});

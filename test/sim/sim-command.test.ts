@@ -1,0 +1,54 @@
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { after, describe, test } from 'node:test';
+import { Command } from 'commander';
+import { registerSimCommand } from '../../src/cli/sim-command.js';
+
+/** Runs `kvgate sim …` in-process and returns what it wrote to stdout. */
+async function sim(args: string[]): Promise<string> {
+  const chunks: string[] = [];
+  const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {} });
+  registerSimCommand(program, { write: (s) => chunks.push(s) });
+  await program.parseAsync(['sim', ...args], { from: 'user' });
+  return chunks.join('');
+}
+
+describe('kvgate sim', () => {
+  test('--json prints exactly one JSON array, one object per policy, with the required fields', async () => {
+    const out = await sim(['--workload', 'chat', '--requests', '120', '--workers', '4', '--json']);
+    const rows = JSON.parse(out) as Array<Record<string, unknown>>;
+    assert.deepEqual(
+      rows.map((r) => r['policy']),
+      ['kvgate', 'round-robin', 'least-loaded', 'consistent-hash', 'article', 'sglang-cache-aware', 'dynamo-cost', 'pooled-bound'],
+    );
+    for (const r of rows) {
+      for (const k of ['policy', 'hit_rate', 'ttft_p50_s', 'ttft_p99_s', 'throughput_tok_s', 'imbalance', 'migrations', 'shed']) {
+        assert.ok(k in r, `${String(r['policy'])} lacks ${k}`);
+      }
+      assert.ok((r['hit_rate'] as number) >= 0 && (r['hit_rate'] as number) <= 1);
+    }
+    assert.equal(typeof rows[0]!['ttft_p99_s'], 'number');
+  });
+
+  test('--policies chooses; the table and --report DIR write a markdown report with SVG charts', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-report-'));
+    after(() => rmSync(dir, { recursive: true, force: true }));
+    const out = await sim(['--workload', 'rag', '--requests', '80', '--policies', 'kvgate,round-robin,pooled-bound', '--report', dir]);
+    assert.match(out, /kvgate/);
+    assert.match(out, /round-robin/);
+    assert.doesNotMatch(out, /dynamo-cost/);
+    const md = readFileSync(join(dir, 'report.md'), 'utf8');
+    for (const f of ['hit-rate.svg', 'ttft.svg', 'load-over-time.svg']) {
+      assert.ok(md.includes(`](${f})`), `report links ${f}`);
+      assert.ok(existsSync(join(dir, f)));
+      assert.match(readFileSync(join(dir, f), 'utf8'), /^<svg/);
+    }
+  });
+
+  test('bad flags are refused', async () => {
+    await assert.rejects(sim(['--policies', 'kvgate,nope', '--json']), /unknown policies/);
+    await assert.rejects(sim(['--workers', '0', '--json']), /positive integer/);
+  });
+});
