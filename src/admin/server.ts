@@ -6,6 +6,7 @@
  *   GET  /readyz                    200 when config is loaded and the store answers, else 503
  *   GET  /workers                   JSON: each worker's state, in-flight count and limit
  *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"}
+ *   GET  /debug/decisions?limit=N   the last decisions and why: each candidate's load, prefix match, score
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -57,11 +58,15 @@ export class AdminServer {
       return send(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not ready' });
     }
     if (req.method === 'GET' && url.pathname === '/workers') {
-      const snap = await gate.store.snapshot(gate.pool, undefined, gate.currentConfig.workers.map((w) => w.id));
+      const snap = await gate.store.snapshot({ pool: gate.pool, key: undefined, workers: gate.currentConfig.workers.map((w) => w.id), blocks: [] });
       return send(res, 200, {
         store: gate.store.backend,
         workers: gate.views(snap).map((w) => ({ id: w.id, cluster: w.cluster, state: w.state, inflight: w.inflight, max_inflight: w.maxInflight })),
       });
+    }
+    if (req.method === 'GET' && url.pathname === '/debug/decisions') {
+      const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20) || 20));
+      return send(res, 200, { decisions: gate.decisions.recent(limit) });
     }
     const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
     if (m && (req.method === 'PUT' || req.method === 'POST')) {

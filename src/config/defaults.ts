@@ -38,13 +38,45 @@ export const DEFAULTS = {
   sessionCookie: 'kvgate-session',
   /** The OpenAI-compatible endpoints whose bodies carry `user` / `metadata.session_id` and prompts. */
   sessionPaths: ['/v1/chat/completions', '/v1/completions'],
+  /** The usual estimate for English text with Llama/GPT tokenizers; only sizes blocks and caches. */
+  charsPerToken: 4,
   /**
-   * ~128 tokens at ~4 characters per token: small enough that a shared system prompt of a few
-   * hundred tokens fills whole blocks, large enough that hashing a 400 KB prompt stays cheap.
+   * 256 characters ≈ 64 tokens per prefix block: the block size llm-d's prefix scorer clamps to at
+   * least, fine enough to resolve ~1% of an 8k-token prompt, coarse enough that the index stays
+   * small and a decision writes few Redis fields.
    */
-  prefixBlockChars: 512,
-  /** Key on the first 4 blocks (~2 KB): the part of a prompt that sessions of one app share. */
-  prefixBlocks: 4,
+  prefixBlockChars: 256,
+  /**
+   * Blocks hashed and matched per request: 512 × 256 chars ≈ 32k tokens. Past that the match is
+   * already decisive, and it bounds hashing and index work for 400 KB prompts.
+   */
+  prefixMaxBlocks: 512,
+  /** A sessionless request's key covers its first 8 blocks (~2 KB): what one app's requests share. */
+  prefixKeyBlocks: 8,
+  /** A prefix block not routed to for 30 minutes is long gone from a busy worker's HBM. */
+  prefixTtlS: 1800,
+  /**
+   * KV tokens a worker can hold when its config does not say: Llama-3-8B on one H100 (80 GB,
+   * ~128 KiB of KV per token, ~50 GB left for KV) holds about 400k tokens (routing-landscape §3).
+   * Bounds how many prefix blocks the index believes a worker holds.
+   */
+  kvCapacityTokens: 400_000,
+  /** Default routing: sticky sessions, else prefix overlap traded against load. */
+  policy: 'both' as 'session' | 'prefix' | 'both' | 'least_loaded',
+  /**
+   * Score weights (src/routing/score.ts). Prefix and load weigh the same, so holding the whole
+   * prompt beats an idle worker until the holder is nearly full; KV pressure at half weight
+   * breaks near-ties and steers new work off workers about to evict.
+   */
+  prefixWeight: 1,
+  loadWeight: 1,
+  kvWeight: 0.5,
+  /**
+   * A session with this many requests in flight on its worker spills to scoring. Agent loops send
+   * one call at a time and chats rarely overlap; four concurrent calls is fan-out, which gains more
+   * from spreading than from one cache (SMG caps sticky sessions at 2 for the same reason).
+   */
+  maxInflightPerSession: 4,
 
   /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
   affinityTtlS: 3600,

@@ -16,6 +16,8 @@ const workerSchema = z.strictObject({
   /** The Envoy cluster name that kvgate puts in the routing header. */
   cluster: z.string().min(1),
   max_inflight: z.number().int().positive().optional(),
+  /** KV tokens the worker holds; sizes its share of the prefix index. */
+  kv_capacity_tokens: z.number().int().positive().optional(),
 });
 
 export const configSchema = z.strictObject({
@@ -26,6 +28,7 @@ export const configSchema = z.strictObject({
       retry_after_s: z.number().int().nonnegative().default(DEFAULTS.retryAfterS),
       request_body_mode: z.enum(['buffered', 'streamed', 'none']).default(DEFAULTS.requestBodyMode),
       release_on: z.enum(['response_headers', 'response_end']).default(DEFAULTS.releaseOn),
+      policy: z.enum(['session', 'prefix', 'both', 'least_loaded']).default(DEFAULTS.policy),
     })
     .prefault({}),
   keys: z
@@ -34,11 +37,31 @@ export const configSchema = z.strictObject({
       session_cookie: z.string().min(1).default(DEFAULTS.sessionCookie),
       body_session_fields: z.boolean().default(true),
       session_paths: z.array(z.string().startsWith('/')).default([...DEFAULTS.sessionPaths]),
-      prefix_block_chars: z.number().int().min(16).max(65536).default(DEFAULTS.prefixBlockChars),
-      prefix_blocks: z.number().int().min(1).max(1024).default(DEFAULTS.prefixBlocks),
+      /** Blocks of the prompt that form a sessionless request's key. */
+      prefix_key_blocks: z.number().int().min(1).max(1024).default(DEFAULTS.prefixKeyBlocks),
     })
     .prefault({}),
-  affinity: z.strictObject({ ttl_s: z.number().int().positive().default(DEFAULTS.affinityTtlS) }).prefault({}),
+  prefix: z
+    .strictObject({
+      block_chars: z.number().int().min(16).max(65536).default(DEFAULTS.prefixBlockChars),
+      max_blocks: z.number().int().min(1).max(8192).default(DEFAULTS.prefixMaxBlocks),
+      chars_per_token: z.number().positive().default(DEFAULTS.charsPerToken),
+      ttl_s: z.number().int().positive().default(DEFAULTS.prefixTtlS),
+    })
+    .prefault({}),
+  scoring: z
+    .strictObject({
+      prefix_weight: z.number().nonnegative().default(DEFAULTS.prefixWeight),
+      load_weight: z.number().nonnegative().default(DEFAULTS.loadWeight),
+      kv_weight: z.number().nonnegative().default(DEFAULTS.kvWeight),
+    })
+    .prefault({}),
+  affinity: z
+    .strictObject({
+      ttl_s: z.number().int().positive().default(DEFAULTS.affinityTtlS),
+      max_inflight_per_session: z.number().int().positive().default(DEFAULTS.maxInflightPerSession),
+    })
+    .prefault({}),
   limits: z
     .strictObject({
       max_body_bytes: z.number().int().positive().default(DEFAULTS.maxBodyBytes),

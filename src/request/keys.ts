@@ -27,6 +27,12 @@ export interface RoutingKey {
 export interface Understanding {
   key: RoutingKey | undefined;
   model: string | undefined;
+  /**
+   * Chained hashes (hex) of the prompt's leading whole blocks, for prefix matching; empty when the
+   * request carries no prompt. Block i's hash covers blocks 0..i, seeded with the model and any
+   * `cache_salt`, so equal hashes mean an equal prefix for the same model and salt.
+   */
+  blocks: string[];
   /** Why the body gave no key, when it was read and unusable (for logs and metrics). */
   bodyProblem?: Exclude<ParsedBody, { ok: true }>['reason'];
 }
@@ -36,16 +42,35 @@ const MAX_SESSION_ID_CHARS = 1024;
 
 export function understand(req: RequestInfo, cfg: Config): Understanding {
   const k = cfg.keys;
+  const prompt = readPrompt(req, cfg);
   const fromHeader = req.headers.get(k.session_header);
-  if (fromHeader) return { key: sessionKey(fromHeader, 'header'), model: undefined };
+  if (fromHeader) return { ...prompt, key: sessionKey(fromHeader, 'header') };
 
   const cookieHeader = req.headers.get('cookie');
   if (cookieHeader) {
     const fromCookie = safeCookie(cookieHeader, k.session_cookie);
-    if (fromCookie) return { key: sessionKey(fromCookie, 'cookie'), model: undefined };
+    if (fromCookie) return { ...prompt, key: sessionKey(fromCookie, 'cookie') };
   }
+  if (prompt.body && k.body_session_fields) {
+    const user = stringField(prompt.body, 'user');
+    if (user) return { ...prompt, key: sessionKey(user, 'body_user') };
+    const metaSession = stringField(objectField(prompt.body, 'metadata') ?? {}, 'session_id');
+    if (metaSession) return { ...prompt, key: sessionKey(metaSession, 'body_metadata') };
+  }
+  return { ...prompt, key: prompt.prefixKey };
+}
 
-  if (req.body === undefined || !k.session_paths.includes(req.path)) return { key: undefined, model: undefined };
+interface PromptFacts {
+  model: string | undefined;
+  blocks: string[];
+  body?: Record<string, unknown>;
+  prefixKey?: RoutingKey;
+  bodyProblem?: Understanding['bodyProblem'];
+}
+
+/** Reads the body once: model, prompt block chain and the sessionless prefix key. */
+function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
+  if (req.body === undefined || !cfg.keys.session_paths.includes(req.path)) return { model: undefined, blocks: [] };
   if (req.body.length > cfg.limits.max_body_bytes) {
     throw new KvgateError('body_too_large', `request body of ${req.body.length} bytes exceeds limits.max_body_bytes`, {
       details: { bytes: req.body.length, limit: cfg.limits.max_body_bytes },
@@ -58,34 +83,29 @@ export function understand(req: RequestInfo, cfg: Config): Understanding {
         details: { reason: parsed.reason },
       });
     }
-    return { key: undefined, model: undefined, bodyProblem: parsed.reason };
+    return { model: undefined, blocks: [], bodyProblem: parsed.reason };
   }
   const body = parsed.value;
   const model = stringField(body, 'model');
-  if (k.body_session_fields) {
-    const user = stringField(body, 'user');
-    if (user) return { key: sessionKey(user, 'body_user'), model };
-    const metaSession = stringField(objectField(body, 'metadata') ?? {}, 'session_id');
-    if (metaSession) return { key: sessionKey(metaSession, 'body_metadata'), model };
-  }
   const text = canonicalPrompt(body);
-  if (!text) return { key: undefined, model };
-  return { key: prefixKey(text, model ?? '', k.prefix_block_chars, k.prefix_blocks), model };
+  if (!text) return { model, blocks: [], body };
+  const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
+  const chain = chainedBlockHashes(text, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
+  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashText(text, seed);
+  return {
+    model,
+    body,
+    blocks: chain.map(hex),
+    prefixKey: { kind: 'prefix', source: 'prompt_prefix', hash: hex(keyBlock) },
+  };
+}
+
+function hex(h: bigint): string {
+  return h.toString(16).padStart(16, '0');
 }
 
 function sessionKey(id: string, source: KeySource): RoutingKey {
   return { kind: 'session', source, hash: hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS)) };
-}
-
-/**
- * The prefix key is the chained hash of the first `blocks` whole blocks (fewer if the prompt is
- * shorter); a prompt shorter than one block is keyed by its whole text.
- */
-export function prefixKey(text: string, model: string, blockChars: number, blocks: number): RoutingKey {
-  const seed = seedFor(model);
-  const chain = chainedBlockHashes(text, blockChars, blocks, seed);
-  const last = chain.length > 0 ? chain[chain.length - 1]! : hashText(text, seed);
-  return { kind: 'prefix', source: 'prompt_prefix', hash: last.toString(16).padStart(16, '0') };
 }
 
 function safeCookie(header: string, name: string): string | undefined {

@@ -1,26 +1,32 @@
 /**
  * The routing policy: a pure function from what is known to a decision. No I/O, no clock.
  *
- * 1. Affinity first: the key's worker takes the request if it still holds the key's KV cache and
- *    can take load (healthy or pressured, below its in-flight limit).
- * 2. Else the least loaded worker that takes new sessions (healthy, below its limit); an affine
- *    key that moves is a migration.
- * 3. Else shed at once: 'overloaded' when some worker is up but all are full, 'no_healthy_workers'
- *    when none can take anything. Queueing behind a full worker only grows latency.
+ * 1. Sticky sessions (modes `both` and `session`): a session's worker takes its request while it
+ *    can (healthy or pressured, below its in-flight limit) and the session has fewer than
+ *    `maxInflightPerSession` requests running there. That worker holds the conversation's KV cache.
+ * 2. Otherwise the request is placed on the best worker that takes new work (healthy, below its
+ *    limit). In `both` and `prefix` modes "best" is the highest score (./score.ts): the share of the
+ *    prompt's leading blocks the worker probably holds, minus its load and KV pressure. So a
+ *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
+ *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
+ *    In `session` and `least_loaded` modes "best" is the least loaded.
+ * 3. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
+ *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
+ *    latency.
  *
- * "Least loaded" is the lowest in-flight share of the worker's limit, then the lowest count; ties
- * are broken by rendezvous hashing on the key, so every gate replica picks the same worker from
- * the same view and unkeyed ties do not all pile onto the first worker.
+ * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
+ * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
 import { rendezvousScore } from './rendezvous.js';
-import type { Decision, DecisionInput, Preconditions, WorkerState, WorkerView } from './types.js';
+import { score } from './score.js';
+import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
 
 const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 const TAKES: readonly WorkerState[] = ['healthy'];
 
 /** Can keep serving the keys it already holds. */
 export function keepsSessions(w: WorkerView): boolean {
-  return (w.state === 'healthy' || w.state === 'pressured') && w.inflight < w.maxInflight;
+  return KEEPS.includes(w.state) && w.inflight < w.maxInflight;
 }
 
 /** Can take a key it does not hold. */
@@ -29,10 +35,14 @@ export function takesNewSessions(w: WorkerView): boolean {
 }
 
 export function decide(input: DecisionInput): Decision {
-  const { workers, affinity, keyHash } = input;
+  const { workers, keyHash, mode } = input;
+  const sticky = input.session && (mode === 'both' || mode === 'session');
+  const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
+  const spilled = affine !== undefined && keepsSessions(affine) && input.keyInflight >= input.maxInflightPerSession;
+  const usePrefix = (mode === 'both' || mode === 'prefix') && input.totalBlocks > 0;
 
-  if (affine && keepsSessions(affine)) {
+  if (affine && keepsSessions(affine) && !spilled) {
     return {
       kind: 'route',
       worker: affine.id,
@@ -44,68 +54,91 @@ export function decide(input: DecisionInput): Decision {
         atOrAbove: [],
         states: [{ worker: affine.id, in: KEEPS }],
       },
+      explanation: explain(input, 'sticky', false, new Map()),
     };
   }
 
-  const target = leastLoaded(workers.filter(takesNewSessions), keyHash ?? '');
-  if (!target) {
-    const anyUp = workers.some((w) => w.state === 'healthy' || w.state === 'pressured');
-    const preconditions: Preconditions = {
-      affinity,
-      below: [],
-      // Shedding relied on every up worker being full; a commit-free recheck uses these.
-      atOrAbove: workers
-        .filter((w) => w.state === 'healthy' || (w.state === 'pressured' && w.id === affinity))
-        .map((w) => ({ worker: w.id, limit: w.maxInflight })),
-      states: [],
+  const scores = new Map<string, number>();
+  let best: WorkerView | undefined;
+  let bestScore = -Infinity;
+  for (const w of workers) {
+    if (!takesNewSessions(w)) continue;
+    const s = usePrefix ? score(w, input.totalBlocks, input.weights) : -(w.inflight / w.maxInflight);
+    scores.set(w.id, s);
+    if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
+      best = w;
+      bestScore = s;
+    }
+  }
+  // The deepest match any worker has: a replica that knows of a deeper one must re-decide.
+  const prefixAtMost = usePrefix ? Math.max(0, ...workers.map((w) => w.prefixBlocks)) : undefined;
+
+  if (!best) {
+    const anyUp = workers.some((w) => KEEPS.includes(w.state));
+    return {
+      kind: 'shed',
+      reason: anyUp ? 'overloaded' : 'no_healthy_workers',
+      preconditions: {
+        affinity,
+        below: [],
+        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: w.maxInflight })),
+        states: [],
+      },
+      explanation: explain(input, 'shed', spilled, scores),
     };
-    return { kind: 'shed', reason: anyUp ? 'overloaded' : 'no_healthy_workers', preconditions };
   }
 
   const preconditions: Preconditions = {
     affinity,
-    below: [{ worker: target.id, limit: target.maxInflight }],
+    below: [{ worker: best.id, limit: best.maxInflight }],
     // A move away from a live, merely full worker is only right while it is still full.
-    atOrAbove:
-      affine && (affine.state === 'healthy' || affine.state === 'pressured') && affine.inflight >= affine.maxInflight
-        ? [{ worker: affine.id, limit: affine.maxInflight }]
-        : [],
+    atOrAbove: affine && KEEPS.includes(affine.state) && affine.inflight >= affine.maxInflight ? [{ worker: affine.id, limit: affine.maxInflight }] : [],
     states: [
-      { worker: target.id, in: TAKES },
+      { worker: best.id, in: TAKES },
       // Leaving a dead or drained worker is only right while it still is.
       ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
     ],
+    ...(prefixAtMost !== undefined ? { prefixAtMost } : {}),
   };
+  // An affinity whose worker is gone from the config moves too: that is still a migration.
+  const moved = affinity !== undefined && affinity !== best.id;
+  const outcome: RouteOutcome = sticky
+    ? moved
+      ? 'migrated'
+      : affinity === best.id
+        ? 'affinity_hit'
+        : 'new'
+    : usePrefix && best.prefixBlocks > 0
+      ? 'prefix_hit'
+      : 'unkeyed';
   return {
     kind: 'route',
-    worker: target.id,
-    cluster: target.cluster,
-    // An affinity whose worker is gone from the config moves too: that is still a migration.
-    outcome: keyHash === undefined ? 'unkeyed' : affinity !== undefined ? 'migrated' : 'new',
-    ...(affinity !== undefined ? { from: affinity } : {}),
+    worker: best.id,
+    cluster: best.cluster,
+    outcome,
+    ...(moved ? { from: affinity } : {}),
     preconditions,
+    explanation: explain(input, 'scored', spilled, scores),
   };
 }
 
-function leastLoaded(candidates: readonly WorkerView[], keyHash: string): WorkerView | undefined {
-  let best: WorkerView | undefined;
-  let bestShare = Infinity;
-  let bestScore = 0;
-  for (const w of candidates) {
-    const share = w.inflight / w.maxInflight;
-    if (best === undefined || share < bestShare || (share === bestShare && w.inflight < best.inflight)) {
-      best = w;
-      bestShare = share;
-      bestScore = rendezvousScore(keyHash, w.id);
-      continue;
-    }
-    if (share === bestShare && w.inflight === best.inflight) {
-      const score = rendezvousScore(keyHash, w.id);
-      if (score > bestScore) {
-        best = w;
-        bestScore = score;
-      }
-    }
-  }
-  return best;
+function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
+  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
+  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
+}
+
+function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boolean, scores: ReadonlyMap<string, number>): Explanation {
+  return {
+    mode: input.mode,
+    totalBlocks: input.totalBlocks,
+    rule,
+    spilled,
+    candidates: input.workers.map((w): CandidateExplanation => {
+      const c: CandidateExplanation = { worker: w.id, state: w.state, inflight: w.inflight, maxInflight: w.maxInflight, prefixBlocks: w.prefixBlocks };
+      if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
+      const s = scores.get(w.id);
+      if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;
+      return c;
+    }),
+  };
 }

@@ -11,6 +11,16 @@
 export type WorkerState = 'healthy' | 'pressured' | 'draining' | 'down';
 export const WORKER_STATES: readonly WorkerState[] = ['healthy', 'pressured', 'draining', 'down'];
 
+/**
+ * How a request picks its worker (a per-gate default, and later a per-route knob):
+ * session: sticky to the session's worker, else least loaded (the article's algorithm);
+ * prefix: score every worker on prefix overlap, load and KV pressure, ignoring sessions;
+ * both: sticky to the session's worker while it can take it, else scored (the default);
+ * least_loaded: load alone.
+ */
+export type PolicyMode = 'session' | 'prefix' | 'both' | 'least_loaded';
+export const POLICY_MODES: readonly PolicyMode[] = ['session', 'prefix', 'both', 'least_loaded'];
+
 /** One worker as a decision sees it. */
 export interface WorkerView {
   id: string;
@@ -20,25 +30,70 @@ export interface WorkerView {
   inflight: number;
   /** In-flight count at which the worker is saturated. */
   maxInflight: number;
+  /** Leading blocks of this request's prompt the worker probably holds (prefix index). */
+  prefixBlocks: number;
+  /** KV-cache use in [0, 1] as last reported by the worker, when known. */
+  kvUsage?: number;
+}
+
+/** Weights of the score (see docs/DESIGN.md "Scoring"). */
+export interface ScoreWeights {
+  prefix: number;
+  load: number;
+  kv: number;
 }
 
 export interface DecisionInput {
-  /** Hash of the routing key, or undefined for requests without one. */
+  /** Hash of the routing key, or undefined for requests without one (also the tie-break seed). */
   keyHash: string | undefined;
-  /** The worker id the key is affine to, if any. */
+  /** True when the key is a session id (only sessions are sticky). */
+  session: boolean;
+  /** The worker the session is affine to, if any. */
   affinity: string | undefined;
+  /** The session's requests in flight on its affine worker. */
+  keyInflight: number;
+  /** Blocks in this request's prompt chain (0: no prompt to match). */
+  totalBlocks: number;
   workers: readonly WorkerView[];
+  mode: PolicyMode;
+  weights: ScoreWeights;
+  /** A session with this many requests in flight on its worker spills to scoring. */
+  maxInflightPerSession: number;
 }
 
 export type RouteOutcome =
-  /** The key's worker took it. */
+  /** The session's worker took it. */
   | 'affinity_hit'
-  /** The key had no worker yet and got the least loaded one. */
+  /** A session with no worker yet got the best-scoring one. */
   | 'new'
-  /** The key's worker could not take it; it moved to the least loaded one. */
+  /** The session's worker could not take it; it moved. */
   | 'migrated'
-  /** No key: routed by load alone. */
+  /** No session (or a mode that ignores sessions): placed on a worker holding part of its prompt. */
+  | 'prefix_hit'
+  /** No session and no prefix match: placed by load alone. */
   | 'unkeyed';
+
+/** Why each candidate scored what it did, for traces, logs and the debug endpoint. */
+export interface CandidateExplanation {
+  worker: string;
+  state: WorkerState;
+  inflight: number;
+  maxInflight: number;
+  prefixBlocks: number;
+  kvUsage?: number;
+  /** Undefined for workers that could not take the request. */
+  score?: number;
+}
+
+export interface Explanation {
+  mode: PolicyMode;
+  totalBlocks: number;
+  /** How the choice was made. */
+  rule: 'sticky' | 'scored' | 'shed';
+  /** The session had too many requests in flight on its worker and spilled to scoring. */
+  spilled: boolean;
+  candidates: CandidateExplanation[];
+}
 
 /**
  * What the decision relied on. The store checks these atomically when it commits, so a decision
@@ -53,6 +108,11 @@ export interface Preconditions {
   atOrAbove: ReadonlyArray<{ worker: string; limit: number }>;
   /** Workers whose state must still be one of these (an operator may have drained it meanwhile). */
   states: ReadonlyArray<{ worker: string; in: readonly WorkerState[] }>;
+  /**
+   * The deepest prefix match the decision saw on any worker. A store that knows of a deeper one
+   * (another replica placed this prefix meanwhile) rejects the commit so the decision is re-made.
+   */
+  prefixAtMost?: number;
 }
 
 export type Decision =
@@ -61,13 +121,15 @@ export type Decision =
       worker: string;
       cluster: string;
       outcome: RouteOutcome;
-      /** The worker a migrated key left. */
+      /** The worker a migrated session left. */
       from?: string;
       preconditions: Preconditions;
+      explanation: Explanation;
     }
   | {
       kind: 'shed';
       /** overloaded: every eligible worker is at its limit; no_healthy_workers: none eligible at all. */
       reason: 'overloaded' | 'no_healthy_workers';
       preconditions: Preconditions;
+      explanation: Explanation;
     };

@@ -19,6 +19,7 @@ export function createStore(spec: string, config: Config, logger: Logger): Routi
       refreshMs: config.store.refresh_ms,
       leaseTtlMs: config.leases.ttl_s * 1000,
       localAffinityCacheSize: DEFAULTS.localAffinityCacheSize,
+      prefixTtlMs: config.prefix.ttl_s * 1000,
       logger: logger.child({ component: 'redis-store' }),
     });
   }

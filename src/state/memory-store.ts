@@ -1,10 +1,12 @@
 /**
  * In-process routing state: the embedded default for a single gate replica, and the engine of the
- * simulator. Affinities live in a bounded LRU with per-entry TTL; leases in per-worker sets.
+ * simulator. Affinities live in a bounded LRU with per-entry TTL; leases in per-worker maps; the
+ * prefix index in a PrefixIndex per pool.
  */
 import { randomUUID } from 'node:crypto';
 import { LRUCache } from 'lru-cache';
 import type { WorkerState } from '../routing/types.js';
+import { PrefixIndex } from './prefix-index.js';
 import {
   preconditionsHold,
   type CommitRequest,
@@ -12,6 +14,7 @@ import {
   type Lease,
   type RoutingStore,
   type Snapshot,
+  type StateQuery,
 } from './store.js';
 
 export interface MemoryStoreOptions {
@@ -22,43 +25,50 @@ export interface MemoryStoreOptions {
 export class MemoryStore implements RoutingStore {
   readonly backend = 'memory' as const;
   private readonly affinities: LRUCache<string, string>;
-  /** pool → worker → live lease ids */
-  private readonly leases = new Map<string, Map<string, Set<string>>>();
+  /** pool → worker → live lease id → the key it serves ('' for none) */
+  private readonly leases = new Map<string, Map<string, Map<string, string>>>();
   private readonly states = new Map<string, Map<string, WorkerState>>();
+  private readonly indexes = new Map<string, PrefixIndex>();
 
   constructor(opts: MemoryStoreOptions = {}) {
     this.affinities = new LRUCache<string, string>({ max: opts.maxAffinities ?? 1_000_000, ttlAutopurge: false });
   }
 
-  cachedSnapshot(pool: string, key: string | undefined, workers: readonly string[]): Snapshot {
+  cachedSnapshot(q: StateQuery): Snapshot {
     const inflight = new Map<string, number>();
-    const live = this.leases.get(pool);
-    for (const w of workers) inflight.set(w, live?.get(w)?.size ?? 0);
+    const live = this.leases.get(q.pool);
+    for (const w of q.workers) inflight.set(w, live?.get(w)?.size ?? 0);
+    const affinity = q.key === undefined ? undefined : this.affinities.get(affinityKey(q.pool, q.key));
+    let keyInflight = 0;
+    if (affinity !== undefined && q.key !== undefined) {
+      for (const k of live?.get(affinity)?.values() ?? []) if (k === q.key) keyInflight++;
+    }
     return {
-      affinity: key === undefined ? undefined : this.affinities.get(affinityKey(pool, key)),
+      affinity,
       inflight,
-      states: new Map(this.states.get(pool) ?? []),
+      states: new Map(this.states.get(q.pool) ?? []),
+      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks) ?? new Map()) : new Map(),
+      keyInflight,
     };
   }
 
-  snapshot(pool: string, key: string | undefined, workers: readonly string[]): Promise<Snapshot> {
-    return Promise.resolve(this.cachedSnapshot(pool, key, workers));
+  snapshot(q: StateQuery): Promise<Snapshot> {
+    return Promise.resolve(this.cachedSnapshot(q));
   }
 
   commit(req: CommitRequest): Promise<CommitResult> {
-    return Promise.resolve(this.commitSync(req, true));
+    return Promise.resolve(this.commitSync(req));
   }
 
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
-  commitSync(req: CommitRequest, shared: boolean): CommitResult {
-    const before = this.cachedSnapshot(req.pool, req.key, req.workers);
-    if (!preconditionsHold(req.preconditions, before)) {
-      return { ok: false, snapshot: before };
-    }
+  commitSync(req: CommitRequest): CommitResult {
+    const before = this.cachedSnapshot(req);
+    if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: before };
     if (req.key !== undefined) this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });
-    const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared };
-    this.leaseSet(req.pool, req.worker).add(lease.id);
-    return { ok: true, lease, snapshot: this.cachedSnapshot(req.pool, req.key, req.workers), degraded: false };
+    const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
+    this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
+    if (req.blocks.length > 0) this.index(req.pool, req.prefixTtlMs).record(req.worker, req.blocks, req.capacityBlocks);
+    return { ok: true, lease, snapshot: this.cachedSnapshot(req), degraded: false };
   }
 
   release(lease: Lease): Promise<void> {
@@ -67,15 +77,11 @@ export class MemoryStore implements RoutingStore {
   }
 
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
-    this.setWorkerStateSync(pool, worker, state);
-    return Promise.resolve();
-  }
-
-  setWorkerStateSync(pool: string, worker: string, state: WorkerState | undefined): void {
     let m = this.states.get(pool);
     if (!m) this.states.set(pool, (m = new Map()));
     if (state === undefined || state === 'healthy') m.delete(worker);
     else m.set(worker, state);
+    return Promise.resolve();
   }
 
   ping(): Promise<void> {
@@ -85,15 +91,22 @@ export class MemoryStore implements RoutingStore {
   close(): Promise<void> {
     this.affinities.clear();
     this.leases.clear();
+    for (const i of this.indexes.values()) i.clear();
     return Promise.resolve();
   }
 
-  private leaseSet(pool: string, worker: string): Set<string> {
+  private index(pool: string, ttlMs: number): PrefixIndex {
+    let i = this.indexes.get(pool);
+    if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs)));
+    return i;
+  }
+
+  private leaseMap(pool: string, worker: string): Map<string, string> {
     let byWorker = this.leases.get(pool);
     if (!byWorker) this.leases.set(pool, (byWorker = new Map()));
-    let set = byWorker.get(worker);
-    if (!set) byWorker.set(worker, (set = new Set()));
-    return set;
+    let m = byWorker.get(worker);
+    if (!m) byWorker.set(worker, (m = new Map()));
+    return m;
   }
 }
 

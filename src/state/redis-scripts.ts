@@ -5,18 +5,25 @@
  *
  * Key layout (every key of a pool shares the hash tag `{<pool>}` so one script's keys live on one
  * Redis Cluster slot):
- *   <prefix>:{<pool>}:a:<key>     affinity: the worker id holding the key's KV cache (PX = TTL)
- *   <prefix>:{<pool>}:s           hash: worker id → state (absent = healthy)
- *   <prefix>:{<pool>}:f:<worker>  sorted set: in-flight lease id → expiry (ms, Redis clock)
+ *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
+ *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
+ *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
+ *   <prefix>:{<pool>}:b:<block>    hash: worker id → last routed (ms): who probably holds the block
+ *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
+ * Block keys are built inside the script from the pool's key prefix (they are too many to pass as
+ * KEYS); they share the pool's hash tag, so they live on the script's own slot.
  */
 
 /**
  * KEYS: [affinity, states, inflight(worker 1) … inflight(worker n)]
- * ARGV[1]: JSON {m: 'read'|'commit', k: 0|1 (keyed), w: [worker ids], c: chosen index (1-based),
- *   e: expected affinity ('' = none), b: [[index, limit]] below, g: [[index, limit]] at-or-above,
- *   s: [[worker, [allowed states]]] (a worker without a recorded state is 'healthy'),
- *   at: affinity TTL ms, l: lease id, lt: lease TTL ms}
- * Returns [ok 0|1, affinity or '', [in-flight counts], [state hash as flat pairs]]
+ * ARGV[1]: JSON {
+ *   m: 'read'|'commit', k: 0|1 (keyed), w: [worker ids], kt: key tag of the lease members ('' none),
+ *   bp: block key prefix, wp: worker block-set prefix, bl: [block hashes] (the prompt chain),
+ *   -- commit only:
+ *   c: chosen index (1-based), e: expected affinity ('' = none), b: [[index, limit]] below,
+ *   g: [[index, limit]] at-or-above, s: [[worker, [allowed states]]], pm: deepest prefix seen (-1 = any),
+ *   at: affinity TTL ms, l: lease member, lt: lease TTL ms, pt: block TTL ms, cap: chosen's block capacity }
+ * Returns [ok 0|1, affinity or '', [in-flight counts], [state pairs], [worker, depth pairs], key in-flight]
  */
 export const DECIDE_LUA = `
 local spec = cjson.decode(ARGV[1])
@@ -31,6 +38,41 @@ end
 local aff = false
 if spec.k == 1 then aff = redis.call('GET', KEYS[1]) end
 local states = redis.call('HGETALL', KEYS[2])
+
+-- Prefix match: for each worker, the leading blocks it holds; stop at the first block nobody holds.
+local depth = {}
+local alive = nil
+local maxd = 0
+for i, b in ipairs(spec.bl) do
+  local ws = redis.call('HKEYS', spec.bp .. b)
+  if #ws == 0 then break end
+  local nxt = {}
+  local any = false
+  for _, w in ipairs(ws) do
+    if alive == nil or alive[w] then
+      nxt[w] = true
+      depth[w] = i
+      any = true
+    end
+  end
+  if not any then break end
+  alive = nxt
+  maxd = i
+end
+
+-- The key's requests in flight on its affine worker (lease members end in "|<key tag>").
+local keyInflight = 0
+if aff and spec.kt ~= '' then
+  for i, w in ipairs(spec.w) do
+    if w == aff then
+      local suffix = '|' .. spec.kt
+      for _, m in ipairs(redis.call('ZRANGE', KEYS[2 + i], 0, -1)) do
+        if string.sub(m, -#suffix) == suffix then keyInflight = keyInflight + 1 end
+      end
+    end
+  end
+end
+
 local ok = 0
 if spec.m == 'commit' then
   ok = 1
@@ -47,26 +89,54 @@ if spec.m == 'commit' then
       if not allowed then ok = 0 end
     end
   end
+  if spec.pm >= 0 and maxd > spec.pm then ok = 0 end
   if ok == 1 then
     local chosen = spec.w[spec.c]
     if spec.k == 1 then
       redis.call('SET', KEYS[1], chosen, 'PX', spec.at)
+      if aff ~= chosen then keyInflight = 0 end
       aff = chosen
+      keyInflight = keyInflight + 1
     end
     local z = KEYS[2 + spec.c]
     redis.call('ZADD', z, now + spec.lt, spec.l)
     -- An idle worker's set disappears on its own once its last lease is long gone.
     redis.call('PEXPIRE', z, spec.lt * 2)
     counts[spec.c] = counts[spec.c] + 1
+    -- The chosen worker now holds the prompt's blocks. Recency scores are ms * 1000 minus the
+    -- block's depth, so within one routing the deepest blocks are the oldest and go first, as an
+    -- engine evicts a prefix from its tail.
+    local n = #spec.bl
+    if n > 0 then
+      local lru = spec.wp .. chosen
+      for i, b in ipairs(spec.bl) do
+        local bk = spec.bp .. b
+        redis.call('HSET', bk, chosen, now)
+        redis.call('PEXPIRE', bk, spec.pt)
+        redis.call('ZADD', lru, now * 1000 + (100000 - i), b)
+        if (depth[chosen] or 0) < i then depth[chosen] = i end
+      end
+      redis.call('PEXPIRE', lru, spec.pt)
+      local over = redis.call('ZCARD', lru) - spec.cap
+      if over > 0 then
+        for _, b in ipairs(redis.call('ZRANGE', lru, 0, over - 1)) do redis.call('HDEL', spec.bp .. b, chosen) end
+        redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
+      end
+    end
   end
 end
-return {ok, aff or '', counts, states}
+local dpairs = {}
+for w, d in pairs(depth) do
+  dpairs[#dpairs + 1] = w
+  dpairs[#dpairs + 1] = d
+end
+return {ok, aff or '', counts, states, dpairs, keyInflight}
 `;
 
 /**
  * Extends live leases of one worker (only those still present: XX), so a running gate keeps its
  * requests counted while a dead gate's leases lapse.
- * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease id…]
+ * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]
  */
 export const RENEW_LUA = `
 local t = redis.call('TIME')

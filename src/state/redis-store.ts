@@ -16,14 +16,17 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+import { PrefixIndex } from './prefix-index.js';
 import { DECIDE_LUA, RENEW_LUA } from './redis-scripts.js';
 import {
+  leaseMember,
   preconditionsHold,
   type CommitRequest,
   type CommitResult,
   type Lease,
   type RoutingStore,
   type Snapshot,
+  type StateQuery,
 } from './store.js';
 
 export interface RedisStoreOptions {
@@ -33,23 +36,29 @@ export interface RedisStoreOptions {
   refreshMs: number;
   leaseTtlMs: number;
   localAffinityCacheSize: number;
+  /** TTL of the local prefix index in front of Redis's. */
+  prefixTtlMs?: number;
   logger: Logger;
 }
 
-type DecideReply = [number, string, number[], string[]];
+type DecideReply = [number, string, number[], string[], Array<string | number>, number];
 
 interface PoolView {
   workers: readonly string[];
   inflight: Map<string, number>;
   states: Map<string, WorkerState>;
+  /** Prefix knowledge seen from Redis and from this replica's own commits. */
+  index: PrefixIndex;
 }
+
+
 
 export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: Redis;
   private readonly views = new Map<string, PoolView>();
   /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
-  private readonly affinityCache: LRUCache<string, string>;
+  private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
   /** Leases held by this process and shared through Redis, renewed until released. */
   private readonly liveLeases = new Map<string, Lease>();
   /** Leases taken while Redis was unreachable: counted locally only. */
@@ -78,55 +87,64 @@ export class RedisStore implements RoutingStore {
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
 
-  cachedSnapshot(pool: string, key: string | undefined, workers: readonly string[]): Snapshot {
-    const view = this.view(pool, workers);
+  cachedSnapshot(q: StateQuery): Snapshot {
+    const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
-    for (const w of workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.localCount(pool, w));
+    for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.localCount(q.pool, w));
+    const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
     return {
-      affinity: key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(pool, key)),
+      affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
+      prefix: q.blocks.length > 0 ? view.index.match(q.blocks) : new Map(),
+      keyInflight: cached?.keyInflight ?? 0,
     };
   }
 
-  async snapshot(pool: string, key: string | undefined, workers: readonly string[]): Promise<Snapshot> {
+  async snapshot(q: StateQuery): Promise<Snapshot> {
     try {
-      const reply = await this.decide(pool, key, workers, { m: 'read', k: key === undefined ? 0 : 1 });
-      return this.absorb(pool, key, workers, reply);
+      const reply = await this.decide(q, { m: 'read', k: q.key === undefined ? 0 : 1 });
+      return this.absorb(q, reply);
     } catch (err) {
       this.logFailure('redis read failed; deciding on local state', err);
-      return this.cachedSnapshot(pool, key, workers);
+      return this.cachedSnapshot(q);
     }
   }
 
   async commit(req: CommitRequest): Promise<CommitResult> {
     const { pool, key, workers } = req;
     const index = (w: string) => workers.indexOf(w) + 1;
-    const leaseId = randomUUID();
+    const member = leaseMember(randomUUID(), key);
     const spec = {
       m: 'commit',
       k: key === undefined ? 0 : 1,
-      w: workers,
       c: index(req.worker),
       e: req.preconditions.affinity ?? '',
       b: req.preconditions.below.filter((b) => index(b.worker) > 0).map((b) => [index(b.worker), b.limit]),
       g: req.preconditions.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => [index(g.worker), g.limit]),
       s: req.preconditions.states.map((s) => [s.worker, s.in]),
+      pm: req.preconditions.prefixAtMost ?? -1,
       at: req.affinityTtlMs,
-      l: leaseId,
+      l: member,
       lt: this.opts.leaseTtlMs,
+      pt: req.prefixTtlMs,
+      cap: req.capacityBlocks,
     };
     if (spec.c === 0) throw new KvgateError('internal', `worker ${req.worker} is not in pool ${pool}`);
     let reply: DecideReply;
     try {
-      reply = await this.decide(pool, key, workers, spec);
+      reply = await this.decide(req, spec);
     } catch (err) {
       this.logFailure('redis commit failed; routing on local state', err);
+      // A timed-out script may still have run: take back the lease it would have written, or it
+      // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
+      this.redis.zrem(this.inflightKey(pool, req.worker), member).catch(() => undefined);
       return this.commitLocally(req);
     }
-    const snapshot = this.absorb(pool, key, workers, reply);
+    const snapshot = this.absorb(req, reply);
     if (reply[0] !== 1) return { ok: false, snapshot };
-    const lease: Lease = { id: leaseId, pool, worker: req.worker, shared: true };
+    this.view(pool, workers).index.record(req.worker, req.blocks, req.capacityBlocks);
+    const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.liveLeases.set(lease.id, lease);
     return { ok: true, lease, snapshot, degraded: false };
   }
@@ -196,47 +214,71 @@ export class RedisStore implements RoutingStore {
     return this.redis.status === 'ready';
   }
 
-  private decide(pool: string, key: string | undefined, workers: readonly string[], spec: object): Promise<DecideReply> {
+  private decide(q: StateQuery, spec: object): Promise<DecideReply> {
+    const { pool, key, workers } = q;
     const keys = [
       key === undefined ? this.statesKey(pool) : this.affinityKey(pool, key),
       this.statesKey(pool),
       ...workers.map((w) => this.inflightKey(pool, w)),
     ];
+    const full = {
+      ...spec,
+      w: workers,
+      kt: key ?? '',
+      bp: `${this.tag(pool)}:b:`,
+      wp: `${this.tag(pool)}:bw:`,
+      bl: q.blocks,
+    };
     const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
-    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify({ ...spec, w: workers }));
+    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify(full));
   }
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
-  private absorb(pool: string, key: string | undefined, workers: readonly string[], reply: DecideReply): Snapshot {
-    const [, affinity, counts, statePairs] = reply;
-    const view = this.view(pool, workers);
-    view.inflight = new Map(workers.map((w, i) => [w, Number(counts[i] ?? 0)]));
+  private absorb(q: StateQuery, reply: DecideReply): Snapshot {
+    const [, affinity, counts, statePairs, depthPairs, keyInflight] = reply;
+    const view = this.view(q.pool, q.workers);
+    view.inflight = new Map(q.workers.map((w, i) => [w, Number(counts[i] ?? 0)]));
     view.states = parseStates(statePairs);
-    if (key !== undefined) {
-      const ck = this.affinityCacheKey(pool, key);
-      if (affinity) this.affinityCache.set(ck, affinity);
+    // Redis's prefix match is the truth: teach it to the local index (so the next decision on this
+    // prompt needs no extra round trip) and unlearn what Redis no longer has (expired, evicted).
+    const prefix = new Map<string, number>();
+    for (let i = 0; i + 1 < depthPairs.length; i += 2) {
+      const d = Number(depthPairs[i + 1]);
+      if (d > 0) prefix.set(String(depthPairs[i]), d);
+    }
+    if (q.blocks.length > 0) {
+      for (const [w, d] of view.index.match(q.blocks)) {
+        const truth = prefix.get(w) ?? 0;
+        if (truth < d) view.index.forget(w, q.blocks.slice(truth, d));
+      }
+      for (const [w, d] of prefix) view.index.record(w, q.blocks.slice(0, d));
+    }
+    if (q.key !== undefined) {
+      const ck = this.affinityCacheKey(q.pool, q.key);
+      if (affinity) this.affinityCache.set(ck, { worker: affinity, keyInflight: Number(keyInflight) || 0 });
       else this.affinityCache.delete(ck);
     }
-    return this.cachedSnapshot(pool, key, workers);
+    return { ...this.cachedSnapshot(q), prefix };
   }
 
   private commitLocally(req: CommitRequest): CommitResult {
-    const snapshot = this.cachedSnapshot(req.pool, req.key, req.workers);
+    const snapshot = this.cachedSnapshot(req);
     // Degraded: the shared affinity is unknown, so only the capacity facts are checked here.
-    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity }, snapshot);
+    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity, prefixAtMost: undefined }, snapshot);
     if (!holds) return { ok: false, snapshot };
-    if (req.key !== undefined) this.affinityCache.set(this.affinityCacheKey(req.pool, req.key), req.worker);
+    if (req.key !== undefined) this.affinityCache.set(this.affinityCacheKey(req.pool, req.key), { worker: req.worker, keyInflight: snapshot.keyInflight + 1 });
+    this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.localLeases.set(lease.id, lease);
-    return { ok: true, lease, snapshot: this.cachedSnapshot(req.pool, req.key, req.workers), degraded: true };
+    return { ok: true, lease, snapshot: this.cachedSnapshot(req), degraded: true };
   }
 
   private async refreshAll(): Promise<void> {
     if (this.closed || this.redis.status !== 'ready') return;
     for (const [pool, view] of this.views) {
       try {
-        const reply = await this.decide(pool, undefined, view.workers, { m: 'read', k: 0 });
-        this.absorb(pool, undefined, view.workers, reply);
+        const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
+        this.absorb(q, await this.decide(q, { m: 'read', k: 0 }));
       } catch (err) {
         this.logFailure('redis refresh failed', err);
       }
@@ -259,7 +301,7 @@ export class RedisStore implements RoutingStore {
 
   private view(pool: string, workers: readonly string[]): PoolView {
     let v = this.views.get(pool);
-    if (!v) this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map() }));
+    if (!v) this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map(), index: new PrefixIndex(this.opts.prefixTtlMs ?? 1_800_000) }));
     else if (v.workers !== workers) v.workers = workers;
     return v;
   }

@@ -11,13 +11,28 @@
  */
 import type { Preconditions, WorkerState } from '../routing/types.js';
 
-/** What a decision needs to know about a pool and one key. */
+/** Which pool, key and prompt a snapshot or commit is about. */
+export interface StateQuery {
+  pool: string;
+  /** The store key of a session (kind-prefixed hash); undefined when the request has none. */
+  key: string | undefined;
+  /** Every worker id of the pool, in config order. */
+  workers: readonly string[];
+  /** The request's chained prompt block hashes (hex), for prefix matching; may be empty. */
+  blocks: readonly string[];
+}
+
+/** What a decision needs to know about a pool, one key and one prompt. */
 export interface Snapshot {
   affinity: string | undefined;
   /** Worker id → in-flight requests (missing = 0). */
   inflight: ReadonlyMap<string, number>;
   /** Worker id → state recorded in the store (missing = healthy). */
   states: ReadonlyMap<string, WorkerState>;
+  /** Worker id → leading blocks of the query's prompt the worker probably holds (missing = 0). */
+  prefix: ReadonlyMap<string, number>;
+  /** The key's requests in flight on its affine worker. */
+  keyInflight: number;
 }
 
 /** A taken in-flight slot; release it exactly once when the request finishes. */
@@ -29,15 +44,14 @@ export interface Lease {
   readonly shared: boolean;
 }
 
-export interface CommitRequest {
-  pool: string;
-  /** The store key of the routing key (kind-prefixed hash), or undefined for unkeyed requests. */
-  key: string | undefined;
-  /** Every worker id of the pool, in config order. */
-  workers: readonly string[];
+export interface CommitRequest extends StateQuery {
   worker: string;
   preconditions: Preconditions;
   affinityTtlMs: number;
+  /** How long an unused prefix block stays in the index. */
+  prefixTtlMs: number;
+  /** Prefix blocks the chosen worker can hold; the least recently routed go first past this. */
+  capacityBlocks: number;
 }
 
 export type CommitResult =
@@ -47,9 +61,14 @@ export type CommitResult =
 export interface RoutingStore {
   readonly backend: 'memory' | 'redis';
   /** The best local knowledge, without I/O. Exact for memory; last known shared state for Redis. */
-  cachedSnapshot(pool: string, key: string | undefined, workers: readonly string[]): Snapshot;
+  cachedSnapshot(q: StateQuery): Snapshot;
   /** Fresh shared state (falls back to the cached snapshot when the shared store is unreachable). */
-  snapshot(pool: string, key: string | undefined, workers: readonly string[]): Promise<Snapshot>;
+  snapshot(q: StateQuery): Promise<Snapshot>;
+  /**
+   * Checks the preconditions and, if they hold, atomically: records the key's affinity (when there
+   * is a key), takes an in-flight lease on the worker, and records that the worker now holds the
+   * prompt's blocks (the prefix index learns from routing decisions).
+   */
   commit(req: CommitRequest): Promise<CommitResult>;
   /** Gives the lease back; never throws (a lost release expires with the lease TTL). */
   release(lease: Lease): Promise<void>;
@@ -67,5 +86,11 @@ export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
   for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
   for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
   for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
+  if (p.prefixAtMost !== undefined) for (const d of snap.prefix.values()) if (d > p.prefixAtMost) return false;
   return true;
+}
+
+/** The lease member stored per in-flight request: its id and the key it serves (for per-key counts). */
+export function leaseMember(id: string, key: string | undefined): string {
+  return key === undefined ? id : `${id}|${key}`;
 }

@@ -36,14 +36,14 @@ describe('the kvgate policy runs the real Gate', () => {
     const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
     const ids = p.gate.currentConfig.workers.map((x) => x.id);
     for (const [i, session] of [[0, 'alice'], [1, 'bob'], [2, 'alice']] as const) {
-      const snap = p.gate.store.cachedSnapshot(p.gate.pool, `s:${hashSessionId(session)}`, ids);
+      const snap = p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: `s:${hashSessionId(session)}`, workers: ids, blocks: [] });
       assert.equal(snap.affinity, workerId(run.outcomes[i]!.worker), `affinity of ${session}`);
     }
     // alice's second turn went where the gate had pinned her, and hit her cached prefix there.
     assert.equal(run.outcomes[2]!.worker, run.outcomes[0]!.worker);
     assert.equal(run.outcomes[2]!.cachedTokens, 300);
     assert.deepEqual(Object.fromEntries(p.outcomes), { new: 2, affinity_hit: 1 });
-    const snap = p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids);
+    const snap = p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] });
     assert.deepEqual([...snap.inflight.values()], [0, 0]);
   });
 
@@ -52,7 +52,7 @@ describe('the kvgate policy runs the real Gate', () => {
     const w = handWorkload([{ at: 0, prompt: 300, out: 50, blocks: [1, 2, 3], session: 's' }]);
     const ids = p.gate.currentConfig.workers.map((x) => x.id);
     const seen: number[] = [];
-    const inflight = () => [...p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).inflight.values()].reduce((a, b) => a + b, 0);
+    const inflight = () => [...p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] }).inflight.values()].reduce((a, b) => a + b, 0);
     const original = p.firstToken.bind(p);
     p.firstToken = async (req) => {
       seen.push(inflight());
@@ -67,13 +67,13 @@ describe('the kvgate policy runs the real Gate', () => {
     const p = await KvgatePolicy.create(ctx);
     await p.workerPressure(0, true);
     const ids = p.gate.currentConfig.workers.map((x) => x.id);
-    assert.equal(p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).states.get('w0'), 'pressured');
+    assert.equal(p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] }).states.get('w0'), 'pressured');
     for (let i = 0; i < 5; i++) {
       const r = handWorkload([{ at: 0, prompt: 100, out: 1, blocks: [i], session: `new-${i}` }]).requests[0]!;
       assert.deepEqual(await p.route(r), { worker: 1 });
     }
     await p.workerPressure(0, false);
-    assert.equal(p.gate.store.cachedSnapshot(p.gate.pool, undefined, ids).states.get('w0'), undefined);
+    assert.equal(p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] }).states.get('w0'), undefined);
   });
 
   test('a simulated worker whose pinned KV crosses 85% reports itself pressured to kvgate', async () => {

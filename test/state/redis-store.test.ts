@@ -40,16 +40,16 @@ describe('redis store specifics', () => {
       assert.ok(await a.waitReady(3000));
       assert.ok(await b.waitReady(3000));
       const workers = ['w1', 'w2'];
-      const res = await a.commit({ pool: 'p', key: 's:shared', workers, worker: 'w2', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const res = await a.commit({ pool: 'p', key: 's:shared', workers, worker: 'w2', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.ok(res.ok);
-      const seen = await b.snapshot('p', 's:shared', workers);
+      const seen = await b.snapshot({ pool: 'p', key: 's:shared', workers, blocks: [] });
       assert.equal(seen.affinity, 'w2');
       assert.equal(seen.inflight.get('w2'), 1);
       // b's cached view is stale for this key until it reads: a commit on the stale view fails
       // and hands back the truth instead of overwriting a's placement.
-      const stale = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const stale = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.ok(stale.ok);
-      const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.equal(race.ok, false);
       assert.equal(race.snapshot.affinity, 'w2');
     } finally {
@@ -65,16 +65,16 @@ describe('redis store specifics', () => {
     try {
       assert.ok(await store.waitReady(3000));
       const workers = ['w1', 'w2'];
-      const first = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const first = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.ok(first.ok);
       await redis.kill();
       const t0 = Date.now();
-      const res = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const res = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.ok(res.ok);
       assert.equal(res.degraded, true);
       assert.equal(res.lease.shared, false);
       assert.ok(Date.now() - t0 < 1000, 'falls back quickly');
-      assert.equal(store.cachedSnapshot('p', 's:d', workers).affinity, 'w1', 'affinity known locally survives');
+      assert.equal(store.cachedSnapshot({ pool: 'p', key: 's:d', workers, blocks: [] }).affinity, 'w1', 'affinity known locally survives');
       await store.release(res.lease);
       await assert.rejects(store.ping(), /unreachable/);
       await store.release(first.lease); // never throws
@@ -92,13 +92,13 @@ describe('redis store specifics', () => {
       assert.ok(await store.waitReady(3000));
       assert.ok(await other.waitReady(3000));
       const workers = ['w1'];
-      const res = await store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000 });
+      const res = await store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.ok(res.ok);
-      assert.equal((await other.snapshot('p', undefined, workers)).inflight.get('w1'), 1);
+      assert.equal((await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight.get('w1'), 1);
       // Renewal runs every max(1 s, ttl/3); stop it by closing without release (as a crash would).
       (store as unknown as { liveLeases: Map<string, unknown> }).liveLeases.clear();
       await new Promise((r) => setTimeout(r, 600));
-      assert.equal((await other.snapshot('p', undefined, workers)).inflight.get('w1'), 0);
+      assert.equal((await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight.get('w1'), 0);
     } finally {
       await store.close();
       await other.close();

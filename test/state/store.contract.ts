@@ -21,9 +21,15 @@ function pool(): string {
   return `pool-${process.pid}-${++seq}`;
 }
 
-function req(p: string, key: string | undefined, worker: string, pre: Partial<Preconditions> = {}, ttlMs = 60_000): CommitRequest {
-  return { pool: p, key, workers: WORKERS, worker, preconditions: { ...none, ...pre }, affinityTtlMs: ttlMs };
+function req(p: string, key: string | undefined, worker: string, pre: Partial<Preconditions> = {}, ttlMs = 60_000, blocks: string[] = [], extra: Partial<CommitRequest> = {}): CommitRequest {
+  return { pool: p, key, workers: WORKERS, blocks, worker, preconditions: { ...none, ...pre }, affinityTtlMs: ttlMs, prefixTtlMs: 60_000, capacityBlocks: 1000, ...extra };
 }
+
+function q(p: string, key: string | undefined, blocks: string[] = []) {
+  return { pool: p, key, workers: WORKERS, blocks };
+}
+
+const chain = (tag: string, n: number, from = 0) => Array.from({ length: n }, (_, i) => `${tag}${i + from}`);
 
 export function storeContract(name: string, make: () => Promise<StoreFixture>): void {
   describe(`store contract: ${name}`, () => {
@@ -36,7 +42,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
     after(async () => fx.cleanup());
 
     test('an unknown key has no affinity and an idle pool has no load', async () => {
-      const s = await store.snapshot(pool(), 's:abc', WORKERS);
+      const s = await store.snapshot(q(pool(), 's:abc'));
       assert.equal(s.affinity, undefined);
       for (const w of WORKERS) assert.equal(s.inflight.get(w) ?? 0, 0);
       assert.equal(s.states.size, 0);
@@ -48,12 +54,12 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.ok(res.ok);
       assert.equal(res.lease.worker, 'w2');
       assert.equal(res.degraded, false);
-      const s = await store.snapshot(p, 's:abc', WORKERS);
+      const s = await store.snapshot(q(p, 's:abc'));
       assert.equal(s.affinity, 'w2');
       assert.equal(s.inflight.get('w2'), 1);
       await store.release(res.lease);
       await store.release(res.lease); // a second release is harmless
-      const after = await store.snapshot(p, 's:abc', WORKERS);
+      const after = await store.snapshot(q(p, 's:abc'));
       assert.equal(after.inflight.get('w2') ?? 0, 0);
       assert.equal(after.affinity, 'w2', 'affinity outlives the request');
     });
@@ -66,7 +72,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal(res.snapshot.affinity, 'w1');
       const again = await store.commit(req(p, 's:k', 'w3', { affinity: 'w1' }));
       assert.ok(again.ok, 'with the right expectation the same commit succeeds');
-      assert.equal((await store.snapshot(p, 's:k', WORKERS)).affinity, 'w3');
+      assert.equal((await store.snapshot(q(p, 's:k'))).affinity, 'w3');
     });
 
     test('a commit fails when its target reached the limit it relied on', async () => {
@@ -76,7 +82,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const res = await store.commit(req(p, 's:x', 'w1', { below: [{ worker: 'w1', limit: 2 }] }));
       assert.equal(res.ok, false);
       assert.equal(res.snapshot.inflight.get('w1'), 2);
-      assert.equal((await store.snapshot(p, 's:x', WORKERS)).affinity, undefined, 'a failed commit writes nothing');
+      assert.equal((await store.snapshot(q(p, 's:x'))).affinity, undefined, 'a failed commit writes nothing');
     });
 
     test('a migration fails when the worker it left is no longer full', async () => {
@@ -99,7 +105,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       const res = await store.commit(req(p, undefined, 'w3'));
       assert.ok(res.ok);
-      const s = await store.snapshot(p, undefined, WORKERS);
+      const s = await store.snapshot(q(p, undefined));
       assert.equal(s.inflight.get('w3'), 1);
       assert.equal(s.affinity, undefined);
       await store.release(res.lease);
@@ -109,21 +115,21 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       await store.setWorkerState(p, 'w2', 'draining');
       await store.setWorkerState(p, 'w3', 'down');
-      let s = await store.snapshot(p, undefined, WORKERS);
+      let s = await store.snapshot(q(p, undefined));
       assert.equal(s.states.get('w2'), 'draining');
       assert.equal(s.states.get('w3'), 'down');
       await store.setWorkerState(p, 'w2', 'healthy');
       await store.setWorkerState(p, 'w3', undefined);
-      s = await store.snapshot(p, undefined, WORKERS);
+      s = await store.snapshot(q(p, undefined));
       assert.equal(s.states.size, 0);
     });
 
     test('affinity expires after its TTL', async () => {
       const p = pool();
       assert.ok((await store.commit(req(p, 's:ttl', 'w1', {}, 150))).ok);
-      assert.equal((await store.snapshot(p, 's:ttl', WORKERS)).affinity, 'w1');
+      assert.equal((await store.snapshot(q(p, 's:ttl'))).affinity, 'w1');
       await new Promise((r) => setTimeout(r, 400));
-      assert.equal((await store.snapshot(p, 's:ttl', WORKERS)).affinity, undefined);
+      assert.equal((await store.snapshot(q(p, 's:ttl'))).affinity, undefined);
     });
 
     test('racing commits never push a worker past the limit they check', async () => {
@@ -132,18 +138,70 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
         Array.from({ length: 40 }, (_, i) => store.commit(req(p, `s:r${i}`, 'w1', { below: [{ worker: 'w1', limit: 7 }] }))),
       );
       assert.equal(results.filter((r) => r.ok).length, 7);
-      assert.equal((await store.snapshot(p, undefined, WORKERS)).inflight.get('w1'), 7);
+      assert.equal((await store.snapshot(q(p, undefined))).inflight.get('w1'), 7);
       for (const r of results) if (r.ok) await store.release(r.lease);
-      assert.equal((await store.snapshot(p, undefined, WORKERS)).inflight.get('w1') ?? 0, 0);
+      assert.equal((await store.snapshot(q(p, undefined))).inflight.get('w1') ?? 0, 0);
     });
 
     test('pools are independent', async () => {
       const a = pool();
       const b = pool();
       assert.ok((await store.commit(req(a, 's:same', 'w1'))).ok);
-      const s = await store.snapshot(b, 's:same', WORKERS);
+      const s = await store.snapshot(q(b, 's:same'));
       assert.equal(s.affinity, undefined);
       assert.equal(s.inflight.get('w1') ?? 0, 0);
+    });
+
+    test('the prefix index learns from commits and matches the longest shared run of blocks', async () => {
+      const p = pool();
+      const sys = chain('sys', 6);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, [...sys, ...chain('u1-', 4)]))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, sys.slice(0, 3)))).ok);
+      const s = await store.snapshot(q(p, undefined, [...sys, ...chain('u2-', 4)]));
+      assert.equal(s.prefix.get('w1'), 6, 'w1 holds the whole shared system prompt');
+      assert.equal(s.prefix.get('w2'), 3);
+      assert.equal(s.prefix.get('w3') ?? 0, 0);
+      const other = await store.snapshot(q(p, undefined, chain('zzz', 5)));
+      assert.equal(other.prefix.size, 0, 'an unrelated prompt matches nothing');
+    });
+
+    test('a worker keeps at most its capacity in blocks, losing the deepest first', async () => {
+      const p = pool();
+      const blocks = chain('b', 6);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks, { capacityBlocks: 4 }))).ok);
+      assert.equal((await store.snapshot(q(p, undefined, blocks))).prefix.get('w1'), 4);
+    });
+
+    test('prefix blocks expire after their TTL', async () => {
+      const p = pool();
+      const blocks = chain('t', 3);
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, blocks, { prefixTtlMs: 150 }))).ok);
+      assert.equal((await store.snapshot(q(p, undefined, blocks))).prefix.get('w2'), 3);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal((await store.snapshot(q(p, undefined, blocks))).prefix.get('w2') ?? 0, 0);
+    });
+
+    test('a commit that missed a deeper prefix match elsewhere fails and returns it', async () => {
+      const p = pool();
+      const blocks = chain('deep', 5);
+      assert.ok((await store.commit(req(p, undefined, 'w3', {}, 60_000, blocks))).ok);
+      const res = await store.commit(req(p, undefined, 'w1', { prefixAtMost: 0 }, 60_000, blocks));
+      assert.equal(res.ok, false);
+      assert.equal(res.snapshot.prefix.get('w3'), 5);
+      assert.ok((await store.commit(req(p, undefined, 'w1', { prefixAtMost: 5 }, 60_000, blocks))).ok);
+    });
+
+    test('a session’s requests in flight on its worker are counted', async () => {
+      const p = pool();
+      const a = await store.commit(req(p, 's:busy', 'w2'));
+      assert.ok(a.ok);
+      const b = await store.commit(req(p, 's:busy', 'w2', { affinity: 'w2' }));
+      assert.ok(b.ok);
+      assert.ok((await store.commit(req(p, 's:other', 'w2'))).ok);
+      assert.equal((await store.snapshot(q(p, 's:busy'))).keyInflight, 2);
+      await store.release(a.lease);
+      assert.equal((await store.snapshot(q(p, 's:busy'))).keyInflight, 1);
+      assert.equal((await store.snapshot(q(p, 's:other'))).keyInflight, 1);
     });
   });
 }

@@ -109,4 +109,18 @@ describe('routing keys', () => {
     const u = understand(req({}, `{"messages": ${deep}}`), config);
     assert.ok(u.key === undefined || u.key.kind === 'prefix');
   });
+
+  test('the prompt block chain: whole blocks only, chained, seeded with model and cache_salt', () => {
+    const body = (extra: object = {}) => ({ model: 'm', messages: [{ role: 'system', content: SYSTEM }], ...extra });
+    const a = understand(req({}, body()), config);
+    assert.equal(a.blocks.length, Math.floor(a.blocks.length), 'whole blocks');
+    assert.ok(a.blocks.length >= 10);
+    const longer = understand(req({}, { ...body(), messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'more '.repeat(200) }] }), config);
+    assert.deepEqual(longer.blocks.slice(0, a.blocks.length - 1), a.blocks.slice(0, -1), 'a longer prompt extends the chain');
+    const salted = understand(req({}, body({ cache_salt: 'tenant-7' })), config);
+    assert.notEqual(salted.blocks[0], a.blocks[0], 'cache_salt separates tenants');
+    const withSession = understand(req({ 'x-session-id': 'z' }, body()), config);
+    assert.deepEqual(withSession.blocks, a.blocks, 'sessions carry their prompt blocks too');
+    assert.equal(understand(req({}, { model: 'm', prompt: 'short' }, '/v1/completions'), config).blocks.length, 0);
+  });
 });

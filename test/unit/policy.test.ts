@@ -1,13 +1,28 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { decide } from '../../src/routing/policy.js';
-import type { WorkerView } from '../../src/routing/types.js';
+import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
 
 before(() => initHashing());
 
-function w(id: string, inflight: number, maxInflight = 10, state: WorkerView['state'] = 'healthy'): WorkerView {
-  return { id, cluster: `c_${id}`, state, inflight, maxInflight };
+function w(id: string, inflight: number, maxInflight = 10, state: WorkerView['state'] = 'healthy', prefixBlocks = 0): WorkerView {
+  return { id, cluster: `c_${id}`, state, inflight, maxInflight, prefixBlocks };
+}
+
+/** A decision input with the gate's defaults; tests override what they are about. */
+function input(p: Partial<DecisionInput> & Pick<DecisionInput, 'workers'>): DecisionInput {
+  return {
+    keyHash: 'k',
+    session: true,
+    affinity: undefined,
+    keyInflight: 0,
+    totalBlocks: 0,
+    mode: 'both',
+    weights: { prefix: 1, load: 1, kv: 0.5 },
+    maxInflightPerSession: 4,
+    ...p,
+  };
 }
 
 describe('routing policy', () => {
@@ -20,11 +35,11 @@ describe('routing policy', () => {
     const affinity = new Map([['abc', 'worker_1']]);
     const placed: Array<[string, string]> = [];
     for (const session of ['abc', 'def', 'ghi']) {
-      const d = decide({
+      const d = decide(input({
         keyHash: session,
         affinity: affinity.get(session),
         workers: [...loads].map(([id, n]) => w(id, n)),
-      });
+      }));
       assert.equal(d.kind, 'route');
       if (d.kind !== 'route') return;
       loads.set(d.worker, loads.get(d.worker)! + 1);
@@ -43,13 +58,13 @@ describe('routing policy', () => {
   });
 
   test('affinity wins while the affine worker is below its limit, even when others are idler', () => {
-    const d = decide({ keyHash: 'k', affinity: 'a', workers: [w('a', 8), w('b', 0)] });
+    const d = decide(input({ keyHash: 'k', affinity: 'a', workers: [w('a', 8), w('b', 0)] }));
     assert.equal(d.kind === 'route' && d.worker, 'a');
     assert.equal(d.kind === 'route' && d.outcome, 'affinity_hit');
   });
 
   test('a saturated affine worker sends the session to the least loaded one and records a migration', () => {
-    const d = decide({ keyHash: 'k', affinity: 'a', workers: [w('a', 10), w('b', 5), w('c', 3)] });
+    const d = decide(input({ keyHash: 'k', affinity: 'a', workers: [w('a', 10), w('b', 5), w('c', 3)] }));
     assert.equal(d.kind, 'route');
     if (d.kind !== 'route') return;
     assert.equal(d.worker, 'c');
@@ -60,22 +75,22 @@ describe('routing policy', () => {
   });
 
   test('least loaded is by share of each worker’s own limit', () => {
-    const d = decide({ keyHash: undefined, affinity: undefined, workers: [w('small', 2, 4), w('big', 6, 32)] });
+    const d = decide(input({ keyHash: undefined, session: false, affinity: undefined, workers: [w('small', 2, 4), w('big', 6, 32)] }));
     assert.equal(d.kind === 'route' && d.worker, 'big');
     assert.equal(d.kind === 'route' && d.outcome, 'unkeyed');
   });
 
   test('a pressured worker keeps its sessions but takes no new ones', () => {
     const workers = [w('p', 1, 10, 'pressured'), w('h', 5)];
-    const kept = decide({ keyHash: 'k', affinity: 'p', workers });
+    const kept = decide(input({ keyHash: 'k', affinity: 'p', workers }));
     assert.equal(kept.kind === 'route' && kept.worker, 'p');
-    const fresh = decide({ keyHash: 'n', affinity: undefined, workers });
+    const fresh = decide(input({ keyHash: 'n', affinity: undefined, workers }));
     assert.equal(fresh.kind === 'route' && fresh.worker, 'h');
   });
 
   test('draining and down workers get nothing; their sessions move', () => {
     for (const state of ['draining', 'down'] as const) {
-      const d = decide({ keyHash: 'k', affinity: 'x', workers: [w('x', 0, 10, state), w('y', 3)] });
+      const d = decide(input({ keyHash: 'k', affinity: 'x', workers: [w('x', 0, 10, state), w('y', 3)] }));
       assert.equal(d.kind === 'route' && d.worker, 'y');
       assert.equal(d.kind === 'route' && d.outcome, 'migrated');
       assert.deepEqual(d.kind === 'route' && d.preconditions.atOrAbove, [], 'no load fact needed to leave a dead worker');
@@ -83,24 +98,24 @@ describe('routing policy', () => {
   });
 
   test('every worker at its limit sheds as overloaded (429)', () => {
-    const d = decide({ keyHash: 'k', affinity: undefined, workers: [w('a', 10), w('b', 10)] });
+    const d = decide(input({ keyHash: 'k', affinity: undefined, workers: [w('a', 10), w('b', 10)] }));
     assert.deepEqual(d.kind === 'shed' && d.reason, 'overloaded');
   });
 
   test('a full pool whose only free worker is pressured still sheds new sessions', () => {
-    const d = decide({ keyHash: 'k', affinity: undefined, workers: [w('a', 10), w('p', 0, 10, 'pressured')] });
+    const d = decide(input({ keyHash: 'k', affinity: undefined, workers: [w('a', 10), w('p', 0, 10, 'pressured')] }));
     assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
   });
 
   test('no worker healthy sheds as no_healthy_workers (503)', () => {
-    const d = decide({ keyHash: 'k', affinity: 'a', workers: [w('a', 0, 10, 'down'), w('b', 0, 10, 'draining')] });
+    const d = decide(input({ keyHash: 'k', affinity: 'a', workers: [w('a', 0, 10, 'down'), w('b', 0, 10, 'draining')] }));
     assert.equal(d.kind === 'shed' && d.reason, 'no_healthy_workers');
   });
 
   test('ties are broken the same way every time, and different keys spread over tied workers', () => {
     const workers = [w('a', 0), w('b', 0), w('c', 0), w('d', 0)];
     const pick = (k: string) => {
-      const d = decide({ keyHash: k, affinity: undefined, workers });
+      const d = decide(input({ keyHash: k, affinity: undefined, workers }));
       return d.kind === 'route' ? d.worker : 'shed';
     };
     assert.equal(pick('same'), pick('same'));
@@ -109,7 +124,80 @@ describe('routing policy', () => {
   });
 
   test('an affinity to a worker no longer configured is a migration', () => {
-    const d = decide({ keyHash: 'k', affinity: 'gone', workers: [w('a', 0)] });
+    const d = decide(input({ keyHash: 'k', affinity: 'gone', workers: [w('a', 0)] }));
     assert.equal(d.kind === 'route' && d.outcome, 'migrated');
+  });
+
+  describe('prefix-aware scoring', () => {
+    test('a worker holding the prompt beats an idle one until it is nearly full', () => {
+      const holder = (load: number) => w('holder', load, 10, 'healthy', 40);
+      const pick = (load: number) => {
+        const d = decide(input({ session: false, totalBlocks: 40, workers: [holder(load), w('idle', 0)] }));
+        return d.kind === 'route' ? d.worker : 'shed';
+      };
+      assert.equal(pick(0), 'holder');
+      assert.equal(pick(8), 'holder');
+      assert.equal(pick(9), 'holder', '1 − 0.9 > 0');
+      const full = decide(input({ session: false, totalBlocks: 40, workers: [holder(10), w('idle', 0)] }));
+      assert.equal(full.kind === 'route' && full.worker, 'idle', 'a full holder is not a candidate');
+    });
+
+    test('a half match is worth half a limit of load', () => {
+      const d = decide(input({ session: false, totalBlocks: 10, workers: [w('half', 6, 10, 'healthy', 5), w('idle', 0)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'idle', '0.5 − 0.6 < 0');
+      const e = decide(input({ session: false, totalBlocks: 10, workers: [w('half', 4, 10, 'healthy', 5), w('idle', 0)] }));
+      assert.equal(e.kind === 'route' && e.worker, 'half', '0.5 − 0.4 > 0');
+      assert.equal(e.kind === 'route' && e.outcome, 'prefix_hit');
+    });
+
+    test('KV pressure steers near-ties away from a worker close to evicting', () => {
+      const hot = { ...w('hot', 2), kvUsage: 0.95 };
+      const cool = { ...w('cool', 2), kvUsage: 0.1 };
+      const d = decide(input({ session: false, totalBlocks: 4, workers: [hot, cool] }));
+      assert.equal(d.kind === 'route' && d.worker, 'cool');
+    });
+
+    test('a session whose worker is full follows its prefix, not just the least loaded', () => {
+      const d = decide(input({ affinity: 'home', totalBlocks: 20, workers: [w('home', 10, 10, 'healthy', 20), w('shares-system-prompt', 3, 10, 'healthy', 12), w('idle', 0)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'shares-system-prompt');
+      assert.equal(d.kind === 'route' && d.outcome, 'migrated');
+    });
+
+    test('a session with too many requests in flight on its worker spills to scoring', () => {
+      const workers = [w('home', 5, 10, 'healthy', 20), w('other', 0, 10, 'healthy', 0)];
+      const stays = decide(input({ affinity: 'home', keyInflight: 3, totalBlocks: 20, workers }));
+      assert.equal(stays.kind === 'route' && stays.worker, 'home');
+      const spills = decide(input({ affinity: 'home', keyInflight: 4, totalBlocks: 20, workers }));
+      assert.equal(spills.kind === 'route' && spills.explanation.spilled, true);
+      // Scored: home has the whole prompt at half load (1 − 0.5) against an idle stranger (0).
+      assert.equal(spills.kind === 'route' && spills.worker, 'home');
+      const crowded = decide(input({ affinity: 'home', keyInflight: 4, totalBlocks: 20, workers: [w('home', 9, 10, 'healthy', 2), w('other', 0)] }));
+      assert.equal(crowded.kind === 'route' && crowded.worker, 'other');
+    });
+
+    test('modes: session ignores prefixes, prefix ignores sessions, least_loaded ignores both', () => {
+      const workers = [w('affine', 5, 10, 'healthy', 0), w('holder', 3, 10, 'healthy', 30), w('idle', 0)];
+      const pick = (mode: DecisionInput['mode']) => {
+        const d = decide(input({ mode, affinity: 'affine', totalBlocks: 30, workers }));
+        return d.kind === 'route' ? d.worker : 'shed';
+      };
+      assert.equal(pick('both'), 'affine');
+      assert.equal(pick('session'), 'affine');
+      assert.equal(pick('prefix'), 'holder');
+      assert.equal(pick('least_loaded'), 'idle');
+    });
+
+    test('a scored decision relies on the deepest match it saw, and explains every candidate', () => {
+      const d = decide(input({ session: false, totalBlocks: 8, workers: [w('a', 1, 10, 'healthy', 8), w('b', 0, 10, 'healthy', 3), w('gone', 0, 10, 'down', 8)] }));
+      assert.equal(d.kind, 'route');
+      if (d.kind !== 'route') return;
+      assert.equal(d.preconditions.prefixAtMost, 8);
+      assert.equal(d.explanation.rule, 'scored');
+      const byWorker = new Map(d.explanation.candidates.map((c) => [c.worker, c]));
+      assert.equal(byWorker.get('a')?.score, 0.9);
+      assert.equal(byWorker.get('b')?.score, 0.375);
+      assert.equal(byWorker.get('gone')?.score, undefined, 'a down worker is not scored');
+      assert.equal(byWorker.get('gone')?.prefixBlocks, 8);
+    });
   });
 });
