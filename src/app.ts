@@ -9,6 +9,7 @@ import type { Config } from './config/schema.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import { initHashing } from './request/hashing.js';
+import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore } from './state/create-store.js';
 import { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
@@ -31,6 +32,7 @@ export interface RunningKvgate {
   gate: Gate;
   store: RoutingStore;
   extproc: ExtProcServer;
+  collector: SignalCollector;
   /** Drains open streams for up to `graceMs`, then stops everything. */
   close(graceMs?: number): Promise<void>;
 }
@@ -72,6 +74,9 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     await store.close();
     throw err;
   }
+  // Workers with metrics count as down until their first scrape: read them once before serving.
+  const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
+  await collector.start();
   extproc.setServing(true);
   logger.info({ grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length }, 'kvgate serving');
   let closing: Promise<void> | undefined;
@@ -81,8 +86,10 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     gate,
     store,
     extproc,
+    collector,
     close(graceMs = 5000) {
       closing ??= (async () => {
+        collector.stop();
         await extproc.shutdown(graceMs);
         await admin.close();
         await store.close();

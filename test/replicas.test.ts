@@ -12,6 +12,9 @@ import { startRedis, type TestRedis } from './helpers/redis-server.js';
 
 const CONFIG = {
   leases: { ttl_s: 3 },
+  // Agreement between replicas is what is tested here, not the fallback for a slow Redis
+  // (test/state covers that): a CPU-starved CI machine must not push a replica into it.
+  store: { timeout_ms: 1000 },
   workers: [
     { id: 'worker_1', cluster: 'worker_1', max_inflight: 50 },
     { id: 'worker_2', cluster: 'worker_2', max_inflight: 50 },

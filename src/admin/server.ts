@@ -61,7 +61,32 @@ export class AdminServer {
       const snap = await gate.store.snapshot({ pool: gate.pool, key: undefined, workers: gate.currentConfig.workers.map((w) => w.id), blocks: [] });
       return send(res, 200, {
         store: gate.store.backend,
-        workers: gate.views(snap).map((w) => ({ id: w.id, cluster: w.cluster, state: w.state, inflight: w.inflight, max_inflight: w.maxInflight })),
+        workers: gate.views(snap).map((w) => {
+          const sig = gate.signalsOf(w.id);
+          const s = sig?.record?.signals;
+          return {
+            id: w.id,
+            cluster: w.cluster,
+            state: w.state,
+            inflight: w.inflight,
+            max_inflight: w.maxInflight,
+            ...(sig
+              ? {
+                  reasons: sig.verdict.reasons,
+                  signals: {
+                    running: s?.running,
+                    waiting: s?.waiting,
+                    kv_usage: s?.kvUsage,
+                    gpu_temp_c: s?.gpuTempC,
+                    fb_used_mib: s?.fbUsedMiB,
+                    fb_free_mib: s?.fbFreeMiB,
+                    age_ms: sig.record && Number.isFinite(sig.record.ageMs) ? Math.round(sig.record.ageMs) : null,
+                    scrape_failures: sig.record?.failures ?? 0,
+                  },
+                }
+              : {}),
+          };
+        }),
       });
     }
     if (req.method === 'GET' && url.pathname === '/debug/decisions') {

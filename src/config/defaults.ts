@@ -95,8 +95,12 @@ export const DEFAULTS = {
    * and its counts vanish within this time instead of pinning workers as busy forever.
    */
   leaseTtlS: 30,
-  /** Redis commands past this fall back to local state, well inside Envoy's 500 ms message_timeout. */
-  storeTimeoutMs: 50,
+  /**
+   * Redis commands past this fall back to local state, well inside Envoy's 500 ms message_timeout.
+   * A healthy Redis answers in well under a millisecond; 100 ms only trips on a sick one (or a
+   * process starved of CPU), not on ordinary jitter.
+   */
+  storeTimeoutMs: 100,
   /** How often a Redis-backed gate refreshes its local view of worker loads and states. */
   storeRefreshMs: 250,
   /**
@@ -110,6 +114,28 @@ export const DEFAULTS = {
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */
   localAffinityCacheSize: 100_000,
 
+  /** Model-server metrics are read this often: the tick the Gateway API endpoint picker uses. */
+  scrapeIntervalMs: 50,
+  /** A scrape slower than this failed: the worker is too busy or gone. */
+  scrapeTimeoutMs: 500,
+  /** Data older than this is stale and the worker counts as down (the endpoint picker's 2 s). */
+  staleAfterMs: 2000,
+  /** Consecutive failed scrapes before a worker is down: one lost packet is not an outage. */
+  scrapeFailuresDown: 3,
+  /** KV-cache use (or GPU memory use, where memory is configured as a signal) that makes a worker pressured. */
+  kvPressure: 0.85,
+  /** Queued requests (engine-reported) past which a worker takes no new sessions. */
+  maxQueue: 32,
+  /** GPU temperature past which a worker takes no new sessions: data-centre GPUs throttle near 85-90 °C. */
+  maxTempC: 85,
+  /** How often a pressured worker's coldest sessions are moved while it stays pressured. */
+  migrationIntervalMs: 5000,
+  /** Share of a pressured worker's sessions moved per round, coldest first. */
+  migrationFraction: 0.25,
+  /** Most sessions moved per round: bounds the offload burst a worker-side agent must absorb. */
+  migrationMaxSessions: 64,
+  /** Offload events kept on the Redis Stream (approximate trim). */
+  offloadStreamMaxLen: 10_000,
   /** The one pool every worker belongs to until pools are configured. */
   pool: 'default',
   logLevel: 'info',

@@ -3,6 +3,7 @@
  * `Config` type. Unknown keys are rejected so a typo never silently falls back to a default.
  */
 import { z } from 'zod';
+import { ENGINES } from '../signals/metric-names.js';
 import { DEFAULTS } from './defaults.js';
 
 const headerName = z
@@ -18,6 +19,14 @@ const workerSchema = z.strictObject({
   max_inflight: z.number().int().positive().optional(),
   /** KV tokens the worker holds; sizes its share of the prefix index. */
   kv_capacity_tokens: z.number().int().positive().optional(),
+  /** The model server's Prometheus endpoint; without it the worker is judged by in-flight counts alone. */
+  metrics_url: z.url({ protocol: /^https?$/ }).optional(),
+  /** Which metric names the endpoint uses. */
+  engine: z.enum(ENGINES).default('vllm'),
+  /** A DCGM exporter endpoint for this worker's GPU (framebuffer, temperature), if any. */
+  dcgm_url: z.url({ protocol: /^https?$/ }).optional(),
+  /** Count raw GPU framebuffer use as memory pressure (off: vLLM preallocates most of the GPU). */
+  memory_pressure_from_framebuffer: z.boolean().default(false),
 });
 
 export const configSchema = z.strictObject({
@@ -76,6 +85,31 @@ export const configSchema = z.strictObject({
       timeout_ms: z.number().int().positive().default(DEFAULTS.storeTimeoutMs),
       refresh_ms: z.number().int().positive().default(DEFAULTS.storeRefreshMs),
       key_prefix: z.string().min(1).regex(/^[A-Za-z0-9_.:-]+$/).default(DEFAULTS.storeKeyPrefix),
+    })
+    .prefault({}),
+  signals: z
+    .strictObject({
+      interval_ms: z.number().int().min(10).default(DEFAULTS.scrapeIntervalMs),
+      timeout_ms: z.number().int().positive().default(DEFAULTS.scrapeTimeoutMs),
+      stale_after_ms: z.number().int().positive().default(DEFAULTS.staleAfterMs),
+      failures_down: z.number().int().positive().default(DEFAULTS.scrapeFailuresDown),
+    })
+    .prefault({}),
+  thresholds: z
+    .strictObject({
+      kv_pressure: z.number().gt(0).max(1).default(DEFAULTS.kvPressure),
+      memory_pressure: z.number().gt(0).max(1).default(DEFAULTS.kvPressure),
+      max_queue: z.number().int().nonnegative().default(DEFAULTS.maxQueue),
+      max_temp_c: z.number().positive().default(DEFAULTS.maxTempC),
+    })
+    .prefault({}),
+  migration: z
+    .strictObject({
+      enabled: z.boolean().default(true),
+      interval_ms: z.number().int().positive().default(DEFAULTS.migrationIntervalMs),
+      fraction: z.number().gt(0).max(1).default(DEFAULTS.migrationFraction),
+      max_sessions: z.number().int().positive().default(DEFAULTS.migrationMaxSessions),
+      stream_maxlen: z.number().int().positive().default(DEFAULTS.offloadStreamMaxLen),
     })
     .prefault({}),
   workers: z

@@ -10,8 +10,9 @@ import { DEFAULTS } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
+import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
-import type { Decision, Explanation, RouteOutcome, WorkerView } from '../routing/types.js';
+import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
 
@@ -46,6 +47,8 @@ export class Gate {
   private workersById: ReadonlyMap<string, WorkerConfig>;
   /** The last decisions, for the admin debug endpoint (hashes only, never prompts). */
   readonly decisions = new DecisionLog(100);
+  /** Each worker's last scrape and the health read from it (workers with metrics only). */
+  private signals = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
 
   constructor(
     private config: Config,
@@ -121,7 +124,7 @@ export class Gate {
         this.store.commit({
           ...q,
           worker: decision.worker,
-          preconditions: decision.preconditions,
+          preconditions: this.checkable(decision.preconditions, snap),
           affinityTtlMs: cfg.affinity.ttl_s * 1000,
           prefixTtlMs: cfg.prefix.ttl_s * 1000,
           capacityBlocks: this.capacityBlocks(decision.worker),
@@ -142,19 +145,69 @@ export class Gate {
     });
   }
 
-  /** Workers as the policy sees them: config limits joined with the store's counts, states and prefix matches. */
+  /**
+   * Workers as the policy sees them: config limits joined with the store's counts, operator states
+   * and prefix matches, and with the health and load each worker last reported.
+   */
   views(snap: Snapshot): WorkerView[] {
     return this.workerIds.map((id) => {
       const w = this.workersById.get(id)!;
-      return {
+      const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
+      const view: WorkerView = {
         id,
         cluster: w.cluster,
-        state: snap.states.get(id) ?? 'healthy',
+        state: effectiveState(snap.states.get(id), sig?.verdict),
         inflight: snap.inflight.get(id) ?? 0,
         maxInflight: w.max_inflight ?? this.config.limits.max_inflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
+      const s = sig?.record?.signals;
+      if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
+      if (s?.waiting !== undefined) view.waiting = s.waiting;
+      return view;
     });
+  }
+
+  /** Takes the latest scrapes of the pool's workers (from the store, shared by every replica). */
+  setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
+    const t = this.thresholds();
+    const next = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
+    const verdicts = new Map<string, HealthVerdict>();
+    for (const w of this.config.workers) {
+      if (!w.metrics_url) continue;
+      const record = records.get(w.id);
+      const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
+      next.set(w.id, { record, verdict });
+      verdicts.set(w.id, verdict);
+    }
+    this.signals = next;
+    return verdicts;
+  }
+
+  /** What the gate knows of a worker's reported signals (for the admin API). */
+  signalsOf(worker: string): { record: SignalRecord | undefined; verdict: HealthVerdict } | undefined {
+    return this.signals.get(worker);
+  }
+
+  thresholds(): HealthThresholds {
+    const c = this.config;
+    return {
+      kvPressure: c.thresholds.kv_pressure,
+      memoryPressure: c.thresholds.memory_pressure,
+      maxQueue: c.thresholds.max_queue,
+      maxTempC: c.thresholds.max_temp_c,
+      staleAfterMs: c.signals.stale_after_ms,
+      failuresDown: c.signals.failures_down,
+    };
+  }
+
+  /**
+   * The store can check only states it holds (an operator's). A state the decision read from
+   * scraped signals is a local, delayed view: it is dropped from what the commit checks.
+   */
+  private checkable(p: Preconditions, snap: Snapshot): Preconditions {
+    const views = new Map(this.views(snap).map((v) => [v.id, v.state]));
+    return { ...p, states: p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.get(s.worker)) };
   }
 
   /** How many prefix blocks a worker's KV cache holds: its capacity in tokens over tokens per block. */

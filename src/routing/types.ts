@@ -34,6 +34,8 @@ export interface WorkerView {
   prefixBlocks: number;
   /** KV-cache use in [0, 1] as last reported by the worker, when known. */
   kvUsage?: number;
+  /** Requests queued in the engine as last reported, when known (a delayed view of load). */
+  waiting?: number;
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */

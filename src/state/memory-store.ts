@@ -4,11 +4,16 @@
  * prefix index in a PrefixIndex per pool.
  */
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
+import type { SignalRecord } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
+import type { WorkerSignals } from '../signals/parse.js';
 import { PrefixIndex } from './prefix-index.js';
 import {
   preconditionsHold,
+  sessionHash,
+  type OffloadEvent,
   type CommitRequest,
   type CommitResult,
   type Lease,
@@ -29,9 +34,23 @@ export class MemoryStore implements RoutingStore {
   private readonly leases = new Map<string, Map<string, Map<string, string>>>();
   private readonly states = new Map<string, Map<string, WorkerState>>();
   private readonly indexes = new Map<string, PrefixIndex>();
+  /** pool → worker → session key → last routed (ms): which sessions are coldest */
+  private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
+  private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
+  private readonly events = new EventEmitter();
+  private readonly locks = new Map<string, number>();
 
   constructor(opts: MemoryStoreOptions = {}) {
-    this.affinities = new LRUCache<string, string>({ max: opts.maxAffinities ?? 1_000_000, ttlAutopurge: false });
+    this.affinities = new LRUCache<string, string>({
+      max: opts.maxAffinities ?? 1_000_000,
+      ttlAutopurge: false,
+      noDisposeOnSet: true,
+      // A forgotten affinity leaves its worker's session list too, so that list stays bounded.
+      dispose: (worker, ak) => {
+        const [pool, key] = ak.split('\u0000') as [string, string];
+        this.sessions.get(pool)?.get(worker)?.delete(key);
+      },
+    });
   }
 
   cachedSnapshot(q: StateQuery): Snapshot {
@@ -64,7 +83,14 @@ export class MemoryStore implements RoutingStore {
   commitSync(req: CommitRequest): CommitResult {
     const before = this.cachedSnapshot(req);
     if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: before };
-    if (req.key !== undefined) this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });
+    if (req.key !== undefined) {
+      this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });
+      if (before.affinity !== undefined && before.affinity !== req.worker) this.sessionMap(req.pool, before.affinity).delete(req.key);
+      const m = this.sessionMap(req.pool, req.worker);
+      // Re-insert so map order is recency order: the first entries are the coldest.
+      m.delete(req.key);
+      m.set(req.key, Date.now());
+    }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
     if (req.blocks.length > 0) this.index(req.pool, req.prefixTtlMs).record(req.worker, req.blocks, req.capacityBlocks);
@@ -84,6 +110,64 @@ export class MemoryStore implements RoutingStore {
     return Promise.resolve();
   }
 
+  publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
+    let m = this.signals.get(pool);
+    if (!m) this.signals.set(pool, (m = new Map()));
+    const prev = m.get(worker);
+    if ('signals' in update) m.set(worker, { signals: update.signals, t: Date.now(), failures: 0 });
+    else m.set(worker, { signals: prev?.signals ?? {}, t: prev?.t ?? -Infinity, failures: (prev?.failures ?? 0) + 1, error: update.error });
+    return Promise.resolve();
+  }
+
+  readSignals(pool: string): Promise<Map<string, SignalRecord>> {
+    const now = Date.now();
+    const out = new Map<string, SignalRecord>();
+    for (const [w, r] of this.signals.get(pool) ?? []) {
+      out.set(w, { signals: r.signals, ageMs: now - r.t, failures: r.failures, ...(r.error !== undefined ? { error: r.error } : {}) });
+    }
+    return Promise.resolve(out);
+  }
+
+  heartbeat(_pool: string, gateId: string): Promise<string[]> {
+    // One process, one gate: it scrapes every worker.
+    return Promise.resolve([gateId]);
+  }
+
+  coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
+    const m = this.sessionMap(pool, worker);
+    for (const k of [...m.keys()]) if (this.affinities.get(affinityKey(pool, k)) !== worker) m.delete(k);
+    return Promise.resolve({ keys: [...m.keys()].slice(0, limit), total: m.size });
+  }
+
+  migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number }): Promise<OffloadEvent[]> {
+    const out: OffloadEvent[] = [];
+    for (const { key, to } of moves) {
+      const ak = affinityKey(pool, key);
+      if (this.affinities.get(ak) !== from) continue;
+      const ttl = this.affinities.getRemainingTTL(ak);
+      this.affinities.set(ak, to, { ttl: ttl > 0 && Number.isFinite(ttl) ? ttl : opts.affinityTtlMs });
+      this.sessionMap(pool, from).delete(key);
+      this.sessionMap(pool, to).set(key, Date.now());
+      const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: Date.now() };
+      out.push(e);
+      this.events.emit('offload', e);
+    }
+    return Promise.resolve(out);
+  }
+
+  tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
+    const k = `${pool}\u0000${name}`;
+    const now = Date.now();
+    if ((this.locks.get(k) ?? 0) > now) return Promise.resolve(false);
+    this.locks.set(k, now + ttlMs);
+    return Promise.resolve(true);
+  }
+
+  onOffload(listener: (e: OffloadEvent) => void): () => void {
+    this.events.on('offload', listener);
+    return () => this.events.off('offload', listener);
+  }
+
   ping(): Promise<void> {
     return Promise.resolve();
   }
@@ -99,6 +183,14 @@ export class MemoryStore implements RoutingStore {
     let i = this.indexes.get(pool);
     if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs)));
     return i;
+  }
+
+  private sessionMap(pool: string, worker: string): Map<string, number> {
+    let byWorker = this.sessions.get(pool);
+    if (!byWorker) this.sessions.set(pool, (byWorker = new Map()));
+    let m = byWorker.get(worker);
+    if (!m) byWorker.set(worker, (m = new Map()));
+    return m;
   }
 
   private leaseMap(pool: string, worker: string): Map<string, string> {

@@ -10,6 +10,10 @@
  *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
  *   <prefix>:{<pool>}:b:<block>    hash: worker id → last routed (ms): who probably holds the block
  *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
+ *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions by last routed (ms)
+ *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape {s: signals, t: ms, f: failures, e: error}
+ *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
+ *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
  * Block keys are built inside the script from the pool's key prefix (they are too many to pass as
  * KEYS); they share the pool's hash tag, so they live on the script's own slot.
  */
@@ -18,6 +22,7 @@
  * KEYS: [affinity, states, inflight(worker 1) … inflight(worker n)]
  * ARGV[1]: JSON {
  *   m: 'read'|'commit', k: 0|1 (keyed), w: [worker ids], kt: key tag of the lease members ('' none),
+ *   sp: worker session-list prefix,
  *   bp: block key prefix, wp: worker block-set prefix, bl: [block hashes] (the prompt chain),
  *   -- commit only:
  *   c: chosen index (1-based), e: expected affinity ('' = none), b: [[index, limit]] below,
@@ -94,6 +99,10 @@ if spec.m == 'commit' then
     local chosen = spec.w[spec.c]
     if spec.k == 1 then
       redis.call('SET', KEYS[1], chosen, 'PX', spec.at)
+      -- The worker's session list, by recency: preemptive migration moves the coldest first.
+      if aff and aff ~= chosen then redis.call('ZREM', spec.sp .. aff, spec.kt) end
+      redis.call('ZADD', spec.sp .. chosen, now, spec.kt)
+      redis.call('PEXPIRE', spec.sp .. chosen, spec.at)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
       keyInflight = keyInflight + 1
@@ -144,4 +153,74 @@ local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonum
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
+`;
+
+/**
+ * Records one scrape. KEYS: [signals hash]; ARGV: [worker, signals JSON or '', error or ''].
+ * A failure keeps the last good signals and their time, and counts the failure.
+ */
+export const PUBLISH_SIGNALS_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local rec
+if ARGV[2] ~= '' then
+  rec = {s = cjson.decode(ARGV[2]), t = now, f = 0}
+else
+  local prev = redis.call('HGET', KEYS[1], ARGV[1])
+  rec = prev and cjson.decode(prev) or {s = {}, t = -1, f = 0}
+  rec.f = (rec.f or 0) + 1
+  rec.e = ARGV[3]
+end
+redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(rec))
+return now
+`;
+
+/** KEYS: [signals hash]. Returns [now (ms, Redis clock), flat hash]. */
+export const READ_SIGNALS_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+return {now, redis.call('HGETALL', KEYS[1])}
+`;
+
+/** KEYS: [gates set]; ARGV: [gate id, ttl ms]. Registers the gate and returns the live ones. */
+export const HEARTBEAT_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 4)
+return redis.call('ZRANGE', KEYS[1], 0, -1)
+`;
+
+/**
+ * Moves sessions off a worker and records an offload event for each one moved.
+ * KEYS: [offload stream]; ARGV[1]: JSON {from, moves: [[key, to]], reason, ap: affinity key prefix,
+ * sp: session-list prefix, at: default affinity TTL ms, maxlen}. Only sessions still on `from` move
+ * (another replica may have moved them). Returns [now, key, to, key, to, …] for the moved ones.
+ */
+export const MIGRATE_LUA = `
+local spec = cjson.decode(ARGV[1])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {now}
+for _, mv in ipairs(spec.moves) do
+  local key, to = mv[1], mv[2]
+  local ak = spec.ap .. key
+  if redis.call('GET', ak) == spec.from then
+    local ttl = redis.call('PTTL', ak)
+    if ttl <= 0 then ttl = spec.at end
+    redis.call('SET', ak, to, 'PX', ttl)
+    redis.call('ZREM', spec.sp .. spec.from, key)
+    redis.call('ZADD', spec.sp .. to, now, key)
+    local session = key
+    if string.sub(key, 1, 2) == 's:' then session = string.sub(key, 3) end
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.maxlen, '*', 'session', session, 'from', spec.from, 'to', to, 'reason', spec.reason, 'time', tostring(now))
+    out[#out + 1] = key
+    out[#out + 1] = to
+  else
+    -- Expired or moved elsewhere: it is no longer this worker's session.
+    redis.call('ZREM', spec.sp .. spec.from, key)
+  end
+end
+return out
 `;

@@ -17,10 +17,15 @@ import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
-import { DECIDE_LUA, RENEW_LUA } from './redis-scripts.js';
+import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA } from './redis-scripts.js';
+import { EventEmitter } from 'node:events';
+import type { SignalRecord } from '../routing/health.js';
+import type { WorkerSignals } from '../signals/parse.js';
 import {
   leaseMember,
   preconditionsHold,
+  sessionHash,
+  type OffloadEvent,
   type CommitRequest,
   type CommitResult,
   type Lease,
@@ -65,6 +70,7 @@ export class RedisStore implements RoutingStore {
   private readonly localLeases = new Map<string, Lease>();
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = 0;
+  private readonly events = new EventEmitter();
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -82,6 +88,10 @@ export class RedisStore implements RoutingStore {
     // No numberOfKeys: the key count varies with the pool size and is passed first on each call.
     this.redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
     this.redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
+    this.redis.defineCommand('kvgatePublishSignals', { numberOfKeys: 1, lua: PUBLISH_SIGNALS_LUA });
+    this.redis.defineCommand('kvgateReadSignals', { numberOfKeys: 1, lua: READ_SIGNALS_LUA });
+    this.redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
+    this.redis.defineCommand('kvgateMigrate', { numberOfKeys: 1, lua: MIGRATE_LUA });
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
@@ -181,6 +191,77 @@ export class RedisStore implements RoutingStore {
     }
   }
 
+  async publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
+    const json = 'signals' in update ? JSON.stringify(update.signals) : '';
+    await this.script('kvgatePublishSignals', `${this.tag(pool)}:sig`, worker, json, 'error' in update ? update.error : '');
+  }
+
+  async readSignals(pool: string): Promise<Map<string, SignalRecord>> {
+    const [now, pairs] = (await this.script('kvgateReadSignals', `${this.tag(pool)}:sig`)) as [number, string[]];
+    const out = new Map<string, SignalRecord>();
+    for (let i = 0; i + 1 < pairs.length; i += 2) {
+      try {
+        const r = JSON.parse(pairs[i + 1]!) as { s?: WorkerSignals; t?: number; f?: number; e?: string };
+        const t = typeof r.t === 'number' && r.t >= 0 ? r.t : undefined;
+        out.set(pairs[i]!, {
+          // cjson writes an empty object as an empty array.
+          signals: r.s && !Array.isArray(r.s) ? r.s : {},
+          ageMs: t === undefined ? Infinity : Math.max(0, Number(now) - t),
+          failures: r.f ?? 0,
+          ...(r.e ? { error: r.e } : {}),
+        });
+      } catch {
+        // A corrupt record reads as no data: the worker counts as down, never as healthy.
+      }
+    }
+    return out;
+  }
+
+  async heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]> {
+    return (await this.script('kvgateHeartbeat', `${this.tag(pool)}:gates`, gateId, ttlMs)) as string[];
+  }
+
+  async coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
+    const key = `${this.tag(pool)}:ws:${worker}`;
+    const [keys, total] = await Promise.all([this.redis.zrange(key, '0', String(limit - 1)), this.redis.zcard(key)]);
+    return { keys, total };
+  }
+
+  async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
+    if (moves.length === 0) return [];
+    const spec = { from, moves: moves.map((m) => [m.key, m.to]), reason, ap: `${this.tag(pool)}:a:`, sp: `${this.tag(pool)}:ws:`, at: opts.affinityTtlMs, maxlen: opts.streamMaxLen };
+    const reply = (await this.script('kvgateMigrate', `${this.tag(pool)}:offload`, JSON.stringify(spec))) as Array<string | number>;
+    const time = Number(reply[0]);
+    const events: OffloadEvent[] = [];
+    for (let i = 1; i + 1 < reply.length; i += 2) {
+      const key = String(reply[i]);
+      const e: OffloadEvent = { session: sessionHash(key), from, to: String(reply[i + 1]), reason, time };
+      events.push(e);
+      this.affinityCache.set(this.affinityCacheKey(pool, key), { worker: e.to, keyInflight: 0 });
+      this.events.emit('offload', e);
+    }
+    return events;
+  }
+
+  async tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
+    return (await this.redis.set(`${this.tag(pool)}:lock:${name}`, '1', 'PX', ttlMs, 'NX')) === 'OK';
+  }
+
+  onOffload(listener: (e: OffloadEvent) => void): () => void {
+    this.events.on('offload', listener);
+    return () => this.events.off('offload', listener);
+  }
+
+  /** The Redis Stream offload events are written to, for a pool. */
+  offloadStreamKey(pool: string): string {
+    return `${this.tag(pool)}:offload`;
+  }
+
+  private script(name: string, ...args: unknown[]): Promise<unknown> {
+    const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[name]!;
+    return cmd.call(this.redis, ...args);
+  }
+
   async ping(): Promise<void> {
     try {
       await this.redis.ping();
@@ -227,6 +308,7 @@ export class RedisStore implements RoutingStore {
       kt: key ?? '',
       bp: `${this.tag(pool)}:b:`,
       wp: `${this.tag(pool)}:bw:`,
+      sp: `${this.tag(pool)}:ws:`,
       bl: q.blocks,
     };
     const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;

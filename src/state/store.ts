@@ -9,7 +9,24 @@
  * records the affinity and takes an in-flight lease. If another replica changed those facts in the
  * meantime, the commit fails and returns the fresh snapshot to decide again on.
  */
+import type { SignalRecord } from '../routing/health.js';
 import type { Preconditions, WorkerState } from '../routing/types.js';
+import type { WorkerSignals } from '../signals/parse.js';
+
+/**
+ * One session moved off a pressured worker: a worker-side agent can move its KV cache to CPU RAM
+ * or NVMe. On Redis these are entries of the stream `<prefix>:{<pool>}:offload` with exactly these
+ * fields; the memory store hands them to `onOffload` listeners.
+ */
+export interface OffloadEvent {
+  /** The session key's hash (never the raw id). */
+  session: string;
+  from: string;
+  to: string;
+  reason: string;
+  /** Milliseconds since the epoch, by the store's clock. */
+  time: number;
+}
 
 /** Which pool, key and prompt a snapshot or commit is about. */
 export interface StateQuery {
@@ -74,9 +91,34 @@ export interface RoutingStore {
   release(lease: Lease): Promise<void>;
   /** Records an operator- or signal-set state; undefined clears it back to healthy. */
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void>;
+  /** Records a scrape of a worker: its signals, or the error that stopped it. Stamped by the store's clock. */
+  publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void>;
+  /** The last scrape of each worker, aged by the store's clock (so replicas with skewed clocks agree). */
+  readSignals(pool: string): Promise<Map<string, SignalRecord>>;
+  /** Registers this gate as alive for `ttlMs` and returns every live gate of the pool (shares the scraping). */
+  heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]>;
+  /** A worker's sessions, least recently routed first, and how many it has. */
+  coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }>;
+  /**
+   * Moves each session's affinity from `from` to its target, only if it is still on `from`, and
+   * records one offload event per moved session. Returns the events recorded.
+   */
+  migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]>;
+  /**
+   * Takes a named lock for `ttlMs` if nobody holds it (no release: it lapses). Used so that one
+   * replica, not several, runs a migration round while ownership of a worker changes hands.
+   */
+  tryLock(pool: string, name: string, ttlMs: number): Promise<boolean>;
+  /** Calls `listener` for each offload event this store records; returns an unsubscribe function. */
+  onOffload(listener: (e: OffloadEvent) => void): () => void;
   /** Resolves when the shared store answers; rejects with KvgateError('store_unavailable') otherwise. */
   ping(): Promise<void>;
   close(): Promise<void>;
+}
+
+/** The session hash inside a session store key (`s:<hash>`), as offload events carry it. */
+export function sessionHash(key: string): string {
+  return key.startsWith('s:') ? key.slice(2) : key;
 }
 
 /** Checks preconditions against a snapshot: the one rule both backends apply. */

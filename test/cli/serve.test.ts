@@ -58,7 +58,7 @@ describe('kvgate serve', () => {
     });
     try {
       await new Promise<void>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('no start')), 15_000);
+        const timer = setTimeout(() => reject(new Error('no start')), 60_000);
         proc.stdout.on('data', (d: Buffer) => {
           if (d.toString().includes('kvgate serving')) {
             clearTimeout(timer);
@@ -101,7 +101,7 @@ describe('kvgate serve', () => {
     const proc = spawn(process.execPath, [BIN, 'serve', '--config', EXAMPLE], { stdio: ['ignore', 'pipe', 'pipe'] });
     try {
       const line = await new Promise<Record<string, unknown>>((resolve, reject) => {
-        const timer = setTimeout(() => reject(new Error('no start')), 15_000);
+        const timer = setTimeout(() => reject(new Error('no start')), 60_000);
         proc.stdout.on('data', (d: Buffer) => {
           for (const l of d.toString().split('\n')) {
             if (l.includes('kvgate serving')) {

@@ -25,7 +25,7 @@ before(async () => {
   const rec = recordingLogger('debug');
   lines = rec.lines;
   // stream_idle_s: a cancel racing a stream's start escapes grpc-js; the idle sweep reclaims it.
-  g = await startTestGate({ limits: { max_body_bytes: 64 * 1024, stream_idle_s: 0.5 }, workers: FLEET }, { logger: rec.logger });
+  g = await startTestGate({ limits: { max_body_bytes: 64 * 1024, stream_idle_s: 1.5 }, workers: FLEET }, { logger: rec.logger });
   strict = await startTestGate({ limits: { malformed_body: 'reject' }, workers: FLEET });
   h = harness(g.target);
   hs = harness(strict.target);
@@ -132,7 +132,7 @@ describe('bad input gets a defined answer', () => {
         else s.end();
       }
     }
-    await new Promise((r) => setTimeout(r, 1500));
+    await new Promise((r) => setTimeout(r, 3500));
     await waitFor(() => g.extproc.openStreams === 0, 3000, 'streams closed');
     await waitFor(async () => (await workers(g.admin)).every((w) => w.inflight === 0), 3000, 'no leases');
   });

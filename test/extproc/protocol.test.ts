@@ -20,7 +20,7 @@ let h: EnvoyHarness;
 before(async () => {
   // A short idle limit: a stream cancelled before its first message can escape grpc-js's cancel
   // notification, and the idle sweep is what reclaims it.
-  g = await startTestGate({ limits: { stream_idle_s: 0.5 }, workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] });
+  g = await startTestGate({ limits: { stream_idle_s: 1.5 }, workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] });
   h = harness(g.target);
 });
 after(async () => {
@@ -140,8 +140,8 @@ describe('ext_proc protocol', () => {
       s.cancel();
     }
     // Some of these cancels race the call's start and never reach the stream; those streams are
-    // reclaimed by the idle sweep (0.5 s here), so look only after it has run.
-    await new Promise((r) => setTimeout(r, 1500));
+    // reclaimed by the idle sweep (1.5 s here), so look only after it has run.
+    await new Promise((r) => setTimeout(r, 3500));
     await settled();
   });
 

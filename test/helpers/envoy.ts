@@ -13,8 +13,13 @@ export function envoyConfig(): ParsedEnvoyConfig {
   return loadEnvoyConfig(ENVOY_YAML);
 }
 
+/**
+ * A harness for envoy/envoy.yaml. Its message timeout is raised from the config's 0.5 s to 5 s:
+ * these tests are about what the gate answers, and a loaded CI machine must not turn a slow answer
+ * into Envoy's fail-open fallback. Tests about timeouts set their own.
+ */
 export function harness(target: string, opts: Omit<EnvoyHarnessOptions, 'target' | 'config'> & { config?: ParsedEnvoyConfig } = {}): EnvoyHarness {
-  return new EnvoyHarness({ config: opts.config ?? envoyConfig(), target, ...opts });
+  return new EnvoyHarness({ config: opts.config ?? envoyConfig(), target, ...opts, extProcOverride: { messageTimeoutMs: 5000, ...opts.extProcOverride } });
 }
 
 /** A chat completion request as an OpenAI client sends it. */

@@ -29,7 +29,7 @@ export function writeConfig(config: unknown): string {
   return file;
 }
 
-export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 15_000): Promise<GateProcess> {
+export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<GateProcess> {
   const proc = spawn(process.execPath, [BIN, 'serve', '--grpc-port', '0', '--admin-port', '0', '--grpc-host', '127.0.0.1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],

@@ -105,4 +105,51 @@ describe('redis store specifics', () => {
       await redis.stop();
     }
   });
+
+  test('offload events are entries of the pool’s Redis Stream with the documented fields', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url);
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    try {
+      assert.ok(await store.waitReady(3000));
+      const workers = ['w1', 'w2'];
+      const base = { pool: 'p', workers, blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
+      assert.ok((await store.commit({ ...base, key: 's:abc', worker: 'w1' })).ok);
+      await store.migrate('p', 'w1', [{ key: 's:abc', to: 'w2' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
+      const entries = await raw.xrange(store.offloadStreamKey('p'), '-', '+');
+      assert.equal(entries.length, 1);
+      const fields = Object.fromEntries(chunk(entries[0]![1]));
+      assert.deepEqual({ ...fields, time: undefined }, { session: 'abc', from: 'w1', to: 'w2', reason: 'kv_pressure', time: undefined });
+      assert.ok(Number(fields['time']) > 1e12);
+      assert.equal(store.offloadStreamKey('p'), 'kvgate-test:{p}:offload');
+    } finally {
+      raw.disconnect();
+      await store.close();
+      await redis.stop();
+    }
+  });
+
+  test('two replicas heartbeating on one Redis both see each other', async () => {
+    const redis = await startRedis();
+    const a = redisStore(redis.url);
+    const b = redisStore(redis.url);
+    try {
+      assert.ok(await a.waitReady(3000));
+      assert.ok(await b.waitReady(3000));
+      await a.heartbeat('p', 'gate-a', 5000);
+      const live = await b.heartbeat('p', 'gate-b', 5000);
+      assert.deepEqual([...live].sort(), ['gate-a', 'gate-b']);
+    } finally {
+      await a.close();
+      await b.close();
+      await redis.stop();
+    }
+  });
 });
+
+function chunk(flat: string[]): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
+  return out;
+}

@@ -203,5 +203,65 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal((await store.snapshot(q(p, 's:busy'))).keyInflight, 1);
       assert.equal((await store.snapshot(q(p, 's:other'))).keyInflight, 1);
     });
+
+    test('signals are stamped and aged by the store; a failed scrape keeps the last good ones', async () => {
+      const p = pool();
+      await store.publishSignals(p, 'w1', { signals: { kvUsage: 0.5, running: 3 } });
+      let r = (await store.readSignals(p)).get('w1');
+      assert.ok(r);
+      assert.deepEqual(r.signals, { kvUsage: 0.5, running: 3 });
+      assert.ok(r.ageMs >= 0 && r.ageMs < 1000);
+      assert.equal(r.failures, 0);
+      await store.publishSignals(p, 'w1', { error: 'timeout' });
+      await store.publishSignals(p, 'w1', { error: 'timeout' });
+      r = (await store.readSignals(p)).get('w1');
+      assert.equal(r?.failures, 2);
+      assert.equal(r?.error, 'timeout');
+      assert.deepEqual(r?.signals, { kvUsage: 0.5, running: 3 });
+      await store.publishSignals(p, 'w2', { error: 'refused' });
+      const never = (await store.readSignals(p)).get('w2');
+      assert.equal(never?.ageMs, Infinity, 'never scraped successfully');
+    });
+
+    test('a gate that heartbeats is listed as live', async () => {
+      const live = await store.heartbeat(pool(), 'gate-a', 5000);
+      assert.ok(live.includes('gate-a'));
+    });
+
+    test('a worker’s sessions are listed coldest first', async () => {
+      const p = pool();
+      for (const k of ['s:a', 's:b', 's:c']) assert.ok((await store.commit(req(p, k, 'w1'))).ok);
+      await new Promise((r) => setTimeout(r, 5));
+      assert.ok((await store.commit(req(p, 's:a', 'w1', { affinity: 'w1' }))).ok);
+      const cold = await store.coldSessions(p, 'w1', 2);
+      assert.deepEqual(cold.keys, ['s:b', 's:c']);
+      assert.equal(cold.total, 3);
+    });
+
+    test('migrate moves only sessions still on the worker and records one offload event each', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:x', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:y', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:z', 'w2'))).ok);
+      const seen: unknown[] = [];
+      const off = store.onOffload((e) => seen.push(e));
+      const events = await store.migrate(p, 'w1', [{ key: 's:x', to: 'w2' }, { key: 's:y', to: 'w3' }, { key: 's:z', to: 'w3' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
+      off();
+      assert.deepEqual(events.map((e) => [e.session, e.from, e.to, e.reason]), [['x', 'w1', 'w2', 'kv_pressure'], ['y', 'w1', 'w3', 'kv_pressure']]);
+      assert.ok(events.every((e) => e.time > 0));
+      assert.equal(seen.length, 2);
+      assert.equal((await store.snapshot(q(p, 's:x'))).affinity, 'w2');
+      assert.equal((await store.snapshot(q(p, 's:z'))).affinity, 'w2', 'not on w1: untouched');
+      assert.equal((await store.coldSessions(p, 'w1', 10)).total, 0);
+      assert.deepEqual((await store.coldSessions(p, 'w3', 10)).keys, ['s:y']);
+    });
+
+    test('a lock is held by one taker until it lapses', async () => {
+      const p = pool();
+      assert.equal(await store.tryLock(p, 'x', 200), true);
+      assert.equal(await store.tryLock(p, 'x', 200), false);
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(await store.tryLock(p, 'x', 200), true);
+    });
   });
 }

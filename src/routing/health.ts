@@ -1,0 +1,86 @@
+/**
+ * A worker's state from what it reports. Pure: the collector and every gate replica compute the
+ * same state from the same shared signals.
+ *
+ *   down       no data yet, data older than stale_after, or the last `failures_down` scrapes failed
+ *   pressured  KV use ≥ kv_pressure, queue > max_queue, temperature > max_temp_c, or (only where
+ *              configured) GPU framebuffer use ≥ memory_pressure
+ *   healthy    otherwise
+ *
+ * Framebuffer use is off by default: vLLM preallocates most GPU memory at start-up, so "90% used"
+ * is normal there; KV-cache use and the queue are what approach out-of-memory.
+ * An operator's state (draining, down, …) overrides all of this.
+ */
+import type { WorkerSignals } from '../signals/parse.js';
+import type { WorkerState } from './types.js';
+
+export interface HealthThresholds {
+  kvPressure: number;
+  memoryPressure: number;
+  maxQueue: number;
+  maxTempC: number;
+  staleAfterMs: number;
+  failuresDown: number;
+}
+
+/** What the store holds about a worker's last scrapes. */
+export interface SignalRecord {
+  signals: WorkerSignals;
+  /** Age of the last successful scrape, ms (by the shared store's clock); Infinity if none. */
+  ageMs: number;
+  /** Consecutive failed scrapes since it. */
+  failures: number;
+  /** Why the last scrape failed, if it did. */
+  error?: string;
+}
+
+/** Why a worker is not healthy, as stable codes (offload events carry the first one). */
+export type HealthCode = 'no_data' | 'scrape_failed' | 'stale' | 'kv_pressure' | 'queue' | 'temperature' | 'memory_pressure';
+
+export interface HealthVerdict {
+  state: Exclude<WorkerState, 'draining'>;
+  codes: HealthCode[];
+  /** The same, readable, with the values that triggered them. */
+  reasons: string[];
+}
+
+export function assessHealth(rec: SignalRecord | undefined, t: HealthThresholds, useFramebuffer: boolean): HealthVerdict {
+  if (!rec) return { state: 'down', codes: ['no_data'], reasons: ['no metrics yet'] };
+  if (rec.failures >= t.failuresDown) {
+    return { state: 'down', codes: ['scrape_failed'], reasons: [`${rec.failures} failed scrapes${rec.error ? `: ${rec.error}` : ''}`] };
+  }
+  if (!(rec.ageMs <= t.staleAfterMs)) {
+    return Number.isFinite(rec.ageMs)
+      ? { state: 'down', codes: ['stale'], reasons: [`metrics ${Math.round(rec.ageMs)} ms old`] }
+      : { state: 'down', codes: ['no_data'], reasons: ['no successful scrape yet'] };
+  }
+  const s = rec.signals;
+  const codes: HealthCode[] = [];
+  const reasons: string[] = [];
+  if (s.kvUsage !== undefined && s.kvUsage >= t.kvPressure) {
+    codes.push('kv_pressure');
+    reasons.push(`kv ${(s.kvUsage * 100).toFixed(0)}%`);
+  }
+  if (s.waiting !== undefined && s.waiting > t.maxQueue) {
+    codes.push('queue');
+    reasons.push(`queue ${s.waiting}`);
+  }
+  if (s.gpuTempC !== undefined && s.gpuTempC > t.maxTempC) {
+    codes.push('temperature');
+    reasons.push(`${s.gpuTempC} °C`);
+  }
+  if (useFramebuffer && s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined) {
+    const total = s.fbUsedMiB + s.fbFreeMiB;
+    if (total > 0 && s.fbUsedMiB / total >= t.memoryPressure) {
+      codes.push('memory_pressure');
+      reasons.push(`gpu memory ${((s.fbUsedMiB / total) * 100).toFixed(0)}%`);
+    }
+  }
+  return codes.length > 0 ? { state: 'pressured', codes, reasons } : { state: 'healthy', codes: [], reasons: [] };
+}
+
+/** The state a decision uses: an operator's word first, then the signals, else healthy. */
+export function effectiveState(operator: WorkerState | undefined, fromSignals: HealthVerdict | undefined): WorkerState {
+  if (operator !== undefined && operator !== 'healthy') return operator;
+  return fromSignals?.state ?? 'healthy';
+}

@@ -1,0 +1,214 @@
+/**
+ * The load collector: scrapes model-server and DCGM metrics, publishes them to the store, reads
+ * everyone's back, and hands the gate each worker's signals and health.
+ *
+ * Replicas share the scraping: each gate heartbeats into the store, and a worker is scraped only by
+ * the live gate that wins rendezvous hashing for it, so a fleet of gates puts the load of one
+ * scraper on each worker however many gates there are. A gate that dies stops heartbeating and
+ * its workers move to the others within a heartbeat TTL, well inside the staleness limit.
+ * Every replica reads all signals back from the store (aged by the store's clock), so all of them
+ * see the same picture and compute the same health.
+ *
+ * The owner of a worker also runs its preemptive migration (./migrator.ts) when it turns pressured,
+ * so sessions move once, not once per replica.
+ */
+import { hostname } from 'node:os';
+import { randomBytes } from 'node:crypto';
+import type { Logger } from 'pino';
+import type { WorkerConfig } from '../config/schema.js';
+import type { Gate } from '../gate/gate.js';
+import type { HealthVerdict } from '../routing/health.js';
+import { rendezvousScore } from '../routing/rendezvous.js';
+import type { RoutingStore } from '../state/store.js';
+import { Migrator } from './migrator.js';
+import { parseSignals, type WorkerSignals } from './parse.js';
+
+/** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
+const MAX_METRICS_BYTES = 4 * 1024 * 1024;
+
+export interface CollectorOptions {
+  gate: Gate;
+  store: RoutingStore;
+  logger: Logger;
+  /** This replica's id in the store's live-gate set. */
+  gateId?: string;
+}
+
+export class SignalCollector {
+  readonly gateId: string;
+  private owned = new Set<string>();
+  private readonly timers = new Map<string, NodeJS.Timeout>();
+  private readonly loops: NodeJS.Timeout[] = [];
+  private previous = new Map<string, HealthVerdict['state']>();
+  private readonly migrator: Migrator;
+  private stopped = false;
+  private lastWarn = new Map<string, number>();
+
+  constructor(private readonly opts: CollectorOptions) {
+    this.gateId = opts.gateId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
+    this.migrator = new Migrator(opts.gate, opts.store, opts.logger);
+  }
+
+  private get workers(): WorkerConfig[] {
+    return this.opts.gate.currentConfig.workers.filter((w) => w.metrics_url || w.dcgm_url);
+  }
+
+  /** Starts the loops; resolves after the first round of scrapes and reads (bounded by the scrape timeout). */
+  async start(): Promise<void> {
+    if (this.workers.length === 0) return;
+    const cfg = this.opts.gate.currentConfig.signals;
+    const heartbeatMs = Math.max(100, Math.min(1000, cfg.stale_after_ms / 4));
+    await this.heartbeat(heartbeatMs * 3);
+    await Promise.all([...this.owned].map((w) => this.scrape(w)));
+    await this.read();
+    this.loops.push(setInterval(() => void this.heartbeat(heartbeatMs * 3), heartbeatMs).unref());
+    // Read twice per scrape interval at most, and at least a few times per staleness window.
+    const readMs = Math.max(20, Math.min(250, cfg.interval_ms * 2));
+    this.loops.push(setInterval(() => void this.read(), readMs).unref());
+    for (const w of this.owned) this.schedule(w);
+  }
+
+  stop(): void {
+    this.stopped = true;
+    for (const t of this.loops) clearInterval(t);
+    for (const t of this.timers.values()) clearTimeout(t);
+    this.timers.clear();
+    this.migrator.stop();
+  }
+
+  /** Workers this replica scrapes now. */
+  get ownedWorkers(): ReadonlySet<string> {
+    return this.owned;
+  }
+
+  private async heartbeat(ttlMs: number): Promise<void> {
+    const pool = this.opts.gate.pool;
+    let live: string[];
+    try {
+      live = await this.opts.store.heartbeat(pool, this.gateId, ttlMs);
+    } catch (err) {
+      // Store down: keep scraping what we own and publish nothing new until it returns.
+      this.warn('heartbeat', 'signal collector heartbeat failed', err);
+      return;
+    }
+    if (!live.includes(this.gateId)) live.push(this.gateId);
+    const mine = new Set<string>();
+    for (const w of this.workers) {
+      let best = this.gateId;
+      let bestScore = -1;
+      for (const g of live) {
+        const s = rendezvousScore(g, w.id);
+        if (s > bestScore || (s === bestScore && g < best)) {
+          best = g;
+          bestScore = s;
+        }
+      }
+      if (best === this.gateId) mine.add(w.id);
+    }
+    for (const w of this.owned) if (!mine.has(w)) this.unschedule(w);
+    const gained = [...mine].filter((w) => !this.owned.has(w));
+    this.owned = mine;
+    if (!this.stopped && this.loops.length > 0) for (const w of gained) this.schedule(w);
+  }
+
+  private schedule(worker: string): void {
+    if (this.stopped || this.timers.has(worker)) return;
+    const tick = async () => {
+      this.timers.delete(worker);
+      if (this.stopped || !this.owned.has(worker)) return;
+      await this.scrape(worker);
+      if (!this.stopped && this.owned.has(worker) && !this.timers.has(worker)) {
+        this.timers.set(worker, setTimeout(() => void tick(), this.opts.gate.currentConfig.signals.interval_ms).unref());
+      }
+    };
+    this.timers.set(worker, setTimeout(() => void tick(), 0).unref());
+  }
+
+  private unschedule(worker: string): void {
+    const t = this.timers.get(worker);
+    if (t) clearTimeout(t);
+    this.timers.delete(worker);
+  }
+
+  /** One scrape of one worker (its engine metrics and DCGM), published to the store. Never throws. */
+  private async scrape(worker: string): Promise<void> {
+    const w = this.opts.gate.currentConfig.workers.find((x) => x.id === worker);
+    if (!w) return;
+    const timeout = this.opts.gate.currentConfig.signals.timeout_ms;
+    let update: { signals: WorkerSignals } | { error: string };
+    try {
+      const signals: WorkerSignals = {};
+      const problems: string[] = [];
+      for (const url of [w.metrics_url, w.dcgm_url]) {
+        if (!url) continue;
+        const parsed = parseSignals(await fetchText(url, timeout), w.engine);
+        Object.assign(signals, parsed.signals);
+        problems.push(...parsed.problems);
+      }
+      if (problems.length > 0) this.warn(`problems:${worker}`, 'worker metrics had invalid values; ignoring them', problems.join('; '), { worker });
+      if (w.metrics_url && signals.running === undefined && signals.waiting === undefined && signals.kvUsage === undefined) {
+        // A page without any of the engine's series is not data: maybe the wrong engine, or a
+        // renamed metric. Counting it as a healthy, idle worker would be a guess.
+        update = { error: `no ${w.engine} metrics found` };
+      } else {
+        update = { signals };
+      }
+    } catch (err) {
+      update = { error: (err as Error).message || String(err) };
+    }
+    if ('error' in update) this.warn(`scrape:${worker}`, 'worker scrape failed', update.error, { worker });
+    try {
+      await this.opts.store.publishSignals(this.opts.gate.pool, worker, update);
+    } catch (err) {
+      this.warn('publish', 'could not publish worker signals', err);
+    }
+  }
+
+  /** Reads every worker's signals from the store, hands them to the gate, reacts to new pressure. */
+  private async read(): Promise<void> {
+    if (this.stopped) return;
+    let records;
+    try {
+      records = await this.opts.store.readSignals(this.opts.gate.pool);
+    } catch (err) {
+      // Keep the last picture; it ages into "stale" on its own, so no worker stays healthy on old data.
+      this.warn('read', 'could not read worker signals', err);
+      return;
+    }
+    const verdicts = this.opts.gate.setSignals(records);
+    for (const [worker, v] of verdicts) {
+      const before = this.previous.get(worker);
+      if (before !== v.state) {
+        this.opts.logger.info({ worker, from: before ?? 'unknown', to: v.state, reasons: v.reasons }, 'worker state changed');
+      }
+      if (v.state === 'pressured' && this.owned.has(worker) && this.opts.gate.currentConfig.migration.enabled) {
+        this.migrator.pressured(worker, v.codes[0] ?? 'pressure', before !== 'pressured');
+      }
+    }
+    this.previous = new Map([...verdicts].map(([w, v]) => [w, v.state]));
+  }
+
+  private warn(key: string, msg: string, err: unknown, extra: Record<string, unknown> = {}): void {
+    // Per cause, once every 5 s: a dead worker is scraped 20 times a second.
+    const now = Date.now();
+    if (now - (this.lastWarn.get(key) ?? 0) < 5000) return;
+    this.lastWarn.set(key, now);
+    this.opts.logger.warn({ ...extra, err: err instanceof Error ? err.message : String(err) }, msg);
+  }
+}
+
+async function fetchText(url: string, timeoutMs: number): Promise<string> {
+  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+  if (!res.ok) {
+    await res.body?.cancel();
+    throw new Error(`HTTP ${res.status} from ${url}`);
+  }
+  const len = Number(res.headers.get('content-length'));
+  if (Number.isFinite(len) && len > MAX_METRICS_BYTES) {
+    await res.body?.cancel();
+    throw new Error(`metrics page of ${len} bytes is too large`);
+  }
+  const text = await res.text();
+  if (text.length > MAX_METRICS_BYTES) throw new Error('metrics page is too large');
+  return text;
+}

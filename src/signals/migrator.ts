@@ -1,0 +1,62 @@
+/**
+ * Preemptive migration: when a worker turns pressured, its least recently active sessions move to
+ * healthy workers before anything runs out of memory, and each move is published as an offload
+ * event (store.migrate) so a worker-side agent can move that session's KV cache to CPU RAM or NVMe.
+ * A round moves the coldest `migration.fraction` of the worker's sessions (at most
+ * `migration.max_sessions`), at once on the transition and then every `migration.interval_ms` while
+ * the worker stays pressured. Run only by the replica that scrapes the worker, so sessions move once.
+ */
+import type { Logger } from 'pino';
+import type { Gate } from '../gate/gate.js';
+import { planMigration } from '../routing/migration.js';
+import type { RoutingStore } from '../state/store.js';
+
+export class Migrator {
+  private readonly lastRound = new Map<string, number>();
+  private readonly running = new Set<string>();
+  private stopped = false;
+
+  constructor(
+    private readonly gate: Gate,
+    private readonly store: RoutingStore,
+    private readonly logger: Logger,
+  ) {}
+
+  /** Called on every signals read while `worker` is pressured. */
+  pressured(worker: string, reason: string, justTurned: boolean): void {
+    const interval = this.gate.currentConfig.migration.interval_ms;
+    const last = this.lastRound.get(worker) ?? 0;
+    if (this.stopped || this.running.has(worker) || (!justTurned && Date.now() - last < interval)) return;
+    this.lastRound.set(worker, Date.now());
+    this.running.add(worker);
+    this.round(worker, reason)
+      .catch((err: unknown) => this.logger.warn({ worker, err: (err as Error).message }, 'preemptive migration failed'))
+      .finally(() => this.running.delete(worker));
+  }
+
+  stop(): void {
+    this.stopped = true;
+  }
+
+  private async round(worker: string, reason: string): Promise<void> {
+    const cfg = this.gate.currentConfig;
+    const pool = this.gate.pool;
+    // Ownership of a worker can overlap for a heartbeat while replicas come and go: one round per
+    // interval per worker, whoever gets there first.
+    if (!(await this.store.tryLock(pool, `migrate:${worker}`, Math.max(500, cfg.migration.interval_ms - 100)))) return;
+    const listed = await this.store.coldSessions(pool, worker, cfg.migration.max_sessions);
+    const count = Math.min(listed.keys.length, cfg.migration.max_sessions, Math.ceil(listed.total * cfg.migration.fraction));
+    if (count === 0) return;
+    const snap = await this.store.snapshot({ pool, key: undefined, workers: cfg.workers.map((w) => w.id), blocks: [] });
+    const moves = planMigration(listed.keys.slice(0, count), worker, this.gate.views(snap));
+    if (moves.length === 0) {
+      this.logger.warn({ worker, sessions: count }, 'worker is pressured but no healthy worker can take its sessions');
+      return;
+    }
+    const events = await this.store.migrate(pool, worker, moves, reason, {
+      affinityTtlMs: cfg.affinity.ttl_s * 1000,
+      streamMaxLen: cfg.migration.stream_maxlen,
+    });
+    this.logger.info({ worker, reason, moved: events.length, of: listed.total }, 'moved cold sessions off a pressured worker');
+  }
+}

@@ -1,0 +1,98 @@
+/**
+ * Prometheus text → the signals kvgate routes on. Parsing uses a maintained parser
+ * (parse-prometheus-text-format); this module only picks series and refuses values that cannot be
+ * true (NaN, negative counts, KV use outside [0, 1]). Never throws: a scrape is untrusted input.
+ */
+import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import { DCGM, ENGINE_METRICS, type Engine, type Selector } from './metric-names.js';
+
+/** What one scrape says about a worker. Absent fields were not reported (or were invalid). */
+export interface WorkerSignals {
+  running?: number;
+  waiting?: number;
+  /** KV-cache use in [0, 1]. */
+  kvUsage?: number;
+  /** GPU framebuffer used / free, MiB (DCGM). */
+  fbUsedMiB?: number;
+  fbFreeMiB?: number;
+  /** GPU temperature, °C (DCGM). */
+  gpuTempC?: number;
+  blockSize?: number;
+  numGpuBlocks?: number;
+}
+
+export interface ParseResult {
+  signals: WorkerSignals;
+  /** Values present but refused, and why (for logs). */
+  problems: string[];
+}
+
+interface Family {
+  name: string;
+  metrics: Array<{ value?: string; labels?: Record<string, string> }>;
+}
+
+export function parseSignals(text: string, engine: Engine): ParseResult {
+  const problems: string[] = [];
+  let families: Family[];
+  try {
+    families = parsePrometheusTextFormat(text) as Family[];
+  } catch (err) {
+    return { signals: {}, problems: [`unparseable metrics text: ${(err as Error).message}`] };
+  }
+  const byName = new Map<string, Family>();
+  for (const f of families) if (f && typeof f.name === 'string') byName.set(f.name, f);
+
+  const m = ENGINE_METRICS[engine];
+  const signals: WorkerSignals = {};
+  const count = (sel: Selector[], field: 'running' | 'waiting') => {
+    const v = pick(byName, sel);
+    if (v === undefined) return;
+    if (!Number.isFinite(v) || v < 0) problems.push(`${field}=${v} is not a count`);
+    else signals[field] = v;
+  };
+  count(m.running, 'running');
+  count(m.waiting, 'waiting');
+  const kv = pick(byName, m.kvUsage);
+  if (kv !== undefined) {
+    if (!Number.isFinite(kv) || kv < 0 || kv > 1) problems.push(`kv usage ${kv} is outside [0, 1]`);
+    else signals.kvUsage = kv;
+  }
+  if (m.cacheInfo) {
+    const labels = byName.get(m.cacheInfo.name)?.metrics[0]?.labels;
+    const bs = Number(labels?.[m.cacheInfo.blockSizeLabel]);
+    const nb = Number(labels?.[m.cacheInfo.numBlocksLabel]);
+    if (Number.isFinite(bs) && bs > 0) signals.blockSize = bs;
+    if (Number.isFinite(nb) && nb > 0) signals.numGpuBlocks = nb;
+  }
+  for (const [field, sel] of [
+    ['fbUsedMiB', DCGM.fbUsed],
+    ['fbFreeMiB', DCGM.fbFree],
+    ['gpuTempC', DCGM.temp],
+  ] as const) {
+    const v = pick(byName, [sel]);
+    if (v === undefined) continue;
+    if (!Number.isFinite(v) || v < 0) problems.push(`${field}=${v} is invalid`);
+    else signals[field] = v;
+  }
+  return { signals, problems };
+}
+
+/**
+ * The value of the first selector that has series. Several series (per model, per GPU) combine
+ * conservatively for pressure: counts are summed, ratios and gauges take the maximum.
+ */
+function pick(byName: Map<string, Family>, selectors: readonly Selector[]): number | undefined {
+  for (const sel of selectors) {
+    const fam = byName.get(sel.name);
+    if (!fam) continue;
+    const values = fam.metrics
+      .filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1])
+      .map((s) => Number(s.value));
+    if (values.length === 0) continue;
+    if (values.some((v) => !Number.isFinite(v))) return NaN;
+    const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
+    return isRatioOrGauge ? Math.max(...values) : values.reduce((a, b) => a + b, 0);
+  }
+  return undefined;
+}

@@ -1,0 +1,90 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { assessHealth, effectiveState, type HealthThresholds } from '../../src/routing/health.js';
+import { planMigration } from '../../src/routing/migration.js';
+import type { WorkerView } from '../../src/routing/types.js';
+import { parseSignals } from '../../src/signals/parse.js';
+import { vllmText } from '../helpers/metrics-server.js';
+
+const T: HealthThresholds = { kvPressure: 0.85, memoryPressure: 0.85, maxQueue: 32, maxTempC: 85, staleAfterMs: 2000, failuresDown: 3 };
+
+describe('metrics parsing', () => {
+  test('vLLM: running, waiting, KV use and cache config', () => {
+    const { signals, problems } = parseSignals(vllmText({ running: 3, waiting: 2, kv: 0.42 }), 'vllm');
+    assert.deepEqual(signals, { running: 3, waiting: 2, kvUsage: 0.42, blockSize: 16, numGpuBlocks: 25000 });
+    assert.deepEqual(problems, []);
+  });
+
+  test('a metric renamed between vLLM versions is found under the old name', () => {
+    const old = 'vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:gpu_cache_usage_perc 0.7\n';
+    assert.equal(parseSignals(old, 'vllm').signals.kvUsage, 0.7);
+  });
+
+  test('SGLang, TensorRT-LLM, Triton and DCGM names', () => {
+    assert.deepEqual(parseSignals('sglang:num_running_reqs 4\nsglang:num_queue_reqs 1\nsglang:token_usage 0.5\n', 'sglang').signals, { running: 4, waiting: 1, kvUsage: 0.5 });
+    assert.deepEqual(parseSignals('trtllm_num_requests_running 2\ntrtllm_num_requests_waiting 0\ntrtllm_kv_cache_utilization 0.3\n', 'trtllm').signals, { running: 2, waiting: 0, kvUsage: 0.3 });
+    const triton = 'nv_trt_llm_request_metrics{request_type="scheduled"} 5\nnv_trt_llm_request_metrics{request_type="waiting"} 2\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"} 0.9\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max"} 4000\n';
+    assert.deepEqual(parseSignals(triton, 'triton').signals, { running: 5, waiting: 2, kvUsage: 0.9 });
+    const dcgm = 'DCGM_FI_DEV_FB_USED{gpu="0"} 70000\nDCGM_FI_DEV_FB_FREE{gpu="0"} 10000\nDCGM_FI_DEV_GPU_TEMP{gpu="0"} 71\n';
+    assert.deepEqual(parseSignals(dcgm, 'vllm').signals, { fbUsedMiB: 70000, fbFreeMiB: 10000, gpuTempC: 71 });
+  });
+
+  test('several series: counts add up, ratios take the worst', () => {
+    const text = 'vllm:num_requests_running{model_name="a"} 2\nvllm:num_requests_running{model_name="b"} 3\nvllm:kv_cache_usage_perc{model_name="a"} 0.2\nvllm:kv_cache_usage_perc{model_name="b"} 0.6\n';
+    const s = parseSignals(text, 'vllm').signals;
+    assert.equal(s.running, 5);
+    assert.equal(s.kvUsage, 0.6);
+  });
+
+  test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
+    for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
+      assert.doesNotThrow(() => parseSignals(text, 'vllm'));
+    }
+    const bad = parseSignals('vllm:num_requests_running NaN\nvllm:num_requests_waiting -4\nvllm:kv_cache_usage_perc 85\n', 'vllm');
+    assert.deepEqual(bad.signals, {});
+    assert.equal(bad.problems.length, 3);
+  });
+});
+
+describe('health from signals', () => {
+  const rec = (signals: object, ageMs = 10, failures = 0) => ({ signals, ageMs, failures });
+
+  test('no data, stale data and failing scrapes are down: no worker is healthy on no data', () => {
+    assert.equal(assessHealth(undefined, T, false).state, 'down');
+    assert.deepEqual(assessHealth(rec({ kvUsage: 0.1 }, Infinity), T, false).codes, ['no_data']);
+    assert.deepEqual(assessHealth(rec({ kvUsage: 0.1 }, 2500), T, false).codes, ['stale']);
+    assert.deepEqual(assessHealth(rec({ kvUsage: 0.1 }, 10, 3), T, false).codes, ['scrape_failed']);
+    assert.equal(assessHealth(rec({ kvUsage: 0.1 }, 10, 2), T, false).state, 'healthy', 'two lost scrapes are not an outage');
+  });
+
+  test('KV use at 85%, a long queue or a hot GPU make a worker pressured', () => {
+    assert.equal(assessHealth(rec({ kvUsage: 0.84 }), T, false).state, 'healthy');
+    assert.deepEqual(assessHealth(rec({ kvUsage: 0.85 }), T, false).codes, ['kv_pressure']);
+    assert.deepEqual(assessHealth(rec({ waiting: 33 }), T, false).codes, ['queue']);
+    assert.deepEqual(assessHealth(rec({ gpuTempC: 90 }), T, false).codes, ['temperature']);
+  });
+
+  test('raw framebuffer use counts only where configured (vLLM preallocates GPU memory)', () => {
+    const full = rec({ fbUsedMiB: 76000, fbFreeMiB: 4000, kvUsage: 0.3 });
+    assert.equal(assessHealth(full, T, false).state, 'healthy');
+    assert.deepEqual(assessHealth(full, T, true).codes, ['memory_pressure']);
+  });
+
+  test('an operator’s state wins over the signals', () => {
+    assert.equal(effectiveState('draining', { state: 'healthy', codes: [], reasons: [] }), 'draining');
+    assert.equal(effectiveState(undefined, { state: 'pressured', codes: ['kv_pressure'], reasons: [] }), 'pressured');
+    assert.equal(effectiveState('healthy', { state: 'down', codes: ['stale'], reasons: [] }), 'down');
+  });
+});
+
+describe('migration plan', () => {
+  const w = (id: string, inflight: number, state: WorkerView['state'] = 'healthy'): WorkerView => ({ id, cluster: id, state, inflight, maxInflight: 10, prefixBlocks: 0 });
+  test('cold sessions spread over the workers that take new work, least loaded first', () => {
+    const plan = planMigration(['a', 'b', 'c', 'd'], 'hot', [w('hot', 9, 'pressured'), w('x', 0), w('y', 2), w('z', 0, 'draining')]);
+    // x: 0→3 and y: 2→3 in flight-or-assigned: level, and nothing to the pressured or the drained.
+    assert.deepEqual(plan.map((p) => p.to), ['x', 'x', 'x', 'y']);
+  });
+  test('nowhere to go means no moves', () => {
+    assert.deepEqual(planMigration(['a'], 'hot', [w('hot', 9, 'pressured'), w('x', 10)]), []);
+  });
+});
