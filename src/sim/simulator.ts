@@ -129,6 +129,17 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
   };
   loop.at(every, sample);
 
+  // A metrics scrape every 50 ms of simulated time (kvgate's signals.interval_ms), only for
+  // policies that read model-server metrics.
+  if (policy.observe) {
+    const scrapeS = 0.05;
+    const scrape = (): void => {
+      policy.observe!(workers.map((w) => w.observe()), loop.now);
+      if (settled < reqs.length) loop.at(loop.now + scrapeS, scrape);
+    };
+    loop.at(0, scrape);
+  }
+
   await loop.run();
   if (settled !== reqs.length) throw new Error(`simulation ended with ${reqs.length - settled} requests unfinished`);
   return {

@@ -93,6 +93,12 @@ export class SimWorker {
     );
   }
 
+  /** What the engine's /metrics would report now. */
+  observe(): { running: number; waiting: number; kvUsage: number } {
+    const waiting = this.waiting.length - this.waitingHead;
+    return { running: this.count - waiting, waiting, kvUsage: Math.min(1, this.cache.pinnedBlocks / this.cache.capacityBlocks) };
+  }
+
   /** Requests on this worker: waiting, prefilling and decoding. */
   get outstanding(): number {
     return this.count;

@@ -63,35 +63,33 @@ describe('the kvgate policy runs the real Gate', () => {
     assert.deepEqual(seen, [1, 0]);
   });
 
-  test('KV pressure is pushed into the store as worker state, and the gate then keeps new sessions off that worker', async () => {
+  test('scraped KV use past 85% makes the gate keep new sessions off that worker, as in production', async () => {
     const p = await KvgatePolicy.create(ctx);
-    await p.workerPressure(0, true);
-    const ids = p.gate.currentConfig.workers.map((x) => x.id);
-    assert.equal(p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] }).states.get('w0'), 'pressured');
+    p.observe([{ running: 3, waiting: 0, kvUsage: 0.9 }, { running: 0, waiting: 0, kvUsage: 0.1 }]);
+    assert.equal(p.gate.signalsOf('w0')?.verdict.state, 'pressured');
     for (let i = 0; i < 5; i++) {
       const r = handWorkload([{ at: 0, prompt: 100, out: 1, blocks: [i], session: `new-${i}` }]).requests[0]!;
       assert.deepEqual(await p.route(r), { worker: 1 });
     }
-    await p.workerPressure(0, false);
-    assert.equal(p.gate.store.cachedSnapshot({ pool: p.gate.pool, key: undefined, workers: ids, blocks: [] }).states.get('w0'), undefined);
+    p.observe([{ running: 0, waiting: 0, kvUsage: 0.2 }, { running: 0, waiting: 0, kvUsage: 0.1 }]);
+    assert.equal(p.gate.signalsOf('w0')?.verdict.state, 'healthy');
   });
 
-  test('a simulated worker whose pinned KV crosses 85% reports itself pressured to kvgate', async () => {
+  test('the simulator hands the gate a scrape of every worker every 50 ms of simulated time', async () => {
     const p = await KvgatePolicy.create(ctx);
-    const events: Array<[number, boolean]> = [];
-    const original = p.workerPressure.bind(p);
-    p.workerPressure = (w, on) => {
-      events.push([w, on]);
-      return original(w, on);
+    const seen: Array<{ t: number; kv: number[] }> = [];
+    const original = p.observe.bind(p);
+    p.observe = (ws, t) => {
+      seen.push({ t: t ?? 0, kv: ws.map((w) => w.kvUsage) });
+      original(ws, t);
     };
     // 10 blocks per worker; one request pinning 9 (3 prompt + 6 output) crosses 85%, then releases.
     const w = handWorkload([{ at: 0, prompt: 300, out: 600, blocks: [1, 2, 3], session: 'big' }]);
     const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
     const at = run.outcomes[0]!.worker;
-    assert.deepEqual(events, [
-      [at, true],
-      [at, false],
-    ]);
+    assert.ok(seen.length > 2);
+    assert.ok(seen.every((s, i) => i === 0 || Math.abs(s.t - seen[i - 1]!.t - 0.05) < 1e-9), 'every 50 ms');
+    assert.ok(seen.some((s) => (s.kv[at] ?? 0) >= 0.85), 'the pinned KV crossed 85% in a scrape');
   });
 
   test('on a synthetic chat workload every request went through the gate', async () => {

@@ -3,8 +3,9 @@
  * stream would produce (POST /v1/chat/completions, the session header when the workload has one,
  * an OpenAI JSON body with the model and the prompt) and goes through `Gate.route()` with a
  * `MemoryStore`, exactly as in production. The lease is released at the request's first token,
- * which is when kvgate releases in production (`routing.release_on: response_headers`). Worker
- * KV pressure is pushed into the store as the 'pressured' state. Nothing of the policy is copied
+ * which is when kvgate releases in production (`routing.release_on: response_headers`). Every
+ * 50 ms of simulated time the gate gets each worker's running, queued and KV-use figures, as its
+ * metrics collector would, and derives health from them itself. Nothing of the policy is copied
  * here, so the simulator scores whatever the gate's policy is today.
  */
 import { parseConfig } from '../../config/load.js';
@@ -17,7 +18,8 @@ import { MemoryStore } from '../../state/memory-store.js';
 import type { Lease } from '../../state/store.js';
 import { createLogger } from '../../telemetry/logger.js';
 import type { SimRequest } from '../workload.js';
-import type { PolicyContext, RouteChoice, RouterPolicy } from './policy.js';
+import type { SignalRecord } from '../../routing/health.js';
+import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policy.js';
 
 /** The model named in simulated bodies (the one the cost model describes). */
 export const SIM_MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
@@ -30,7 +32,8 @@ export function workerId(i: number): string {
 export function simGateConfig(ctx: PolicyContext): Config {
   return parseConfig(
     {
-      workers: Array.from({ length: ctx.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}` })),
+      // The metrics URL is never fetched: the simulator hands the gate each scrape (observe()).
+      workers: Array.from({ length: ctx.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
       limits: { max_inflight: ctx.maxInflight },
     },
     'simulator gate config',
@@ -63,7 +66,10 @@ export class KvgatePolicy implements RouterPolicy {
 
   static async create(ctx: PolicyContext): Promise<KvgatePolicy> {
     await initHashing();
-    return new KvgatePolicy(new Gate(simGateConfig(ctx), new MemoryStore(), createLogger('silent')));
+    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), new MemoryStore(), createLogger('silent')));
+    // As `kvgate serve` reads every worker once before serving: an idle fleet.
+    policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
+    return policy;
   }
 
   async route(req: SimRequest): Promise<RouteChoice> {
@@ -84,8 +90,11 @@ export class KvgatePolicy implements RouterPolicy {
     await this.gate.release(lease);
   }
 
-  workerPressure(worker: number, pressured: boolean): Promise<void> {
-    return this.gate.store.setWorkerState(this.gate.pool, workerId(worker), pressured ? 'pressured' : 'healthy');
+  /** A scrape of every worker, handed to the gate as its collector would after reading the store. */
+  observe(workers: readonly WorkerObservation[], _nowS?: number): void {
+    const records = new Map<string, SignalRecord>();
+    workers.forEach((w, i) => records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: 0, failures: 0 }));
+    this.gate.setSignals(records);
   }
 
   close(): Promise<void> {

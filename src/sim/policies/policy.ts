@@ -8,6 +8,13 @@ import type { SimRequest } from '../workload.js';
 
 export type RouteChoice = { worker: number } | { shed: string };
 
+export interface WorkerObservation {
+  running: number;
+  waiting: number;
+  /** Pinned KV blocks over capacity, as vLLM's kv_cache_usage_perc counts them. */
+  kvUsage: number;
+}
+
 export interface RouterPolicy {
   readonly name: string;
   route(req: SimRequest, nowS: number): RouteChoice | Promise<RouteChoice>;
@@ -17,6 +24,11 @@ export interface RouterPolicy {
   completed?(req: SimRequest, worker: number, nowS: number): void | Promise<void>;
   /** A worker's pinned KV crossed the pressure threshold (either way). */
   workerPressure?(worker: number, pressured: boolean, nowS: number): void | Promise<void>;
+  /**
+   * What each worker's metrics endpoint would say now (running, queued, KV use), delivered every
+   * scrape interval to policies that read model-server metrics, as kvgate's collector does.
+   */
+  observe?(workers: readonly WorkerObservation[], nowS: number): void;
   close?(): Promise<void>;
 }
 
