@@ -9,6 +9,7 @@ import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
+import { registerFakeWorkerCommand } from './fake-worker-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -52,6 +53,7 @@ export function buildCli(): Command {
     });
 
   registerSimCommand(program);
+  registerFakeWorkerCommand(program);
   return program;
 }
 
