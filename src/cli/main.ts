@@ -10,6 +10,7 @@ import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
 import { registerFakeWorkerCommand } from './fake-worker-command.js';
+import { registerStatusCommand } from './status-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -54,6 +55,7 @@ export function buildCli(): Command {
 
   registerSimCommand(program);
   registerFakeWorkerCommand(program);
+  registerStatusCommand(program);
   return program;
 }
 
