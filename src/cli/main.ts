@@ -10,6 +10,7 @@ import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
 import { registerFakeWorkerCommand } from './fake-worker-command.js';
+import { registerDemoCommand } from './demo-command.js';
 import { registerStatusCommand } from './status-command.js';
 
 function port(value: string): number {
@@ -55,6 +56,7 @@ export function buildCli(): Command {
 
   registerSimCommand(program);
   registerFakeWorkerCommand(program);
+  registerDemoCommand(program);
   registerStatusCommand(program);
   return program;
 }
