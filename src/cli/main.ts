@@ -9,6 +9,9 @@ import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
+import { registerFakeWorkerCommand } from './fake-worker-command.js';
+import { registerDemoCommand } from './demo-command.js';
+import { registerStatusCommand } from './status-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -52,6 +55,9 @@ export function buildCli(): Command {
     });
 
   registerSimCommand(program);
+  registerFakeWorkerCommand(program);
+  registerDemoCommand(program);
+  registerStatusCommand(program);
   return program;
 }
 

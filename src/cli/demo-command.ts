@@ -1,0 +1,107 @@
+/**
+ * `kvgate demo`: starts fake workers and the gate in this process, drives multi-turn sessions
+ * through the gate as Envoy would, and shows live where each session lands and the KV hit rate.
+ * It ends by itself after `--turns` turns per session or `--duration` seconds (Ctrl-C ends it early).
+ */
+import { Command, InvalidArgumentError, Option } from 'commander';
+import { runDemo, type DemoState } from '../demo/run.js';
+import { eventLine, frameLines, headerLines, summaryLines } from '../demo/view.js';
+import { createLogger } from '../telemetry/logger.js';
+
+/** The live view's refresh interval: smooth enough to watch, cheap on a terminal. */
+const REDRAW_MS = 200;
+
+function positiveInt(max: number) {
+  return (value: string): number => {
+    const n = Number(value);
+    if (!Number.isSafeInteger(n) || n <= 0 || n > max) throw new InvalidArgumentError(`must be an integer from 1 to ${max}`);
+    return n;
+  };
+}
+
+function nonNegativeNumber(value: string): number {
+  const n = Number(value);
+  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a non-negative number');
+  return n;
+}
+
+function positiveNumber(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
+  return n;
+}
+
+export interface DemoOutput {
+  write(text: string): void;
+  isTTY?: boolean;
+}
+
+interface DemoFlags {
+  workers: number;
+  sessions: number;
+  turns: number;
+  duration: number;
+  thinkMs: number;
+  json?: boolean;
+  logLevel: string;
+}
+
+export function registerDemoCommand(program: Command, out: DemoOutput = process.stdout): void {
+  program
+    .command('demo')
+    .description('start fake workers and the gate, drive multi-turn chat sessions through it as Envoy would, and show where each session lands and the KV hit rate')
+    .addOption(new Option('--workers <n>', 'fake workers').argParser(positiveInt(32)).default(3))
+    .addOption(new Option('--sessions <n>', 'concurrent chat sessions').argParser(positiveInt(1000)).default(8))
+    .addOption(new Option('--turns <n>', 'turns per session').argParser(positiveInt(1000)).default(6))
+    .addOption(new Option('--duration <s>', 'stop starting turns after this many seconds').argParser(positiveNumber).default(60))
+    .addOption(new Option('--think-ms <ms>', "mean pause between a session's turns").argParser(nonNegativeNumber).default(300))
+    .addOption(new Option('--json', 'print only the summary, as JSON'))
+    .addOption(new Option('--log-level <level>', "the gate's and workers' log level (logs go to stderr)").default('silent'))
+    .action(async (o: DemoFlags) => {
+      const live = out.isTTY === true && !o.json;
+      const stop = new AbortController();
+      const onSigint = () => stop.abort();
+      process.once('SIGINT', onSigint);
+      let drawn = 0;
+      let timer: NodeJS.Timeout | undefined;
+      const draw = (state: DemoState) => {
+        const lines = frameLines(state);
+        // Back to the frame's first line, clear below, redraw: the frame updates in place.
+        out.write(`${drawn > 0 ? `\x1b[${drawn}F\x1b[0J` : ''}${lines.join('\n')}\n`);
+        drawn = lines.length;
+      };
+      try {
+        if (live) out.write('\x1b[?25l');
+        const summary = await runDemo({
+          workers: o.workers,
+          sessions: o.sessions,
+          turns: o.turns,
+          durationS: o.duration,
+          thinkMs: o.thinkMs,
+          logger: createLogger(o.logLevel, process.stderr),
+          signal: stop.signal,
+          onStart: (state) => {
+            if (o.json) return;
+            if (live) {
+              draw(state);
+              timer = setInterval(() => draw(state), REDRAW_MS);
+            } else {
+              out.write(`${headerLines(state).join('\n')}\n`);
+            }
+          },
+          onEvent: (event, state) => {
+            if (o.json) return;
+            if (live) draw(state);
+            else out.write(`${eventLine(event)}\n`);
+          },
+        });
+        if (timer) clearInterval(timer);
+        if (o.json) out.write(`${JSON.stringify(summary)}\n`);
+        else out.write(`\n${summaryLines(summary).join('\n')}\n`);
+      } finally {
+        if (timer) clearInterval(timer);
+        if (live) out.write('\x1b[?25h');
+        process.off('SIGINT', onSigint);
+      }
+    });
+}

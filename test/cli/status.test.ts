@@ -1,0 +1,141 @@
+/**
+ * `kvgate status` against a real gate's admin API: a line per worker with its state and in-flight
+ * load, `--json`, the KVGATE_ADMIN variable, every signal field the API adds, and a clear error for
+ * an admin API that is down or answers nonsense.
+ */
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import type { AddressInfo } from 'node:net';
+import { after, before, describe, test } from 'node:test';
+import { Command } from 'commander';
+import { registerStatusCommand } from '../../src/cli/status-command.js';
+import { harness, holdRequest } from '../helpers/envoy.js';
+import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
+import { freePort } from '../helpers/ports.js';
+
+/** Runs `kvgate status ARGS` in-process and returns what it printed. */
+async function status(...args: string[]): Promise<string> {
+  let out = '';
+  const program = new Command('kvgate').exitOverride();
+  registerStatusCommand(program, { write: (s) => (out += s) });
+  await program.parseAsync(['node', 'kvgate', 'status', ...args]);
+  return out;
+}
+
+/** An admin API stand-in answering every request with one status and body. */
+async function cannedAdmin(statusCode: number, body: string): Promise<{ url: string; close: () => Promise<void> }> {
+  const server = http.createServer((_req, res) => {
+    res.writeHead(statusCode, { 'content-type': 'application/json' });
+    res.end(body);
+  });
+  await new Promise<void>((r) => server.listen(0, '127.0.0.1', r));
+  return {
+    url: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    close: () => new Promise((r) => server.close(() => r())),
+  };
+}
+
+describe('kvgate status', () => {
+  let gate: TestGate;
+  before(async () => {
+    gate = await startTestGate({
+      workers: [
+        { id: 'gpu-a', cluster: 'gpu-a', max_inflight: 5 },
+        { id: 'gpu-b', cluster: 'cluster-b' },
+      ],
+    });
+  });
+  after(() => gate.close(100));
+
+  test("a line per worker: id (and cluster when it differs), state, in-flight/limit", async () => {
+    const out = await status('--admin', gate.admin);
+    const lines = out.trimEnd().split('\n');
+    assert.equal(lines[0], '2 workers, store: memory');
+    assert.match(lines[1]!, /^WORKER\s+STATE\s+IN-FLIGHT\s+SIGNALS$/);
+    assert.match(lines[2]!, /^gpu-a\s+healthy\s+0\/5$/);
+    assert.match(lines[3]!, /^gpu-b \(cluster-b\)\s+healthy\s+0\/16$/);
+  });
+
+  test('follows the gate: a drained worker and a request in flight', async () => {
+    await setWorkerState(gate.admin, 'gpu-b', 'draining');
+    const h = harness(gate.target);
+    const held = await holdRequest(h, 'status-session');
+    try {
+      assert.equal(held.cluster, 'gpu-a');
+      const out = await status('--admin', gate.admin);
+      assert.match(out, /^gpu-a\s+healthy\s+1\/5$/m);
+      assert.match(out, /^gpu-b \(cluster-b\)\s+draining\s+0\/16$/m);
+    } finally {
+      held.stream.close();
+      h.close();
+      await setWorkerState(gate.admin, 'gpu-b', 'healthy');
+    }
+  });
+
+  test('--json prints what the admin API answered', async () => {
+    const out = await status('--admin', gate.admin, '--json');
+    const direct = await (await fetch(`${gate.admin}/workers`)).json();
+    assert.deepEqual(JSON.parse(out), direct);
+  });
+
+  test('KVGATE_ADMIN names the admin API when --admin is absent', async () => {
+    process.env['KVGATE_ADMIN'] = gate.admin;
+    try {
+      assert.match(await status(), /^gpu-a\s+healthy/m);
+    } finally {
+      delete process.env['KVGATE_ADMIN'];
+    }
+  });
+
+  test('every other field a worker carries is printed as a signal, with units read off its name', async () => {
+    const admin = await cannedAdmin(
+      200,
+      JSON.stringify({
+        store: 'redis',
+        workers: [
+          {
+            id: 'w1',
+            cluster: 'w1',
+            state: 'pressured',
+            inflight: 3,
+            max_inflight: 8,
+            kv_usage: 0.912,
+            queue: 4,
+            gpu_temp_c: 83,
+            signals_age_ms: 350,
+            reason: 'kv_usage',
+            gpu: { memory_used_frac: 0.9, fb_free_mib: 8156 },
+          },
+          { id: 'w2', cluster: 'w2', state: 'down', inflight: 0, max_inflight: 8, kv_usage: null, signals_age_s: 12.5, reason: 'stale' },
+        ],
+      }),
+    );
+    try {
+      const out = await status('--admin', admin.url);
+      assert.match(out, /^2 workers, store: redis$/m);
+      assert.match(out, /^w1\s+pressured\s+3\/8\s+kv_usage=91\.2% queue=4 gpu_temp_c=83°C signals_age_ms=350ms reason=kv_usage gpu\.memory_used_frac=90\.0% gpu\.fb_free_mib=8156$/m);
+      assert.match(out, /^w2\s+down\s+0\/8\s+kv_usage=- signals_age_s=12\.5s reason=stale$/m);
+    } finally {
+      await admin.close();
+    }
+  });
+
+  test('an admin API that is down, failing or answering nonsense: a clear error', async () => {
+    const port = await freePort();
+    await assert.rejects(status('--admin', `http://127.0.0.1:${port}`), /cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+: ECONNREFUSED/);
+    await assert.rejects(status('--admin', 'not a url'), /--admin must be a URL/);
+    for (const [code, body, message] of [
+      [503, '{"error":"not ready"}', /answered 503/],
+      [200, '<html>', /not JSON/],
+      [200, '{"workers": "none"}', /without a "workers" list/],
+      [200, '[1,2]', /without a "workers" list/],
+    ] as Array<[number, string, RegExp]>) {
+      const admin = await cannedAdmin(code, body);
+      try {
+        await assert.rejects(status('--admin', admin.url), message);
+      } finally {
+        await admin.close();
+      }
+    }
+  });
+});

@@ -1,0 +1,64 @@
+/**
+ * `kvgate demo`, run briefly: fake workers, the real gate and Envoy-like ext_proc exchanges in one
+ * process. The report must show sessions staying on their workers and prefix-cache hits, and the
+ * demo must end by itself (after its turns, or at --duration).
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { Command } from 'commander';
+import { registerDemoCommand } from '../../src/cli/demo-command.js';
+import type { DemoSummary } from '../../src/demo/run.js';
+
+async function demo(args: string[], isTTY = false): Promise<string> {
+  let out = '';
+  const program = new Command('kvgate').exitOverride();
+  registerDemoCommand(program, { write: (s) => (out += s), isTTY });
+  await program.parseAsync(['node', 'kvgate', 'demo', ...args]);
+  return out;
+}
+
+describe('kvgate demo', () => {
+  test('plain output (not a terminal): a line per turn, sessions sticking to their workers, a non-zero hit rate', async () => {
+    const out = await demo(['--workers', '2', '--sessions', '4', '--turns', '3', '--think-ms', '0']);
+    assert.doesNotMatch(out, /\x1b\[/, 'no terminal control codes in plain output');
+    assert.match(out, /^kvgate demo: 2 fake workers, 4 sessions × 3 turns/m);
+    assert.match(out, /admin http:\/\/127\.0\.0\.1:\d+/);
+    const turns = out.split('\n').filter((l) => /^\[\s*[\d.]+s\] s\d+ \(prompt [AB]\) turn \d → worker_\d (placed|stayed|MOVED)/.test(l));
+    assert.equal(turns.length, 12);
+    for (const s of ['s01', 's02', 's03', 's04']) {
+      const workers = new Set(turns.filter((l) => l.includes(` ${s} `)).map((l) => /→ (worker_\d)/.exec(l)![1]));
+      assert.equal(workers.size, 1, `${s} stays on one worker: ${[...workers].join(', ')}`);
+    }
+    assert.match(out, /^done in [\d.]+ s: 12 requests, 0 shed, 0 failed$/m);
+    assert.match(out, /^sticky: 8\/8 follow-up turns stayed on their session's worker \(100\.0%\)$/m);
+    const hit = Number(/^KV hit rate: ([\d.]+)%/m.exec(out)?.[1]);
+    assert.ok(hit > 30, `prefix-cache hits on follow-up turns and shared system prompts (${hit}%)`);
+  });
+
+  test('--json at --duration: ends by itself with a summary of what ran', async () => {
+    const out = await demo(['--workers', '2', '--sessions', '2', '--turns', '1000', '--duration', '1.5', '--think-ms', '0', '--json']);
+    const sum = JSON.parse(out) as DemoSummary;
+    assert.ok(sum.requests >= 2 && sum.requests < 2000, `stopped at the deadline (${sum.requests} requests)`);
+    assert.ok(sum.sessions.every((s) => s.turns < 1000));
+    assert.equal(sum.errors, 0);
+    assert.equal(sum.stayed, sum.followUps);
+    assert.equal(sum.workers.length, 2);
+    assert.ok(sum.elapsedS < 1.5 + 5, 'turns running at the deadline finish within the grace period');
+  });
+
+  test('on a terminal: a frame redrawn in place, then the summary', async () => {
+    const out = await demo(['--workers', '2', '--sessions', '2', '--turns', '2', '--think-ms', '0'], true);
+    assert.match(out, /\x1b\[\d+F\x1b\[0J/, 'moves back up and clears to redraw');
+    assert.match(out, /WORKER\s+RUN\s+WAIT\s+KV USE/);
+    assert.match(out, /^s01\s+A\s+2\/2\s+\d \d$/m);
+    assert.match(out, /^sticky: 2\/2/m);
+  });
+
+  test('bad flags are refused before anything starts', async () => {
+    for (const args of [['--workers', '0'], ['--sessions', 'many'], ['--duration', '-1'], ['--think-ms', 'x']]) {
+      const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
+      registerDemoCommand(program, { write: () => assert.fail('nothing may run') });
+      await assert.rejects(program.parseAsync(['node', 'kvgate', 'demo', ...args]), { name: 'CommanderError' });
+    }
+  });
+});
