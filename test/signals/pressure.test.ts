@@ -1,5 +1,5 @@
 /**
- * Worker signals end to end: real HTTP metrics endpoints, two gate replicas sharing one real Redis,
+ * Worker signals end to end: real `kvgate fake-worker` processes, two gate replicas sharing one real Redis,
  * the Envoy harness in front. A worker past 85% KV use gets no new sessions and keeps its hot ones
  * while its cold ones move (one offload event each on the Redis Stream); a worker whose metrics go
  * stale is routed around within 2 s and comes back when fresh; everything pressured sheds at once.
@@ -12,11 +12,11 @@ import type { RedisStore } from '../../src/state/redis-store.js';
 import type { EnvoyHarness } from '../harness/envoy-harness.js';
 import { chat, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
-import { startMetricsServer, type MetricsServer } from '../helpers/metrics-server.js';
+import { startFakeWorkerProcess, type FakeWorkerProcess } from '../helpers/fake-worker-process.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 let redis: TestRedis;
-let m: MetricsServer[];
+let m: FakeWorkerProcess[];
 let a: TestGate;
 let b: TestGate;
 let ha: EnvoyHarness;
@@ -24,12 +24,12 @@ let hb: EnvoyHarness;
 
 before(async () => {
   redis = await startRedis();
-  m = await Promise.all([0, 1, 2].map(() => startMetricsServer({ kv: 0.1 })));
+  m = await Promise.all([1, 2, 3].map((i) => startFakeWorkerProcess(`w${i}`, ['--kv-usage', '0.1'])));
   const config = {
     store: { timeout_ms: 1000 },
     // One migration round per pressure episode in this test, moving half of the sessions.
     migration: { fraction: 0.5, interval_ms: 60_000 },
-    workers: m.map((s, i) => ({ id: `w${i + 1}`, cluster: `worker_${i + 1}`, max_inflight: 8, metrics_url: s.url })),
+    workers: m.map((s, i) => ({ id: `w${i + 1}`, cluster: `worker_${i + 1}`, max_inflight: 8, metrics_url: s.metricsUrl })),
   };
   [a, b] = await Promise.all([startTestGate(config, { store: redis.url }), startTestGate(config, { store: redis.url })]);
   ha = harness(a.target);
@@ -40,7 +40,7 @@ after(async () => {
   hb.close();
   await a.close(100);
   await b.close(100);
-  await Promise.all(m.map((s) => s.close()));
+  await Promise.all(m.map((s) => s.stop()));
   await redis.stop();
 });
 
@@ -68,7 +68,7 @@ describe('worker load and health', () => {
     const hot = onW1.slice(Math.ceil(onW1.length * 0.5));
     for (const s of hot) assert.equal((await ha.request(chat({ session: s, text: 'still here' }))).cluster, 'worker_1');
 
-    m[0]!.set({ kv: 0.91 });
+    await m[0]!.control({ kv_usage: 0.91 });
     await waitFor(async () => (await stateOf(a, 'w1')) === 'pressured' && (await stateOf(b, 'w1')) === 'pressured', 3000, 'w1 pressured on both replicas');
 
     const raw = new Redis(redis.url);
@@ -93,39 +93,40 @@ describe('worker load and health', () => {
     for (const s of hot) assert.equal((await hb.request(chat({ session: s, text: 'hot' }))).cluster, 'worker_1', `${s} keeps its worker`);
     for (let i = 0; i < 12; i++) assert.notEqual((await ha.request(chat({ session: `fresh-${i}` }))).cluster, 'worker_1', 'no new sessions');
 
-    m[0]!.set({ kv: 0.2 });
+    await m[0]!.control({ kv_usage: 0.2 });
     await waitFor(async () => (await stateOf(a, 'w1')) === 'healthy', 3000, 'w1 healthy again');
   });
 
   test('a worker whose metrics go stale is routed around within 2 s and comes back when fresh', async () => {
-    m[1]!.mode('hang');
+    await m[1]!.control({ metrics: 'timeout' });
     const t0 = Date.now();
     await waitFor(async () => (await stateOf(a, 'w2')) === 'down', 4000, 'w2 down');
     const took = Date.now() - t0;
     assert.ok(took <= 2500, `down after ${took} ms`);
-    assert.equal(await stateOf(b, 'w2'), 'down', 'both replicas agree');
+    // The other replica reads the same shared signals on its next read (every 100 ms).
+    await waitFor(async () => (await stateOf(b, 'w2')) === 'down', 1000, 'both replicas agree');
     for (let i = 0; i < 9; i++) assert.notEqual((await ha.request(chat({ session: `stale-${i}` }))).cluster, 'worker_2');
-    m[1]!.mode('ok');
+    await m[1]!.control({ metrics: 'ok' });
     await waitFor(async () => (await stateOf(a, 'w2')) === 'healthy', 3000, 'w2 back');
   });
 
   test('garbage or error pages count as failed scrapes: down, never healthy on no data', async () => {
-    for (const mode of ['garbage', 'error', 'empty'] as const) {
-      m[2]!.mode(mode);
+    for (const mode of ['garbage', 'error', 'empty', 'nan', 'negative'] as const) {
+      await m[2]!.control({ metrics: mode });
       await waitFor(async () => (await stateOf(a, 'w3')) === 'down', 3000, `w3 down on ${mode}`);
-      m[2]!.mode('ok');
+      await m[2]!.control({ metrics: 'ok' });
       await waitFor(async () => (await stateOf(a, 'w3')) === 'healthy', 3000, 'w3 back');
     }
   });
 
   test('every worker pressured or full: 429 at once', async () => {
-    for (const s of m) s.set({ kv: 0.95 });
+    for (const s of m) await s.control({ kv_usage: 0.95 });
     await waitFor(async () => (await workers(a.admin)).every((w) => w.state === 'pressured'), 3000, 'all pressured');
     const t0 = Date.now();
     const out = await ha.request(chat({ session: 'nobody-home' }));
     assert.equal(out.kind === 'local' && out.status, 429);
     assert.ok(Date.now() - t0 < 1000);
-    for (const s of m) s.set({ kv: 0.1 });
+    for (const s of m) await s.control({ kv_usage: 0.1 });
     await waitFor(async () => (await workers(a.admin)).every((w) => w.state === 'healthy'), 3000, 'all healthy again');
   });
 
