@@ -1,0 +1,43 @@
+/**
+ * Signals from workers that cannot be reached, and from gates whose clocks are wrong.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { RedisStore } from '../../src/state/redis-store.js';
+import { waitFor } from '../helpers/envoy.js';
+import { startTestGate, workers } from '../helpers/gate.js';
+import { silentLogger } from '../helpers/logger.js';
+import { freePort } from '../helpers/ports.js';
+import { startRedis } from '../helpers/redis-server.js';
+
+test('a worker whose metrics endpoint refuses connections is down, with the reason, and the gate routes around it', async () => {
+  const dead = await freePort();
+  const g = await startTestGate({ workers: [{ id: 'gone', cluster: 'worker_1', metrics_url: `http://127.0.0.1:${dead}/metrics` }, { id: 'plain', cluster: 'worker_2' }] });
+  try {
+    await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'gone')?.state === 'down', 3000, 'down');
+    const ws = (await (await fetch(`${g.admin}/workers`)).json()) as { workers: Array<{ id: string; state: string; reasons?: string[] }> };
+    const gone = ws.workers.find((w) => w.id === 'gone')!;
+    assert.ok(gone.reasons?.some((r) => /failed scrapes|no successful scrape|no metrics/.test(r)), JSON.stringify(gone.reasons));
+    assert.equal(ws.workers.find((w) => w.id === 'plain')?.state, 'healthy', 'a worker without metrics is judged by in-flight counts alone');
+  } finally {
+    await g.close(100);
+  }
+});
+
+test('signal ages come from the store’s clock: a replica whose clock is an hour off reads the same ages', async () => {
+  const redis = await startRedis();
+  const opts = { url: redis.url, keyPrefix: 'skew', timeoutMs: 1000, refreshMs: 100, leaseTtlMs: 30_000, localAffinityCacheSize: 100, logger: silentLogger() };
+  const store = new RedisStore(opts);
+  const realNow = Date.now;
+  try {
+    assert.ok(await store.waitReady(3000));
+    Date.now = () => realNow() + 3_600_000; // this process believes it is an hour later
+    await store.publishSignals('p', 'w', { signals: { kvUsage: 0.3 } });
+    const rec = (await store.readSignals('p')).get('w');
+    assert.ok(rec && rec.ageMs < 1000, `age ${rec?.ageMs} ms`);
+  } finally {
+    Date.now = realNow;
+    await store.close();
+    await redis.stop();
+  }
+});
