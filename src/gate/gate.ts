@@ -26,8 +26,18 @@ export type GateResult =
       degraded: boolean;
       /** Store commits it took (1 unless another replica raced this one). */
       attempts: number;
+      /** The candidates as the deciding snapshot showed them (for traces). */
+      views?: readonly WorkerView[];
     }
-  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined };
+  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined; views?: readonly WorkerView[] };
+
+export interface RouteOptions {
+  /**
+   * Only these worker ids may take the request (e.g. the proxy's endpoint subset hint). Others
+   * are invisible to the policy; an affinity to one of them moves. An empty set sheds with 503.
+   */
+  eligible?: ReadonlySet<string>;
+}
 
 /**
  * Commits tried before giving up. Each failed commit means another replica changed the same
@@ -55,7 +65,7 @@ export class Gate {
   /** The pool every worker is in until pools are configured. */
   readonly pool = DEFAULTS.pool;
 
-  async route(req: RequestInfo): Promise<GateResult> {
+  async route(req: RequestInfo, opts: RouteOptions = {}): Promise<GateResult> {
     let key: RoutingKey | undefined;
     try {
       const u = understand(req, this.config);
@@ -69,11 +79,17 @@ export class Gate {
       this.logger.info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
       return { kind: 'reject', error, key: undefined };
     }
-    const storeKey = key === undefined ? undefined : `${key.kind === 'session' ? 's' : 'p'}:${key.hash}`;
+    const storeKey = storeKeyOf(key);
+    const eligible = opts.eligible;
+    if (eligible && !this.workerIds.some((id) => eligible.has(id))) {
+      return { kind: 'reject', error: new KvgateError('no_healthy_workers', 'no configured worker is in the request\'s endpoint subset'), key, views: [] };
+    }
     let snap = this.store.cachedSnapshot(this.pool, storeKey, this.workerIds);
     let fresh = this.store.backend === 'memory';
+    let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
-      const decision = decide({ keyHash: key?.hash, affinity: snap.affinity, workers: this.views(snap) });
+      views = eligible ? this.views(snap).filter((w) => eligible.has(w.id)) : this.views(snap);
+      const decision = decide({ keyHash: key?.hash, affinity: snap.affinity, workers: views });
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
@@ -82,7 +98,7 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key);
+        return this.shed(decision, key, views);
       }
       const res = await this.store.commit({
         pool: this.pool,
@@ -103,6 +119,7 @@ export class Gate {
           key,
           degraded: res.degraded,
           attempts: attempt,
+          views,
         };
         this.logger.debug(
           {
@@ -122,7 +139,33 @@ export class Gate {
       snap = res.snapshot;
       fresh = true;
     }
-    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] } }, key);
+    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] } }, key, views);
+  }
+
+  /**
+   * Moves a key's affinity from `from` to `to`, unless it no longer points at `from` (another
+   * request moved it meanwhile). Used when the proxy reports that another worker served a request:
+   * that worker now holds its KV cache. Never throws; true when the affinity moved.
+   */
+  async reassign(key: RoutingKey, from: string, to: string): Promise<boolean> {
+    if (!this.workersById.has(to) || from === to) return false;
+    try {
+      // A commit whose only precondition is the affinity it replaces; its lease is returned at once.
+      const res = await this.store.commit({
+        pool: this.pool,
+        key: storeKeyOf(key),
+        workers: this.workerIds,
+        worker: to,
+        preconditions: { affinity: from, below: [], atOrAbove: [], states: [] },
+        affinityTtlMs: this.config.affinity.ttl_s * 1000,
+      });
+      if (!res.ok) return false;
+      await this.release(res.lease);
+      return true;
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
+      return false;
+    }
   }
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
@@ -146,12 +189,17 @@ export class Gate {
     });
   }
 
-  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined): GateResult {
+  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined, views: readonly WorkerView[]): GateResult {
     const error =
       decision.reason === 'overloaded'
         ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
         : new KvgateError('no_healthy_workers', 'no worker is healthy');
     this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason }, 'shed');
-    return { kind: 'reject', error, key };
+    return { kind: 'reject', error, key, views };
   }
+}
+
+/** The store key of a routing key: kind-prefixed hash, so session and prefix keys never collide. */
+function storeKeyOf(key: RoutingKey | undefined): string | undefined {
+  return key === undefined ? undefined : `${key.kind === 'session' ? 's' : 'p'}:${key.hash}`;
 }

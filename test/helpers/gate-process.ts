@@ -29,7 +29,7 @@ export function writeConfig(config: unknown): string {
   return file;
 }
 
-export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 15_000): Promise<GateProcess> {
+export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 30_000): Promise<GateProcess> {
   const proc = spawn(process.execPath, [BIN, 'serve', '--grpc-port', '0', '--admin-port', '0', '--grpc-host', '127.0.0.1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
@@ -39,7 +39,11 @@ export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = 
   proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const ready = new Promise<{ grpcPort: number; adminPort: number }>((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`kvgate did not start in ${timeoutMs} ms: ${stderr}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      // Never leave a half-started gate behind.
+      proc.kill('SIGKILL');
+      reject(new Error(`kvgate did not start in ${timeoutMs} ms: ${stderr}`));
+    }, timeoutMs);
     proc.stdout!.on('data', (d: Buffer) => {
       buf += d.toString();
       let nl: number;
