@@ -29,7 +29,7 @@ const MAX_SUBSET = 4096;
 export function destinationMetadata(endpoint: string): PbStruct {
   return {
     fields: {
-      [LB_NAMESPACE]: { struct_value: { fields: { [DESTINATION_HEADER]: { string_value: endpoint } } } },
+      [LB_NAMESPACE]: { structValue: { fields: { [DESTINATION_HEADER]: { stringValue: endpoint } } } },
     },
   };
 }
@@ -42,12 +42,12 @@ function field(md: MetadataContext | null | undefined, namespace: string, key: s
 
 function strings(v: PbValue | undefined): string[] | undefined {
   if (!v) return undefined;
-  if (typeof v.string_value === 'string') {
+  if (typeof v.stringValue === 'string') {
     // Tolerate the comma-separated form some proxies use for endpoint lists.
-    return v.string_value.split(',').map((s) => s.trim()).filter(Boolean);
+    return v.stringValue.split(',').map((s) => s.trim()).filter(Boolean);
   }
-  if (v.list_value && Array.isArray(v.list_value.values)) {
-    return v.list_value.values.slice(0, MAX_SUBSET).flatMap((x) => (typeof x?.string_value === 'string' ? [x.string_value.trim()] : []));
+  if (v.listValue && Array.isArray(v.listValue.values)) {
+    return v.listValue.values.slice(0, MAX_SUBSET).flatMap((x) => (typeof x?.stringValue === 'string' ? [x.stringValue.trim()] : []));
   }
   return undefined;
 }
