@@ -1,18 +1,24 @@
 /**
- * Assembles a running gate from a config: hashing, store, gate, ext_proc server, admin server.
- * The CLI's `serve` and the tests both start kvgate through `startKvgate`, so tests exercise the
- * same wiring users run.
+ * Assembles a running gate from a config: hashing, store, gate, ext_proc server, admin server,
+ * metrics and readiness. The CLI's `serve` and the tests both start kvgate through `startKvgate`,
+ * so tests exercise the same wiring users run. (Span export is process-wide and started by the
+ * CLI: src/telemetry/tracing.ts.)
  */
 import type { Logger } from 'pino';
 import { AdminServer } from './admin/server.js';
+import { DEFAULTS } from './config/defaults.js';
 import type { Config } from './config/schema.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
+import { Readiness } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore } from './state/create-store.js';
 import { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
+import { InstrumentedStore } from './telemetry/instrumented-store.js';
+import { Metrics } from './telemetry/metrics.js';
+import { installTraceContext } from './telemetry/tracing.js';
 
 export interface StartOptions {
   config: Config;
@@ -24,6 +30,8 @@ export interface StartOptions {
   adminHost: string;
   adminPort: number;
   onResult?: (result: GateResult) => void;
+  /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
+  processMetrics?: boolean;
 }
 
 export interface RunningKvgate {
@@ -33,6 +41,8 @@ export interface RunningKvgate {
   store: RoutingStore;
   extproc: ExtProcServer;
   collector: SignalCollector;
+  metrics: Metrics;
+  readiness: Readiness;
   /** Drains open streams for up to `graceMs`, then stops everything. */
   close(graceMs?: number): Promise<void>;
 }
@@ -43,27 +53,35 @@ const STORE_STARTUP_WAIT_MS = 3000;
 export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
   await initHashing();
-  const store = createStore(opts.store, config, logger);
-  if (store instanceof RedisStore && !(await store.waitReady(STORE_STARTUP_WAIT_MS))) {
+  installTraceContext();
+  const backend = createStore(opts.store, config, logger);
+  if (backend instanceof RedisStore && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
     logger.error({ store: describeStore(opts.store) }, 'redis not reachable at startup; routing on local state until it is');
   }
-  const gate = new Gate(config, store, logger.child({ component: 'gate' }));
+  let gate: Gate | undefined;
+  const metrics = new Metrics({
+    // Read at scrape time from the gate's local view: no store round trip per scrape.
+    fleet: () => (gate ? gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: config.workers.map((w) => w.id), blocks: [] })) : []),
+    processMetrics: opts.processMetrics ?? true,
+  });
+  const store = new InstrumentedStore(backend, metrics);
+  gate = new Gate(config, store, logger.child({ component: 'gate' }));
   const extproc = new ExtProcServer({
     gate,
     logger: logger.child({ component: 'extproc' }),
     // Envoy's BUFFERED body plus its headers, which are small next to it.
     maxMessageBytes: config.limits.max_body_bytes + 1024 * 1024,
+    metrics,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
   });
-  const isReady = async () => {
-    try {
-      await store.ping();
-      return true;
-    } catch {
-      return false;
-    }
-  };
-  const admin = new AdminServer({ gate, logger: logger.child({ component: 'admin' }), isReady });
+  const readiness = new Readiness({
+    store,
+    readyWhenUnreachable: config.store.ready_when_unreachable,
+    intervalMs: DEFAULTS.readinessIntervalMs,
+    logger: logger.child({ component: 'health' }),
+    onChange: (ready) => extproc.setServing(ready),
+  });
+  const admin = new AdminServer({ gate, logger: logger.child({ component: 'admin' }), readiness, metrics });
   let grpcPort: number;
   let adminPort: number;
   try {
@@ -71,14 +89,18 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     adminPort = await admin.listen(opts.adminHost, opts.adminPort);
   } catch (err) {
     await extproc.shutdown(0);
+    await admin.close();
     await store.close();
     throw err;
   }
   // Workers with metrics count as down until their first scrape: read them once before serving.
   const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
   await collector.start();
-  extproc.setServing(true);
-  logger.info({ grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length }, 'kvgate serving');
+  const health = await readiness.start();
+  logger.info(
+    { grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length, protocol: config.routing.protocol, ready: health.status },
+    'kvgate serving',
+  );
   let closing: Promise<void> | undefined;
   return {
     grpcPort,
@@ -87,8 +109,12 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     store,
     extproc,
     collector,
+    metrics,
+    readiness,
     close(graceMs = 5000) {
       closing ??= (async () => {
+        // Not ready first (health NOT_SERVING, /readyz 503), then let open streams finish.
+        readiness.drain();
         collector.stop();
         await extproc.shutdown(graceMs);
         await admin.close();

@@ -1,9 +1,11 @@
 /**
- * The admin HTTP API (bound to localhost by default): liveness, readiness, the fleet as the gate
- * sees it, and operator state changes such as draining a worker before maintenance.
+ * The admin HTTP API (bound to localhost by default): liveness, readiness, Prometheus metrics,
+ * the fleet as the gate sees it, and operator state changes such as draining a worker before
+ * maintenance.
  *
  *   GET  /healthz                   200 while the process runs
- *   GET  /readyz                    200 when config is loaded and the store answers, else 503
+ *   GET  /readyz                    200 when ready (src/health/readiness.ts), else 503; JSON says why
+ *   GET  /metrics                   Prometheus text exposition (src/telemetry/metrics.ts)
  *   GET  /workers                   JSON: each worker's state, in-flight count and limit
  *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"}
  *   GET  /debug/decisions?limit=N   the last decisions and why: each candidate's load, prefix match, score
@@ -12,7 +14,9 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
 import type { Gate } from '../gate/gate.js';
+import type { Readiness } from '../health/readiness.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+import type { Metrics } from '../telemetry/metrics.js';
 
 /** Admin bodies are tiny JSON documents; anything bigger is refused unread. */
 const MAX_ADMIN_BODY = 64 * 1024;
@@ -20,7 +24,8 @@ const MAX_ADMIN_BODY = 64 * 1024;
 export interface AdminServerOptions {
   gate: Gate;
   logger: Logger;
-  isReady: () => Promise<boolean>;
+  readiness: Readiness;
+  metrics: Metrics;
 }
 
 export class AdminServer {
@@ -54,8 +59,15 @@ export class AdminServer {
     const gate = this.opts.gate;
     if (req.method === 'GET' && url.pathname === '/healthz') return send(res, 200, { status: 'ok' });
     if (req.method === 'GET' && url.pathname === '/readyz') {
-      const ready = await this.opts.isReady();
-      return send(res, ready ? 200 : 503, { status: ready ? 'ready' : 'not ready' });
+      const report = await this.opts.readiness.check();
+      return send(res, report.ready ? 200 : 503, report);
+    }
+    if (req.method === 'GET' && url.pathname === '/metrics') {
+      const { contentType, body } = await this.opts.metrics.exposition();
+      if (res.headersSent) return;
+      res.writeHead(200, { 'content-type': contentType });
+      res.end(body);
+      return;
     }
     if (req.method === 'GET' && url.pathname === '/workers') {
       const snap = await gate.store.snapshot({ pool: gate.pool, key: undefined, workers: gate.currentConfig.workers.map((w) => w.id), blocks: [] });

@@ -7,6 +7,7 @@ import { DEFAULTS } from '../config/defaults.js';
 import { loadConfigFile } from '../config/load.js';
 import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
+import { startTracing } from '../telemetry/tracing.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
 import { registerFakeWorkerCommand } from './fake-worker-command.js';
@@ -16,6 +17,12 @@ import { registerStatusCommand } from './status-command.js';
 function port(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('must be a port number (0-65535)');
+  return n;
+}
+
+function seconds(value: string): number {
+  const n = Number(value);
+  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a number of seconds (>= 0)');
   return n;
 }
 
@@ -34,9 +41,18 @@ export function buildCli(): Command {
     .addOption(new Option('--admin-host <host>', 'admin HTTP bind address').env('KVGATE_ADMIN_HOST').default(DEFAULTS.adminHost))
     .addOption(new Option('--store <spec>', 'state store: memory, or a redis:// / rediss:// URL').env('KVGATE_STORE').default(DEFAULTS.store))
     .addOption(new Option('--log-level <level>', 'pino log level').env('KVGATE_LOG_LEVEL').default(DEFAULTS.logLevel))
-    .action(async (o: { config: string; grpcPort: number; grpcHost: string; adminPort: number; adminHost: string; store: string; logLevel: string }) => {
+    .addOption(
+      new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
+        .env('KVGATE_SHUTDOWN_GRACE_S')
+        .argParser(seconds)
+        .default(DEFAULTS.shutdownGraceS),
+    )
+    .action(async (o: { config: string; grpcPort: number; grpcHost: string; adminPort: number; adminHost: string; store: string; logLevel: string; shutdownGraceS: number }) => {
       const logger = createLogger(o.logLevel);
       const config = loadConfigFile(o.config);
+      // Span export follows the standard OTEL_* variables; off when they are unset.
+      const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
+      logger.info({ tracing: tracing.enabled, detail: tracing.description }, 'tracing');
       const running = await startKvgate({
         config,
         logger,
@@ -47,8 +63,14 @@ export function buildCli(): Command {
         adminPort: o.adminPort,
       });
       const stop = (signal: string) => {
-        logger.info({ signal }, 'shutting down: draining open streams');
-        void running.close().then(() => process.exit(0));
+        logger.info({ signal, open_streams: running.extproc.openStreams, grace_s: o.shutdownGraceS }, 'shutting down: draining open streams');
+        void running
+          .close(o.shutdownGraceS * 1000)
+          .then(() => tracing.shutdown())
+          .then(() => {
+            logger.info('stopped');
+            process.exit(0);
+          });
       };
       process.once('SIGINT', () => stop('SIGINT'));
       process.once('SIGTERM', () => stop('SIGTERM'));

@@ -14,6 +14,13 @@ export const DEFAULTS = {
   /** The embedded store: a single replica needs nothing else running. */
   store: 'memory',
 
+  /**
+   * How kvgate tells Envoy the worker: `cluster_header` names the worker's Envoy cluster in
+   * `routing.header` (envoy/envoy.yaml); `endpoint_picker` speaks the Gateway API Inference
+   * Extension protocol (an `ip:port` in `x-gateway-destination-endpoint` and in dynamic metadata
+   * `envoy.lb`, for an ORIGINAL_DST cluster or an InferencePool). The first needs no address list.
+   */
+  routingProtocol: 'cluster_header' as 'cluster_header' | 'endpoint_picker',
   /** The request header kvgate sets; envoy/envoy.yaml routes on it with `cluster_header`. */
   routingHeader: 'x-kvgate-cluster',
   /** 429 tells a client (and Envoy's retry policy) that trying later is right; 503 is for "no worker". */
@@ -109,6 +116,20 @@ export const DEFAULTS = {
    * under load); it exists to reclaim streams whose peer vanished without a reset reaching us.
    */
   streamIdleS: 600,
+  /**
+   * Not ready while the shared store is unreachable: Envoy and Kubernetes then prefer replicas that
+   * can see the shared placements. Set true to stay ready and route on local state (deliberately
+   * degraded), e.g. with a single replica where any affinity beats the fallback route's none.
+   */
+  readyWhenStoreUnreachable: false,
+  /** How often readiness re-checks the store: fresher than Envoy's 5 s health-check interval, one PING a second. */
+  readinessIntervalMs: 1000,
+  /**
+   * How long a stopping gate lets open ext_proc streams finish. An open stream is a request waiting
+   * for its worker's response headers (queueing and prefill); under Kubernetes' default 30 s
+   * termination grace, so the process exits on its own before SIGKILL.
+   */
+  shutdownGraceS: 25,
   /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
   storeKeyPrefix: 'kvgate',
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */

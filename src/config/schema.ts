@@ -2,9 +2,19 @@
  * The schema of kvgate's YAML config. One zod schema is the source of both validation and the
  * `Config` type. Unknown keys are rejected so a typo never silently falls back to a default.
  */
+import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ENGINES } from '../signals/metric-names.js';
 import { DEFAULTS } from './defaults.js';
+
+/** `ip:port` as the endpoint-picker protocol and Envoy's ORIGINAL_DST cluster need it (no host names). */
+export function isEndpointAddress(s: string): boolean {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(s);
+  if (!m) return false;
+  const port = Number(m[3]);
+  const ip = m[1] ?? m[2] ?? '';
+  return port > 0 && port <= 65535 && isIP(ip) === (m[1] !== undefined ? 6 : 4);
+}
 
 const headerName = z
   .string()
@@ -14,8 +24,10 @@ const headerName = z
 const workerSchema = z.strictObject({
   /** Stable id used for affinity; renaming a worker drops its sessions' affinity. */
   id: z.string().min(1).regex(/^[A-Za-z0-9._:-]+$/, 'letters, digits and . _ : - only'),
-  /** The Envoy cluster name that kvgate puts in the routing header. */
-  cluster: z.string().min(1),
+  /** The Envoy cluster name that kvgate puts in the routing header (cluster_header protocol). */
+  cluster: z.string().min(1).optional(),
+  /** The worker's `ip:port` (endpoint_picker protocol): what Envoy's ORIGINAL_DST cluster connects to. */
+  address: z.string().refine(isEndpointAddress, 'must be ip:port (IPv4, or [IPv6]:port)').optional(),
   max_inflight: z.number().int().positive().optional(),
   /** KV tokens the worker holds; sizes its share of the prefix index. */
   kv_capacity_tokens: z.number().int().positive().optional(),
@@ -32,6 +44,7 @@ const workerSchema = z.strictObject({
 export const configSchema = z.strictObject({
   routing: z
     .strictObject({
+      protocol: z.enum(['cluster_header', 'endpoint_picker']).default(DEFAULTS.routingProtocol),
       header: headerName.default(DEFAULTS.routingHeader),
       shed_status: z.union([z.literal(429), z.literal(503)]).default(DEFAULTS.shedStatus),
       retry_after_s: z.number().int().nonnegative().default(DEFAULTS.retryAfterS),
@@ -85,6 +98,7 @@ export const configSchema = z.strictObject({
       timeout_ms: z.number().int().positive().default(DEFAULTS.storeTimeoutMs),
       refresh_ms: z.number().int().positive().default(DEFAULTS.storeRefreshMs),
       key_prefix: z.string().min(1).regex(/^[A-Za-z0-9_.:-]+$/).default(DEFAULTS.storeKeyPrefix),
+      ready_when_unreachable: z.boolean().default(DEFAULTS.readyWhenStoreUnreachable),
     })
     .prefault({}),
   signals: z
@@ -122,7 +136,34 @@ export const configSchema = z.strictObject({
         seen.add(w.id);
       }
     }),
-});
+})
+  .superRefine(
+    (parsed, ctx) => {
+      // Runs even when other keys are invalid (see `when`), so values may be partial here.
+      const c = parsed as { routing?: { protocol?: string }; workers: Array<{ cluster?: unknown; address?: unknown } | undefined> };
+      const protocol = c.routing?.protocol ?? DEFAULTS.routingProtocol;
+      // Each protocol needs its own way of naming a worker to Envoy.
+      const addresses = new Set<unknown>();
+      for (const [i, w] of c.workers.entries()) {
+        if (!w || typeof w !== 'object') continue;
+        if (protocol === 'cluster_header' && w.cluster === undefined) {
+          ctx.addIssue({ code: 'custom', path: ['workers', i, 'cluster'], message: 'required with routing.protocol cluster_header' });
+        }
+        if (protocol === 'endpoint_picker') {
+          if (w.address === undefined) {
+            ctx.addIssue({ code: 'custom', path: ['workers', i, 'address'], message: 'required with routing.protocol endpoint_picker' });
+          } else if (addresses.has(w.address)) {
+            ctx.addIssue({ code: 'custom', path: ['workers', i, 'address'], message: `duplicate address "${String(w.address)}"` });
+          }
+          if (w.address !== undefined) addresses.add(w.address);
+        }
+      }
+    },
+    // Also when other keys have problems: an operator fixes the file in one pass.
+    { when: (payload) => typeof payload.value === 'object' && payload.value !== null && Array.isArray((payload.value as { workers?: unknown }).workers) },
+  )
+  // In endpoint_picker mode a worker needs no Envoy cluster; its id stands in for it in traces and logs.
+  .transform((c) => ({ ...c, workers: c.workers.map((w) => ({ ...w, cluster: w.cluster ?? w.id })) }));
 
-export type Config = z.infer<typeof configSchema>;
-export type WorkerConfig = z.infer<typeof workerSchema>;
+export type Config = z.output<typeof configSchema>;
+export type WorkerConfig = Config['workers'][number];

@@ -2,11 +2,17 @@
  * The gRPC server Envoy calls: `envoy.service.ext_proc.v3.ExternalProcessor/Process`, one
  * bidirectional stream per HTTP request, plus grpc.health.v1 so Envoy's gRPC health checks and
  * Kubernetes probes can see whether the gate is ready.
+ *
+ * Health services: `""` (what Kubernetes' grpc probe and Envoy ask by default), the ext_proc
+ * service name (what envoy/envoy.yaml's health check asks) and `readiness` all report readiness
+ * (src/health/readiness.ts); `liveness` is SERVING while the process runs.
  */
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Logger } from 'pino';
 import type { Gate, GateResult } from '../gate/gate.js';
+import type { Metrics } from '../telemetry/metrics.js';
+import { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import { ExtProcStream } from './stream.js';
@@ -18,7 +24,11 @@ export interface ExtProcServerOptions {
   maxMessageBytes: number;
   credentials?: grpc.ServerCredentials;
   onResult?: (result: GateResult) => void;
+  metrics: Metrics;
 }
+
+/** Health service names that report readiness; `liveness` is separate. */
+const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
 
 type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
@@ -40,7 +50,10 @@ export class ExtProcServer {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
     });
     // Not serving until the owner says config and store are ready.
-    this.health = new HealthImplementation({ '': 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
+    this.health = new HealthImplementation({
+      ...Object.fromEntries(READINESS_SERVICES.map((s) => [s, 'NOT_SERVING'])),
+      liveness: 'SERVING',
+    });
     this.health.addToServer(this.server);
     // One timer for all streams, not one per stream: it reclaims streams whose peer vanished
     // without a reset reaching us (grpc-js can miss a cancel that races the call's start).
@@ -64,8 +77,7 @@ export class ExtProcServer {
 
   setServing(serving: boolean): void {
     const status: ServingStatus = serving ? 'SERVING' : 'NOT_SERVING';
-    this.health.setStatus('', status);
-    this.health.setStatus(EXT_PROC_SERVICE_NAME, status);
+    for (const s of READINESS_SERVICES) this.health.setStatus(s, status);
   }
 
   /** Streams currently open (each is one HTTP request Envoy is processing). */
@@ -94,7 +106,14 @@ export class ExtProcServer {
 
   private accept(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
     const logger = this.opts.logger.child({ stream: this.nextStreamId++ });
+    // Envoy puts its ext_proc client span's context in the call's metadata when tracing is on.
+    const traceHeaders = new Map<string, string>();
+    for (const name of ['traceparent', 'tracestate']) {
+      const v = call.metadata.get(name)[0];
+      if (typeof v === 'string') traceHeaders.set(name, v);
+    }
     const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, logger, {
+      telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders),
       onClose: () => this.streams.delete(stream),
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
     });

@@ -17,11 +17,14 @@
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
-import type { Gate, GateResult } from '../gate/gate.js';
+import type { Gate, GateResult, RouteOptions } from '../gate/gate.js';
+import type { RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
+import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
+import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders } from './headers.js';
-import type { CommonResponse, ProcessingRequest, ProcessingResponse } from './messages.js';
+import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 
@@ -31,8 +34,17 @@ type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
 export interface StreamHooks {
   /** Called once when the stream is over, however it ended. */
   onClose(): void;
-  /** Called once per routing decision or rejection (for metrics and tests). */
+  /** Called once per routing decision or rejection (for tests). */
   onResult?(result: GateResult): void;
+  /** This request's span, metrics and log context. */
+  telemetry: RequestTelemetry;
+}
+
+/** What was chosen, kept for the response path (served-endpoint feedback). */
+interface Chosen {
+  worker: string;
+  endpoint: string | undefined;
+  key: RoutingKey | undefined;
 }
 
 export class ExtProcStream {
@@ -45,6 +57,10 @@ export class ExtProcStream {
   private finished = false;
   /** After an immediate response Envoy stops processing; anything later is ignored. */
   private answeredImmediately = false;
+  /** The request path's latest metadata_context (endpoint-picker subset hint). */
+  private requestMetadata: MetadataContext | null | undefined;
+  private chosen: Chosen | undefined;
+  private servedSeen = false;
   /** When the last message arrived (ms since epoch), for the server's idle sweep. */
   lastActivity = Date.now();
 
@@ -54,21 +70,33 @@ export class ExtProcStream {
     private readonly logger: Logger,
     private readonly hooks: StreamHooks,
   ) {
+    const t = hooks.telemetry;
+    // Each message is handled inside the request's trace context, so every log line about it
+    // (the gate's and the store's included) carries its trace and span ids.
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
-      this.queue = this.queue.then(() => this.handle(msg)).catch((err: unknown) => this.fail(err));
+      this.queue = this.queue.then(() => t.run(() => this.handle(msg))).catch((err: unknown) => t.run(() => this.fail(err)));
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => {
-      this.queue = this.queue.then(() => this.finish(true));
+      this.queue = this.queue.then(() => t.run(() => this.finish(true)));
     });
-    call.on('cancelled', () => this.finish(false));
-    call.on('error', () => this.finish(false));
-    call.on('close', () => this.finish(false));
+    call.on('cancelled', () => t.run(() => this.finish(false)));
+    call.on('error', () => t.run(() => this.finish(false)));
+    call.on('close', () => t.run(() => this.finish(false)));
   }
 
   private get config() {
     return this.gate.currentConfig;
+  }
+
+  private get endpointPicker(): boolean {
+    return this.config.routing.protocol === 'endpoint_picker';
+  }
+
+  /** The header that carries the routing answer (and that a client must never set). */
+  private get routingHeader(): string {
+    return this.endpointPicker ? DESTINATION_HEADER : this.config.routing.header;
   }
 
   private async handle(msg: ProcessingRequest): Promise<void> {
@@ -83,14 +111,17 @@ export class ExtProcStream {
         return this.reply({ request_trailers: {} });
       case 'response_headers':
         this.advance('response', 'headers');
+        this.noteServed(msg.metadata_context);
         if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
         return this.reply({ response_headers: { response: CONTINUE } });
       case 'response_body':
         this.advance('response', 'body');
+        this.noteServed(msg.metadata_context);
         if (msg.response_body?.end_of_stream) this.releaseLease();
         return this.reply({ response_body: { response: CONTINUE } });
       case 'response_trailers':
         this.advance('response', 'trailers');
+        this.noteServed(msg.metadata_context);
         this.releaseLease();
         return this.reply({ response_trailers: {} });
       default:
@@ -102,10 +133,13 @@ export class ExtProcStream {
     this.advance('request', 'headers');
     const headers = headerMapToMap(msg.request_headers?.headers);
     this.request = requestInfoFromHeaders(headers);
-    const routingHeader = this.config.routing.header;
+    this.requestMetadata = msg.metadata_context;
+    this.hooks.telemetry.begin(headers, this.request);
+    const routingHeader = this.routingHeader;
     const noBody = msg.request_headers?.end_of_stream === true;
     if (noBody || this.config.routing.request_body_mode !== 'buffered') {
-      return this.decideAndReply('request_headers');
+      // Inside the span begun just now.
+      return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
     }
     // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
     return this.reply({ request_headers: { response: continueStripping(routingHeader, headers.has(routingHeader)) } });
@@ -116,6 +150,7 @@ export class ExtProcStream {
       throw new KvgateError('protocol_violation', `request body after request ${this.reqPhase}`);
     }
     this.advance('request', 'body');
+    if (msg.metadata_context && Object.keys(msg.metadata_context.filter_metadata ?? {}).length > 0) this.requestMetadata = msg.metadata_context;
     if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
     // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
     // follow), so the first body message is the one to decide on.
@@ -127,40 +162,106 @@ export class ExtProcStream {
   /** Decides once, and answers the current message with the routing mutation or an immediate response. */
   private async decideAndReply(phase: 'request_headers' | 'request_body'): Promise<void> {
     this.decided = true;
+    const t = this.hooks.telemetry;
+    t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
+    const strip = () => continueStripping(this.routingHeader, request.headers.has(this.routingHeader));
+    const options = this.routeOptions();
     let result: GateResult;
     try {
-      result = await this.gate.route(request);
+      result = await this.gate.route(request, options);
     } catch (err) {
       // A bug in deciding must not fail the request: forward it without a routing header, so the
       // fallback route serves it, and say so loudly.
-      this.logger.error({ err: KvgateError.from(err).message }, 'routing failed; forwarding without affinity');
-      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+      const e = KvgateError.from(err);
+      this.logger.error({ err: e.message }, 'routing failed; forwarding without affinity');
+      this.replyCommon(phase, strip());
+      t.fallback(e);
+      return;
     }
     this.hooks.onResult?.(result);
+    const facts = options.eligible ? { subsetSize: options.eligible.size } : {};
     if (result.kind === 'route') {
       // A stream that ended while the store answered must not keep the lease.
       if (this.finished) {
         void this.gate.release(result.lease);
+        t.decided(result, facts);
         return;
       }
       this.lease = result.lease;
-      return this.replyCommon(phase, routeTo(this.config.routing.header, result.cluster));
+      if (!this.endpointPicker) {
+        this.chosen = { worker: result.worker, endpoint: undefined, key: result.key };
+        this.replyCommon(phase, routeTo(this.routingHeader, result.cluster));
+        t.decided(result, facts);
+        return;
+      }
+      const endpoint = this.config.workers.find((w) => w.id === result.worker)?.address;
+      if (endpoint === undefined) {
+        // Config validation makes this impossible; never send an empty destination.
+        this.releaseLease();
+        this.logger.error({ worker: result.worker }, 'routed worker has no address; forwarding without a destination');
+        this.replyCommon(phase, strip());
+        t.fallback(new KvgateError('internal', `worker ${result.worker} has no address`));
+        return;
+      }
+      this.chosen = { worker: result.worker, endpoint, key: result.key };
+      // The header and the envoy.lb metadata carry the same endpoint: the protocol forbids them to differ.
+      this.replyCommon(phase, routeTo(DESTINATION_HEADER, endpoint), destinationMetadata(endpoint));
+      t.decided(result, { ...facts, endpoint });
+      return;
     }
     const answer = httpAnswerFor(result.error.code, this.config);
     if (!answer) {
       this.logger.error({ code: result.error.code, err: result.error.message }, 'unexpected rejection; forwarding without affinity');
-      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+      this.replyCommon(phase, strip());
+      t.fallback(result.error);
+      return;
     }
     this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
     this.answeredImmediately = true;
-    return this.reply(
+    this.reply(
       immediate(answer.status, { message: result.error.message, type: answer.type, code: result.error.code }, `kvgate_${result.error.code}`, answer.retryAfterS),
     );
+    t.decided(result, { ...facts, status: answer.status });
   }
 
-  private replyCommon(phase: 'request_headers' | 'request_body', response: CommonResponse): void {
-    this.reply(phase === 'request_headers' ? { request_headers: { response } } : { request_body: { response } });
+  /** Endpoint-picker mode: the proxy's subset hint limits the candidates. */
+  private routeOptions(): RouteOptions {
+    if (!this.endpointPicker) return {};
+    const hint = subsetHint(this.requestMetadata);
+    return hint === undefined ? {} : { eligible: workersAt(this.config.workers, hint) };
+  }
+
+  /**
+   * Endpoint-picker mode: the proxy reports which endpoint served the request (once). When it is
+   * not the one kvgate chose (a retry or a proxy-side fallback), that worker now holds the key's
+   * KV cache, so the key's affinity follows it.
+   */
+  private noteServed(md: MetadataContext | null | undefined): void {
+    if (!this.endpointPicker || this.servedSeen) return;
+    const served = servedEndpoint(md);
+    if (served === undefined) return;
+    this.servedSeen = true;
+    const chosen = this.chosen;
+    const worker = workerAt(this.config.workers, served);
+    if (chosen?.endpoint === served) {
+      this.hooks.telemetry.served('chosen');
+      return;
+    }
+    if (!worker) {
+      this.hooks.telemetry.served('unknown');
+      this.logger.warn({ served, chosen: chosen?.endpoint }, 'served endpoint is not a configured worker');
+      return;
+    }
+    this.hooks.telemetry.served('other');
+    this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
+    if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+  }
+
+  private replyCommon(phase: 'request_headers' | 'request_body', response: CommonResponse, dynamicMetadata?: PbStruct): void {
+    const msg: ProcessingResponse = phase === 'request_headers' ? { request_headers: { response } } : { request_body: { response } };
+    if (dynamicMetadata) msg.dynamic_metadata = dynamicMetadata;
+    this.reply(msg);
   }
 
   private reply(msg: ProcessingResponse): void {
@@ -169,6 +270,7 @@ export class ExtProcStream {
       this.call.write(msg);
     } catch (err) {
       this.logger.warn({ err: (err as Error).message }, 'ext_proc write failed');
+      this.hooks.telemetry.streamError('write_failed', err as Error);
     }
   }
 
@@ -202,12 +304,14 @@ export class ExtProcStream {
     this.logger.warn({ code: e.code, err: e.message }, 'ending ext_proc stream');
     this.releaseLease();
     if (!this.finished) {
+      this.hooks.telemetry.streamError(kind === 'deadline' ? 'idle_timeout' : e.code === 'protocol_violation' ? 'protocol_violation' : 'internal', e);
       this.finished = true;
       try {
         this.call.emit('error', { code: kind === 'deadline' ? GrpcStatus.DEADLINE_EXCEEDED : grpcStatusFor(e), details: e.message });
       } catch {
         // The call may already be gone; nothing is left to tell.
       }
+      this.hooks.telemetry.close();
       this.hooks.onClose();
     }
   }
@@ -223,6 +327,7 @@ export class ExtProcStream {
         // Already closed by the peer.
       }
     }
+    this.hooks.telemetry.close();
     this.hooks.onClose();
   }
 }

@@ -33,8 +33,18 @@ export type GateResult =
       explanation: Explanation;
       /** Time spent waiting on the store for this decision. */
       storeMs: number;
+      /** The candidates as the deciding snapshot showed them (for traces). */
+      views?: readonly WorkerView[];
     }
-  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined; explanation?: Explanation };
+  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined; explanation?: Explanation; views?: readonly WorkerView[] };
+
+export interface RouteOptions {
+  /**
+   * Only these worker ids may take the request (e.g. the proxy's endpoint subset hint). Others
+   * are invisible to the policy; an affinity to one of them moves. An empty set sheds with 503.
+   */
+  eligible?: ReadonlySet<string>;
+}
 
 /**
  * Commits tried before giving up. Each failed commit means another replica changed the same
@@ -66,7 +76,7 @@ export class Gate {
   /** The pool every worker is in until pools are configured. */
   readonly pool = DEFAULTS.pool;
 
-  async route(req: RequestInfo): Promise<GateResult> {
+  async route(req: RequestInfo, opts: RouteOptions = {}): Promise<GateResult> {
     let key: RoutingKey | undefined;
     let blocks: string[];
     try {
@@ -83,8 +93,12 @@ export class Gate {
       return { kind: 'reject', error, key: undefined };
     }
     const session = key?.kind === 'session';
+    const eligible = opts.eligible;
+    if (eligible && !this.workerIds.some((id) => eligible.has(id))) {
+      return { kind: 'reject', error: new KvgateError('no_healthy_workers', "no configured worker is in the request's endpoint subset"), key, views: [] };
+    }
     // Only sessions have affinities in the store; prompts are matched through the prefix index.
-    const q: StateQuery = { pool: this.pool, key: session ? `s:${key!.hash}` : undefined, workers: this.workerIds, blocks };
+    const q: StateQuery = { pool: this.pool, key: storeKeyOf(key), workers: this.workerIds, blocks };
     const cfg = this.config;
     let storeMs = 0;
     const timed = async <T>(p: Promise<T>): Promise<T> => {
@@ -98,14 +112,16 @@ export class Gate {
 
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
+    let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
+      views = eligible ? this.views(snap).filter((w) => eligible.has(w.id)) : this.views(snap);
       const decision = decide({
         keyHash: key?.hash,
         session,
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
-        workers: this.views(snap),
+        workers: views,
         mode: cfg.routing.policy,
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight },
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
@@ -118,7 +134,7 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key);
+        return this.shed(decision, key, views);
       }
       const res = await timed(
         this.store.commit({
@@ -130,12 +146,42 @@ export class Gate {
           capacityBlocks: this.capacityBlocks(decision.worker),
         }),
       );
-      if (res.ok) return this.routed(decision, res.lease, key, res.degraded, attempt, storeMs);
+      if (res.ok) return { ...this.routed(decision, res.lease, key, res.degraded, attempt, storeMs), views };
       snap = res.snapshot;
       fresh = true;
     }
     const explanation: Explanation = { mode: cfg.routing.policy, totalBlocks: blocks.length, rule: 'shed', spilled: false, candidates: [] };
-    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation }, key);
+    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation }, key, views);
+  }
+
+  /**
+   * Moves a session's affinity from `from` to `to`, unless it no longer points at `from` (another
+   * request moved it meanwhile). Used when the proxy reports that another worker served a request:
+   * that worker now holds its KV cache. Never throws; true when the affinity moved.
+   */
+  async reassign(key: RoutingKey, from: string, to: string): Promise<boolean> {
+    const storeKey = storeKeyOf(key);
+    if (storeKey === undefined || !this.workersById.has(to) || from === to) return false;
+    try {
+      // A commit whose only precondition is the affinity it replaces; its lease is returned at once.
+      const res = await this.store.commit({
+        pool: this.pool,
+        key: storeKey,
+        workers: this.workerIds,
+        blocks: [],
+        worker: to,
+        preconditions: { affinity: from, below: [], atOrAbove: [], states: [] },
+        affinityTtlMs: this.config.affinity.ttl_s * 1000,
+        prefixTtlMs: this.config.prefix.ttl_s * 1000,
+        capacityBlocks: this.capacityBlocks(to),
+      });
+      if (!res.ok) return false;
+      await this.release(res.lease);
+      return true;
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
+      return false;
+    }
   }
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
@@ -267,13 +313,18 @@ export class Gate {
     };
   }
 
-  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined): GateResult {
+  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined, views: readonly WorkerView[]): GateResult {
     const error =
       decision.reason === 'overloaded'
         ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
         : new KvgateError('no_healthy_workers', 'no worker is healthy');
     this.decisions.push({ at: new Date().toISOString(), key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
     this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason }, 'shed');
-    return { kind: 'reject', error, key, explanation: decision.explanation };
+    return { kind: 'reject', error, key, explanation: decision.explanation, views };
   }
+}
+
+/** Only sessions have affinities in the store; prompts are matched through the prefix index. */
+function storeKeyOf(key: RoutingKey | undefined): string | undefined {
+  return key?.kind === 'session' ? `s:${key.hash}` : undefined;
 }

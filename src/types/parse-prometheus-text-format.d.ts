@@ -3,6 +3,11 @@ declare module 'parse-prometheus-text-format' {
   interface Sample {
     value?: string;
     labels?: Record<string, string>;
+    /** Histograms and summaries. */
+    buckets?: Record<string, string>;
+    quantiles?: Record<string, string>;
+    count?: string;
+    sum?: string;
   }
   interface MetricFamily {
     name: string;

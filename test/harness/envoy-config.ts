@@ -62,6 +62,10 @@ export interface ExtProcConfig {
   allowedOverrideModes: ProcessingMode[];
   /** status_on_error (newer Envoy), default 500. Timeouts always answer 504. */
   statusOnError: number;
+  /** metadata_options.forwarding_namespaces.untyped: dynamic metadata sent in metadata_context. */
+  forwardingNamespaces: string[];
+  /** metadata_options.receiving_namespaces.untyped: namespaces a reply's dynamic_metadata may write. */
+  receivingNamespaces: string[];
 }
 
 /** One action of envoy.filters.http.header_mutation's request_mutations. */
@@ -141,6 +145,11 @@ export interface ParsedEnvoyConfig {
   extProc: ExtProcConfig | undefined;
   routeConfig: RouteConfig;
   clusters: ReadonlySet<string>;
+  /**
+   * ORIGINAL_DST clusters with original_dst_lb_config.use_http_header: cluster → the header whose
+   * first value names the upstream address (default x-envoy-original-dst-host).
+   */
+  originalDstHeaders: ReadonlyMap<string, string>;
 }
 
 const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
@@ -168,7 +177,7 @@ const CLUSTER_NOT_FOUND_CODES: Record<string, number> = {
  * ext_proc fields that do not change what the harness must do. Everything else not handled
  * below is rejected so a config feature the harness cannot imitate never passes silently.
  */
-const EXT_PROC_IGNORED_FIELDS = new Set(['@type', 'stat_prefix', 'metadata_options', 'deferred_close_timeout']);
+const EXT_PROC_IGNORED_FIELDS = new Set(['@type', 'stat_prefix', 'deferred_close_timeout']);
 
 type Obj = Record<string, unknown>;
 
@@ -305,6 +314,7 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
     'mutation_rules', 'route_cache_action', 'disable_clear_route_cache', 'disable_immediate_response',
     'allow_mode_override', 'allowed_override_modes', 'status_on_error', 'observability_mode',
     'send_body_without_waiting_for_header_response', 'forward_rules', 'request_attributes', 'response_attributes',
+    'metadata_options',
   ]);
   const unknown = Object.keys(c).filter((k) => !known.has(k) && !EXT_PROC_IGNORED_FIELDS.has(k));
   if (unknown.length > 0) throw new Error(`${name}: ext_proc field(s) not supported by the harness: ${unknown.join(', ')}`);
@@ -348,10 +358,24 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
       normalizeProcessingMode(m, `allowed_override_modes[${i}]`),
     ),
     statusOnError: httpStatusCode(c.status_on_error, 'status_on_error', 500),
+    ...parseMetadataOptions(c.metadata_options, name),
   };
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;
+}
+
+/** metadata_options: untyped namespaces only (typed ones and cluster metadata are not imitated). */
+function parseMetadataOptions(v: unknown, name: string): { forwardingNamespaces: string[]; receivingNamespaces: string[] } {
+  const m = obj(v, `${name}.metadata_options`);
+  const unknown = Object.keys(m).filter((k) => k !== 'forwarding_namespaces' && k !== 'receiving_namespaces');
+  if (unknown.length > 0) throw new Error(`${name}: metadata_options.${unknown.join(', ')} not supported by the harness`);
+  const namespaces = (field: string): string[] => {
+    const ns = obj(m[field], `metadata_options.${field}`);
+    if (ns.typed !== undefined) throw new Error(`${name}: metadata_options.${field}.typed is not supported by the harness`);
+    return list(ns.untyped, `metadata_options.${field}.untyped`).map((s, i) => str(s, `metadata_options.${field}.untyped[${i}]`));
+  };
+  return { forwardingNamespaces: namespaces('forwarding_namespaces'), receivingNamespaces: namespaces('receiving_namespaces') };
 }
 
 function parseHeaderMutationFilter(name: string, raw: unknown): RequestMutation[] {
@@ -500,9 +524,16 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     return type === undefined ? { kind: 'other', name } : { kind: 'other', name, typeUrl: type };
   });
 
-  const clusters = new Set(
-    list(sr.clusters, 'static_resources.clusters').map((c, i) => str(obj(c, `clusters[${i}]`).name, `clusters[${i}].name`)),
-  );
+  const clusterDefs = list(sr.clusters, 'static_resources.clusters').map((c, i) => obj(c, `clusters[${i}]`));
+  const clusters = new Set(clusterDefs.map((c, i) => str(c.name, `clusters[${i}].name`)));
+  const originalDstHeaders = new Map<string, string>();
+  for (const c of clusterDefs) {
+    if (c.type !== 'ORIGINAL_DST') continue;
+    const lb = obj(c.original_dst_lb_config, `${String(c.name)}.original_dst_lb_config`);
+    if (bool(lb.use_http_header, 'use_http_header')) {
+      originalDstHeaders.set(String(c.name), typeof lb.http_header_name === 'string' ? lb.http_header_name.toLowerCase() : 'x-envoy-original-dst-host');
+    }
+  }
 
   return {
     listenerName: String(l.name ?? 'listener_0'),
@@ -512,6 +543,7 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     extProc,
     routeConfig: parseRouteConfig(hcm.route_config),
     clusters,
+    originalDstHeaders,
   };
 }
 

@@ -10,8 +10,10 @@
  *  - the request path finishes before the response path starts (Envoy may interleave them);
  *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
  *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
- *  - no protocol_config, attributes or dynamic metadata (the npm proto copy predates
- *    protocol_config; metadata_context is sent empty);
+ *  - no protocol_config or attributes (the npm proto copy predates protocol_config); dynamic
+ *    metadata only as metadata_options' untyped namespaces (dynamic-metadata.ts);
+ *  - ORIGINAL_DST clusters: the endpoint is the first value of the use_http_header header,
+ *    reported as is (no address validation, no fallback to the connection's destination);
  *  - no per-route ExtProcPerRoute overrides, no header count/size limits, no grpc_status
  *    on immediate responses, no HCM response header_mutation.
  */
@@ -20,6 +22,7 @@ import { extProcClientConstructor } from '../../src/extproc/proto.js';
 import type { ExtProcConfig, ParsedEnvoyConfig, ProcessingMode } from './envoy-config.js';
 import { type ExtProcStats, ExtProcSession, type MessageRecord } from './ext-proc-session.js';
 import type { HeaderInput, HeaderList } from './header-list.js';
+import type { Namespaces } from './dynamic-metadata.js';
 import { type ProcessCall, RawStream } from './raw-stream.js';
 import { RequestRun } from './request-run.js';
 
@@ -50,11 +53,18 @@ export interface HarnessRequest {
   trailers?: Record<string, string>;
   /** The body as Envoy receives it, chunk by chunk (one STREAMED message per chunk). */
   chunks?: Buffer[];
+  /**
+   * The request's dynamic metadata before ext_proc runs (namespace → values), as an earlier filter
+   * or the gateway sets it: e.g. an endpoint-picker subset hint in `envoy.lb.subset_hint`.
+   */
+  metadata?: Namespaces;
 }
 
 /** The request as it reaches the upstream cluster. */
 export interface UpstreamRequest {
   cluster: string;
+  /** ORIGINAL_DST with use_http_header: the address Envoy connects to (the header's first value). */
+  endpoint?: string;
   headers: HeaderList;
   body: Buffer;
   trailers?: HeaderList;
@@ -73,6 +83,12 @@ export interface UpstreamResponse {
    * anything the server sends then (an extra reply) is seen as spurious.
    */
   latencyMs?: number;
+  /**
+   * Dynamic metadata the proxy records while this request is served, before the response path:
+   * e.g. a gateway reporting the endpoint that served it (`envoy.lb` /
+   * `x-gateway-destination-endpoint-served`). Stock Envoy sets no such key by itself.
+   */
+  metadata?: Namespaces;
 }
 
 export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse);
@@ -92,11 +108,15 @@ export interface OutcomeBase {
   cluster?: string;
   /** ext_proc counters for this request (absent when the chain has no ext_proc filter). */
   stats?: ExtProcStats;
+  /** The request's dynamic metadata at the end (namespace → values). */
+  dynamicMetadata: Namespaces;
 }
 
 export interface UpstreamOutcome extends OutcomeBase {
   kind: 'upstream';
   cluster: string;
+  /** ORIGINAL_DST clusters: the address the request went to. */
+  endpoint?: string;
   requestBody: Buffer;
   requestTrailers?: HeaderList;
   responseStatus: number;

@@ -15,6 +15,7 @@ import type {
   ProcessingResponse,
 } from '../../src/extproc/messages.js';
 import type { BodySendMode, ExtProcConfig, HeaderSendMode, ProcessingMode } from './envoy-config.js';
+import { DynamicMetadata } from './dynamic-metadata.js';
 import { HeaderList } from './header-list.js';
 import { applyExtProcHeaderMutation } from './mutations.js';
 import { type RawStream, isClosed, isTimedOut } from './raw-stream.js';
@@ -142,6 +143,8 @@ export class ExtProcSession {
   };
   readonly decoding: DirectionState;
   readonly encoding: DirectionState;
+  /** The request's dynamic metadata (shared with its RequestRun). */
+  metadata = new DynamicMetadata();
   private stream: RawStream | undefined;
 
   constructor(
@@ -186,9 +189,11 @@ export class ExtProcSession {
     const record: MessageRecord = { sent: kind, reply: 'none' };
     if (endOfStream !== undefined) record.endOfStream = endOfStream;
     this.messages.push(record);
-    // Envoy attaches metadata_context (empty unless forwarding namespaces are configured).
+    // Envoy attaches metadata_context: the forwarding namespaces of the request's dynamic
+    // metadata (empty unless configured), as they stand when this message is sent.
     // (A write after the server already closed is dropped; the close is read as the reply.)
-    if (this.stream.write({ metadata_context: { filter_metadata: {} }, ...payload })) this.stats.streamMsgsSent++;
+    const metadata_context = this.metadata.context(this.config.forwardingNamespaces);
+    if (this.stream.write({ metadata_context, ...payload })) this.stats.streamMsgsSent++;
     return { kind, record, deadline: Date.now() + this.config.messageTimeoutMs, timeoutOverridden: false };
   }
 
@@ -229,10 +234,12 @@ export class ExtProcSession {
       p.record.reply = kind;
       if (kind === p.kind) {
         this.stats.streamMsgsReceived++;
+        this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
         return { type: 'match', response: resp };
       }
       if (kind === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
         this.stats.streamMsgsReceived++;
+        this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
         return this.onImmediate(resp.immediate_response);
       }
       return this.onSpurious(

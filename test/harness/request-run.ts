@@ -22,6 +22,7 @@ import {
   type LocalReply,
   localReply,
 } from './ext-proc-session.js';
+import { DynamicMetadata } from './dynamic-metadata.js';
 import { HeaderList } from './header-list.js';
 import { applyExtProcHeaderMutation, applyRequestMutations } from './mutations.js';
 import { type RouteDecision, resolveRoute } from './routing.js';
@@ -107,6 +108,8 @@ export class RequestRun {
   private released = false;
   private decision: RouteDecision | null = null;
   private readonly afterExtProc: HttpFilter[];
+  private readonly metadata: DynamicMetadata;
+  private endpoint: string | undefined;
 
   constructor(
     private readonly config: ParsedEnvoyConfig,
@@ -121,6 +124,8 @@ export class RequestRun {
     const chain = config.httpFilters;
     const extIdx = chain.findIndex((f) => f.kind === 'ext_proc');
     this.afterExtProc = extIdx >= 0 ? chain.slice(extIdx + 1) : [];
+    this.metadata = new DynamicMetadata(req.metadata);
+    if (session) session.metadata = this.metadata;
   }
 
   async run(upstream: UpstreamSpec | undefined): Promise<Outcome> {
@@ -377,8 +382,13 @@ export class RequestRun {
 
   private async callUpstream(cluster: string, spec: UpstreamSpec | undefined): Promise<ResponseDraft> {
     const req: UpstreamRequest = { cluster, headers: this.headers.clone(), body: Buffer.from(this.body) };
+    // ORIGINAL_DST reads its header at host selection, after routing: whatever ext_proc set.
+    const dstHeader = this.config.originalDstHeaders.get(cluster);
+    const endpoint = dstHeader === undefined ? undefined : this.headers.get(dstHeader);
+    if (endpoint !== undefined) req.endpoint = this.endpoint = endpoint;
     if (this.trailers) req.trailers = this.trailers.clone();
     const res: UpstreamResponse = typeof spec === 'function' ? spec(req) : (spec ?? { status: 200 });
+    for (const [ns, values] of Object.entries(res.metadata ?? {})) this.metadata.merge(ns, values);
     if (res.latencyMs) await new Promise<void>((r) => setTimeout(r, res.latencyMs));
     const headers = new HeaderList();
     headers.add(':status', String(res.status));
@@ -508,6 +518,7 @@ export class RequestRun {
       spurious: s ? s.spurious : false,
       ...(s ? { stats: { ...s.stats } } : {}),
       ...(cluster !== undefined ? { cluster } : {}),
+      dynamicMetadata: this.metadata.toJSON(),
     };
     if (e.type === 'reset') return { ...base, kind: 'reset', details: e.details, responseStatus: e.status };
     if (e.type === 'local') return localOutcome(base, e.reply.headers, e.reply.body, e.reply.details);
@@ -517,6 +528,7 @@ export class RequestRun {
       ...base,
       kind: 'upstream',
       cluster: cluster ?? '',
+      ...(this.endpoint !== undefined ? { endpoint: this.endpoint } : {}),
       requestBody: this.body,
       ...(this.trailers ? { requestTrailers: this.trailers } : {}),
       responseStatus: Number(d.headers.get(':status')),

@@ -13,7 +13,7 @@ export interface TestGate extends RunningKvgate {
   results: GateResult[];
 }
 
-export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger } = {}): Promise<TestGate> {
+export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger; processMetrics?: boolean } = {}): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
     config: parseConfig(rawConfig),
@@ -24,6 +24,8 @@ export async function startTestGate(rawConfig: unknown, opts: { store?: string; 
     adminHost: '127.0.0.1',
     adminPort: 0,
     onResult: (r) => results.push(r),
+    // Node's process metrics add a timer per gate; tests that want them ask.
+    processMetrics: opts.processMetrics ?? false,
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }

@@ -9,6 +9,7 @@ import { after, before, describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { hashSessionId } from '../../src/request/hashing.js';
 import type { RedisStore } from '../../src/state/redis-store.js';
+import type { InstrumentedStore } from '../../src/telemetry/instrumented-store.js';
 import type { EnvoyHarness } from '../harness/envoy-harness.js';
 import { chat, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
@@ -73,7 +74,7 @@ describe('worker load and health', () => {
 
     const raw = new Redis(redis.url);
     try {
-      const stream = (a.store as RedisStore).offloadStreamKey(a.gate.pool);
+      const stream = ((a.store as InstrumentedStore).wrapped as RedisStore).offloadStreamKey(a.gate.pool);
       const cold = onW1.slice(0, onW1.length - hot.length);
       await waitFor(async () => (await raw.xlen(stream)) >= cold.length, 3000, 'offload events');
       const entries = await raw.xrange(stream, '-', '+');

@@ -1,0 +1,75 @@
+/**
+ * The Gateway API Inference Extension endpoint-picker protocol, on top of ext_proc
+ * (GIE docs/proposals/004-endpoint-picker-protocol; /work/shared/reference/gateways.md §2):
+ *
+ *  - the picker answers with the chosen `ip:port` in the request header
+ *    `x-gateway-destination-endpoint` AND in dynamic metadata `envoy.lb` under the same key, with
+ *    the same value (the spec forbids them to differ); the proxy's ORIGINAL_DST cluster connects
+ *    to it;
+ *  - the proxy may restrict the choice with a subset hint in
+ *    `metadata_context.filter_metadata["envoy.lb.subset_hint"]["x-gateway-destination-endpoint-subset"]`
+ *    (a list of `ip:port`); nothing eligible is a 503;
+ *  - shedding is a 429;
+ *  - on the response path the proxy reports the endpoint that actually served the request in
+ *    `metadata_context.filter_metadata["envoy.lb"]["x-gateway-destination-endpoint-served"]`.
+ */
+import type { WorkerConfig } from '../config/schema.js';
+import type { MetadataContext, PbStruct, PbValue } from './messages.js';
+
+export const DESTINATION_HEADER = 'x-gateway-destination-endpoint';
+export const LB_NAMESPACE = 'envoy.lb';
+export const SUBSET_NAMESPACE = 'envoy.lb.subset_hint';
+export const SUBSET_KEY = 'x-gateway-destination-endpoint-subset';
+export const SERVED_KEY = 'x-gateway-destination-endpoint-served';
+
+/** Most subset entries read; a longer list is cut here (the fleet is far smaller). */
+const MAX_SUBSET = 4096;
+
+/** The dynamic metadata that goes with a destination header. */
+export function destinationMetadata(endpoint: string): PbStruct {
+  return {
+    fields: {
+      [LB_NAMESPACE]: { structValue: { fields: { [DESTINATION_HEADER]: { stringValue: endpoint } } } },
+    },
+  };
+}
+
+function field(md: MetadataContext | null | undefined, namespace: string, key: string): PbValue | undefined {
+  const ns = md?.filter_metadata?.[namespace];
+  const v = ns?.fields?.[key];
+  return v ?? undefined;
+}
+
+function strings(v: PbValue | undefined): string[] | undefined {
+  if (!v) return undefined;
+  if (typeof v.stringValue === 'string') {
+    // Tolerate the comma-separated form some proxies use for endpoint lists.
+    return v.stringValue.split(',').map((s) => s.trim()).filter(Boolean);
+  }
+  if (v.listValue && Array.isArray(v.listValue.values)) {
+    return v.listValue.values.slice(0, MAX_SUBSET).flatMap((x) => (typeof x?.stringValue === 'string' ? [x.stringValue.trim()] : []));
+  }
+  return undefined;
+}
+
+/** The proxy's subset hint: the endpoints it allows, or undefined when it sent none. */
+export function subsetHint(md: MetadataContext | null | undefined): string[] | undefined {
+  return strings(field(md, SUBSET_NAMESPACE, SUBSET_KEY));
+}
+
+/** The endpoint the proxy reports as having served the request, if it reported one. */
+export function servedEndpoint(md: MetadataContext | null | undefined): string | undefined {
+  // The first valid entry is the one that served when a list is reported.
+  return strings(field(md, LB_NAMESPACE, SERVED_KEY))?.[0];
+}
+
+/** Worker ids whose address is in `endpoints`. */
+export function workersAt(workers: readonly WorkerConfig[], endpoints: readonly string[]): Set<string> {
+  const wanted = new Set(endpoints);
+  return new Set(workers.filter((w) => w.address !== undefined && wanted.has(w.address)).map((w) => w.id));
+}
+
+/** The worker configured at `endpoint`, if any. */
+export function workerAt(workers: readonly WorkerConfig[], endpoint: string): WorkerConfig | undefined {
+  return workers.find((w) => w.address === endpoint);
+}

@@ -1,0 +1,130 @@
+/**
+ * A RoutingStore that times every call of the store it wraps, counts its failures, and adds both
+ * to the request being decided (found through the active OpenTelemetry context), so a request's
+ * span says how long it waited on the store and whether the store failed it. It changes no result.
+ *
+ * "Failed" means the call threw, or a commit came back `degraded` (the Redis store could not reach
+ * Redis and routed on local state: it swallows the error itself, so this is how we see it).
+ */
+import { context, createContextKey } from '@opentelemetry/api';
+import type { CommitRequest, CommitResult, Lease, OffloadEvent, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
+import type { SignalRecord } from '../routing/health.js';
+import type { WorkerState } from '../routing/types.js';
+import type { WorkerSignals } from '../signals/parse.js';
+import { Metrics, type StoreOperation } from './metrics.js';
+
+/** What one request spent in the store; lives in the request's context while it is decided. */
+export interface StoreUsage {
+  seconds: number;
+  calls: number;
+  errors: Array<{ operation: StoreOperation; message: string }>;
+}
+
+export const STORE_USAGE_KEY = createContextKey('kvgate.store_usage');
+
+export function newStoreUsage(): StoreUsage {
+  return { seconds: 0, calls: 0, errors: [] };
+}
+
+export class InstrumentedStore implements RoutingStore {
+  constructor(
+    private readonly inner: RoutingStore,
+    private readonly metrics: Metrics,
+  ) {}
+
+  get backend(): RoutingStore['backend'] {
+    return this.inner.backend;
+  }
+
+  /** The wrapped store (for code that needs backend-specific calls). */
+  get wrapped(): RoutingStore {
+    return this.inner;
+  }
+
+  cachedSnapshot(q: StateQuery): Snapshot {
+    return this.inner.cachedSnapshot(q);
+  }
+
+  snapshot(q: StateQuery): Promise<Snapshot> {
+    return this.time('snapshot', () => this.inner.snapshot(q));
+  }
+
+  commit(req: CommitRequest): Promise<CommitResult> {
+    return this.time(
+      'commit',
+      () => this.inner.commit(req),
+      (r) => (r.ok && r.degraded ? 'shared store unreachable; committed on local state' : undefined),
+    );
+  }
+
+  release(lease: Lease): Promise<void> {
+    return this.time('release', () => this.inner.release(lease));
+  }
+
+  setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
+    return this.time('set_state', () => this.inner.setWorkerState(pool, worker, state));
+  }
+
+  // Background work (the collector and the migrator), not on a request's path: passed through
+  // untimed, so store metrics describe what requests wait for.
+  publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
+    return this.inner.publishSignals(pool, worker, update);
+  }
+
+  readSignals(pool: string): Promise<Map<string, SignalRecord>> {
+    return this.inner.readSignals(pool);
+  }
+
+  heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]> {
+    return this.inner.heartbeat(pool, gateId, ttlMs);
+  }
+
+  coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
+    return this.inner.coldSessions(pool, worker, limit);
+  }
+
+  migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
+    return this.inner.migrate(pool, from, moves, reason, opts);
+  }
+
+  tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
+    return this.inner.tryLock(pool, name, ttlMs);
+  }
+
+  onOffload(listener: (e: OffloadEvent) => void): () => void {
+    return this.inner.onOffload(listener);
+  }
+
+  ping(): Promise<void> {
+    return this.time('ping', () => this.inner.ping());
+  }
+
+  close(): Promise<void> {
+    return this.inner.close();
+  }
+
+  private async time<T>(operation: StoreOperation, call: () => Promise<T>, failureOf?: (result: T) => string | undefined): Promise<T> {
+    const start = process.hrtime.bigint();
+    let failure: string | undefined;
+    try {
+      const result = await call();
+      failure = failureOf?.(result);
+      return result;
+    } catch (err) {
+      failure = err instanceof Error ? err.message : String(err);
+      throw err;
+    } finally {
+      const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+      Metrics.safely(() => {
+        this.metrics.storeSeconds.observe({ operation }, seconds);
+        if (failure !== undefined) this.metrics.storeErrors.inc({ operation });
+        const usage = context.active().getValue(STORE_USAGE_KEY) as StoreUsage | undefined;
+        if (usage) {
+          usage.seconds += seconds;
+          usage.calls++;
+          if (failure !== undefined) usage.errors.push({ operation, message: failure });
+        }
+      });
+    }
+  }
+}

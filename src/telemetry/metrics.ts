@@ -1,0 +1,201 @@
+/**
+ * Every Prometheus metric kvgate exports, declared in this one file with its unit and, for
+ * histograms, why its buckets are where they are. Served as text on the admin port's `/metrics`.
+ *
+ * Naming follows Prometheus conventions: the `kvgate_` prefix, base units (seconds), `_total` on
+ * counters. Each gate instance has its own registry (tests run several gates in one process);
+ * Node's process metrics (`process_*`, `nodejs_*`) come from prom-client's defaults.
+ *
+ * Label values are closed sets (outcomes, reasons, operations) or worker ids from the config, so
+ * cardinality is bounded by the fleet size.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { WorkerView } from '../routing/types.js';
+import { WORKER_STATES } from '../routing/types.js';
+
+/**
+ * What happened to a request, as metrics, spans and logs name it:
+ * affinity_hit, new, migrated, prefix_hit, unkeyed: routed (see RouteOutcome);
+ * shed: 429/503 because no eligible worker could take it;
+ * rejected: 400/413, the request itself was unusable;
+ * fallback: the gate failed to decide and the request went on without a routing answer.
+ */
+export const DECISION_OUTCOMES = ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback'] as const;
+export type DecisionOutcome = (typeof DECISION_OUTCOMES)[number];
+
+/** Why an ext_proc stream ended in error (label of kvgate_extproc_stream_errors_total). */
+export type StreamErrorReason = 'protocol_violation' | 'idle_timeout' | 'internal' | 'write_failed';
+
+/** Store operations that are timed (label of the store metrics). */
+export type StoreOperation = 'commit' | 'snapshot' | 'release' | 'set_state' | 'ping';
+
+/**
+ * Decision latency: from the message that triggers the decision to the reply being written.
+ * A memory-store decision takes tens of microseconds and a Redis one a round trip (~0.2-2 ms on a
+ * LAN); `store.timeout_ms` (50 ms) bounds the degraded path and Envoy's message_timeout (0.5 s in
+ * envoy/envoy.yaml) the worst case, so the buckets run from 50 µs to 0.5 s, dense below 5 ms.
+ */
+const DECISION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5];
+/** One store call: same range as decisions (a decision is mostly its store calls). */
+const STORE_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25];
+
+export interface MetricsOptions {
+  /** Workers as the gate currently sees them, read at scrape time (no I/O). */
+  fleet?: () => readonly WorkerView[];
+  /** Include Node's process metrics (off in tests that start many gates in one process). */
+  processMetrics?: boolean;
+}
+
+export class Metrics {
+  readonly registry = new Registry();
+
+  readonly decisions = new Counter({
+    name: 'kvgate_decisions_total',
+    help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback).',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly migrations = new Counter({
+    name: 'kvgate_migrations_total',
+    help: 'Keys moved off the worker holding their KV cache, by the worker they left.',
+    labelNames: ['from'] as const,
+    registers: [this.registry],
+  });
+
+  readonly sheds = new Counter({
+    name: 'kvgate_sheds_total',
+    help: 'Requests answered at once instead of queued: overloaded (429) or no eligible worker (503).',
+    labelNames: ['reason', 'status'] as const,
+    registers: [this.registry],
+  });
+
+  readonly degradedDecisions = new Counter({
+    name: 'kvgate_degraded_decisions_total',
+    help: 'Requests routed on local state because the shared store was unreachable.',
+    registers: [this.registry],
+  });
+
+  readonly decisionSeconds = new Histogram({
+    name: 'kvgate_decision_duration_seconds',
+    help: 'Time from the ext_proc message that triggers a decision to its reply, in seconds.',
+    labelNames: ['outcome'] as const,
+    buckets: DECISION_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly storeSeconds = new Histogram({
+    name: 'kvgate_store_duration_seconds',
+    help: 'Store calls by operation, in seconds (Redis: one round trip; memory: in-process).',
+    labelNames: ['operation'] as const,
+    buckets: STORE_BUCKETS,
+    registers: [this.registry],
+  });
+
+  readonly storeErrors = new Counter({
+    name: 'kvgate_store_errors_total',
+    help: 'Store calls that failed or fell back to local state, by operation.',
+    labelNames: ['operation'] as const,
+    registers: [this.registry],
+  });
+
+  readonly streamsStarted = new Counter({
+    name: 'kvgate_extproc_streams_total',
+    help: 'ext_proc streams opened by Envoy (one per HTTP request).',
+    registers: [this.registry],
+  });
+
+  readonly streamErrors = new Counter({
+    name: 'kvgate_extproc_stream_errors_total',
+    help: 'ext_proc streams ended in error, by reason (protocol_violation, idle_timeout, internal, write_failed).',
+    labelNames: ['reason'] as const,
+    registers: [this.registry],
+  });
+
+  readonly openStreams = new Gauge({
+    name: 'kvgate_extproc_streams_open',
+    help: 'ext_proc streams currently open.',
+    registers: [this.registry],
+  });
+
+  readonly servedEndpoints = new Counter({
+    name: 'kvgate_served_endpoint_reports_total',
+    help: 'Endpoint-picker mode: served-endpoint reports from the proxy, by whether they match the chosen worker (chosen, other, unknown).',
+    labelNames: ['match'] as const,
+    registers: [this.registry],
+  });
+
+  constructor(opts: MetricsOptions = {}) {
+    const decisions = this.decisions;
+    // Computed at scrape from the counters, so it can never disagree with them. Lifetime ratio;
+    // for a windowed one use the PromQL in the README.
+    new Gauge({
+      name: 'kvgate_affinity_hit_ratio',
+      help: 'Share of keyed routed requests that reached the worker already holding their key (affinity_hit / (affinity_hit + migrated + new)), since start.',
+      registers: [this.registry],
+      async collect() {
+        const values = (await decisions.get()).values;
+        const count = (o: DecisionOutcome) => values.find((v) => v.labels.outcome === o)?.value ?? 0;
+        const keyed = count('affinity_hit') + count('migrated') + count('new');
+        this.set(keyed === 0 ? 0 : count('affinity_hit') / keyed);
+      },
+    });
+    const fleet = opts.fleet;
+    if (fleet) {
+      const safeFleet = (): readonly WorkerView[] => {
+        try {
+          return fleet();
+        } catch {
+          return [];
+        }
+      };
+      new Gauge({
+        name: 'kvgate_worker_inflight',
+        help: 'Requests in flight per worker as this gate sees them (all replicas on a shared store).',
+        labelNames: ['worker'] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const w of safeFleet()) this.set({ worker: w.id }, w.inflight);
+        },
+      });
+      new Gauge({
+        name: 'kvgate_worker_max_inflight',
+        help: 'In-flight limit per worker: at it, the worker gets no more requests.',
+        labelNames: ['worker'] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const w of safeFleet()) this.set({ worker: w.id }, w.maxInflight);
+        },
+      });
+      new Gauge({
+        name: 'kvgate_worker_state',
+        help: 'Worker state: 1 for the current state, 0 for the others (healthy, pressured, draining, down).',
+        labelNames: ['worker', 'state'] as const,
+        registers: [this.registry],
+        collect() {
+          this.reset();
+          for (const w of safeFleet()) for (const s of WORKER_STATES) this.set({ worker: w.id, state: s }, w.state === s ? 1 : 0);
+        },
+      });
+    }
+    if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+    // Every outcome and reason appears from the first scrape, so rate() works without gaps.
+    for (const o of DECISION_OUTCOMES) this.decisions.inc({ outcome: o }, 0);
+  }
+
+  /** The text exposition for `/metrics`. */
+  async exposition(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  /** Runs a telemetry update; a bug in it must never reach the request path. */
+  static safely(fn: () => void): void {
+    try {
+      fn();
+    } catch {
+      // Metrics are best effort by design.
+    }
+  }
+}

@@ -1,0 +1,278 @@
+/**
+ * Telemetry for one request (one ext_proc stream): its span, its metrics and the context that
+ * puts its trace and span ids on every log line written while it is handled.
+ *
+ * The span `kvgate.route` starts when the request headers arrive and ends when kvgate answers
+ * with its decision (a route, an immediate response, or a fallback). Its parent is Envoy's span
+ * for the ext_proc call, read from the call's gRPC metadata (W3C `traceparent`/`tracestate`, which
+ * Envoy injects there when its tracing is on), else from the request's own headers (a client's
+ * trace), else it starts a trace. With export off the span is non-recording but still carries the
+ * parent's ids, so logs correlate with Envoy's traces anyway.
+ *
+ * Every method swallows its own failures: telemetry never throws into the request path.
+ */
+import {
+  context,
+  propagation,
+  ROOT_CONTEXT,
+  SpanKind,
+  SpanStatusCode,
+  trace,
+  type Attributes,
+  type Context,
+  type Span,
+  type TextMapGetter,
+} from '@opentelemetry/api';
+import type { GateResult } from '../gate/gate.js';
+import type { WorkerView } from '../routing/types.js';
+import { newStoreUsage, STORE_USAGE_KEY, type StoreUsage } from './instrumented-store.js';
+import { Metrics, type DecisionOutcome, type StreamErrorReason } from './metrics.js';
+import { TRACER_NAME } from './tracing.js';
+
+const mapGetter: TextMapGetter<ReadonlyMap<string, string>> = {
+  keys: (carrier) => [...carrier.keys()],
+  get: (carrier, key) => carrier.get(key.toLowerCase()),
+};
+
+export type ParentSource = 'grpc_metadata' | 'request_headers' | 'none';
+
+/** Extra facts the transport knows about a decision. */
+export interface DecisionFacts {
+  /** The HTTP status of an immediate answer. */
+  status?: number;
+  /** Endpoint-picker mode: the chosen endpoint (ip:port). */
+  endpoint?: string;
+  /** Endpoint-picker mode: how many workers the proxy's subset hint left eligible. */
+  subsetSize?: number;
+}
+
+export class RequestTelemetry {
+  private ctx: Context = ROOT_CONTEXT;
+  private span: Span | undefined;
+  private ended = false;
+  private readonly usage: StoreUsage = newStoreUsage();
+  private decisionStart: bigint | undefined;
+
+  /**
+   * @param callTraceHeaders `traceparent` / `tracestate` from the ext_proc call's gRPC metadata.
+   */
+  constructor(
+    private readonly metrics: Metrics,
+    private readonly callTraceHeaders: ReadonlyMap<string, string>,
+  ) {
+    Metrics.safely(() => {
+      metrics.streamsStarted.inc();
+      metrics.openStreams.inc();
+    });
+  }
+
+  /** The request headers arrived: starts the span under Envoy's (or the client's) trace. */
+  begin(headers: ReadonlyMap<string, string>, request: { method: string; path: string }): void {
+    if (this.span) return;
+    safely(() => {
+      let source: ParentSource = 'none';
+      let parent = propagation.extract(ROOT_CONTEXT, this.callTraceHeaders, mapGetter);
+      if (trace.getSpanContext(parent)) source = 'grpc_metadata';
+      else {
+        parent = propagation.extract(ROOT_CONTEXT, headers, mapGetter);
+        if (trace.getSpanContext(parent)) source = 'request_headers';
+      }
+      this.span = trace.getTracer(TRACER_NAME).startSpan(
+        'kvgate.route',
+        {
+          kind: SpanKind.SERVER,
+          attributes: {
+            'rpc.system': 'grpc',
+            'rpc.service': 'envoy.service.ext_proc.v3.ExternalProcessor',
+            'rpc.method': 'Process',
+            'http.request.method': request.method,
+            // Path only: the query string may carry secrets.
+            'url.path': request.path,
+            'kvgate.trace_parent': source,
+          },
+        },
+        parent,
+      );
+      this.ctx = trace.setSpan(parent, this.span).setValue(STORE_USAGE_KEY, this.usage);
+    });
+  }
+
+  /** Runs `fn` with this request's span active (its log lines then carry trace_id/span_id). */
+  run<T>(fn: () => T): T {
+    return context.with(this.ctx, fn);
+  }
+
+  /** The decision starts now (for the latency histogram). */
+  deciding(): void {
+    this.decisionStart = process.hrtime.bigint();
+  }
+
+  /** kvgate answered with a decision: records it and ends the span. */
+  decided(result: GateResult, facts: DecisionFacts = {}): void {
+    safely(() => {
+      const outcome = outcomeOf(result);
+      const seconds = this.decisionStart === undefined ? undefined : Number(process.hrtime.bigint() - this.decisionStart) / 1e9;
+      const m = this.metrics;
+      m.decisions.inc({ outcome });
+      if (seconds !== undefined) m.decisionSeconds.observe({ outcome }, seconds);
+      if (result.kind === 'route') {
+        if (result.outcome === 'migrated') m.migrations.inc({ from: result.from ?? 'unknown' });
+        if (result.degraded) m.degradedDecisions.inc();
+      } else if (outcome === 'shed') {
+        m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? '') });
+      }
+      const span = this.span;
+      if (!span || this.ended) return;
+      span.setAttributes(decisionAttributes(result, outcome, facts));
+      span.setAttributes(this.storeAttributes());
+      for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+      this.endSpan();
+    });
+  }
+
+  /** kvgate failed to decide and let the request go on without a routing answer. */
+  fallback(err: Error): void {
+    safely(() => {
+      this.metrics.decisions.inc({ outcome: 'fallback' });
+      const span = this.span;
+      if (!span || this.ended) return;
+      span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
+      span.recordException(err);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+      this.endSpan();
+    });
+  }
+
+  /** Endpoint-picker mode: the proxy reported the endpoint that served the request. */
+  served(match: 'chosen' | 'other' | 'unknown'): void {
+    safely(() => this.metrics.servedEndpoints.inc({ match }));
+  }
+
+  /** The stream ended in error. */
+  streamError(reason: StreamErrorReason, err: Error): void {
+    safely(() => {
+      this.metrics.streamErrors.inc({ reason });
+      const span = this.span;
+      if (!span || this.ended) return;
+      span.recordException(err);
+      span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
+      this.endSpan();
+    });
+  }
+
+  /** The stream is over, however it ended. Ends a span still open (no decision was made). */
+  close(): void {
+    safely(() => {
+      this.metrics.openStreams.dec();
+      if (this.span && !this.ended) {
+        this.span.addEvent('stream ended before a decision');
+        this.endSpan();
+      }
+    });
+  }
+
+  private storeAttributes(): Attributes {
+    return {
+      'kvgate.store.duration_ms': this.usage.seconds * 1000,
+      'kvgate.store.calls': this.usage.calls,
+      'kvgate.store.errors': this.usage.errors.length,
+    };
+  }
+
+  private endSpan(): void {
+    this.ended = true;
+    this.span?.end();
+  }
+}
+
+function safely(fn: () => void): void {
+  try {
+    fn();
+  } catch {
+    // Telemetry is best effort; the request goes on.
+  }
+}
+
+export function outcomeOf(result: GateResult): DecisionOutcome {
+  if (result.kind === 'route') return result.outcome;
+  return result.error.code === 'overloaded' || result.error.code === 'no_healthy_workers' ? 'shed' : 'rejected';
+}
+
+/**
+ * Per-candidate explanation, when the gate's result carries one (prefix scoring records matched
+ * blocks and scores per candidate). Read defensively: absent or differently shaped is fine.
+ */
+interface CandidateExplanation {
+  score?: number;
+  matchedBlocks?: number;
+}
+
+function num(v: unknown): number | undefined {
+  return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
+}
+
+export function readExplanation(result: GateResult): { byWorker: Map<string, CandidateExplanation>; matchedBlocks?: number } {
+  const byWorker = new Map<string, CandidateExplanation>();
+  const raw = (result as { explanation?: unknown }).explanation;
+  if (typeof raw !== 'object' || raw === null) return { byWorker };
+  const ex = raw as Record<string, unknown>;
+  const candidates = Array.isArray(ex.candidates) ? ex.candidates : [];
+  for (const c of candidates) {
+    if (typeof c !== 'object' || c === null) continue;
+    const r = c as Record<string, unknown>;
+    const id = typeof r.worker === 'string' ? r.worker : typeof r.id === 'string' ? r.id : undefined;
+    if (id === undefined) continue;
+    const e: CandidateExplanation = {};
+    const score = num(r.score);
+    const matched = num(r.prefixBlocks) ?? num(r.matchedBlocks) ?? num(r.matched_blocks);
+    if (score !== undefined) e.score = score;
+    if (matched !== undefined) e.matchedBlocks = matched;
+    byWorker.set(id, e);
+  }
+  const matchedBlocks = num(ex.totalBlocks) ?? num(ex.matchedBlocks) ?? num(ex.matched_blocks);
+  return matchedBlocks === undefined ? { byWorker } : { byWorker, matchedBlocks };
+}
+
+/** The decision as span attributes: parallel arrays per candidate (OTel attributes are flat). */
+export function decisionAttributes(result: GateResult, outcome: DecisionOutcome, facts: DecisionFacts): Attributes {
+  const a: Attributes = { 'kvgate.outcome': outcome };
+  if (result.key) {
+    a['kvgate.key.kind'] = result.key.kind;
+    a['kvgate.key.source'] = result.key.source;
+    a['kvgate.key.hash'] = result.key.hash;
+  } else {
+    a['kvgate.key.kind'] = 'none';
+  }
+  if (result.kind === 'route') {
+    a['kvgate.worker'] = result.worker;
+    a['kvgate.cluster'] = result.cluster;
+    a['kvgate.degraded'] = result.degraded;
+    a['kvgate.store.attempts'] = result.attempts;
+    if (result.from !== undefined) a['kvgate.migrated_from'] = result.from;
+  } else {
+    a['kvgate.reject.code'] = result.error.code;
+    a['kvgate.reject.reason'] = result.error.message;
+  }
+  if (facts.status !== undefined) a['kvgate.response.status'] = facts.status;
+  if (facts.endpoint !== undefined) a['kvgate.endpoint'] = facts.endpoint;
+  if (facts.subsetSize !== undefined) a['kvgate.subset.size'] = facts.subsetSize;
+  const views: readonly WorkerView[] = Array.isArray(result.views) ? result.views : [];
+  if (views.length > 0) {
+    a['kvgate.candidates'] = views.map((w) => w.id);
+    a['kvgate.candidates.inflight'] = views.map((w) => w.inflight);
+    a['kvgate.candidates.max_inflight'] = views.map((w) => w.maxInflight);
+    a['kvgate.candidates.state'] = views.map((w) => w.state);
+  }
+  const ex = readExplanation(result);
+  if (ex.byWorker.size > 0 && views.length > 0) {
+    if (views.some((w) => ex.byWorker.get(w.id)?.score !== undefined)) {
+      a['kvgate.candidates.score'] = views.map((w) => ex.byWorker.get(w.id)?.score ?? null);
+    }
+    if (views.some((w) => ex.byWorker.get(w.id)?.matchedBlocks !== undefined)) {
+      a['kvgate.candidates.matched_blocks'] = views.map((w) => ex.byWorker.get(w.id)?.matchedBlocks ?? 0);
+    }
+  }
+  const chosenBlocks = ex.matchedBlocks ?? (result.kind === 'route' ? ex.byWorker.get(result.worker)?.matchedBlocks : undefined);
+  if (chosenBlocks !== undefined) a['kvgate.prefix.matched_blocks'] = chosenBlocks;
+  return a;
+}

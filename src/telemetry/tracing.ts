@@ -1,0 +1,144 @@
+/**
+ * The OpenTelemetry SDK, wired at startup: the only module that imports SDK packages. Everything
+ * else uses `@opentelemetry/api`, which is a no-op until a provider is registered here.
+ *
+ * Two separate things happen here:
+ *  - `installTraceContext()` always runs (cheap, no exporter): the W3C trace-context propagator and
+ *    an AsyncLocalStorage context manager, so kvgate reads Envoy's `traceparent` and log lines made
+ *    while a request's span is active carry its trace and span ids, even with export off.
+ *  - `startTracing()` exports spans over OTLP, configured only by the standard OTEL_* environment
+ *    variables, and is off unless they ask for it (see `tracingRequested`).
+ *
+ * Telemetry never fails the host: a missing collector, a bad variable or a full export queue is a
+ * warning in the log (rate-limited by the SDK's batching), never an error in the request path.
+ */
+import { context, diag, DiagLogLevel, propagation, trace, type DiagLogger } from '@opentelemetry/api';
+import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
+import type { Logger } from 'pino';
+
+/** The instrumentation scope of every kvgate span (`trace.getTracer(TRACER_NAME)`). */
+export const TRACER_NAME = 'kvgate';
+
+/** The OTLP transports the spec names in OTEL_EXPORTER_OTLP_PROTOCOL; http/protobuf is its default. */
+export type OtlpProtocol = 'http/protobuf' | 'http/json' | 'grpc';
+
+export interface TracingSettings {
+  enabled: boolean;
+  protocol: OtlpProtocol;
+  /** Why tracing is off, or where spans go: for the startup log line. */
+  description: string;
+}
+
+export interface Tracing extends TracingSettings {
+  /** Exports what is still queued, then stops. Never rejects. */
+  shutdown(): Promise<void>;
+}
+
+let contextInstalled = false;
+
+/**
+ * Registers the W3C propagator and the AsyncLocalStorage context manager, once per process.
+ * Without them `propagation.extract` and `context.with` are no-ops.
+ */
+export function installTraceContext(): void {
+  if (contextInstalled) return;
+  contextInstalled = true;
+  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
+}
+
+const PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json', 'grpc'];
+
+/**
+ * Reads the OTEL_* variables that decide whether and how spans are exported, as the
+ * OpenTelemetry SDK environment-variable spec defines them:
+ *  - off when OTEL_SDK_DISABLED=true or OTEL_TRACES_EXPORTER=none;
+ *  - on when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
+ *    OTEL_EXPORTER_OTLP_ENDPOINT) or OTEL_TRACES_EXPORTER names otlp (default endpoint then);
+ *  - off otherwise: an unconfigured kvgate sends nothing anywhere.
+ * The exporter itself reads endpoint, headers, timeout and compression from the same variables.
+ */
+export function tracingRequested(env: NodeJS.ProcessEnv): TracingSettings {
+  const rawProtocol = (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf').trim();
+  const protocol = PROTOCOLS.includes(rawProtocol as OtlpProtocol) ? (rawProtocol as OtlpProtocol) : 'http/protobuf';
+  const off = (why: string): TracingSettings => ({ enabled: false, protocol, description: why });
+  if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return off('OTEL_SDK_DISABLED=true');
+  const exporters = (env.OTEL_TRACES_EXPORTER ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  if (exporters.includes('none')) return off('OTEL_TRACES_EXPORTER=none');
+  const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  if (!endpoint && !exporters.includes('otlp')) return off('no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER=otlp');
+  return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ?? 'the default endpoint'}` };
+}
+
+/** Loads only the exporter the protocol needs (each pulls in its own transport). */
+async function createExporter(protocol: OtlpProtocol): Promise<SpanExporter> {
+  switch (protocol) {
+    case 'grpc':
+      return new (await import('@opentelemetry/exporter-trace-otlp-grpc')).OTLPTraceExporter();
+    case 'http/json':
+      return new (await import('@opentelemetry/exporter-trace-otlp-http')).OTLPTraceExporter();
+    case 'http/protobuf':
+      return new (await import('@opentelemetry/exporter-trace-otlp-proto')).OTLPTraceExporter();
+  }
+}
+
+/** The SDK's own diagnostics (export failures, bad variables) as pino warnings. */
+function diagToPino(logger: Logger): DiagLogger {
+  const warn = (msg: string, ...args: unknown[]) => logger.warn({ component: 'otel', args: args.map(String) }, msg);
+  return { error: warn, warn, info: () => undefined, debug: () => undefined, verbose: () => undefined };
+}
+
+/** Longest a stopping gate waits for its last spans to be exported. */
+const SHUTDOWN_FLUSH_MS = 2000;
+
+const OFF: Omit<Tracing, keyof TracingSettings> = { shutdown: () => Promise.resolve() };
+
+/**
+ * Starts span export when the environment asks for it. Registers the global tracer provider, so
+ * `trace.getTracer(TRACER_NAME)` anywhere returns a recording tracer from then on.
+ */
+export async function startTracing(opts: { logger: Logger; env?: NodeJS.ProcessEnv; serviceVersion?: string }): Promise<Tracing> {
+  installTraceContext();
+  const settings = tracingRequested(opts.env ?? process.env);
+  if (!settings.enabled) return { ...settings, ...OFF };
+  try {
+    diag.setLogger(diagToPino(opts.logger), { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+    // The SDK loads only when export is on: an untraced gate starts without it.
+    const [{ defaultResource, detectResources, envDetector, resourceFromAttributes }, { BatchSpanProcessor, NodeTracerProvider }, semconv] = await Promise.all([
+      import('@opentelemetry/resources'),
+      import('@opentelemetry/sdk-trace-node'),
+      import('@opentelemetry/semantic-conventions'),
+    ]);
+    const { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } = semconv;
+    const resource = defaultResource()
+      .merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: TRACER_NAME, ...(opts.serviceVersion ? { [ATTR_SERVICE_VERSION]: opts.serviceVersion } : {}) }))
+      // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our defaults.
+      .merge(detectResources({ detectors: [envDetector] }));
+    // The sampler comes from OTEL_TRACES_SAMPLER (default parentbased_always_on: follow Envoy's
+    // sampling decision); the batch processor's queue bounds memory and drops, never blocks.
+    const provider = new NodeTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(await createExporter(settings.protocol))] });
+    trace.setGlobalTracerProvider(provider);
+    return {
+      ...settings,
+      async shutdown() {
+        try {
+          // Bounded: a dead collector must not hold a stopping gate past its termination grace
+          // (the exporter alone may retry for OTEL_EXPORTER_OTLP_TIMEOUT, 10 s by default).
+          let timer: NodeJS.Timeout | undefined;
+          const limit = new Promise<void>((resolve) => (timer = setTimeout(resolve, SHUTDOWN_FLUSH_MS).unref()));
+          await Promise.race([provider.shutdown(), limit]).finally(() => clearTimeout(timer));
+        } catch (err) {
+          opts.logger.warn({ err: (err as Error).message }, 'trace export shutdown failed');
+        } finally {
+          trace.disable();
+          diag.disable();
+        }
+      },
+    };
+  } catch (err) {
+    opts.logger.warn({ err: (err as Error).message }, 'tracing could not start; running without it');
+    return { ...settings, enabled: false, description: `failed to start: ${(err as Error).message}`, ...OFF };
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * The deployment files fit Envoy's schema and each other. Bootstraps (envoy.yaml files) are
+ * checked by schema.test.ts; here: every Istio EnvoyFilter patch value against the Envoy type its
+ * applyTo implies, the Envoy Gateway patch values, the Kubernetes manifests, the compose demo and
+ * the Dockerfile. Nothing here runs Envoy, Istio, Kubernetes or Docker (none exist on this machine).
+ */
+import assert from 'node:assert/strict';
+import { readdirSync, readFileSync, existsSync } from 'node:fs';
+import path from 'node:path';
+import { before, describe, test } from 'node:test';
+import { parse, parseAllDocuments, stringify } from 'yaml';
+import { parseConfig, loadConfigFile } from '../../src/config/load.js';
+import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
+import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
+import { loadEnvoyConfig } from '../harness/envoy-config.js';
+
+const ROOT = path.resolve(import.meta.dirname, '../..');
+const ENVOY_DIR = path.join(ROOT, 'envoy');
+
+type Obj = Record<string, unknown>;
+const obj = (v: unknown, where: string): Obj => {
+  assert.ok(typeof v === 'object' && v !== null && !Array.isArray(v), `${where} is a mapping`);
+  return v as Obj;
+};
+const arr = (v: unknown, where: string): unknown[] => {
+  assert.ok(Array.isArray(v), `${where} is a list`);
+  return v;
+};
+
+function docs(file: string): Obj[] {
+  return parseAllDocuments(readFileSync(file, 'utf8')).map((d, i) => {
+    assert.equal(d.errors.length, 0, `${file}#${i}: ${d.errors.join('; ')}`);
+    return obj(d.toJS(), `${file}#${i}`);
+  });
+}
+
+const ofKind = (all: Obj[], kind: string): Obj[] => all.filter((d) => d.kind === kind);
+
+/**
+ * Istio's EnvoyFilter applyTo → the Envoy message a patch value is (istio networking/v1alpha3
+ * envoy_filter.proto; /work/shared/reference/envoy-ext-proc.md §2.3).
+ */
+const APPLY_TO_TYPE: Record<string, string> = {
+  HTTP_FILTER: 'envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter',
+  NETWORK_FILTER: 'envoy.config.listener.v3.Filter',
+  CLUSTER: 'envoy.config.cluster.v3.Cluster',
+  LISTENER: 'envoy.config.listener.v3.Listener',
+  ROUTE_CONFIGURATION: 'envoy.config.route.v3.RouteConfiguration',
+  VIRTUAL_HOST: 'envoy.config.route.v3.VirtualHost',
+  HTTP_ROUTE: 'envoy.config.route.v3.Route',
+};
+
+/** Validates a patch value: schema always; PGV rules too unless the value is a partial (MERGE). */
+async function validateValue(value: unknown, type: string, label: string, partial: boolean): Promise<void> {
+  const text = stringify(value);
+  const schema = await validateEnvoyText(text, { type, label });
+  assert.ok(schema.ok, schema.message);
+  if (!partial) {
+    const rules = await validateEnvoyPgvText(text, { type, label });
+    assert.ok(rules.ok, rules.message);
+  }
+}
+
+/** A JSON-pointer patch `value` placed at `pointer` in an otherwise empty message. */
+function atPointer(pointer: string, value: unknown): unknown {
+  const parts = pointer.split('/').slice(1).map((p) => p.replace(/~1/g, '/').replace(/~0/g, '~'));
+  let out: unknown = value;
+  for (let i = parts.length - 1; i >= 0; i--) {
+    const p = parts[i]!;
+    out = /^\d+$/.test(p) ? [...Array<unknown>(Number(p)).fill({}), out] : { [p]: out };
+  }
+  return out;
+}
+
+describe('deployment files', { concurrency: true }, () => {
+  before(async () => {
+    await buildEnvoySchemaImage();
+  });
+
+  const k8s = () => readdirSync(path.join(ENVOY_DIR, 'kubernetes')).flatMap((f) => docs(path.join(ENVOY_DIR, 'kubernetes', f)));
+
+  test('Istio: every EnvoyFilter patch value is the Envoy type its applyTo implies', async () => {
+    const all = docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'));
+    const [filter] = ofKind(all, 'EnvoyFilter');
+    assert.ok(filter);
+    const patches = arr(obj(filter.spec, 'spec').configPatches, 'configPatches');
+    assert.ok(patches.length >= 3);
+    for (const [i, raw] of patches.entries()) {
+      const p = obj(raw, `configPatches[${i}]`);
+      const type = APPLY_TO_TYPE[String(p.applyTo)];
+      assert.ok(type, `configPatches[${i}].applyTo ${String(p.applyTo)} has a known Envoy type`);
+      const patch = obj(p.patch, 'patch');
+      await validateValue(patch.value, type, `istio configPatches[${i}]`, patch.operation === 'MERGE');
+    }
+    // The ext_proc cluster is Istio's name for the kvgate Service's grpc port.
+    const svc = ofKind(k8s(), 'Service').find((s) => obj(s.metadata, 'metadata').name === 'kvgate')!;
+    const grpcPort = arr(obj(svc.spec, 'spec').ports, 'ports').map((p) => obj(p, 'port')).find((p) => p.name === 'grpc')!;
+    assert.match(stringify(patches), new RegExp(`outbound\\|${String(grpcPort.port)}\\|\\|kvgate\\.kvgate\\.svc\\.cluster\\.local`));
+    // The patched route exists in the VirtualService, and the header it matches is kvgate's.
+    const vs = ofKind(all, 'VirtualService')[0]!;
+    const routes = arr(obj(vs.spec, 'spec').http, 'http').map((r) => obj(r, 'route'));
+    assert.ok(routes.some((r) => r.name === 'llm-affine' && JSON.stringify(r.match).includes('x-kvgate-cluster')));
+  });
+
+  test('Istio: a typo inside a patch value is caught', async () => {
+    const all = docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'));
+    const patch = obj(obj(arr(obj(ofKind(all, 'EnvoyFilter')[0]!.spec, 'spec').configPatches, 'p')[1], 'p').patch, 'patch');
+    const text = stringify(patch.value).replace('request_body_mode: BUFFERED', 'request_body_mode: BUFFERD');
+    const r = await validateEnvoyText(text, { type: APPLY_TO_TYPE.HTTP_FILTER!, label: 'typo' });
+    assert.equal(r.ok, false);
+    assert.match(r.message, /unknown enum value "BUFFERD"/);
+  });
+
+  test('Envoy Gateway: the patch policy’s Envoy values fit Envoy’s schema; the policy targets kvgate', async () => {
+    const all = docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml'));
+    const [patchPolicy] = ofKind(all, 'EnvoyPatchPolicy');
+    for (const [i, raw] of arr(obj(patchPolicy!.spec, 'spec').jsonPatches, 'jsonPatches').entries()) {
+      const p = obj(raw, `jsonPatches[${i}]`);
+      const type = String(p.type).replace('type.googleapis.com/', '');
+      const op = obj(p.operation, 'operation');
+      const whole = op.op === 'add' && op.path === '';
+      await validateValue(whole ? op.value : atPointer(String(op.path), op.value), type, `envoy-gateway jsonPatches[${i}]`, !whole);
+    }
+    const [ext] = ofKind(all, 'EnvoyExtensionPolicy');
+    const proc = obj(arr(obj(ext!.spec, 'spec').extProc, 'extProc')[0], 'extProc[0]');
+    assert.deepEqual(arr(proc.backendRefs, 'backendRefs'), [{ name: 'kvgate', namespace: 'kvgate', port: 9002 }]);
+    assert.deepEqual(obj(proc.processingMode, 'processingMode'), { request: { body: 'Buffered' }, response: {} });
+    assert.deepEqual(obj(proc.metadata, 'metadata').writableNamespaces, ['envoy.lb']);
+  });
+
+  test('Kubernetes: the embedded config is valid, and ports, probes and store agree', () => {
+    const all = k8s();
+    const cm = ofKind(all, 'ConfigMap')[0]!;
+    parseConfig(parse(String(obj(cm.data, 'data')['kvgate.yaml'])));
+    const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
+    const pod = obj(obj(obj(dep.spec, 'spec').template, 'template').spec, 'pod spec');
+    const c = obj(arr(pod.containers, 'containers')[0], 'container');
+    const args = arr(c.args, 'args').map(String);
+    const flag = (name: string) => args.find((a) => a.startsWith(`--${name}=`))?.split('=').slice(1).join('=');
+    const ports = Object.fromEntries(arr(c.ports, 'ports').map((p) => [obj(p, 'p').name, obj(p, 'p').containerPort]));
+    assert.equal(Number(flag('grpc-port')), ports['grpc']);
+    assert.equal(Number(flag('admin-port')), ports['http-admin']);
+    assert.equal(flag('admin-host'), '0.0.0.0', 'Prometheus must reach /metrics');
+    assert.deepEqual(obj(c.readinessProbe, 'readiness').grpc, { port: ports['grpc'], service: 'readiness' });
+    assert.deepEqual(obj(c.livenessProbe, 'liveness').grpc, { port: ports['grpc'], service: 'liveness' });
+    assert.ok(Number(pod.terminationGracePeriodSeconds) > Number(flag('shutdown-grace-s')), 'the drain ends before SIGKILL');
+    const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
+    assert.ok(redisSvc);
+    assert.equal(flag('store'), `redis://kvgate-redis:${String(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port)}`);
+    const svc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate')!;
+    for (const p of arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) assert.ok(String(p.targetPort) in ports, `targetPort ${String(p.targetPort)}`);
+    const grpc = arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port')).find((p) => p.name === 'grpc')!;
+    assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
+  });
+
+  test('compose demo: the files it mounts exist and agree (Envoy clusters, kvgate workers, tracer)', () => {
+    const dir = path.join(ENVOY_DIR, 'demo');
+    const compose = obj(parse(readFileSync(path.join(dir, 'compose.yaml'), 'utf8')), 'compose');
+    const services = obj(compose.services, 'services');
+    for (const s of ['envoy', 'kvgate', 'redis', 'jaeger', 'worker-1', 'worker-2', 'worker-3']) assert.ok(services[s], `service ${s}`);
+    for (const [name, raw] of Object.entries(services)) {
+      for (const v of (obj(raw, name).volumes as string[] | undefined) ?? []) {
+        const host = v.split(':')[0]!;
+        assert.ok(existsSync(path.join(dir, host)), `${name} mounts ${host}`);
+      }
+    }
+    assert.deepEqual(obj(services['worker-1'], 'w').command, ['fake-worker', '--port', '8000']);
+    assert.ok(existsSync(path.join(dir, String(obj(obj(services.kvgate, 'k').build, 'b').context), 'Dockerfile')));
+    const kv = loadConfigFile(path.join(dir, 'kvgate.yaml'));
+    const envoy = loadEnvoyConfig(path.join(dir, 'envoy.yaml'));
+    for (const w of kv.workers) assert.ok(envoy.clusters.has(w.cluster), `cluster ${w.cluster}`);
+    const text = readFileSync(path.join(dir, 'envoy.yaml'), 'utf8');
+    assert.match(text, /envoy\.tracers\.opentelemetry/);
+    assert.match(text, /address: jaeger, port_value: 4317/);
+    assert.match(text, /address: kvgate, port_value: 9002/);
+    const env = obj(obj(services.kvgate, 'k').environment, 'env');
+    assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, 'http://jaeger:4318');
+  });
+
+  test('Dockerfile: what it copies exists, and the sources import production dependencies only', () => {
+    const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const copies = [...text.matchAll(/^COPY\s+(.+)$/gm)].map((m) => m[1]!.trim().split(/\s+/));
+    assert.ok(copies.length >= 4);
+    for (const parts of copies) for (const src of parts.slice(0, -1)) assert.ok(existsSync(path.join(ROOT, src)), `COPY ${src}`);
+    assert.match(text, /COPY envoy\/kvgate\.yaml \/etc\/kvgate\/kvgate\.yaml/);
+    assert.match(text, /CMD \["serve", "--config", "\/etc\/kvgate\/kvgate\.yaml"\]/);
+    assert.match(text, /npm ci --omit=dev/);
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { dependencies: Record<string, string> };
+    const files: string[] = [];
+    const walk = (d: string) => {
+      for (const e of readdirSync(d, { withFileTypes: true })) {
+        const f = path.join(d, e.name);
+        if (e.isDirectory()) walk(f);
+        else if (f.endsWith('.ts')) files.push(f);
+      }
+    };
+    walk(path.join(ROOT, 'src'));
+    const missing = new Set<string>();
+    for (const f of files) {
+      const src = readFileSync(f, 'utf8');
+      for (const m of src.matchAll(/(?:from\s+|import\()\s*'([^'.][^']*)'/g)) {
+        const spec = m[1]!;
+        if (spec.startsWith('node:')) continue;
+        const name = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
+        // Type-only imports vanish at run time.
+        const line = src.slice(src.lastIndexOf('\n', m.index) + 1, m.index);
+        if (/^\s*import\s+type\b/.test(line)) continue;
+        if (!(name in pkg.dependencies)) missing.add(`${name} (${path.relative(ROOT, f)})`);
+      }
+    }
+    assert.deepEqual([...missing], [], 'imported at run time but not in dependencies');
+  });
+});

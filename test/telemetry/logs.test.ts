@@ -1,0 +1,95 @@
+/**
+ * Logs: every pino line about a request carries the request's trace_id and span_id (kvgate's span
+ * when tracing exports, Envoy's when only Envoy traces); prompts are never logged and session ids
+ * only as hashes.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { describe, test } from 'node:test';
+import { hashSessionId } from '../../src/request/hashing.js';
+import { startTracing } from '../../src/telemetry/tracing.js';
+import { chat, harness, headersMsg, waitFor } from '../helpers/envoy.js';
+import { setWorkerState, startTestGate } from '../helpers/gate.js';
+import { recordingLogger, silentLogger } from '../helpers/logger.js';
+import { OtlpReceiver } from './otlp-receiver.js';
+
+const hex = (n: number) => randomBytes(n).toString('hex');
+const SECRETS = ['session-secret-42', 'alice@example.com', 'my very private prompt', 'top secret system prompt'];
+
+/** Lines about a request: written by a stream's logger or by the gate while deciding. */
+const aboutRequest = (l: Record<string, unknown>) => l['stream'] !== undefined || l['component'] === 'gate';
+
+describe('request logs', () => {
+  test('carry the trace and span ids of the request; no prompt, no raw session id', async () => {
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate(
+      { limits: { malformed_body: 'forward' }, workers: [{ id: 'w1', cluster: 'worker_1', max_inflight: 1 }] },
+      { logger },
+    );
+    const envoyTrace = hex(16);
+    const envoySpan = hex(8);
+    const h = harness(g.target, { grpcMetadata: { traceparent: `00-${envoyTrace}-${envoySpan}-01` } });
+    try {
+      await h.request(chat({ session: SECRETS[0], system: SECRETS[3], text: SECRETS[2] }));
+      await h.request(chat({ user: SECRETS[1], text: SECRETS[2] }));
+      // Malformed body: an info line from the gate.
+      await h.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: `{"messages": "${SECRETS[2]}` });
+      // Shed: debug lines from the gate and the stream.
+      await setWorkerState(g.admin, 'w1', 'down');
+      await h.request(chat({ session: SECRETS[0], text: SECRETS[2] }));
+      // A protocol violation after the headers: a warning from the stream.
+      const raw = h.openRawStream();
+      raw.write(headersMsg({ ':method': 'POST', ':path': '/v1/chat/completions', 'x-session-id': SECRETS[0]! }, false) as never);
+      await raw.next(3000);
+      raw.write(headersMsg({ ':method': 'POST', ':path': '/v1/chat/completions' }, false) as never);
+      await raw.next(3000);
+      await waitFor(() => lines.some((l) => l['msg'] === 'ending ext_proc stream'), 3000, 'the protocol warning');
+
+      const about = lines.filter(aboutRequest);
+      const msgs = new Set(about.map((l) => l['msg']));
+      for (const m of ['routed', 'request body unusable; routing without a body key', 'shed', 'answered immediately', 'ending ext_proc stream']) {
+        assert.ok(msgs.has(m), `logged "${m}" (got ${[...msgs].join(' | ')})`);
+      }
+      for (const l of about) {
+        assert.equal(l['trace_id'], envoyTrace, `trace_id on "${String(l['msg'])}"`);
+        // Export off: kvgate's span does not record, and the active span is Envoy's.
+        assert.equal(l['span_id'], envoySpan, `span_id on "${String(l['msg'])}"`);
+      }
+      const routed = about.find((l) => l['msg'] === 'routed')!;
+      assert.equal(routed['key_hash'], hashSessionId(SECRETS[0]!));
+      const all = JSON.stringify(lines);
+      for (const s of SECRETS) assert.ok(!all.includes(s), `"${s}" never logged`);
+      // Lines not about a request (startup) carry no ids.
+      const serving = lines.find((l) => l['msg'] === 'kvgate serving');
+      assert.equal(serving?.['trace_id'], undefined);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
+  test('with export on, log lines name kvgate’s own exported span', async () => {
+    const receiver = await new OtlpReceiver().start();
+    const saved = { ...process.env };
+    Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.httpEndpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '20' });
+    const tracing = await startTracing({ logger: silentLogger() });
+    process.env = saved;
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] }, { logger });
+    const envoyTrace = hex(16);
+    const h = harness(g.target, { grpcMetadata: { traceparent: `00-${envoyTrace}-${hex(8)}-01` } });
+    try {
+      await h.request(chat({ session: 'exported' }));
+      await waitFor(() => receiver.spans.some((s) => s.traceId === envoyTrace), 5000, 'the span');
+      const span = receiver.spans.find((s) => s.traceId === envoyTrace)!;
+      const routed = lines.find((l) => l['msg'] === 'routed')!;
+      assert.equal(routed['trace_id'], envoyTrace);
+      assert.equal(routed['span_id'], span.spanId, 'the log line points at the kvgate.route span');
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+      await receiver.close();
+    }
+  });
+});

@@ -1,0 +1,127 @@
+/**
+ * Metrics: `/metrics` on the admin port parses with a Prometheus text parser, follows Prometheus
+ * naming, and its counters move as requests are routed through the Envoy harness.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { isClosed } from '../harness/envoy-harness.js';
+import { chat, harness, holdRequest, waitFor } from '../helpers/envoy.js';
+import { setWorkerState, startTestGate } from '../helpers/gate.js';
+import { scrape } from './prometheus.js';
+
+describe('/metrics', () => {
+  test('follows Prometheus naming, with every outcome present from the start', async () => {
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] }, { processMetrics: true });
+    try {
+      const m = await scrape(g.admin);
+      const ours = m.families.filter((f) => f.name.startsWith('kvgate_'));
+      assert.ok(ours.length >= 15, `kvgate metrics: ${ours.map((f) => f.name).join(', ')}`);
+      for (const f of ours) {
+        assert.ok(f.help.length > 10, `${f.name} has help`);
+        if (f.type === 'COUNTER') assert.match(f.name, /_total$/, `${f.name}: counters end in _total`);
+        if (f.type === 'HISTOGRAM') assert.match(f.name, /_seconds$/, `${f.name}: durations in seconds`);
+        assert.doesNotMatch(f.name, /_(ms|milliseconds)\b/, `${f.name}: base units`);
+      }
+      for (const o of ['affinity_hit', 'new', 'migrated', 'unkeyed', 'shed', 'rejected', 'fallback']) {
+        assert.equal(m.value('kvgate_decisions_total', { outcome: o }), 0, o);
+      }
+      assert.equal(m.value('kvgate_affinity_hit_ratio'), 0);
+      assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 1);
+      assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'down' }), 0);
+      assert.ok(m.family('process_cpu_user_seconds_total'), 'Node process metrics');
+    } finally {
+      await g.close(100);
+    }
+  });
+
+  test('counters move as requests are routed: outcomes, migrations, sheds, latency, store, streams', async () => {
+    const g = await startTestGate({
+      limits: { malformed_body: 'reject' },
+      workers: [
+        { id: 'w1', cluster: 'worker_1', max_inflight: 2 },
+        { id: 'w2', cluster: 'worker_2', max_inflight: 2 },
+      ],
+    });
+    const h = harness(g.target);
+    try {
+      // new, then affinity_hit for the same session.
+      const first = await h.request(chat({ session: 'alice' }));
+      await h.request(chat({ session: 'alice' }));
+      const home = first.cluster === 'worker_1' ? 'w1' : 'w2';
+      const other = home === 'w1' ? 'w2' : 'w1';
+      let m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'new' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'affinity_hit' }), 1);
+      assert.equal(m.value('kvgate_affinity_hit_ratio'), 0.5);
+
+      // Fill alice's worker: held requests are in flight, then alice migrates.
+      await holdRequest(h, 'alice');
+      await holdRequest(h, 'alice');
+      m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_worker_inflight', { worker: home }), 2);
+      assert.equal(m.value('kvgate_worker_max_inflight', { worker: home }), 2);
+      assert.ok(m.value('kvgate_extproc_streams_open')! >= 2);
+      const moved = await h.request(chat({ session: 'alice' }));
+      assert.equal(moved.cluster, other === 'w1' ? 'worker_1' : 'worker_2');
+      m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'migrated' }), 1);
+      assert.equal(m.value('kvgate_migrations_total', { from: home }), 1);
+
+      // Fill the other worker too: the next request is shed with 429.
+      await holdRequest(h, 'alice');
+      await holdRequest(h, 'alice');
+      const shed = await h.request(chat({ session: 'bob' }));
+      assert.equal(shed.kind === 'local' && shed.status, 429);
+      // Nothing healthy: 503.
+      await setWorkerState(g.admin, 'w1', 'down');
+      await setWorkerState(g.admin, 'w2', 'down');
+      const none = await h.request(chat({ session: 'carol' }));
+      assert.equal(none.kind === 'local' && none.status, 503);
+      // A malformed body with malformed_body: reject is a 400, "rejected".
+      const bad = await h.request({ method: 'POST', path: '/v1/chat/completions', headers: { 'content-type': 'application/json' }, body: '{not json' });
+      assert.equal(bad.kind === 'local' && bad.status, 400);
+
+      m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed' }), 2);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'rejected' }), 1);
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'overloaded', status: '429' }), 1);
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503' }), 1);
+      assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'down' }), 1);
+      assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 0);
+      const routed = m.sum('kvgate_decisions_total') - 3;
+      assert.equal(routed, 7, 'new + affinity_hit + 4 held + migrated');
+      assert.equal(m.value('kvgate_affinity_hit_ratio'), 5 / 7);
+
+      // Every decision has a latency; every routed one took one store commit.
+      const latency = m.histogram('kvgate_decision_duration_seconds', { outcome: 'affinity_hit' });
+      assert.equal(latency?.count, 5);
+      assert.ok(latency.sum > 0 && latency.sum < 5);
+      assert.equal(latency.buckets['+Inf'], 5);
+      const commits = m.histogram('kvgate_store_duration_seconds', { operation: 'commit' });
+      assert.equal(commits?.count, 7);
+      assert.equal(m.value('kvgate_store_errors_total', { operation: 'commit' }), undefined, 'no store errors');
+      assert.ok(m.histogram('kvgate_store_duration_seconds', { operation: 'set_state' })!.count >= 2);
+      assert.equal(m.value('kvgate_extproc_streams_total'), 10, 'one stream per request');
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
+  test('ext_proc stream errors are counted by reason', async () => {
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] });
+    const h = harness(g.target);
+    try {
+      const s = h.openRawStream();
+      s.write({} as never); // a message with no phase: protocol violation
+      const ev = await s.next(3000);
+      assert.ok(isClosed(ev));
+      await waitFor(async () => (await scrape(g.admin)).value('kvgate_extproc_stream_errors_total', { reason: 'protocol_violation' }) === 1, 3000, 'the error counted');
+      const m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_extproc_streams_open'), 0);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+});

@@ -1,0 +1,286 @@
+/**
+ * Tracing: kvgate's spans reach a receiver that speaks OTLP (HTTP/JSON, HTTP/protobuf, gRPC), as
+ * children of the trace context Envoy puts in the ext_proc call's gRPC metadata, carrying the
+ * decision. Export is configured only by OTEL_* variables, is off without them, and never fails
+ * a request.
+ */
+import assert from 'node:assert/strict';
+import { randomBytes } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import type { GateResult } from '../../src/gate/gate.js';
+import { KvgateError } from '../../src/errors.js';
+import { hashSessionId } from '../../src/request/hashing.js';
+import { decisionAttributes, outcomeOf } from '../../src/telemetry/request-telemetry.js';
+import { startTracing, tracingRequested, type Tracing } from '../../src/telemetry/tracing.js';
+import { chat, harness, waitFor } from '../helpers/envoy.js';
+import { startTestGate } from '../helpers/gate.js';
+import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
+import { silentLogger } from '../helpers/logger.js';
+import { freePort } from '../helpers/ports.js';
+import { startRedis } from '../helpers/redis-server.js';
+import { OtlpReceiver, type ReceivedSpan } from './otlp-receiver.js';
+
+const FLEET = {
+  workers: [
+    { id: 'w1', cluster: 'worker_1', max_inflight: 4 },
+    { id: 'w2', cluster: 'worker_2', max_inflight: 4 },
+  ],
+};
+
+const hex = (bytes: number) => randomBytes(bytes).toString('hex');
+const traceparent = (traceId: string, spanId: string) => `00-${traceId}-${spanId}-01`;
+
+/** OTEL_* for the in-process SDK; a short batch delay so spans arrive within the test. */
+function otelEnv(endpoint: string, protocol: string): NodeJS.ProcessEnv {
+  return { OTEL_EXPORTER_OTLP_ENDPOINT: endpoint, OTEL_EXPORTER_OTLP_PROTOCOL: protocol, OTEL_BSP_SCHEDULE_DELAY: '20' };
+}
+
+/** The SDK's exporters read OTEL_* from process.env themselves, as in production. */
+async function withEnv<T>(env: NodeJS.ProcessEnv, fn: () => Promise<T>): Promise<T> {
+  const saved = Object.fromEntries(Object.keys(env).map((k) => [k, process.env[k]]));
+  Object.assign(process.env, env);
+  try {
+    return await fn();
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+describe('tracing over OTLP', () => {
+  let receiver: OtlpReceiver;
+  before(async () => {
+    receiver = await new OtlpReceiver().start();
+  });
+  after(async () => {
+    await receiver.close();
+  });
+
+  const spansOf = (traceId: string): ReceivedSpan[] => receiver.spans.filter((s) => s.traceId === traceId);
+
+  test('OTLP/HTTP JSON: one span per request, child of the ext_proc call metadata, with the decision', async () => {
+    const tracing = await withEnv(otelEnv(receiver.httpEndpoint, 'http/json'), () => startTracing({ logger: silentLogger() }));
+    assert.equal(tracing.enabled, true);
+    const g = await startTestGate(FLEET);
+    const envoyTrace = hex(16);
+    const envoySpan = hex(8);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(envoyTrace, envoySpan), tracestate: 'envoy=1' } });
+    const clientTrace = hex(16);
+    const clientSpan = hex(8);
+    const plain = harness(g.target);
+    try {
+      assert.equal((await h.request(chat({ session: 'trace-me', text: 'a private prompt' }))).kind, 'upstream');
+      assert.equal((await h.request(chat({ session: 'trace-me' }))).kind, 'upstream');
+      // No trace context on the ext_proc call: the client's own traceparent header is the parent.
+      const get = { method: 'GET', path: '/v1/models', headers: { traceparent: traceparent(clientTrace, clientSpan) } };
+      assert.equal((await plain.request(get)).kind, 'upstream');
+      await waitFor(() => spansOf(envoyTrace).length >= 2 && spansOf(clientTrace).length >= 1, 5000, 'spans at the receiver');
+
+      const [first, second] = spansOf(envoyTrace).sort((a, b) => String(a.attributes['kvgate.outcome']).localeCompare(String(b.attributes['kvgate.outcome'])));
+      assert.ok(first && second);
+      for (const s of [first, second]) {
+        assert.equal(s.name, 'kvgate.route');
+        assert.equal(s.parentSpanId, envoySpan, 'parent is the span in the ext_proc call metadata');
+        assert.equal(s.kind, 2, 'SPAN_KIND_SERVER');
+        assert.equal(s.scope, 'kvgate');
+        assert.equal(s.resource['service.name'], 'kvgate');
+        assert.equal(s.attributes['kvgate.trace_parent'], 'grpc_metadata');
+        assert.equal(s.attributes['kvgate.key.kind'], 'session');
+        assert.equal(s.attributes['kvgate.key.source'], 'header');
+        assert.equal(s.attributes['kvgate.key.hash'], hashSessionId('trace-me'));
+        assert.deepEqual(s.attributes['kvgate.candidates'], ['w1', 'w2']);
+        assert.deepEqual(s.attributes['kvgate.candidates.max_inflight'], [4, 4]);
+        assert.deepEqual(s.attributes['kvgate.candidates.state'], ['healthy', 'healthy']);
+        assert.equal(typeof s.attributes['kvgate.store.duration_ms'], 'number');
+        assert.equal(s.attributes['kvgate.store.calls'], 1, 'one commit on the memory store');
+        assert.equal(s.attributes['kvgate.degraded'], false);
+        assert.equal(s.attributes['http.request.method'], 'POST');
+        assert.equal(s.attributes['url.path'], '/v1/chat/completions');
+      }
+      assert.equal(first.attributes['kvgate.outcome'], 'affinity_hit');
+      assert.equal(second.attributes['kvgate.outcome'], 'new');
+      // The second request saw the first one's lease (released at response headers, so 0 again).
+      assert.equal(first.attributes['kvgate.worker'], second.attributes['kvgate.worker']);
+      assert.equal(first.attributes['kvgate.cluster'], g.results[0]!.kind === 'route' ? g.results[0]!.cluster : '');
+      assert.deepEqual(second.attributes['kvgate.candidates.inflight'], [0, 0]);
+      // Nothing private rides along.
+      assert.ok(!JSON.stringify(receiver.spans).includes('trace-me'), 'no raw session id');
+      assert.ok(!JSON.stringify(receiver.spans).includes('private prompt'), 'no prompt text');
+
+      const [fromHeaders] = spansOf(clientTrace);
+      assert.equal(fromHeaders?.parentSpanId, clientSpan);
+      assert.equal(fromHeaders?.attributes['kvgate.trace_parent'], 'request_headers');
+      assert.equal(fromHeaders?.attributes['kvgate.outcome'], 'unkeyed');
+      assert.equal(fromHeaders?.attributes['kvgate.key.kind'], 'none');
+    } finally {
+      h.close();
+      plain.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+
+  test('sheds and store failures are on the span: an event per store error, degraded routing', async () => {
+    const redis = await startRedis();
+    const tracing = await withEnv(otelEnv(receiver.httpEndpoint, 'http/json'), () => startTracing({ logger: silentLogger() }));
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1', max_inflight: 1 }] }, { store: redis.url });
+    const traceId = hex(16);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(traceId, hex(8)) } });
+    try {
+      await redis.kill();
+      const out = await h.request(chat({ session: 'while-redis-is-down' }));
+      assert.equal(out.kind, 'upstream', 'a dead store never fails the request');
+      await waitFor(() => spansOf(traceId).length >= 1, 5000, 'the degraded span');
+      const [s] = spansOf(traceId);
+      assert.equal(s!.attributes['kvgate.degraded'], true);
+      assert.ok(Number(s!.attributes['kvgate.store.errors']) >= 1);
+      const ev = s!.events.find((e) => e.name === 'store_error');
+      assert.ok(ev, `a store_error event (events: ${JSON.stringify(s!.events)})`);
+      assert.equal(ev.attributes['kvgate.store.operation'], 'commit');
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+      await redis.stop();
+    }
+  });
+
+  test('a shed is a span too, with its status and reason', async () => {
+    const tracing = await withEnv(otelEnv(receiver.httpEndpoint, 'http/json'), () => startTracing({ logger: silentLogger() }));
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] });
+    const traceId = hex(16);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(traceId, hex(8)) } });
+    try {
+      await fetch(`${g.admin}/workers/w1/state`, { method: 'PUT', body: JSON.stringify({ state: 'down' }) });
+      const out = await h.request(chat({ session: 'nobody-home' }));
+      assert.equal(out.kind === 'local' && out.status, 503);
+      await waitFor(() => spansOf(traceId).length >= 1, 5000, 'the shed span');
+      const s = spansOf(traceId)[0]!;
+      assert.equal(s.attributes['kvgate.outcome'], 'shed');
+      assert.equal(s.attributes['kvgate.response.status'], 503);
+      assert.equal(s.attributes['kvgate.reject.code'], 'no_healthy_workers');
+      assert.deepEqual(s.attributes['kvgate.candidates.state'], ['down']);
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+
+  test('OTLP/HTTP protobuf (the spec default): the export carries the span', async () => {
+    const tracing = await withEnv(otelEnv(receiver.httpEndpoint, 'http/protobuf'), () => startTracing({ logger: silentLogger() }));
+    assert.equal(tracing.protocol, 'http/protobuf');
+    const g = await startTestGate(FLEET);
+    const traceId = hex(16);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(traceId, hex(8)) } });
+    try {
+      await h.request(chat({ session: 'proto' }));
+      const id = Buffer.from(traceId, 'hex');
+      await waitFor(() => receiver.raw.some((r) => r.transport === 'http' && r.body.includes(id)), 5000, 'a protobuf export');
+      const exp = receiver.raw.find((r) => r.body.includes(id))!;
+      assert.equal(exp.contentType, 'application/x-protobuf');
+      assert.ok(exp.body.includes(Buffer.from('kvgate.route')));
+      assert.ok(exp.body.includes(Buffer.from(hashSessionId('proto'))), 'the key hash attribute');
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+
+  test('OTLP/gRPC from `kvgate serve`, configured by OTEL_* only; flushed on SIGTERM', async () => {
+    const file = writeConfig(FLEET);
+    const gate = await startGateProcess(['--config', file], {
+      OTEL_EXPORTER_OTLP_ENDPOINT: receiver.grpcEndpoint,
+      OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc',
+      OTEL_SERVICE_NAME: 'kvgate-under-test',
+      // Long batch delay: only the shutdown flush can deliver the span in time.
+      OTEL_BSP_SCHEDULE_DELAY: '60000',
+    });
+    const traceId = hex(16);
+    const h = harness(gate.target, { grpcMetadata: { traceparent: traceparent(traceId, hex(8)) } });
+    try {
+      assert.equal((await h.request(chat({ session: 'grpc' }))).kind, 'upstream');
+      h.close();
+      assert.equal(await gate.stop(), 0);
+      const id = Buffer.from(traceId, 'hex');
+      const exp = receiver.raw.find((r) => r.transport === 'grpc' && r.body.includes(id));
+      assert.ok(exp, 'the span was exported over gRPC before exit');
+      assert.ok(exp.body.includes(Buffer.from('kvgate-under-test')), 'OTEL_SERVICE_NAME names the service');
+      const line = gate.lines.find((l) => l['msg'] === 'tracing');
+      assert.equal(line?.['tracing'], true);
+    } finally {
+      h.close();
+      await gate.kill();
+    }
+  });
+
+  test('an unreachable collector never fails or stalls a request', async () => {
+    const dead = `http://127.0.0.1:${await freePort()}`;
+    const env = { ...otelEnv(dead, 'http/protobuf'), OTEL_EXPORTER_OTLP_TIMEOUT: '200' };
+    const tracing: Tracing = await withEnv(env, () => startTracing({ logger: silentLogger() }));
+    const g = await startTestGate(FLEET);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(hex(16), hex(8)) } });
+    try {
+      for (let i = 0; i < 5; i++) assert.equal((await h.request(chat({ session: `s${i}` }))).kind, 'upstream');
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+});
+
+describe('tracing configuration', () => {
+  test('off unless OTEL_* asks for OTLP; protocol from OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL', () => {
+    assert.equal(tracingRequested({}).enabled, false);
+    assert.equal(tracingRequested({ OTEL_SERVICE_NAME: 'x' }).enabled, false);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318' }).enabled, true);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: 'http://jaeger:4318/v1/traces' }).enabled, true);
+    assert.equal(tracingRequested({ OTEL_TRACES_EXPORTER: 'otlp' }).enabled, true);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x', OTEL_TRACES_EXPORTER: 'none' }).enabled, false);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x', OTEL_SDK_DISABLED: 'true' }).enabled, false);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x' }).protocol, 'http/protobuf');
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }).protocol, 'grpc');
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json' }).protocol, 'http/json');
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'carrier-pigeon' }).protocol, 'http/protobuf', 'unknown: the spec default');
+  });
+
+  test('decision attributes read a scoring explanation when the result carries one, and ignore junk', () => {
+    const base: GateResult = {
+      kind: 'route',
+      worker: 'w2',
+      cluster: 'worker_2',
+      outcome: 'new',
+      lease: { id: 'l', pool: 'default', worker: 'w2', shared: true },
+      key: { kind: 'prefix', source: 'prompt_prefix', hash: 'abc' },
+      degraded: false,
+      attempts: 1,
+      storeMs: 0,
+      explanation: { mode: 'both', totalBlocks: 0, rule: 'scored', spilled: false, candidates: [] },
+      views: [
+        { id: 'w1', cluster: 'worker_1', state: 'healthy', inflight: 3, maxInflight: 8, prefixBlocks: 1 },
+        { id: 'w2', cluster: 'worker_2', state: 'pressured', inflight: 1, maxInflight: 8, prefixBlocks: 3 },
+      ],
+    };
+    // Read defensively: older and foreign shapes of the explanation must work too.
+    const explained = { ...base, explanation: { candidates: [{ worker: 'w1', score: 0.25, matched_blocks: 1 }, { id: 'w2', score: 0.75, matchedBlocks: 3 }] } } as unknown as GateResult;
+    const a = decisionAttributes(explained, outcomeOf(explained), {});
+    assert.deepEqual(a['kvgate.candidates'], ['w1', 'w2']);
+    assert.deepEqual(a['kvgate.candidates.inflight'], [3, 1]);
+    assert.deepEqual(a['kvgate.candidates.score'], [0.25, 0.75]);
+    assert.deepEqual(a['kvgate.candidates.matched_blocks'], [1, 3]);
+    assert.equal(a['kvgate.prefix.matched_blocks'], 3, 'the chosen worker’s match');
+    for (const junk of [null, 7, 'x', { candidates: 'no' }, { candidates: [null, 1, { score: 'high' }] }]) {
+      const r = { ...base, explanation: junk } as unknown as GateResult;
+      const attrs = decisionAttributes(r, outcomeOf(r), {});
+      assert.equal(attrs['kvgate.candidates.score'], undefined);
+      assert.equal(attrs['kvgate.worker'], 'w2');
+    }
+    const shed: GateResult = { kind: 'reject', error: new KvgateError('overloaded', 'full'), key: undefined };
+    assert.equal(outcomeOf(shed), 'shed');
+    assert.equal(decisionAttributes(shed, 'shed', { status: 429 })['kvgate.response.status'], 429);
+  });
+});

@@ -1,0 +1,31 @@
+/** routing.protocol: each protocol needs its own way of naming a worker, and says so precisely. */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { parseConfig } from '../../src/config/load.js';
+import { isEndpointAddress } from '../../src/config/schema.js';
+
+test('endpoint_picker needs a unique ip:port per worker; cluster_header needs a cluster', () => {
+  const ok = parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', address: '10.0.0.1:8000' }, { id: 'b', address: '[fd00::2]:8000' }] });
+  assert.deepEqual(ok.workers.map((w) => w.cluster), ['a', 'b'], 'the id stands in for a cluster');
+  assert.equal(parseConfig({ workers: [{ id: 'a', cluster: 'ca' }] }).routing.protocol, 'cluster_header', 'the default');
+  assert.throws(
+    () =>
+      parseConfig({
+        routing: { protocol: 'endpoint_picker', shed_status: 200 },
+        workers: [{ id: 'a' }, { id: 'b', address: 'worker-b:8000' }, { id: 'c', address: '10.0.0.3:8000' }, { id: 'd', address: '10.0.0.3:8000' }],
+      }),
+    (err: Error) => {
+      assert.match(err.message, /workers\.0\.address: required with routing\.protocol endpoint_picker/);
+      assert.match(err.message, /workers\.1\.address: must be ip:port/);
+      assert.match(err.message, /workers\.3\.address: duplicate address "10\.0\.0\.3:8000"/);
+      assert.match(err.message, /routing\.shed_status/, 'other problems still listed');
+      return true;
+    },
+  );
+  assert.throws(() => parseConfig({ routing: { protocol: 'nginx' }, workers: [{ id: 'a', cluster: 'a' }] }), /routing\.protocol/);
+});
+
+test('ip:port means an IP literal and a port in range', () => {
+  for (const good of ['10.0.0.1:80', '127.0.0.1:65535', '[::1]:8000', '[fd00::1:2]:1']) assert.ok(isEndpointAddress(good), good);
+  for (const bad of ['10.0.0.1', '10.0.0.1:0', '10.0.0.1:65536', 'host:80', '::1:80', '[10.0.0.1]:80', '300.0.0.1:80', ' 10.0.0.1:80']) assert.ok(!isEndpointAddress(bad), bad);
+});
