@@ -116,15 +116,6 @@ export class FakeEngine {
     return Math.min(1, this.cache.pinnedBlocks / this.cache.capacityBlocks);
   }
 
-  /** Prompt blocks cached (pinned or evictable), for tests and the demo's view. */
-  get cachedBlocks(): number {
-    return this.cache.cachedBlocks;
-  }
-
-  promptTokensOf(text: string): number {
-    return tokensOfText(text);
-  }
-
   /** Refuses at once (too long, queue full) or resolves when generation ends or is aborted. */
   async generate(req: GenerateRequest): Promise<GenerateResult> {
     const promptTokens = tokensOfText(req.prompt);
