@@ -9,6 +9,7 @@ import { KvgateError } from '../errors.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startKvgate } from '../app.js';
 import { registerSimCommand } from './sim-command.js';
+import { registerBenchCommand } from './bench-command.js';
 
 function port(value: string): number {
   const n = Number(value);
@@ -52,6 +53,7 @@ export function buildCli(): Command {
     });
 
   registerSimCommand(program);
+  registerBenchCommand(program);
   return program;
 }
 
