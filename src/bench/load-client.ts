@@ -84,26 +84,29 @@ function headerMap(list: ReadonlyArray<readonly [string, string]>) {
   return { headers: list.map(([key, value]) => ({ key, raw_value: Buffer.from(value, 'latin1') })) };
 }
 
+/** How long the end of a run waits for open streams to finish before cutting them. */
+const DRAIN_MS = 10_000;
+
 export class LoadClient {
-  private readonly client: grpc.Client;
   private readonly serialize: (msg: ProcessingRequest) => Buffer;
   private readonly deserialize: (bytes: Buffer) => ProcessingResponse;
   private readonly prepared = new Map<string, Prepared[]>();
   private readonly responseHeaders: Buffer;
 
-  constructor(target: string) {
+  constructor(private readonly target: string) {
     const method = extProcServiceDefinition()['Process']!;
     this.serialize = method.requestSerialize as (msg: ProcessingRequest) => Buffer;
     this.deserialize = method.responseDeserialize as (bytes: Buffer) => ProcessingResponse;
-    this.client = new grpc.Client(target, grpc.credentials.createInsecure(), {
-      'grpc.max_send_message_length': -1,
-      'grpc.max_receive_message_length': -1,
-    });
     this.responseHeaders = this.serialize({ request: 'response_headers', response_headers: { headers: headerMap(RESPONSE_HEADERS), end_of_stream: false } });
   }
 
-  close(): void {
-    this.client.close();
+  private newClient(): grpc.Client {
+    return new grpc.Client(this.target, grpc.credentials.createInsecure(), {
+      'grpc.max_send_message_length': -1,
+      'grpc.max_receive_message_length': -1,
+      // A channel of its own, not one shared through grpc-js's global subchannel pool.
+      'grpc.use_local_subchannel_pool': 1,
+    });
   }
 
   private requests(bodyBytes: number, seed: number): Prepared[] {
@@ -139,6 +142,10 @@ export class LoadClient {
     let stopping = false;
     let outstanding = 0;
     let drained: (() => void) | undefined;
+    /** Calls not yet over, so the ones a stuck server never finishes can be cancelled at the end. */
+    const open = new Map<grpc.ClientDuplexStream<Buffer, ProcessingResponse>, () => void>();
+    // A connection of its own per run: nothing one run left behind can slow the next.
+    const client = this.newClient();
     let windowStart = 0;
     let eluStart = performance.eventLoopUtilization();
 
@@ -166,10 +173,17 @@ export class LoadClient {
       let tRespReply = 0;
       let routed = expect === undefined;
       let shed = false;
-      const call = this.client.makeBidiStreamRequest(PROCESS_PATH, (b: Buffer) => b, this.deserialize, new grpc.Metadata(), {});
+      const call = client.makeBidiStreamRequest(PROCESS_PATH, (b: Buffer) => b, this.deserialize, new grpc.Metadata(), {});
+      open.set(call, () => {
+        // Cut at the end of the run: counted there, once.
+        done = true;
+        finished();
+        call.cancel();
+      });
       const end = (error?: string) => {
         if (done) return;
         done = true;
+        open.delete(call);
         if (error !== undefined) {
           fail(error);
           call.cancel();
@@ -270,9 +284,18 @@ export class LoadClient {
         if (outstanding > 0) {
           await new Promise<void>((resolve) => {
             drained = resolve;
-            // Streams the server never finishes must not hang the run.
-            setTimeout(resolve, 10_000).unref();
+            setTimeout(resolve, DRAIN_MS).unref();
           });
+        }
+        // Streams the server did not finish in time are cut, so none is left holding the
+        // connection's flow-control window (or a lease) when the next run starts; each is an error.
+        const unfinished = [...open.values()];
+        open.clear();
+        for (const cut of unfinished) cut();
+        client.close();
+        if (unfinished.length > 0) {
+          counters.errors += unfinished.length;
+          if (errorSamples.length < 5) errorSamples.push(`${unfinished.length} streams unfinished ${DRAIN_MS / 1000} s after the run`);
         }
         const result: LoadResult = {
           windowMs,

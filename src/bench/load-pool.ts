@@ -9,14 +9,15 @@ import { Worker } from 'node:worker_threads';
 import { newHistogram, type LoadPlan, type LoadResult } from './load-client.js';
 import type { FromWorker, ToWorker } from './load-worker.js';
 
+/** Null where there were no samples. */
 export interface Percentiles {
   samples: number;
-  mean_ms: number;
-  p50_ms: number;
-  p99_ms: number;
+  mean_ms: number | null;
+  p50_ms: number | null;
+  p99_ms: number | null;
   /** Null under 1,000 samples: a p99.9 of fewer is a guess. */
   p999_ms: number | null;
-  max_ms: number;
+  max_ms: number | null;
 }
 
 export interface WindowResult {
@@ -50,11 +51,11 @@ export function percentiles(h: RecordableHistogram): Percentiles {
   const n = h.count;
   return {
     samples: n,
-    mean_ms: n ? ms(h.mean) : 0,
-    p50_ms: n ? ms(h.percentile(50)) : 0,
-    p99_ms: n ? ms(h.percentile(99)) : 0,
+    mean_ms: n ? ms(h.mean) : null,
+    p50_ms: n ? ms(h.percentile(50)) : null,
+    p99_ms: n ? ms(h.percentile(99)) : null,
     p999_ms: n >= 1000 ? ms(h.percentile(99.9)) : null,
-    max_ms: n ? ms(h.max) : 0,
+    max_ms: n ? ms(h.max) : null,
   };
 }
 

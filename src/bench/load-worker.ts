@@ -50,11 +50,9 @@ port.on('message', (msg: ToWorker) => {
           break;
         }
         case 'forget':
-          clients.get(msg.target)?.close();
           clients.delete(msg.target);
           break;
         case 'close':
-          for (const c of clients.values()) c.close();
           clients.clear();
           port!.close();
           break;

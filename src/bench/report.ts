@@ -1,7 +1,7 @@
 /** `kvgate bench` results for people: a plain-text table for the terminal, markdown for the docs. */
 import { machineLine } from './machine.js';
 import type { BenchReport, RunRow } from './run.js';
-import type { TargetCheck } from './targets.js';
+import { MIN_SAMPLES, type TargetCheck } from './targets.js';
 
 const ms = (x: number | null) => (x === null ? '-' : x < 10 ? x.toFixed(2) : x.toFixed(1));
 const int = (x: number) => Math.round(x).toLocaleString('en-US');
@@ -40,7 +40,8 @@ export function markdownRuns(runs: readonly RunRow[]): string {
 }
 
 function verdict(t: TargetCheck): string {
-  return t.met === null ? 'not measured' : t.met ? 'met' : 'MISSED';
+  if (t.met === null) return t.samples !== undefined && t.samples < MIN_SAMPLES ? `too few samples (${t.samples})` : 'not measured';
+  return t.met ? 'met' : 'MISSED';
 }
 
 function value(t: TargetCheck): string {
@@ -49,7 +50,8 @@ function value(t: TargetCheck): string {
 }
 
 export function formatTargets(targets: readonly TargetCheck[]): string {
-  return targets.map((t) => `  ${verdict(t).padEnd(12)} ${t.store.padEnd(6)} ${t.size.padEnd(5)} ${t.target}: ${value(t)}`).join('\n');
+  const w = Math.max(...targets.map((t) => verdict(t).length));
+  return targets.map((t) => `  ${verdict(t).padEnd(w)} ${t.store.padEnd(6)} ${t.size.padEnd(5)} ${t.target}: ${value(t)}`).join('\n');
 }
 
 export function markdownTargets(targets: readonly TargetCheck[]): string {

@@ -46,7 +46,7 @@ describe('kvgate bench', () => {
       assert.equal(r.routed, r.completed, `${what}: every answer carried the routing decision`);
       assert.ok(r.body_bytes > 1900 && r.body_bytes < 2300, `${what}: ~2 KB bodies (${r.body_bytes})`);
       assert.ok(r.decisions_per_s > 0 && r.added.samples > 0 && r.decision.samples > 0);
-      assert.ok(r.added.p50_ms <= r.added.p99_ms && r.added.p99_ms <= r.added.max_ms);
+      assert.ok(r.added.p50_ms! <= r.added.p99_ms! && r.added.p99_ms! <= r.added.max_ms!);
       assert.ok(r.rss_peak_mb > 0);
       if (r.target === 'noop') {
         assert.equal(r.gate, null);
