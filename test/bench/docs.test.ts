@@ -57,10 +57,10 @@ describe('benchmark docs and inputs', () => {
       ({ policy, hit_rate: hit, ttft_p99_s: p99, imbalance, bound_fraction: bound }) as ResultRow;
     const v = simVerdicts([row('kvgate', 0.5, 1, 1.1, 0.95), row('round-robin', 0.6, 0.5, 1, 1.2), row('pooled-bound', 0.52, 0, 0, 1)]);
     assert.deepEqual(v, [
-      'hit rate ≥ every baseline: **missed** (round-robin 60.0% > 50.0%)',
-      'p99 TTFT ≤ every baseline: **missed** (round-robin 500 ms < 1.00 s)',
+      'hit rate ≥ every baseline: **missed** (round-robin 60.00% > 50.00%)',
+      'p99 TTFT ≤ every baseline: **missed** (round-robin 500.0 ms < 1.000 s)',
       'imbalance 1.10 ≤ 1.25: met',
-      '95.0% of the pooled bound (≥ 90%): met',
+      '95.00% of the pooled bound (≥ 90%): met',
     ]);
   });
 });
