@@ -14,6 +14,8 @@ import { registerFakeWorkerCommand } from './fake-worker-command.js';
 import { registerDemoCommand } from './demo-command.js';
 import { registerStatusCommand } from './status-command.js';
 
+import { registerBenchCommand } from './bench-command.js';
+
 function port(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('must be a port number (0-65535)');
@@ -80,6 +82,8 @@ export function buildCli(): Command {
   registerFakeWorkerCommand(program);
   registerDemoCommand(program);
   registerStatusCommand(program);
+
+  registerBenchCommand(program);
   return program;
 }
 

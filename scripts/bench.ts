@@ -1,0 +1,157 @@
+/**
+ * `npm run bench`: every benchmark in one command, results written into docs/BENCHMARKS.md.
+ *
+ *   1. micro-benchmarks (scripts/bench-micro.ts): keying, hashing, decisions, store, Gate.route;
+ *   2. `kvgate bench`: ext_proc load against kvgate (memory, Redis) and the no-op ceiling;
+ *   3. `kvgate sim` on every synthetic workload, then on the shared traces when they are present
+ *      (--traces DIR, $KVGATE_TRACES, or ../shared/data/traces beside the repo), read in place.
+ *
+ * Each step runs in its own process, one after another, so no step's heap or threads disturb the
+ * next one's timings. The generated sections of docs/BENCHMARKS.md are replaced; the prose stays.
+ *
+ *   --quick        seconds instead of minutes: tiny runs that check the pipeline, not the numbers
+ *   --only LIST    micro,gate,sim (default all); sections not run keep their previous content
+ *   --traces DIR   where the shared traces are
+ *   --out FILE     the markdown to update (default docs/BENCHMARKS.md)
+ *   --no-write     print the sections instead of writing them
+ */
+import { execFileSync, spawn } from 'node:child_process';
+import { readFileSync, writeFileSync, existsSync } from 'node:fs';
+import { dirname, join, relative } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { parseArgs } from 'node:util';
+import { replaceSection, simSection, type SimResult } from '../src/bench/docs.js';
+import { describeMachine, machineLine } from '../src/bench/machine.js';
+import { markdownMicro } from '../src/bench/micro/format.js';
+import type { MicroRow } from '../src/bench/micro/suite.js';
+import { anomalies, markdownRuns, markdownTargets } from '../src/bench/report.js';
+import type { BenchReport } from '../src/bench/run.js';
+import { findTracesDir, traceReplays } from '../src/bench/traces.js';
+import type { ResultRow } from '../src/sim/metrics.js';
+import { SYNTHETIC_WORKLOADS } from '../src/sim/workloads/synthetic.js';
+
+const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+
+const { values } = parseArgs({
+  options: {
+    quick: { type: 'boolean', default: false },
+    only: { type: 'string', default: 'micro,gate,sim' },
+    traces: { type: 'string' },
+    out: { type: 'string', default: join(root, 'docs', 'BENCHMARKS.md') },
+    'no-write': { type: 'boolean', default: false },
+  },
+});
+const steps = new Set(values.only.split(',').map((s) => s.trim()));
+const quick = values.quick;
+
+/** Runs `node --import tsx <args>` from the repo root; returns stdout. Progress goes to our stderr. */
+function node(args: string[]): Promise<string> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+    const out: Buffer[] = [];
+    child.stdout.on('data', (b: Buffer) => out.push(b));
+    child.on('error', reject);
+    child.on('close', (code) => (code === 0 ? resolve(Buffer.concat(out).toString('utf8')) : reject(new Error(`${args.join(' ')} exited with ${code}`))));
+  });
+}
+
+function log(line: string): void {
+  process.stderr.write(`bench: ${line}\n`);
+}
+
+function gitCommit(): string {
+  try {
+    const sha = execFileSync('git', ['rev-parse', '--short', 'HEAD'], { cwd: root, encoding: 'utf8' }).trim();
+    const dirty = execFileSync('git', ['status', '--porcelain', '--untracked-files=no'], { cwd: root, encoding: 'utf8' }).trim() !== '';
+    return dirty ? `${sha} with uncommitted changes` : sha;
+  } catch {
+    return 'unknown';
+  }
+}
+
+const started = Date.now();
+const machine = describeMachine();
+const sections: Record<string, string> = {};
+const commit = gitCommit();
+
+/** Each section says when and on what it ran: sections can come from different runs (--only). */
+function stamp(): string {
+  const m = describeMachine();
+  return `_Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC at commit ${commit}; load average ${m.load_avg}, fresh memory ${m.fresh_memory_mb_s.toLocaleString('en-US')} MB/s._`;
+}
+
+const microArgs = ['scripts/bench-micro.ts', '--json', ...(quick ? ['--quick'] : [])];
+const gateArgs = ['src/cli/main.ts', 'bench', '--json', ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : [])];
+const simExtra = quick ? ['--requests', '60'] : [];
+const shown = (args: string[]) =>
+  args[0] === 'src/cli/main.ts' ? `kvgate ${args.slice(1).join(' ')}` : `node --import tsx ${args.join(' ')}`;
+
+if (steps.has('micro')) {
+  log(`micro-benchmarks${quick ? ' (quick)' : ''}`);
+  const at = stamp();
+  const micro = JSON.parse(await node(microArgs)) as { rows: MicroRow[] };
+  sections['micro'] = [at, '', `Command: \`npm run bench:micro\` (\`${shown(microArgs)}\`)`, '', markdownMicro(micro.rows)].join('\n');
+}
+
+if (steps.has('gate')) {
+  log(`kvgate bench${quick ? ' (quick)' : ''}`);
+  const at = stamp();
+  const report = JSON.parse(await node(gateArgs)) as BenchReport;
+  const notes = anomalies(report);
+  sections['gate'] = [
+    at,
+    '',
+    `Command: \`${shown(gateArgs)}\` (${report.wall_s} s). ${report.options.concurrency} streams at saturation from ${report.options.clientThreads} client thread(s), ` +
+      `${report.options.rounds} interleaved rounds of ${report.options.durationMs / 1000} s per server and size (median shown), ${report.options.workers} workers` +
+      (report.redis ? `; Redis: ${report.redis}.` : '.'),
+    '',
+    markdownRuns(report.runs),
+    '',
+    '**Targets (issue 5)**',
+    '',
+    markdownTargets(report.targets),
+    ...(notes.length > 0 ? ['', ...notes.map((n) => `- ${n}`)] : []),
+  ].join('\n');
+}
+
+if (steps.has('sim')) {
+  const at = stamp();
+  const results: SimResult[] = [];
+  for (const w of SYNTHETIC_WORKLOADS) {
+    const args = ['src/cli/main.ts', 'sim', '--workload', w, '--json', ...simExtra];
+    log(shown(args));
+    results.push({ name: `synthetic: ${w}`, command: shown(args), rows: JSON.parse(await node(args)) as ResultRow[] });
+  }
+  const tracesDir = findTracesDir(root, values.traces);
+  const traceResults: SimResult[] = [];
+  if (tracesDir) {
+    for (const t of traceReplays(tracesDir)) {
+      const args = ['src/cli/main.ts', 'sim', '--trace', t.path, '--json', ...simExtra];
+      log(shown(args));
+      const rows = JSON.parse(await node(args)) as ResultRow[];
+      // The path as a reader would type it from the repo root, not this machine's absolute path.
+      const command = shown(args).replace(t.path, relative(root, t.path) || t.path);
+      traceResults.push({ name: `trace: ${t.name}`, command, rows });
+    }
+  }
+  sections['sim-synthetic'] = `${at}\n\n${simSection(results)}`;
+  sections['sim-traces'] = tracesDir
+    ? `${at} Traces from \`${relative(root, tracesDir)}\`.\n\n${simSection(traceResults)}`
+    : '_The shared traces were not found (pass `--traces DIR` or set `KVGATE_TRACES`); nothing was replayed._';
+}
+
+const minutes = ((Date.now() - started) / 60000).toFixed(1);
+sections['machine'] = [
+  `- Last run: ${new Date(started).toISOString().slice(0, 16).replace('T', ' ')} UTC, commit ${commit}, \`npm run bench${quick ? ' -- --quick' : ''}${values.only !== 'micro,gate,sim' ? ` -- --only ${values.only}` : ''}\` (${minutes} min)`,
+  `- Machine: ${machineLine(machine)}`,
+  `- \`nproc\` ${machine.cpus}; CPU model from /proc/cpuinfo: ${machine.cpu_model}; memory ${machine.memory_gib} GiB; Node ${machine.node}`,
+].join('\n');
+
+if (values['no-write']) {
+  for (const [name, text] of Object.entries(sections)) process.stdout.write(`\n## ${name}\n\n${text}\n`);
+} else {
+  let doc = existsSync(values.out) ? readFileSync(values.out, 'utf8') : '# Benchmarks\n';
+  for (const [name, text] of Object.entries(sections)) doc = replaceSection(doc, name, text);
+  writeFileSync(values.out, doc);
+  log(`wrote ${relative(process.cwd(), values.out) || values.out} in ${minutes} min`);
+}

@@ -1,0 +1,96 @@
+/** `kvgate bench` results for people: a plain-text table for the terminal, markdown for the docs. */
+import { machineLine } from './machine.js';
+import type { BenchReport, RunRow } from './run.js';
+import { MIN_SAMPLES, type TargetCheck } from './targets.js';
+
+const ms = (x: number | null) => (x === null ? '-' : x < 10 ? x.toFixed(2) : x.toFixed(1));
+const int = (x: number) => Math.round(x).toLocaleString('en-US');
+
+const COLUMNS: Array<{ head: string; cell: (r: RunRow) => string; left?: boolean }> = [
+  { head: 'server', cell: (r) => r.target, left: true },
+  { head: 'body', cell: (r) => r.size, left: true },
+  { head: 'load', cell: (r) => (r.load === 'saturation' ? `${r.concurrency} streams` : `${int(r.rate_per_s ?? 0)}/s`), left: true },
+  { head: 'decisions/s', cell: (r) => int(r.decisions_per_s) },
+  { head: '× no-op', cell: (r) => (r.ratio_to_noop === null ? '-' : r.ratio_to_noop.toFixed(2)) },
+  { head: 'range', cell: (r) => (r.ratio_range === null ? '-' : `${r.ratio_range[0].toFixed(2)}-${r.ratio_range[1].toFixed(2)}`) },
+  { head: 'busy µs', cell: (r) => int(r.server_busy_us) },
+  { head: 'added p50', cell: (r) => ms(r.added.p50_ms) },
+  { head: 'p99', cell: (r) => ms(r.added.p99_ms) },
+  { head: 'p99.9', cell: (r) => ms(r.added.p999_ms) },
+  { head: 'decision p50', cell: (r) => ms(r.decision.p50_ms) },
+  { head: 'p99', cell: (r) => ms(r.decision.p99_ms) },
+  { head: 'errors', cell: (r) => String(r.errors) },
+  { head: 'shed', cell: (r) => String(r.shed) },
+  { head: 'degraded', cell: (r) => (r.gate ? String(r.gate.degraded) : '-') },
+  { head: 'server ELU', cell: (r) => r.server_elu.toFixed(2) },
+  { head: 'client ELU', cell: (r) => r.client_elu.toFixed(2) },
+  { head: 'RSS MB', cell: (r) => String(r.rss_peak_mb) },
+];
+
+export function formatRuns(runs: readonly RunRow[]): string {
+  const cells = [COLUMNS.map((c) => c.head), ...runs.map((r) => COLUMNS.map((c) => c.cell(r)))];
+  const widths = COLUMNS.map((_, i) => Math.max(...cells.map((row) => row[i]!.length)));
+  return cells.map((row) => row.map((v, i) => (COLUMNS[i]!.left ? v.padEnd(widths[i]!) : v.padStart(widths[i]!))).join('  ')).join('\n');
+}
+
+export function markdownRuns(runs: readonly RunRow[]): string {
+  const head = `| ${COLUMNS.map((c) => c.head).join(' | ')} |`;
+  const rule = `|${COLUMNS.map((c) => (c.left ? '---' : '---:')).join('|')}|`;
+  return [head, rule, ...runs.map((r) => `| ${COLUMNS.map((c) => c.cell(r)).join(' | ')} |`)].join('\n');
+}
+
+function verdict(t: TargetCheck): string {
+  if (t.met === null) return t.samples !== undefined && t.samples < MIN_SAMPLES ? `too few samples (${t.samples})` : 'not measured';
+  return t.met ? 'met' : 'MISSED';
+}
+
+function value(t: TargetCheck): string {
+  if (t.value === null) return '-';
+  return t.unit === 'ratio' ? `${(t.value * 100).toFixed(0)}%` : `${t.value.toFixed(2)} ms`;
+}
+
+export function formatTargets(targets: readonly TargetCheck[]): string {
+  const w = Math.max(...targets.map((t) => verdict(t).length));
+  return targets.map((t) => `  ${verdict(t).padEnd(w)} ${t.store.padEnd(6)} ${t.size.padEnd(5)} ${t.target}: ${value(t)}`).join('\n');
+}
+
+export function markdownTargets(targets: readonly TargetCheck[]): string {
+  return [
+    '| target | store | body | measured | verdict |',
+    '|---|---|---|---:|---|',
+    ...targets.map((t) => `| ${t.target} | ${t.store} | ${t.size} | ${value(t)} | ${t.met === false ? '**missed**' : verdict(t)} |`),
+  ].join('\n');
+}
+
+/** Errors, sheds and degraded decisions, spelled out: a number is only as good as what it hides. */
+export function anomalies(report: BenchReport): string[] {
+  const out: string[] = [];
+  for (const r of report.runs) {
+    const what = `${r.target} ${r.size} ${r.load}`;
+    if (r.errors > 0) out.push(`${what}: ${r.errors} errors (${r.error_samples.join('; ')})`);
+    if (r.shed > 0) out.push(`${what}: ${r.shed} requests shed`);
+    if (r.dropped > 0) out.push(`${what}: ${r.dropped} arrivals dropped (too many streams outstanding)`);
+    if (r.gate && r.gate.degraded > 0) out.push(`${what}: ${r.gate.degraded} decisions routed on local state (Redis past store.timeout_ms)`);
+  }
+  for (const s of report.skipped) out.push(`skipped ${s}`);
+  return out;
+}
+
+export function formatReport(report: BenchReport): string {
+  const o = report.options;
+  const lines = [
+    `kvgate bench: ${machineLine(report.machine)}`,
+    `${o.concurrency} streams at saturation from ${o.clientThreads} client thread(s); ${o.rounds} rounds of ${o.durationMs / 1000} s per server and size; ` +
+      `${o.workers} workers` +
+      (report.redis ? `; Redis: ${report.redis}` : ''),
+    '',
+    formatRuns(report.runs),
+    '',
+    'targets (issue 5):',
+    formatTargets(report.targets),
+  ];
+  const notes = anomalies(report);
+  if (notes.length > 0) lines.push('', ...notes);
+  lines.push('', `finished in ${report.wall_s} s`);
+  return `${lines.join('\n')}\n`;
+}

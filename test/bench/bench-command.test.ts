@@ -1,0 +1,115 @@
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { Command } from 'commander';
+import { Redis } from 'ioredis';
+import { registerBenchCommand } from '../../src/cli/bench-command.js';
+import { formatReport } from '../../src/bench/report.js';
+import type { BenchReport } from '../../src/bench/run.js';
+import { findRedisServer, startBenchRedis } from '../../src/bench/redis-server.js';
+import { startRedis, type TestRedis } from '../helpers/redis-server.js';
+
+/** Runs `kvgate bench …` in-process and returns what it wrote to stdout. */
+async function bench(args: string[]): Promise<string> {
+  const chunks: string[] = [];
+  const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {} });
+  registerBenchCommand(program, { write: (s) => chunks.push(s) });
+  await program.parseAsync(['bench', ...args], { from: 'user' });
+  return chunks.join('');
+}
+
+/** As short as a run can be and still route requests; the numbers mean nothing, the shape does. */
+const TINY = ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8', '--workers', '4'];
+
+describe('kvgate bench', () => {
+  let redis: TestRedis;
+  before(async () => {
+    redis = await startRedis();
+  });
+  after(async () => {
+    await redis.stop();
+  });
+
+  test('--json: the no-op ceiling and kvgate on memory and Redis, at saturation and half of it, all decided without errors', async () => {
+    const report = JSON.parse(await bench([...TINY, '--redis', redis.url, '--json'])) as BenchReport;
+    assert.equal(report.tool, 'kvgate bench');
+    assert.ok(report.machine.cpus > 0 && report.machine.node.startsWith('v'));
+    assert.deepEqual(report.skipped, []);
+    assert.deepEqual(
+      report.runs.map((r) => `${r.target}/${r.size}/${r.load}`),
+      ['noop/2k/saturation', 'memory/2k/saturation', 'redis/2k/saturation', 'noop/2k/half', 'memory/2k/half', 'redis/2k/half'],
+    );
+    for (const r of report.runs) {
+      const what = `${r.target} ${r.load}`;
+      assert.ok(r.completed > 0, `${what}: requests completed`);
+      assert.equal(r.errors, 0, `${what}: ${r.error_samples.join('; ')}`);
+      assert.equal(r.shed, 0, `${what}: nothing shed`);
+      assert.equal(r.routed, r.completed, `${what}: every answer carried the routing decision`);
+      assert.ok(r.body_bytes > 1900 && r.body_bytes < 2300, `${what}: ~2 KB bodies (${r.body_bytes})`);
+      assert.ok(r.decisions_per_s > 0 && r.added.samples > 0 && r.decision.samples > 0);
+      assert.ok(r.added.p50_ms! <= r.added.p99_ms! && r.added.p99_ms! <= r.added.max_ms!);
+      assert.ok(r.rss_peak_mb > 0);
+      if (r.target === 'noop') {
+        assert.equal(r.gate, null);
+        assert.equal(r.ratio_to_noop, null);
+      } else {
+        assert.ok(r.gate, `${what}: gate outcomes counted`);
+        const decided = Object.entries(r.gate.outcomes).filter(([k]) => !k.startsWith('rejected_')).reduce((n, [, v]) => n + v, 0);
+        assert.ok(decided >= r.completed, `${what}: the gate decided every completed request (${decided} ≥ ${r.completed})`);
+        assert.equal(typeof r.ratio_to_noop, 'number');
+      }
+    }
+    // Each store has its three targets, measured or said not to be.
+    for (const store of ['memory', 'redis']) {
+      const t = report.targets.filter((x) => x.store === store);
+      assert.equal(t.length, 3, `${store}: ratio, 32 KB p99 and 400 KB p50 targets`);
+      assert.equal(t.find((x) => x.unit === 'ratio')!.met !== null, true);
+      assert.ok(t.filter((x) => x.unit === 'ms').every((x) => x.met === null), 'sizes not run are reported as not measured');
+    }
+    // The table for people names every server and the targets.
+    const table = formatReport(report);
+    for (const server of ['noop', 'memory', 'redis']) assert.match(table, new RegExp(`^${server}\\s+2k\\s+8 streams`, 'm'));
+    assert.match(table, /^targets \(issue 5\):$/m);
+    assert.match(table, /not measured\s+memory\s+32k/);
+    // A Redis it was given is left as found: every key the bench gate wrote is gone.
+    const client = new Redis(redis.url);
+    try {
+      assert.deepEqual(await client.keys('kvgate-bench-*'), []);
+    } finally {
+      client.disconnect();
+    }
+  });
+
+  test('--stores memory --no-half runs the ceiling and the memory store at saturation only', async () => {
+    const out = await bench([...TINY, '--duration', '0.1', '--warmup', '0', '--stores', 'memory', '--no-half']);
+    assert.match(out, /^kvgate bench: /);
+    assert.deepEqual(
+      out.split('\n').filter((l) => /^(noop|memory|redis)\s/.test(l)).map((l) => l.split(/\s+/).slice(0, 4).join(' ')),
+      ['noop 2k 8 streams', 'memory 2k 8 streams'],
+    );
+  });
+
+  test('bad flags are refused', async () => {
+    await assert.rejects(bench(['--stores', 'memory,postgres']), /unknown stores: postgres/);
+    await assert.rejects(bench(['--sizes', '2k,12']), /too small/);
+    await assert.rejects(bench(['--sizes', 'big']), /not a size/);
+    await assert.rejects(bench(['--redis', 'http://localhost:6379']), /redis:\/\//);
+    await assert.rejects(bench(['--concurrency', '0']), /positive integer/);
+    await assert.rejects(bench(['--duration', '0']), /above 0/);
+  });
+
+  test('without --redis the bench starts its own redis-server on a free port and stops it', async () => {
+    const bin = findRedisServer();
+    assert.ok(bin, 'redis-server is on PATH (.ci/run installs it)');
+    const r = await startBenchRedis(bin);
+    const client = new Redis(r.url);
+    try {
+      assert.equal(await client.ping(), 'PONG');
+    } finally {
+      client.disconnect();
+    }
+    await r.stop();
+    const probe = new Redis(r.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
+    await assert.rejects(probe.connect());
+    probe.disconnect();
+  });
+});
