@@ -75,3 +75,31 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
 `;
+
+/**
+ * Re-adds leases this replica still holds (no XX: Redis may have restarted empty, or dropped them
+ * while the replica could not renew them), with a fresh expiry on Redis's clock.
+ * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease id…]
+ */
+export const RESTORE_LEASES_LUA = `
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return #ARGV - 1
+`;
+
+/**
+ * Restores worker states only when Redis lost its data. The marker key (no TTL) is written once a
+ * pool is first seen; finding it gone means Redis restarted empty (or failed over to a replica that
+ * had not received it), so the states a replica last saw are the best truth left. HSETNX: a state
+ * recorded since the restart wins. Returns 1 when the data had been lost.
+ * KEYS: [marker, states]; ARGV: [worker, state, worker, state…]
+ */
+export const RESTORE_STATES_LUA = `
+if redis.call('SET', KEYS[1], '1', 'NX') then
+  for i = 1, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
+  return 1
+end
+return 0
+`;
