@@ -4,25 +4,37 @@
  * same wiring users run.
  */
 import type { Logger } from 'pino';
+import { KvgateError } from './errors.js';
 import { AdminServer } from './admin/server.js';
 import type { Config } from './config/schema.js';
+import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import { initHashing } from './request/hashing.js';
-import { createStore, describeStore } from './state/create-store.js';
+import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
 import { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
 
 export interface StartOptions {
   config: Config;
   logger: Logger;
-  /** `memory` or a redis:// / rediss:// URL. */
+  /** `memory` or a Redis URL (redis://, rediss://, redis+cluster://, rediss+cluster://). */
   store: string;
+  /** PEM files for TLS to Redis: a CA to trust, a client certificate and key. */
+  storeTls?: StoreTlsFiles;
+  /** PEM files for the ext_proc server: certificate and key = TLS; plus a client CA = mTLS. */
+  tls?: GrpcTlsFiles;
   grpcHost: string;
   grpcPort: number;
   adminHost: string;
   adminPort: number;
   onResult?: (result: GateResult) => void;
+}
+
+export interface GrpcTlsFiles {
+  certFile?: string;
+  keyFile?: string;
+  clientCaFile?: string;
 }
 
 export interface RunningKvgate {
@@ -41,7 +53,8 @@ const STORE_STARTUP_WAIT_MS = 3000;
 export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
   await initHashing();
-  const store = createStore(opts.store, config, logger);
+  const credentials = grpcCredentials(opts.tls);
+  const store = createStore(opts.store, config, logger, opts.storeTls);
   if (store instanceof RedisStore && !(await store.waitReady(STORE_STARTUP_WAIT_MS))) {
     logger.error({ store: describeStore(opts.store) }, 'redis not reachable at startup; routing on local state until it is');
   }
@@ -51,6 +64,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     logger: logger.child({ component: 'extproc' }),
     // Envoy's BUFFERED body plus its headers, which are small next to it.
     maxMessageBytes: config.limits.max_body_bytes + 1024 * 1024,
+    credentials,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
   });
   const isReady = async () => {
@@ -73,7 +87,18 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     throw err;
   }
   extproc.setServing(true);
-  logger.info({ grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length }, 'kvgate serving');
+  logger.info(
+    {
+      grpcHost: opts.grpcHost,
+      grpcPort,
+      grpcTls: opts.tls?.clientCaFile ? 'mtls' : opts.tls?.certFile ? 'tls' : 'none',
+      adminHost: opts.adminHost,
+      adminPort,
+      store: describeStore(opts.store),
+      workers: config.workers.length,
+    },
+    'kvgate serving',
+  );
   let closing: Promise<void> | undefined;
   return {
     grpcPort,
@@ -90,4 +115,18 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       return closing;
     },
   };
+}
+
+/** TLS needs both a certificate and its key; a client CA (mTLS) needs TLS. */
+function grpcCredentials(files: GrpcTlsFiles | undefined) {
+  const { certFile, keyFile, clientCaFile } = files ?? {};
+  if (!certFile && !keyFile && !clientCaFile) return serverCredentials(undefined);
+  if (!certFile || !keyFile) {
+    throw new KvgateError('invalid_config', 'TLS for the ext_proc server needs both --tls-cert and --tls-key (and --tls-client-ca needs them too)');
+  }
+  return serverCredentials({
+    cert: readPem(certFile, '--tls-cert'),
+    key: readPem(keyFile, '--tls-key'),
+    ...(clientCaFile ? { clientCa: readPem(clientCaFile, '--tls-client-ca') } : {}),
+  });
 }

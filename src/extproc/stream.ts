@@ -20,7 +20,7 @@ import { KvgateError } from '../errors.js';
 import type { Gate, GateResult } from '../gate/gate.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
-import { headerMapToMap, requestInfoFromHeaders } from './headers.js';
+import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import type { CommonResponse, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -39,6 +39,8 @@ export class ExtProcStream {
   private reqPhase: Phase = 'start';
   private respPhase: Phase = 'start';
   private request: RequestInfo | undefined;
+  /** Routing output headers the client sent itself: removed from the request, never forwarded. */
+  private spoofed: string[] = [];
   private decided = false;
   private lease: Lease | undefined;
   private queue: Promise<void> = Promise.resolve();
@@ -102,13 +104,13 @@ export class ExtProcStream {
     this.advance('request', 'headers');
     const headers = headerMapToMap(msg.request_headers?.headers);
     this.request = requestInfoFromHeaders(headers);
-    const routingHeader = this.config.routing.header;
+    this.spoofed = spoofedRoutingHeaders(msg.request_headers?.headers, this.config);
     const noBody = msg.request_headers?.end_of_stream === true;
     if (noBody || this.config.routing.request_body_mode !== 'buffered') {
       return this.decideAndReply('request_headers');
     }
     // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
-    return this.reply({ request_headers: { response: continueStripping(routingHeader, headers.has(routingHeader)) } });
+    return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
   }
 
   private async onRequestBody(msg: ProcessingRequest): Promise<void> {
@@ -135,7 +137,7 @@ export class ExtProcStream {
       // A bug in deciding must not fail the request: forward it without a routing header, so the
       // fallback route serves it, and say so loudly.
       this.logger.error({ err: KvgateError.from(err).message }, 'routing failed; forwarding without affinity');
-      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+      return this.replyCommon(phase, continueStripping(this.spoofed));
     }
     this.hooks.onResult?.(result);
     if (result.kind === 'route') {
@@ -145,12 +147,15 @@ export class ExtProcStream {
         return;
       }
       this.lease = result.lease;
-      return this.replyCommon(phase, routeTo(this.config.routing.header, result.cluster));
+      const routed = routeTo(this.config.routing.header, result.cluster);
+      // Envoy applies removes before sets: every client-sent copy goes, then ours is the only one.
+      if (this.spoofed.length > 0) routed.header_mutation!.remove_headers = [...this.spoofed];
+      return this.replyCommon(phase, routed);
     }
     const answer = httpAnswerFor(result.error.code, this.config);
     if (!answer) {
       this.logger.error({ code: result.error.code, err: result.error.message }, 'unexpected rejection; forwarding without affinity');
-      return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));
+      return this.replyCommon(phase, continueStripping(this.spoofed));
     }
     this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
     this.answeredImmediately = true;
