@@ -8,6 +8,7 @@
  *   <prefix>:{<pool>}:a:<key>     affinity: the worker id holding the key's KV cache (PX = TTL)
  *   <prefix>:{<pool>}:s           hash: worker id → state (absent = healthy)
  *   <prefix>:{<pool>}:f:<worker>  sorted set: in-flight lease id → expiry (ms, Redis clock)
+ *   <prefix>:{<pool>}:alive       written once per pool; gone after a reconnect = Redis lost its data
  */
 
 /**
@@ -87,19 +88,4 @@ local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonum
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
-`;
-
-/**
- * Restores worker states only when Redis lost its data. The marker key (no TTL) is written once a
- * pool is first seen; finding it gone means Redis restarted empty (or failed over to a replica that
- * had not received it), so the states a replica last saw are the best truth left. HSETNX: a state
- * recorded since the restart wins. Returns 1 when the data had been lost.
- * KEYS: [marker, states]; ARGV: [worker, state, worker, state…]
- */
-export const RESTORE_STATES_LUA = `
-if redis.call('SET', KEYS[1], '1', 'NX') then
-  for i = 1, #ARGV, 2 do redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) end
-  return 1
-end
-return 0
 `;

@@ -25,7 +25,7 @@ import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
-import { DECIDE_LUA, RENEW_LUA, RESTORE_LEASES_LUA, RESTORE_STATES_LUA } from './redis-scripts.js';
+import { DECIDE_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
 import {
   preconditionsHold,
   type CommitRequest,
@@ -78,7 +78,19 @@ export class RedisStore implements RoutingStore {
   private readonly localLeases = new Map<string, Lease>();
   /** Affinities decided locally (degraded), keyed like affinityCache, until written back. */
   private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
-  private resyncing = false;
+  /** The resync running now (it runs again before settling if asked for meanwhile). */
+  private resyncRun: Promise<void> | undefined;
+  private resyncQueued = false;
+  /** (Re)connections seen, and the latest one after which the shared leases were re-added. */
+  private connections = 0;
+  private leasesRestoredAt = 0;
+  /**
+   * The resync after a reconnect. Decisions wait for it (within their deadline) so that none is
+   * made on a Redis that has not yet been told what this replica knows.
+   */
+  private resyncAfterConnect: Promise<void> | undefined;
+  /** The affinity TTL of the latest commit: what restored affinities get. */
+  private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = 0;
   private closed = false;
@@ -96,12 +108,17 @@ export class RedisStore implements RoutingStore {
     this.redis = connectRedis(opts.url, redisOptions, opts.tls);
     this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
     // Every (re)connection: Redis may have restarted empty or missed what we did without it.
-    this.redis.on('ready', () => void this.resync(true));
+    this.redis.on('ready', () => {
+      this.connections++;
+      const done: Promise<void> = this.resync().finally(() => {
+        if (this.resyncAfterConnect === done) this.resyncAfterConnect = undefined;
+      });
+      this.resyncAfterConnect = done;
+    });
     // No numberOfKeys: the key count varies with the pool size and is passed first on each call.
     this.redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
     this.redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
     this.redis.defineCommand('kvgateRestoreLeases', { numberOfKeys: 1, lua: RESTORE_LEASES_LUA });
-    this.redis.defineCommand('kvgateRestoreStates', { numberOfKeys: 2, lua: RESTORE_STATES_LUA });
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
     this.unsynced = new LRUCache({ max: opts.localAffinityCacheSize });
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
@@ -133,6 +150,7 @@ export class RedisStore implements RoutingStore {
     const { pool, key, workers } = req;
     const index = (w: string) => workers.indexOf(w) + 1;
     const leaseId = randomUUID();
+    this.affinityTtlMs = req.affinityTtlMs;
     const spec = {
       m: 'commit',
       k: key === undefined ? 0 : 1,
@@ -235,7 +253,10 @@ export class RedisStore implements RoutingStore {
       ...workers.map((w) => this.inflightKey(pool, w)),
     ];
     const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
-    return this.withDeadline(cmd.call(this.redis, keys.length, ...keys, JSON.stringify({ ...spec, w: workers })));
+    let late = false;
+    // Past the deadline the caller has decided locally: a commit sent now would take a lease nobody holds.
+    const send = () => (late ? Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed')) : cmd.call(this.redis, keys.length, ...keys, JSON.stringify({ ...spec, w: workers })));
+    return this.withDeadline(this.resyncAfterConnect ? this.resyncAfterConnect.then(send) : send(), () => (late = true));
   }
 
   /**
@@ -243,10 +264,13 @@ export class RedisStore implements RoutingStore {
    * client retries through a failover, a script may need EVAL after NOSCRIPT): past it the gate
    * decides locally, well inside Envoy's message timeout.
    */
-  private withDeadline<T>(p: Promise<T>): Promise<T> {
+  private withDeadline<T>(p: Promise<T>, onLate: () => void): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`)), this.opts.timeoutMs);
+      timer = setTimeout(() => {
+        onLate();
+        reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`));
+      }, this.opts.timeoutMs);
     });
     return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
   }
@@ -283,7 +307,7 @@ export class RedisStore implements RoutingStore {
   private async refreshAll(): Promise<void> {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
-    if (this.unsynced.size > 0 || this.localLeases.size > 0) void this.resync(false);
+    if (this.unsynced.size > 0 || this.localLeases.size > 0 || this.connections !== this.leasesRestoredAt) void this.resync();
     for (const [pool, view] of this.views) {
       try {
         const reply = await this.decide(pool, undefined, view.workers, { m: 'read', k: 0 });
@@ -306,22 +330,38 @@ export class RedisStore implements RoutingStore {
     );
   }
 
-  /**
-   * Brings Redis in line with this replica after it could not reach Redis (see the file comment).
-   * `restoreLive`: re-add the shared leases too (after a reconnect, when Redis may have lost them).
-   */
-  private async resync(restoreLive: boolean): Promise<void> {
-    if (this.closed || this.resyncing || this.redis.status !== 'ready') return;
-    this.resyncing = true;
+  /** Brings Redis in line with this replica after it could not reach Redis (see the file comment). */
+  private resync(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.resyncRun) {
+      this.resyncQueued = true;
+      return this.resyncRun;
+    }
+    const run = (async () => {
+      do {
+        this.resyncQueued = false;
+        await this.resyncOnce();
+      } while (this.resyncQueued && !this.closed);
+    })().finally(() => {
+      this.resyncRun = undefined;
+    });
+    this.resyncRun = run;
+    return run;
+  }
+
+  private async resyncOnce(): Promise<void> {
+    if (this.redis.status !== 'ready') return;
+    // Re-add the shared leases too after a reconnect: Redis may have lost them.
+    const connection = this.connections;
+    const restoreLive = connection !== this.leasesRestoredAt;
     try {
       const pools = new Set(this.views.keys());
       for (const u of this.unsynced.values()) pools.add(u.pool);
       for (const l of this.localLeases.values()) pools.add(l.pool);
       for (const pool of pools) await this.resyncPool(pool, restoreLive);
+      this.leasesRestoredAt = connection;
     } catch (err) {
       this.logFailure('redis resync failed; retrying on the next refresh', err);
-    } finally {
-      this.resyncing = false;
     }
   }
 
@@ -333,7 +373,7 @@ export class RedisStore implements RoutingStore {
     const statePairs = [...(this.views.get(pool)?.states ?? [])].flat();
 
     const p = this.redis.pipeline();
-    script(p, 'kvgateRestoreStates').call(p, this.markerKey(pool), this.statesKey(pool), ...statePairs);
+    p.exists(this.markerKey(pool));
     for (const [, u] of affinities) {
       const k = this.affinityKey(pool, u.key);
       p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
@@ -343,9 +383,7 @@ export class RedisStore implements RoutingStore {
     const replies = await p.exec();
     const failed = replies?.find(([err]) => err);
     if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
-    if (replies[0]![1] === 1 && statePairs.length > 0) {
-      this.opts.logger.warn({ pool, states: statePairs.length / 2 }, 'redis had lost its data; restored the worker states this replica last saw');
-    }
+    if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
 
     // Adopt what Redis holds now: ours, or the placement another replica wrote first.
     affinities.forEach(([ck, u], i) => {
@@ -360,6 +398,33 @@ export class RedisStore implements RoutingStore {
       const z = this.redis.pipeline();
       for (const l of gone) z.zrem(this.inflightKey(pool, l.worker), l.id);
       await z.exec().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Redis lost its data (restarted empty, or a failover lost unreplicated writes): its marker is
+   * gone. Without this, operator drains would be forgotten and every session's next request would
+   * be placed anew by load, losing its KV cache. The states and affinities this replica knows are
+   * the best truth left. HSETNX / SET NX, so whatever was recorded since wins; the marker is written
+   * last, so a restore cut short is tried again on the next refresh.
+   */
+  private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
+    const prefix = this.affinityCacheKey(pool, '');
+    const entries: Array<[string, string]> = [];
+    if (this.affinityTtlMs > 0) {
+      for (const [ck, worker] of this.affinityCache.entries()) if (ck.startsWith(prefix)) entries.push([ck.slice(prefix.length), worker]);
+    }
+    for (let i = 0; i === 0 || i < entries.length; i += 1000) {
+      const p = this.redis.pipeline();
+      if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(this.statesKey(pool), statePairs[j]!, statePairs[j + 1]!);
+      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(this.affinityKey(pool, key), worker, 'PX', this.affinityTtlMs, 'NX');
+      const replies = await p.exec();
+      const failed = replies?.find(([err]) => err);
+      if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
+    }
+    await this.redis.set(this.markerKey(pool), '1');
+    if (entries.length > 0 || statePairs.length > 0) {
+      this.opts.logger.warn({ pool, states: statePairs.length / 2, affinities: entries.length }, 'redis had lost its data; restored the worker states and affinities this replica knew');
     }
   }
 
