@@ -5,15 +5,17 @@
  * CLI: src/telemetry/tracing.ts.)
  */
 import type { Logger } from 'pino';
+import { KvgateError } from './errors.js';
 import { AdminServer } from './admin/server.js';
 import { DEFAULTS } from './config/defaults.js';
 import type { Config } from './config/schema.js';
+import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import { Readiness } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
-import { createStore, describeStore } from './state/create-store.js';
+import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
 import { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
 import { InstrumentedStore } from './telemetry/instrumented-store.js';
@@ -23,8 +25,12 @@ import { installTraceContext } from './telemetry/tracing.js';
 export interface StartOptions {
   config: Config;
   logger: Logger;
-  /** `memory` or a redis:// / rediss:// URL. */
+  /** `memory` or a Redis URL (redis://, rediss://, redis+cluster://, rediss+cluster://). */
   store: string;
+  /** PEM files for TLS to Redis: a CA to trust, a client certificate and key. */
+  storeTls?: StoreTlsFiles;
+  /** PEM files for the ext_proc server: certificate and key = TLS; plus a client CA = mTLS. */
+  tls?: GrpcTlsFiles;
   grpcHost: string;
   grpcPort: number;
   adminHost: string;
@@ -32,6 +38,12 @@ export interface StartOptions {
   onResult?: (result: GateResult) => void;
   /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
   processMetrics?: boolean;
+}
+
+export interface GrpcTlsFiles {
+  certFile?: string;
+  keyFile?: string;
+  clientCaFile?: string;
 }
 
 export interface RunningKvgate {
@@ -54,7 +66,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
   await initHashing();
   installTraceContext();
-  const backend = createStore(opts.store, config, logger);
+  const credentials = grpcCredentials(opts.tls);
+  const backend = createStore(opts.store, config, logger, opts.storeTls);
   if (backend instanceof RedisStore && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
     logger.error({ store: describeStore(opts.store) }, 'redis not reachable at startup; routing on local state until it is');
   }
@@ -72,6 +85,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     // Envoy's BUFFERED body plus its headers, which are small next to it.
     maxMessageBytes: config.limits.max_body_bytes + 1024 * 1024,
     metrics,
+    credentials,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
   });
   const readiness = new Readiness({
@@ -98,7 +112,17 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   await collector.start();
   const health = await readiness.start();
   logger.info(
-    { grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length, protocol: config.routing.protocol, ready: health.status },
+    {
+      grpcHost: opts.grpcHost,
+      grpcPort,
+      grpcTls: opts.tls?.clientCaFile ? 'mtls' : opts.tls?.certFile ? 'tls' : 'none',
+      adminHost: opts.adminHost,
+      adminPort,
+      store: describeStore(opts.store),
+      workers: config.workers.length,
+      protocol: config.routing.protocol,
+      ready: health.status,
+    },
     'kvgate serving',
   );
   let closing: Promise<void> | undefined;
@@ -123,4 +147,18 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       return closing;
     },
   };
+}
+
+/** TLS needs both a certificate and its key; a client CA (mTLS) needs TLS. */
+function grpcCredentials(files: GrpcTlsFiles | undefined) {
+  const { certFile, keyFile, clientCaFile } = files ?? {};
+  if (!certFile && !keyFile && !clientCaFile) return serverCredentials(undefined);
+  if (!certFile || !keyFile) {
+    throw new KvgateError('invalid_config', 'TLS for the ext_proc server needs both --tls-cert and --tls-key (and --tls-client-ca needs them too)');
+  }
+  return serverCredentials({
+    cert: readPem(certFile, '--tls-cert'),
+    key: readPem(keyFile, '--tls-key'),
+    ...(clientCaFile ? { clientCa: readPem(clientCaFile, '--tls-client-ca') } : {}),
+  });
 }

@@ -16,6 +16,23 @@ import { registerStatusCommand } from './status-command.js';
 
 import { registerBenchCommand } from './bench-command.js';
 
+interface ServeOptions {
+  config: string;
+  grpcPort: number;
+  grpcHost: string;
+  adminPort: number;
+  adminHost: string;
+  store: string;
+  storeCaFile?: string;
+  storeCertFile?: string;
+  storeKeyFile?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsClientCa?: string;
+  logLevel: string;
+  shutdownGraceS: number;
+}
+
 function port(value: string): number {
   const n = Number(value);
   if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('must be a port number (0-65535)');
@@ -41,7 +58,17 @@ export function buildCli(): Command {
     .addOption(new Option('--grpc-host <host>', 'ext_proc gRPC bind address').env('KVGATE_GRPC_HOST').default(DEFAULTS.grpcHost))
     .addOption(new Option('--admin-port <port>', 'admin HTTP port').env('KVGATE_ADMIN_PORT').argParser(port).default(DEFAULTS.adminPort))
     .addOption(new Option('--admin-host <host>', 'admin HTTP bind address').env('KVGATE_ADMIN_HOST').default(DEFAULTS.adminHost))
-    .addOption(new Option('--store <spec>', 'state store: memory, or a redis:// / rediss:// URL').env('KVGATE_STORE').default(DEFAULTS.store))
+    .addOption(
+      new Option('--store <spec>', 'state store: memory, or a redis://, rediss://, redis+cluster://host:port,host:port or rediss+cluster:// URL')
+        .env('KVGATE_STORE')
+        .default(DEFAULTS.store),
+    )
+    .addOption(new Option('--store-ca-file <file>', 'PEM CA bundle to trust for rediss:// (default: the system CAs)').env('KVGATE_STORE_CA_FILE'))
+    .addOption(new Option('--store-cert-file <file>', 'PEM client certificate for rediss:// (Redis tls-auth-clients)').env('KVGATE_STORE_CERT_FILE'))
+    .addOption(new Option('--store-key-file <file>', 'PEM key of --store-cert-file').env('KVGATE_STORE_KEY_FILE'))
+    .addOption(new Option('--tls-cert <file>', 'PEM certificate: serve ext_proc over TLS').env('KVGATE_TLS_CERT'))
+    .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('KVGATE_TLS_KEY'))
+    .addOption(new Option('--tls-client-ca <file>', 'PEM CA: require client certificates it signed (mTLS)').env('KVGATE_TLS_CLIENT_CA'))
     .addOption(new Option('--log-level <level>', 'pino log level').env('KVGATE_LOG_LEVEL').default(DEFAULTS.logLevel))
     .addOption(
       new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
@@ -49,7 +76,7 @@ export function buildCli(): Command {
         .argParser(seconds)
         .default(DEFAULTS.shutdownGraceS),
     )
-    .action(async (o: { config: string; grpcPort: number; grpcHost: string; adminPort: number; adminHost: string; store: string; logLevel: string; shutdownGraceS: number }) => {
+    .action(async (o: ServeOptions) => {
       const logger = createLogger(o.logLevel);
       const config = loadConfigFile(o.config);
       // Span export follows the standard OTEL_* variables; off when they are unset.
@@ -59,6 +86,8 @@ export function buildCli(): Command {
         config,
         logger,
         store: o.store,
+        storeTls: { caFile: o.storeCaFile, certFile: o.storeCertFile, keyFile: o.storeKeyFile },
+        tls: { certFile: o.tlsCert, keyFile: o.tlsKey, clientCaFile: o.tlsClientCa },
         grpcHost: o.grpcHost,
         grpcPort: o.grpcPort,
         adminHost: o.adminHost,

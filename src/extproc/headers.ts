@@ -3,6 +3,8 @@
  * not be UTF-8; we decode as latin1 so every byte sequence maps to one stable string and nothing
  * can throw. Names arrive lower-case; the first value of a repeated header wins, as in Envoy routing.
  */
+import type { Config } from '../config/schema.js';
+import { DESTINATION_HEADER } from './endpoint-picker.js';
 import { pathOnly, type RequestInfo } from '../request/request.js';
 import type { HeaderMap } from './messages.js';
 
@@ -21,6 +23,32 @@ export function headerMapToMap(map: HeaderMap | null | undefined): Map<string, s
     out.set(name, raw && raw.length > 0 ? Buffer.from(raw).toString('latin1') : (h.value ?? ''));
   }
   return out;
+}
+
+/**
+ * Every request header kvgate may set to steer Envoy's routing. A client must never choose its
+ * worker, so a client-sent copy of any of these never survives: kvgate overwrites the one it sets
+ * and removes the rest (test/security/routing-headers.test.ts checks each). Add new outputs here.
+ */
+export function routingOutputHeaders(config: Config): string[] {
+  // Both protocols' headers, whichever is configured: a stale endpoint-picker header must not
+  // reach an ORIGINAL_DST cluster after a switch to cluster_header routing, or the other way round.
+  return [config.routing.header, DESTINATION_HEADER];
+}
+
+/**
+ * The routing output headers a client sent, looking at every header (not only the first
+ * MAX_HEADERS that are read): a spoofed one hidden behind a header flood must not survive either.
+ */
+export function spoofedRoutingHeaders(map: HeaderMap | null | undefined, config: Config): string[] {
+  const outputs = routingOutputHeaders(config);
+  const found = new Set<string>();
+  for (const h of map?.headers ?? []) {
+    if (typeof h.key !== 'string') continue;
+    const name = h.key.toLowerCase();
+    if (outputs.includes(name)) found.add(name);
+  }
+  return [...found];
 }
 
 export function requestInfoFromHeaders(headers: Map<string, string>): RequestInfo {

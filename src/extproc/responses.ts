@@ -15,9 +15,9 @@ export function routeTo(routingHeader: string, cluster: string): CommonResponse 
   return { status: 'CONTINUE', header_mutation: { set_headers: setHeader(routingHeader, cluster) }, clear_route_cache: true };
 }
 
-/** Continue untouched, except that a client-sent routing header never survives. */
-export function continueStripping(routingHeader: string, present: boolean): CommonResponse {
-  return present ? { status: 'CONTINUE', header_mutation: { remove_headers: [routingHeader] } } : { status: 'CONTINUE' };
+/** Continue untouched, except that client-sent routing headers (`spoofed`: those present) never survive. */
+export function continueStripping(spoofed: readonly string[]): CommonResponse {
+  return spoofed.length > 0 ? { status: 'CONTINUE', header_mutation: { remove_headers: [...spoofed] } } : { status: 'CONTINUE' };
 }
 
 export const CONTINUE: CommonResponse = { status: 'CONTINUE' };

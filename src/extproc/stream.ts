@@ -23,7 +23,7 @@ import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
-import { headerMapToMap, requestInfoFromHeaders } from './headers.js';
+import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -51,6 +51,8 @@ export class ExtProcStream {
   private reqPhase: Phase = 'start';
   private respPhase: Phase = 'start';
   private request: RequestInfo | undefined;
+  /** Routing output headers the client sent itself: removed from the request, never forwarded. */
+  private spoofed: string[] = [];
   private decided = false;
   private lease: Lease | undefined;
   private queue: Promise<void> = Promise.resolve();
@@ -135,14 +137,14 @@ export class ExtProcStream {
     this.request = requestInfoFromHeaders(headers);
     this.requestMetadata = msg.metadata_context;
     this.hooks.telemetry.begin(headers, this.request);
-    const routingHeader = this.routingHeader;
+    this.spoofed = spoofedRoutingHeaders(msg.request_headers?.headers, this.config);
     const noBody = msg.request_headers?.end_of_stream === true;
     if (noBody || this.config.routing.request_body_mode !== 'buffered') {
       // Inside the span begun just now.
       return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
     }
     // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
-    return this.reply({ request_headers: { response: continueStripping(routingHeader, headers.has(routingHeader)) } });
+    return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
   }
 
   private async onRequestBody(msg: ProcessingRequest): Promise<void> {
@@ -165,7 +167,7 @@ export class ExtProcStream {
     const t = this.hooks.telemetry;
     t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
-    const strip = () => continueStripping(this.routingHeader, request.headers.has(this.routingHeader));
+    const strip = () => continueStripping(this.spoofed);
     const options = this.routeOptions();
     let result: GateResult;
     try {
@@ -191,7 +193,7 @@ export class ExtProcStream {
       this.lease = result.lease;
       if (!this.endpointPicker) {
         this.chosen = { worker: result.worker, endpoint: undefined, key: result.key };
-        this.replyCommon(phase, routeTo(this.routingHeader, result.cluster));
+        this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
         t.decided(result, facts);
         return;
       }
@@ -206,7 +208,7 @@ export class ExtProcStream {
       }
       this.chosen = { worker: result.worker, endpoint, key: result.key };
       // The header and the envoy.lb metadata carry the same endpoint: the protocol forbids them to differ.
-      this.replyCommon(phase, routeTo(DESTINATION_HEADER, endpoint), destinationMetadata(endpoint));
+      this.replyCommon(phase, this.removingSpoofed(routeTo(DESTINATION_HEADER, endpoint)), destinationMetadata(endpoint));
       t.decided(result, { ...facts, endpoint });
       return;
     }
@@ -256,6 +258,12 @@ export class ExtProcStream {
     this.hooks.telemetry.served('other');
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
     if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+  }
+
+  /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */
+  private removingSpoofed(routed: CommonResponse): CommonResponse {
+    if (this.spoofed.length > 0) routed.header_mutation = { ...routed.header_mutation, remove_headers: [...this.spoofed] };
+    return routed;
   }
 
   private replyCommon(phase: 'request_headers' | 'request_body', response: CommonResponse, dynamicMetadata?: PbStruct): void {

@@ -1,17 +1,32 @@
 /**
- * Picks the store backend from `--store`: `memory` (default) or a `redis://` / `rediss://` URL.
+ * Picks the store backend from `--store`: `memory` (default), or Redis: `redis://`, `rediss://`
+ * (TLS), `redis+cluster://` and `rediss+cluster://` (Redis Cluster; see ./redis-connection.ts).
  */
+import { readFileSync } from 'node:fs';
 import type { Logger } from 'pino';
 import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { MemoryStore } from './memory-store.js';
+import { isRedisSpec, redact, type StoreTls } from './redis-connection.js';
 import { RedisStore } from './redis-store.js';
 import type { RoutingStore } from './store.js';
 
-export function createStore(spec: string, config: Config, logger: Logger): RoutingStore {
-  if (spec === 'memory') return new MemoryStore();
-  if (/^rediss?:\/\//.test(spec)) {
+/** PEM files for TLS to Redis (`--store-ca-file`, `--store-cert-file`, `--store-key-file`). */
+export interface StoreTlsFiles {
+  caFile?: string;
+  certFile?: string;
+  keyFile?: string;
+}
+
+export function createStore(spec: string, config: Config, logger: Logger, tlsFiles: StoreTlsFiles = {}): RoutingStore {
+  if (spec === 'memory') {
+    if (tlsFiles.caFile || tlsFiles.certFile || tlsFiles.keyFile) {
+      throw new KvgateError('invalid_config', 'store TLS files need a rediss:// or rediss+cluster:// store');
+    }
+    return new MemoryStore();
+  }
+  if (isRedisSpec(spec)) {
     return new RedisStore({
       url: spec,
       keyPrefix: config.store.key_prefix,
@@ -21,18 +36,33 @@ export function createStore(spec: string, config: Config, logger: Logger): Routi
       localAffinityCacheSize: DEFAULTS.localAffinityCacheSize,
       prefixTtlMs: config.prefix.ttl_s * 1000,
       logger: logger.child({ component: 'redis-store' }),
+      tls: readTlsFiles(tlsFiles),
     });
   }
-  throw new KvgateError('invalid_config', `--store must be "memory" or a redis:// or rediss:// URL, got "${spec}"`);
+  throw new KvgateError(
+    'invalid_config',
+    `--store must be "memory" or a redis://, rediss://, redis+cluster:// or rediss+cluster:// URL, got "${redact(spec)}"`,
+  );
+}
+
+function readTlsFiles(files: StoreTlsFiles): StoreTls {
+  const out: StoreTls = {};
+  if (files.caFile) out.ca = readPem(files.caFile, '--store-ca-file');
+  if (files.certFile) out.cert = readPem(files.certFile, '--store-cert-file');
+  if (files.keyFile) out.key = readPem(files.keyFile, '--store-key-file');
+  return out;
+}
+
+/** Reads a PEM file named by a flag; a missing or unreadable file is a config error. */
+export function readPem(file: string, flag: string): Buffer {
+  try {
+    return readFileSync(file);
+  } catch (err) {
+    throw new KvgateError('invalid_config', `${flag}: cannot read ${file}: ${(err as Error).message}`, { cause: err });
+  }
 }
 
 /** Redacts the password of a store URL for logs. */
 export function describeStore(spec: string): string {
-  try {
-    const u = new URL(spec);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return spec;
-  }
+  return redact(spec);
 }

@@ -14,6 +14,7 @@
  *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape {s: signals, t: ms, f: failures, e: error}
  *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
  *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
+ *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
  * Block keys are built inside the script from the pool's key prefix (they are too many to pass as
  * KEYS); they share the pool's hash tag, so they live on the script's own slot.
  */
@@ -223,4 +224,17 @@ for _, mv in ipairs(spec.moves) do
   end
 end
 return out
+`;
+
+/**
+ * Re-adds leases this replica still holds (no XX: Redis may have restarted empty, or dropped them
+ * while the replica could not renew them), with a fresh expiry on Redis's clock.
+ * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease id…]
+ */
+export const RESTORE_LEASES_LUA = `
+local t = redis.call('TIME')
+local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
+redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+return #ARGV - 1
 `;

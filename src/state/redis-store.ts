@@ -9,15 +9,24 @@
  * Redis slow or down: commands time out after `store.timeout_ms` and fail fast while disconnected
  * (no offline queue), and the store answers from its local view instead: affinities this replica
  * has seen, the last known loads, and leases kept in-process. Routing degrades, requests do not fail.
+ *
+ * Redis back: `resync` brings it in line with what this replica did meanwhile (on every reconnect,
+ * and on the next refresh after a slow spell): affinities decided locally are written back (SET NX,
+ * so a placement another replica wrote first wins and this replica adopts it), its leases are
+ * re-added (Redis may have restarted empty or expired them unrenewed) and local ones become shared,
+ * and if Redis lost its data the worker states last seen are restored.
+ *
+ * Connection (one server or a cluster, TLS, AUTH): ./redis-connection.ts.
  */
 import { randomUUID } from 'node:crypto';
-import { Redis, type RedisOptions } from 'ioredis';
+import type { RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
-import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA } from './redis-scripts.js';
+import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
+import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
 import { EventEmitter } from 'node:events';
 import type { SignalRecord } from '../routing/health.js';
 import type { WorkerSignals } from '../signals/parse.js';
@@ -44,7 +53,20 @@ export interface RedisStoreOptions {
   /** TTL of the local prefix index in front of Redis's. */
   prefixTtlMs?: number;
   logger: Logger;
+  /** CA / client certificate for rediss:// URLs. */
+  tls?: StoreTls;
 }
+
+/** An affinity decided while Redis was unreachable, to be written back when it returns. */
+interface UnsyncedAffinity {
+  pool: string;
+  key: string;
+  worker: string;
+  expiresAt: number;
+}
+
+type Pipeline = ReturnType<RedisClient['pipeline']>;
+type ScriptCall = (...args: unknown[]) => unknown;
 
 type DecideReply = [number, string, number[], string[], Array<string | number>, number];
 
@@ -60,7 +82,7 @@ interface PoolView {
 
 export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
-  private readonly redis: Redis;
+  private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
   /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
@@ -68,6 +90,21 @@ export class RedisStore implements RoutingStore {
   private readonly liveLeases = new Map<string, Lease>();
   /** Leases taken while Redis was unreachable: counted locally only. */
   private readonly localLeases = new Map<string, Lease>();
+  /** Affinities decided locally (degraded), keyed like affinityCache, until written back. */
+  private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
+  /** The resync running now (it runs again before settling if asked for meanwhile). */
+  private resyncRun: Promise<void> | undefined;
+  private resyncQueued = false;
+  /** (Re)connections seen, and the latest one after which the shared leases were re-added. */
+  private connections = 0;
+  private leasesRestoredAt = 0;
+  /**
+   * The resync after a reconnect. Decisions wait for it (within their deadline) so that none is
+   * made on a Redis that has not yet been told what this replica knows.
+   */
+  private resyncAfterConnect: Promise<void> | undefined;
+  /** The affinity TTL of the latest commit: what restored affinities get. */
+  private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = 0;
   private readonly events = new EventEmitter();
@@ -83,8 +120,16 @@ export class RedisStore implements RoutingStore {
       retryStrategy: (times) => Math.min(50 * times, 1000),
       lazyConnect: false,
     };
-    this.redis = new Redis(opts.url, redisOptions);
+    this.redis = connectRedis(opts.url, redisOptions, opts.tls);
     this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
+    // Every (re)connection: Redis may have restarted empty or missed what we did without it.
+    this.redis.on('ready', () => {
+      this.connections++;
+      const done: Promise<void> = this.resync().finally(() => {
+        if (this.resyncAfterConnect === done) this.resyncAfterConnect = undefined;
+      });
+      this.resyncAfterConnect = done;
+    });
     // No numberOfKeys: the key count varies with the pool size and is passed first on each call.
     this.redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
     this.redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
@@ -92,7 +137,9 @@ export class RedisStore implements RoutingStore {
     this.redis.defineCommand('kvgateReadSignals', { numberOfKeys: 1, lua: READ_SIGNALS_LUA });
     this.redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
     this.redis.defineCommand('kvgateMigrate', { numberOfKeys: 1, lua: MIGRATE_LUA });
+    this.redis.defineCommand('kvgateRestoreLeases', { numberOfKeys: 1, lua: RESTORE_LEASES_LUA });
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
+    this.unsynced = new LRUCache({ max: opts.localAffinityCacheSize });
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
@@ -125,6 +172,7 @@ export class RedisStore implements RoutingStore {
     const { pool, key, workers } = req;
     const index = (w: string) => workers.indexOf(w) + 1;
     const member = leaseMember(randomUUID(), key);
+    this.affinityTtlMs = req.affinityTtlMs;
     const spec = {
       m: 'commit',
       k: key === undefined ? 0 : 1,
@@ -160,10 +208,8 @@ export class RedisStore implements RoutingStore {
   }
 
   async release(lease: Lease): Promise<void> {
-    if (!lease.shared) {
-      this.localLeases.delete(lease.id);
-      return;
-    }
+    // By id, not by `shared`: a lease taken locally becomes shared once resync re-adds it to Redis.
+    if (this.localLeases.delete(lease.id)) return;
     if (!this.liveLeases.delete(lease.id)) return;
     const view = this.views.get(lease.pool);
     const n = view?.inflight.get(lease.worker);
@@ -278,9 +324,13 @@ export class RedisStore implements RoutingStore {
     const leases = [...this.liveLeases.values()];
     this.liveLeases.clear();
     if (leases.length > 0 && this.redis.status === 'ready') {
-      const p = this.redis.pipeline();
-      for (const l of leases) p.zrem(this.inflightKey(l.pool, l.worker), l.id);
-      await p.exec().catch(() => undefined);
+      await Promise.all(
+        [...byPool(leases)].map(([, ls]) => {
+          const p = this.redis.pipeline();
+          for (const l of ls) p.zrem(this.inflightKey(l.pool, l.worker), l.id);
+          return p.exec().catch(() => undefined);
+        }),
+      );
     }
     this.redis.disconnect();
   }
@@ -312,7 +362,26 @@ export class RedisStore implements RoutingStore {
       bl: q.blocks,
     };
     const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
-    return cmd.call(this.redis, keys.length, ...keys, JSON.stringify(full));
+    let late = false;
+    // Past the deadline the caller has decided locally: a commit sent now would take a lease nobody holds.
+    const send = () => (late ? Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed')) : cmd.call(this.redis, keys.length, ...keys, JSON.stringify(full)));
+    return this.withDeadline(this.resyncAfterConnect ? this.resyncAfterConnect.then(send) : send(), () => (late = true));
+  }
+
+  /**
+   * Bounds a decision's wait by `store.timeout_ms` whatever the client does meanwhile (a cluster
+   * client retries through a failover, a script may need EVAL after NOSCRIPT): past it the gate
+   * decides locally, well inside Envoy's message timeout.
+   */
+  private withDeadline<T>(p: Promise<T>, onLate: () => void): Promise<T> {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
+        onLate();
+        reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`));
+      }, this.opts.timeoutMs);
+    });
+    return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
   }
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
@@ -348,7 +417,11 @@ export class RedisStore implements RoutingStore {
     // Degraded: the shared affinity is unknown, so only the capacity facts are checked here.
     const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity, prefixAtMost: undefined }, snapshot);
     if (!holds) return { ok: false, snapshot };
-    if (req.key !== undefined) this.affinityCache.set(this.affinityCacheKey(req.pool, req.key), { worker: req.worker, keyInflight: snapshot.keyInflight + 1 });
+    if (req.key !== undefined) {
+      const ck = this.affinityCacheKey(req.pool, req.key);
+      this.affinityCache.set(ck, { worker: req.worker, keyInflight: snapshot.keyInflight + 1 });
+      this.unsynced.set(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
+    }
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.localLeases.set(lease.id, lease);
@@ -357,6 +430,8 @@ export class RedisStore implements RoutingStore {
 
   private async refreshAll(): Promise<void> {
     if (this.closed || this.redis.status !== 'ready') return;
+    // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
+    if (this.unsynced.size > 0 || this.localLeases.size > 0 || this.connections !== this.leasesRestoredAt) void this.resync();
     for (const [pool, view] of this.views) {
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
@@ -369,22 +444,126 @@ export class RedisStore implements RoutingStore {
 
   private async renewLeases(): Promise<void> {
     if (this.closed || this.liveLeases.size === 0 || this.redis.status !== 'ready') return;
-    const byKey = new Map<string, string[]>();
-    for (const l of this.liveLeases.values()) {
-      const k = this.inflightKey(l.pool, l.worker);
-      const ids = byKey.get(k);
-      if (ids) ids.push(l.id);
-      else byKey.set(k, [l.id]);
+    // One pipeline per pool: a pool's keys share one cluster slot, different pools may not.
+    await Promise.all(
+      [...byPool(this.liveLeases.values())].map(([pool, leases]) => {
+        const p = this.redis.pipeline();
+        for (const [worker, ids] of idsByWorker(leases)) script(p, 'kvgateRenew').call(p, this.inflightKey(pool, worker), this.opts.leaseTtlMs, ...ids);
+        return p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+      }),
+    );
+  }
+
+  /** Brings Redis in line with this replica after it could not reach Redis (see the file comment). */
+  private resync(): Promise<void> {
+    if (this.closed) return Promise.resolve();
+    if (this.resyncRun) {
+      this.resyncQueued = true;
+      return this.resyncRun;
     }
+    const run = (async () => {
+      do {
+        this.resyncQueued = false;
+        await this.resyncOnce();
+      } while (this.resyncQueued && !this.closed);
+    })().finally(() => {
+      this.resyncRun = undefined;
+    });
+    this.resyncRun = run;
+    return run;
+  }
+
+  private async resyncOnce(): Promise<void> {
+    if (this.redis.status !== 'ready') return;
+    // Re-add the shared leases too after a reconnect: Redis may have lost them.
+    const connection = this.connections;
+    const restoreLive = connection !== this.leasesRestoredAt;
+    try {
+      const pools = new Set(this.views.keys());
+      for (const u of this.unsynced.values()) pools.add(u.pool);
+      for (const l of this.localLeases.values()) pools.add(l.pool);
+      for (const pool of pools) await this.resyncPool(pool, restoreLive);
+      this.leasesRestoredAt = connection;
+    } catch (err) {
+      this.logFailure('redis resync failed; retrying on the next refresh', err);
+    }
+  }
+
+  private async resyncPool(pool: string, restoreLive: boolean): Promise<void> {
+    const now = Date.now();
+    const affinities = [...this.unsynced.entries()].filter(([, u]) => u.pool === pool && u.expiresAt > now);
+    const local = [...this.localLeases.values()].filter((l) => l.pool === pool);
+    const live = restoreLive ? [...this.liveLeases.values()].filter((l) => l.pool === pool) : [];
+    const statePairs = [...(this.views.get(pool)?.states ?? [])].flat();
+
     const p = this.redis.pipeline();
-    for (const [k, ids] of byKey) (p as unknown as Record<string, (...a: unknown[]) => unknown>)['kvgateRenew']!.call(p, k, this.opts.leaseTtlMs, ...ids);
-    await p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+    p.exists(this.markerKey(pool));
+    for (const [, u] of affinities) {
+      const k = this.affinityKey(pool, u.key);
+      p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
+      p.get(k);
+    }
+    for (const [worker, ids] of idsByWorker([...local, ...live])) script(p, 'kvgateRestoreLeases').call(p, this.inflightKey(pool, worker), this.opts.leaseTtlMs, ...ids);
+    const replies = await p.exec();
+    const failed = replies?.find(([err]) => err);
+    if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
+    if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
+
+    // Adopt what Redis holds now: ours, or the placement another replica wrote first.
+    affinities.forEach(([ck, u], i) => {
+      const held = replies[2 + 2 * i]![1] as string | null;
+      if (held) this.affinityCache.set(ck, { worker: held, keyInflight: this.affinityCache.get(ck)?.keyInflight ?? 0 });
+      if (this.unsynced.get(ck) === u) this.unsynced.delete(ck);
+    });
+    for (const l of local) if (this.localLeases.delete(l.id)) this.liveLeases.set(l.id, l);
+    // A lease released while the pipeline ran must not linger until its TTL.
+    const gone = [...local, ...live].filter((l) => !this.liveLeases.has(l.id));
+    if (gone.length > 0) {
+      const z = this.redis.pipeline();
+      for (const l of gone) z.zrem(this.inflightKey(pool, l.worker), l.id);
+      await z.exec().catch(() => undefined);
+    }
+  }
+
+  /**
+   * Redis lost its data (restarted empty, or a failover lost unreplicated writes): its marker is
+   * gone. Without this, operator drains would be forgotten and every session's next request would
+   * be placed anew by load, losing its KV cache. The states and affinities this replica knows are
+   * the best truth left. HSETNX / SET NX, so whatever was recorded since wins; the marker is written
+   * last, so a restore cut short is tried again on the next refresh.
+   */
+  private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
+    const prefix = this.affinityCacheKey(pool, '');
+    const entries: Array<[string, string]> = [];
+    if (this.affinityTtlMs > 0) {
+      for (const [ck, cached] of this.affinityCache.entries()) if (ck.startsWith(prefix)) entries.push([ck.slice(prefix.length), cached.worker]);
+    }
+    for (let i = 0; i === 0 || i < entries.length; i += 1000) {
+      const p = this.redis.pipeline();
+      if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(this.statesKey(pool), statePairs[j]!, statePairs[j + 1]!);
+      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(this.affinityKey(pool, key), worker, 'PX', this.affinityTtlMs, 'NX');
+      const replies = await p.exec();
+      const failed = replies?.find(([err]) => err);
+      if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
+    }
+    await this.redis.set(this.markerKey(pool), '1');
+    if (entries.length > 0 || statePairs.length > 0) {
+      this.opts.logger.warn({ pool, states: statePairs.length / 2, affinities: entries.length }, 'redis had lost its data; restored the worker states and affinities this replica knew');
+    }
+  }
+
+  /** Written once per pool; its absence after a reconnect means Redis lost its data. */
+  private writeMarker(pool: string): void {
+    if (this.redis.status !== 'ready') return;
+    this.redis.set(this.markerKey(pool), '1', 'NX').catch(() => undefined);
   }
 
   private view(pool: string, workers: readonly string[]): PoolView {
     let v = this.views.get(pool);
-    if (!v) this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map(), index: new PrefixIndex(this.opts.prefixTtlMs ?? 1_800_000) }));
-    else if (v.workers !== workers) v.workers = workers;
+    if (!v) {
+      this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map(), index: new PrefixIndex(this.opts.prefixTtlMs ?? 1_800_000) }));
+      this.writeMarker(pool);
+    } else if (v.workers !== workers) v.workers = workers;
     return v;
   }
 
@@ -414,6 +593,9 @@ export class RedisStore implements RoutingStore {
   private inflightKey(pool: string, worker: string): string {
     return `${this.tag(pool)}:f:${worker}`;
   }
+  private markerKey(pool: string): string {
+    return `${this.tag(pool)}:alive`;
+  }
   private affinityCacheKey(pool: string, key: string): string {
     return `${pool}\u0000${key}`;
   }
@@ -426,4 +608,29 @@ function parseStates(pairs: string[]): Map<string, WorkerState> {
     if (WORKER_STATES.includes(state)) m.set(pairs[i]!, state);
   }
   return m;
+}
+
+function byPool(leases: Iterable<Lease>): Map<string, Lease[]> {
+  const m = new Map<string, Lease[]>();
+  for (const l of leases) {
+    const ls = m.get(l.pool);
+    if (ls) ls.push(l);
+    else m.set(l.pool, [l]);
+  }
+  return m;
+}
+
+function idsByWorker(leases: Iterable<Lease>): Map<string, string[]> {
+  const m = new Map<string, string[]>();
+  for (const l of leases) {
+    const ids = m.get(l.worker);
+    if (ids) ids.push(l.id);
+    else m.set(l.worker, [l.id]);
+  }
+  return m;
+}
+
+/** A script defined with defineCommand, on a pipeline (ioredis types do not know custom commands). */
+function script(p: Pipeline, name: string): ScriptCall {
+  return (p as unknown as Record<string, ScriptCall>)[name]!;
 }

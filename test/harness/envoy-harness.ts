@@ -41,6 +41,8 @@ export interface EnvoyHarnessOptions {
   extProcOverride?: Partial<Omit<ExtProcConfig, 'processingMode'>>;
   /** Extra gRPC initial metadata on every Process call (on top of grpc_service.initial_metadata). */
   grpcMetadata?: Record<string, string>;
+  /** TLS / mTLS to the ext_proc server, as Envoy's transport_socket on the gate's cluster (default plaintext). */
+  channelCredentials?: grpc.ChannelCredentials;
 }
 
 export interface HarnessRequest {
@@ -168,7 +170,7 @@ export class EnvoyHarness {
     // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
     const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
     if (authority) channelOptions['grpc.default_authority'] = authority;
-    this.client = new Client(opts.target, grpc.credentials.createInsecure(), channelOptions) as unknown as ExtProcClient;
+    this.client = new Client(opts.target, opts.channelCredentials ?? grpc.credentials.createInsecure(), channelOptions) as unknown as ExtProcClient;
   }
 
   /** Sends one HTTP request through the simulated Envoy; `upstream` answers if it is routed. */

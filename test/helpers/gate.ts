@@ -2,7 +2,7 @@
  * An in-process kvgate on free ports, wired exactly as `kvgate serve` wires it (startKvgate).
  */
 import { parseConfig } from '../../src/config/load.js';
-import { startKvgate, type RunningKvgate } from '../../src/app.js';
+import { startKvgate, type RunningKvgate, type StartOptions } from '../../src/app.js';
 import type { GateResult } from '../../src/gate/gate.js';
 import type { Logger } from '../../src/telemetry/logger.js';
 import { silentLogger } from './logger.js';
@@ -13,12 +13,17 @@ export interface TestGate extends RunningKvgate {
   results: GateResult[];
 }
 
-export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger; processMetrics?: boolean } = {}): Promise<TestGate> {
+export async function startTestGate(
+  rawConfig: unknown,
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean } & Pick<StartOptions, 'storeTls' | 'tls'> = {},
+): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
     config: parseConfig(rawConfig),
     logger: opts.logger ?? silentLogger(),
     store: opts.store ?? 'memory',
+    ...(opts.storeTls ? { storeTls: opts.storeTls } : {}),
+    ...(opts.tls ? { tls: opts.tls } : {}),
     grpcHost: '127.0.0.1',
     grpcPort: 0,
     adminHost: '127.0.0.1',

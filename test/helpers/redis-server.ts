@@ -24,13 +24,29 @@ export function redisServerBinary(): string {
   }
 }
 
-export async function startRedis(extraArgs: string[] = []): Promise<TestRedis> {
+export interface RedisTlsFiles {
+  cert: string;
+  key: string;
+  ca: string;
+  /** redis-server's tls-auth-clients: `yes` (its default) requires a client certificate. */
+  authClients?: 'yes' | 'no' | 'optional';
+}
+
+/**
+ * `extraArgs` are redis-server flags (e.g. `--requirepass`); with `tls` the server speaks only TLS
+ * on its port (plain TCP off) and `url` is rediss://.
+ */
+export async function startRedis(extraArgs: string[] = [], opts: { tls?: RedisTlsFiles } = {}): Promise<TestRedis> {
   const bin = redisServerBinary();
   const port = await freePort();
   let proc: ChildProcess | undefined;
+  const tls = opts.tls;
+  const portArgs = tls
+    ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', tls.authClients ?? 'yes']
+    : ['--port', String(port)];
 
   const launch = async () => {
-    proc = spawn(bin, ['--port', String(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
+    proc = spawn(bin, [...portArgs, '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
       stdio: 'ignore',
     });
     await waitForPort(port, 5000);
@@ -47,14 +63,14 @@ export async function startRedis(extraArgs: string[] = []): Promise<TestRedis> {
   await launch();
   return {
     port,
-    url: `redis://127.0.0.1:${port}`,
+    url: `${tls ? 'rediss' : 'redis'}://127.0.0.1:${port}`,
     kill,
     restart: launch,
     stop: kill,
   };
 }
 
-async function waitForPort(port: number, timeoutMs: number): Promise<void> {
+export async function waitForPort(port: number, timeoutMs: number): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
     const ok = await new Promise<boolean>((resolve) => {

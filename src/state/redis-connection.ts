@@ -1,0 +1,135 @@
+/**
+ * How kvgate reaches Redis: one server or a Redis Cluster, plain or TLS, with or without AUTH.
+ *
+ *   redis://[user:password@]host:port[/db]            one server
+ *   rediss://[user:password@]host:port[/db]           one server over TLS
+ *   redis+cluster://[user:password@]host:port,host:port,…    a Redis Cluster (any reachable nodes
+ *   rediss+cluster://[user:password@]host:port,host:port,…   seed the topology; the rest is discovered)
+ *
+ * AUTH comes from the URL (a password alone for `requirepass`, user and password for an ACL user).
+ * TLS trusts the system CAs unless a CA file is given (`--store-ca-file`), and presents a client
+ * certificate when one is given (`--store-cert-file` / `--store-key-file`, for `tls-auth-clients`).
+ */
+import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
+import { KvgateError } from '../errors.js';
+
+/** PEM contents (already read) for TLS to Redis. */
+export interface StoreTls {
+  ca?: Buffer;
+  cert?: Buffer;
+  key?: Buffer;
+}
+
+export interface StoreEndpoint {
+  cluster: boolean;
+  tls: boolean;
+  nodes: Array<{ host: string; port: number }>;
+  username?: string;
+  password?: string;
+  db?: number;
+}
+
+export type RedisClient = Redis | Cluster;
+
+const SCHEME = /^(rediss?)(\+cluster)?:\/\//;
+
+export function isRedisSpec(spec: string): boolean {
+  return SCHEME.test(spec);
+}
+
+/** Parses a store URL; throws KvgateError('invalid_config') with the reason when it is not one. */
+export function parseStoreUrl(spec: string): StoreEndpoint {
+  const m = SCHEME.exec(spec);
+  if (!m) throw new KvgateError('invalid_config', `not a redis store URL: ${redact(spec)}`);
+  const tls = m[1] === 'rediss';
+  const cluster = m[2] !== undefined;
+  // WHATWG URL takes one host only: parse the credentials and path with the first host, then
+  // read the host list ourselves.
+  const rest = spec.slice(m[0].length);
+  const at = rest.lastIndexOf('@', rest.search(/[/?#]|$/));
+  const auth = at >= 0 ? rest.slice(0, at) : '';
+  const hostsAndPath = at >= 0 ? rest.slice(at + 1) : rest;
+  const pathStart = hostsAndPath.search(/[/?#]/);
+  const hostList = pathStart >= 0 ? hostsAndPath.slice(0, pathStart) : hostsAndPath;
+  const path = pathStart >= 0 ? hostsAndPath.slice(pathStart) : '';
+  const nodes = hostList.split(',').map((h) => parseHostPort(h, spec));
+  if (nodes.length === 0 || (!cluster && nodes.length > 1)) {
+    throw new KvgateError('invalid_config', `${redact(spec)}: several hosts need a redis+cluster:// or rediss+cluster:// URL`);
+  }
+  const out: StoreEndpoint = { cluster, tls, nodes };
+  if (auth) {
+    const colon = auth.indexOf(':');
+    const user = decodeURIComponent(colon >= 0 ? auth.slice(0, colon) : auth);
+    const password = colon >= 0 ? decodeURIComponent(auth.slice(colon + 1)) : undefined;
+    if (user) out.username = user;
+    if (password !== undefined) out.password = password;
+  }
+  const db = /^\/(\d+)$/.exec(path.replace(/[?#].*$/, ''));
+  if (db) {
+    if (cluster && db[1] !== '0') throw new KvgateError('invalid_config', `${redact(spec)}: Redis Cluster has only database 0`);
+    out.db = Number(db[1]);
+  } else if (path && path !== '/') {
+    throw new KvgateError('invalid_config', `${redact(spec)}: the path must be a database number`);
+  }
+  return out;
+}
+
+function parseHostPort(raw: string, spec: string): { host: string; port: number } {
+  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(raw.trim());
+  if (!m) throw new KvgateError('invalid_config', `${redact(spec)}: "${raw}" is not host:port`);
+  const port = m[2] === undefined ? 6379 : Number(m[2]);
+  if (port < 1 || port > 65535) throw new KvgateError('invalid_config', `${redact(spec)}: bad port in "${raw}"`);
+  return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
+}
+
+/** The store URL with any password replaced, for logs and error messages. */
+export function redact(spec: string): string {
+  return spec.replace(/^([a-z+]+:\/\/)([^@/]*)@/i, (_all, scheme: string, auth: string) => {
+    const colon = auth.indexOf(':');
+    return `${scheme}${colon >= 0 ? `${auth.slice(0, colon)}:***` : '***'}@`;
+  });
+}
+
+/**
+ * Opens the client. `base` carries the fail-fast settings the store relies on (no offline queue,
+ * command timeout); they apply to every node of a cluster too.
+ */
+export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTls = {}): RedisClient {
+  const ep = parseStoreUrl(spec);
+  const hasFiles = tlsFiles.ca !== undefined || tlsFiles.cert !== undefined || tlsFiles.key !== undefined;
+  if (hasFiles && !ep.tls) {
+    throw new KvgateError('invalid_config', 'a store CA or client certificate needs a rediss:// or rediss+cluster:// store URL');
+  }
+  if ((tlsFiles.cert === undefined) !== (tlsFiles.key === undefined)) {
+    throw new KvgateError('invalid_config', 'a store client certificate needs both --store-cert-file and --store-key-file');
+  }
+  const tls = ep.tls
+    ? {
+        ...(tlsFiles.ca !== undefined ? { ca: tlsFiles.ca } : {}),
+        ...(tlsFiles.cert !== undefined ? { cert: tlsFiles.cert } : {}),
+        ...(tlsFiles.key !== undefined ? { key: tlsFiles.key } : {}),
+      }
+    : undefined;
+  const auth = {
+    ...(ep.username !== undefined ? { username: ep.username } : {}),
+    ...(ep.password !== undefined ? { password: ep.password } : {}),
+  };
+  if (!ep.cluster) {
+    const node = ep.nodes[0]!;
+    return new Redis({ ...base, ...auth, host: node.host, port: node.port, ...(ep.db !== undefined ? { db: ep.db } : {}), ...(tls ? { tls } : {}) });
+  }
+  const { retryStrategy, enableOfflineQueue, ...nodeOptions } = base;
+  const options: ClusterOptions = {
+    enableOfflineQueue: enableOfflineQueue ?? false,
+    // The same capped backoff as a single server while the whole cluster is unreachable.
+    clusterRetryStrategy: retryStrategy ?? ((times: number) => Math.min(50 * times, 1000)),
+    // After a failover the dead master's slots move to its replica: re-read the slot map soon
+    // instead of retrying the dead address (the store's deadline bounds every command anyway).
+    retryDelayOnFailover: 50,
+    retryDelayOnClusterDown: 50,
+    slotsRefreshTimeout: 1000,
+    slotsRefreshInterval: 2000,
+    redisOptions: { ...nodeOptions, ...auth, ...(tls ? { tls } : {}) },
+  };
+  return new Cluster(ep.nodes, options);
+}

@@ -1,0 +1,90 @@
+/**
+ * A TCP proxy on a free port that delays every chunk in both directions by an adjustable latency
+ * (order kept): a slow Redis, as the gate sees it, without touching Redis itself.
+ */
+import net from 'node:net';
+
+export interface LatencyProxy {
+  port: number;
+  /** host:port to give clients instead of the target's. */
+  address: string;
+  /** Delay applied to chunks sent from now on (ms). */
+  setLatency(ms: number): void;
+  close(): Promise<void>;
+}
+
+/** Chunks of one direction, released in order once due. */
+class DelayedPipe {
+  private readonly queue: Array<{ due: number; chunk: Buffer }> = [];
+  private timer: NodeJS.Timeout | undefined;
+  private lastDue = 0;
+
+  constructor(
+    private readonly to: net.Socket,
+    private readonly latency: () => number,
+  ) {}
+
+  push(chunk: Buffer): void {
+    const due = Math.max(Date.now() + this.latency(), this.lastDue);
+    this.lastDue = due;
+    this.queue.push({ due, chunk });
+    this.schedule();
+  }
+
+  private schedule(): void {
+    if (this.timer || this.queue.length === 0) return;
+    this.timer = setTimeout(() => {
+      this.timer = undefined;
+      const now = Date.now();
+      while (this.queue.length > 0 && this.queue[0]!.due <= now) {
+        const { chunk } = this.queue.shift()!;
+        if (!this.to.destroyed) this.to.write(chunk);
+      }
+      this.schedule();
+    }, Math.max(0, this.queue[0]!.due - Date.now()));
+  }
+
+  stop(): void {
+    clearTimeout(this.timer);
+    this.queue.length = 0;
+  }
+}
+
+export async function startLatencyProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<LatencyProxy> {
+  let latency = 0;
+  const sockets = new Set<net.Socket>();
+  const server = net.createServer((client) => {
+    const upstream = net.connect(targetPort, targetHost);
+    sockets.add(client);
+    sockets.add(upstream);
+    const up = new DelayedPipe(upstream, () => latency);
+    const down = new DelayedPipe(client, () => latency);
+    client.on('data', (c: Buffer) => up.push(c));
+    upstream.on('data', (c: Buffer) => down.push(c));
+    const end = () => {
+      up.stop();
+      down.stop();
+      client.destroy();
+      upstream.destroy();
+      sockets.delete(client);
+      sockets.delete(upstream);
+    };
+    client.on('close', end);
+    upstream.on('close', end);
+    client.on('error', end);
+    upstream.on('error', end);
+  });
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const port = (server.address() as net.AddressInfo).port;
+  return {
+    port,
+    address: `127.0.0.1:${port}`,
+    setLatency(ms) {
+      latency = ms;
+    },
+    close() {
+      for (const s of sockets) s.destroy();
+      return new Promise((resolve) => server.close(() => resolve()));
+    },
+  };
+}

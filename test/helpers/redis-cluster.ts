@@ -1,0 +1,135 @@
+/**
+ * A real Redis Cluster for tests: redis-server processes with cluster-enabled on free ports (data
+ * and bus ports both picked free), joined with `redis-cli --cluster create`, masters with one
+ * replica each. Set up once per test file: it takes a few seconds.
+ */
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { promisify } from 'node:util';
+import { Redis } from 'ioredis';
+import { freePort } from './ports.js';
+import { redisServerBinary, waitForPort } from './redis-server.js';
+
+const run = promisify(execFile);
+
+export interface ClusterNode {
+  port: number;
+  busPort: number;
+  /** SIGKILL: a crash. */
+  kill(): Promise<void>;
+  readonly alive: boolean;
+  /** A short-lived plain client to this node (call quit() when done). */
+  client(): Redis;
+}
+
+export interface TestCluster {
+  nodes: ClusterNode[];
+  /** The store URL seeded with the first masters. */
+  url: string;
+  /** The node that currently serves `slot` as master. */
+  masterOf(slot: number): Promise<ClusterNode>;
+  /** Waits until every live node sees the cluster as ok and `slot` has a live master. */
+  waitHealthy(timeoutMs?: number): Promise<void>;
+  stop(): Promise<void>;
+}
+
+async function distinctFreePorts(n: number): Promise<number[]> {
+  const ports = new Set<number>();
+  while (ports.size < n) ports.add(await freePort());
+  return [...ports];
+}
+
+export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number } = {}): Promise<TestCluster> {
+  const masters = opts.masters ?? 3;
+  const replicas = opts.replicas ?? 1;
+  const count = masters * (1 + replicas);
+  const bin = redisServerBinary();
+  const ports = await distinctFreePorts(count * 2);
+  const nodes: Array<ClusterNode & { proc: ChildProcess }> = [];
+  for (let i = 0; i < count; i++) {
+    const port = ports[i]!;
+    const busPort = ports[count + i]!;
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-cluster-'));
+    const proc = spawn(
+      bin,
+      [
+        '--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1',
+        '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
+        '--cluster-node-timeout', String(opts.nodeTimeoutMs ?? 1000),
+        '--dir', dir, '--save', '', '--appendonly', 'no',
+      ],
+      { stdio: 'ignore' },
+    );
+    const node = {
+      port,
+      busPort,
+      proc,
+      get alive() {
+        return proc.exitCode === null && proc.signalCode === null;
+      },
+      async kill() {
+        if (!node.alive) return;
+        await new Promise<void>((resolve) => {
+          proc.once('exit', () => resolve());
+          proc.kill('SIGKILL');
+        });
+      },
+      client: () => new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1 }),
+    };
+    nodes.push(node);
+  }
+  await Promise.all(nodes.map((n) => waitForPort(n.port, 5000)));
+  await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], {
+    timeout: 30_000,
+  });
+
+  const query = async <T>(node: ClusterNode, fn: (r: Redis) => Promise<T>): Promise<T> => {
+    const r = node.client();
+    try {
+      return await fn(r);
+    } finally {
+      r.disconnect();
+    }
+  };
+
+  const cluster: TestCluster = {
+    nodes,
+    url: `redis+cluster://${nodes.slice(0, 2).map((n) => `127.0.0.1:${n.port}`).join(',')}`,
+    async masterOf(slot) {
+      for (const n of nodes.filter((x) => x.alive)) {
+        const slots = (await query(n, (r) => r.call('CLUSTER', 'SLOTS'))) as Array<[number, number, [string, number, ...unknown[]]]>;
+        for (const [from, to, master] of slots) {
+          if (slot >= from && slot <= to) {
+            const owner = nodes.find((x) => x.port === Number(master[1]));
+            if (owner?.alive) return owner;
+          }
+        }
+      }
+      throw new Error(`no live master serves slot ${slot}`);
+    },
+    async waitHealthy(timeoutMs = 20_000) {
+      const until = Date.now() + timeoutMs;
+      for (;;) {
+        const live = nodes.filter((n) => n.alive);
+        const states = await Promise.all(live.map((n) => query(n, (r) => r.call('CLUSTER', 'INFO')).catch(() => '')));
+        const synced = await Promise.all(
+          live.map((n) =>
+            query(n, (r) => r.info('replication'))
+              .then((info) => !/role:slave/.test(info) || /master_link_status:up/.test(info))
+              .catch(() => false),
+          ),
+        );
+        if (states.every((s) => /cluster_state:ok/.test(String(s))) && synced.every(Boolean)) return;
+        if (Date.now() > until) throw new Error('redis cluster did not become healthy');
+        await new Promise((r) => setTimeout(r, 100));
+      }
+    },
+    async stop() {
+      await Promise.all(nodes.map((n) => n.kill()));
+    },
+  };
+  await cluster.waitHealthy();
+  return cluster;
+}
