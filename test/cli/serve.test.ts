@@ -43,10 +43,13 @@ describe('kvgate serve', () => {
       assert.equal(await grpcHealth(gate.target, 'envoy.service.ext_proc.v3.ExternalProcessor'), 'SERVING');
       const ready = await fetch(`http://127.0.0.1:${gate.adminPort}/readyz`);
       assert.equal(ready.status, 200);
-    } finally {
       h.close();
+      assert.equal(await gate.stop(), 0);
+    } finally {
+      // A failed assertion must not leave the gate running: it would hold the test file open.
+      h.close();
+      await gate.kill();
     }
-    assert.equal(await gate.stop(), 0);
   });
 
   test('flags have environment variables', async () => {

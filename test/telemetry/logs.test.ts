@@ -70,10 +70,12 @@ describe('request logs', () => {
 
   test('with export on, log lines name kvgate’s own exported span', async () => {
     const receiver = await new OtlpReceiver().start();
-    const saved = { ...process.env };
-    Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.httpEndpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '20' });
-    const tracing = await startTracing({ logger: silentLogger() });
-    process.env = saved;
+    // The SDK's exporter reads OTEL_* from process.env itself; set them for its start only.
+    const otel = { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.httpEndpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '20' };
+    Object.assign(process.env, otel);
+    const tracing = await startTracing({ logger: silentLogger() }).finally(() => {
+      for (const k of Object.keys(otel)) delete process.env[k];
+    });
     const { logger, lines } = recordingLogger('debug');
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] }, { logger });
     const envoyTrace = hex(16);
