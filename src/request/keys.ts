@@ -68,7 +68,8 @@ export function understand(req: RequestInfo, cfg: Config): Understanding {
     const metaSession = stringField(objectField(body, 'metadata') ?? {}, 'session_id');
     if (metaSession) return { key: sessionKey(metaSession, 'body_metadata'), model };
   }
-  const text = canonicalPrompt(body);
+  // Only the first prefix_blocks blocks are hashed: the rest of the prompt need not be rendered.
+  const text = canonicalPrompt(body, k.prefix_block_chars * k.prefix_blocks);
   if (!text) return { key: undefined, model };
   return { key: prefixKey(text, model ?? '', k.prefix_block_chars, k.prefix_blocks), model };
 }
