@@ -42,7 +42,7 @@ export function turnText(prompt: string, output: string): string {
 export function parseCompletionRequest(endpoint: Endpoint, raw: Buffer): ParsedRequest {
   const parsed = parseJsonBody(raw);
   if (!parsed.ok) {
-    const why = { empty: 'the request body is empty', not_utf8: 'the request body is not UTF-8', not_json: 'the request body is not valid JSON', not_object: 'the request body must be a JSON object' }[parsed.reason];
+    const why = { empty: 'the request body is empty', not_utf8: 'the request body is not UTF-8', not_json: 'the request body is not valid JSON', not_object: 'the request body must be a JSON object', too_complex: 'the request body is nested too deeply' }[parsed.reason];
     return { ok: false, message: why };
   }
   const body = parsed.value;

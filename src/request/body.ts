@@ -5,7 +5,19 @@
 
 export type ParsedBody =
   | { ok: true; value: Record<string, unknown> }
-  | { ok: false; reason: 'empty' | 'not_utf8' | 'not_json' | 'not_object' };
+  | { ok: false; reason: 'empty' | 'not_utf8' | 'not_json' | 'not_object' | 'too_complex' };
+
+/**
+ * Deepest JSON nesting read. Real OpenAI bodies (tool and response schemas included) stay far
+ * below it; past it V8's JSON.parse costs microseconds per level, so an 8 MiB body of `[` would
+ * block the event loop (every stream's routing) for seconds. Such a body is not parsed at all.
+ */
+export const MAX_JSON_DEPTH = 128;
+/**
+ * Most objects and arrays read in one body. A real chat has a few per message; 8 MiB of `[],`
+ * would be millions, each a heap object: seconds of parsing and GC and over 100 MB of heap.
+ */
+export const MAX_JSON_CONTAINERS = 100_000;
 
 const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
 
@@ -17,6 +29,7 @@ export function parseJsonBody(body: Buffer | undefined): ParsedBody {
   } catch {
     return { ok: false, reason: 'not_utf8' };
   }
+  if (tooComplex(body)) return { ok: false, reason: 'too_complex' };
   let value: unknown;
   try {
     // JSON.parse is iterative in V8 for arrays/objects, but deeply nested input can still throw
@@ -27,6 +40,28 @@ export function parseJsonBody(body: Buffer | undefined): ParsedBody {
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'not_object' };
   return { ok: true, value: value as Record<string, unknown> };
+}
+
+/**
+ * One pass over the bytes counting brackets outside strings: too deep or too many containers.
+ * Multi-byte UTF-8 never contains ASCII bytes, so reading bytes is exact; malformed JSON is only
+ * miscounted, never slow.
+ */
+function tooComplex(body: Buffer): boolean {
+  let depth = 0;
+  let containers = 0;
+  let inString = false;
+  for (let i = 0; i < body.length; i++) {
+    const c = body[i]!;
+    if (inString) {
+      if (c === 0x5c) i++; // backslash: the next byte is escaped
+      else if (c === 0x22) inString = false;
+    } else if (c === 0x22) inString = true;
+    else if (c === 0x5b || c === 0x7b) {
+      if (++depth > MAX_JSON_DEPTH || ++containers > MAX_JSON_CONTAINERS) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
 }
 
 /** A string field, or undefined when absent or of another type (bodies are untrusted). */

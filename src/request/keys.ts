@@ -87,7 +87,8 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   }
   const body = parsed.value;
   const model = stringField(body, 'model');
-  const text = canonicalPrompt(body);
+  // Only the blocks that are hashed need rendering: a 400 KB prompt is cut at max_blocks blocks.
+  const text = canonicalPrompt(body, cfg.prefix.block_chars * cfg.prefix.max_blocks);
   if (!text) return { model, blocks: [], body };
   const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
   const chain = chainedBlockHashes(text, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);

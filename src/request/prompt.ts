@@ -7,23 +7,35 @@
 /** Separator that cannot appear in JSON-decoded text unescaped... rarely does, and only needs to be stable. */
 const SEP = '\u241e';
 
-/** Canonical text of an OpenAI chat or completions body, or undefined when it carries no prompt. */
-export function canonicalPrompt(body: Record<string, unknown>): string | undefined {
+/**
+ * Canonical text of an OpenAI chat or completions body, or undefined when it carries no prompt.
+ * Stops adding parts once it has `maxChars` characters (keys read only a prefix): a body of a
+ * million tiny messages or token ids then costs what its prefix costs, not a string per element.
+ */
+export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
   const parts: string[] = [];
+  let length = 0;
+  const full = (part: string) => {
+    parts.push(part);
+    length += part.length + SEP.length;
+    return length >= maxChars;
+  };
   // Tool definitions are rendered into the prompt ahead of the conversation by chat templates.
-  if (Array.isArray(body['tools']) && body['tools'].length > 0) parts.push(`tools${SEP}${stableJson(body['tools'])}`);
+  if (Array.isArray(body['tools']) && body['tools'].length > 0 && full(`tools${SEP}${stableJson(body['tools'])}`)) return parts.join(SEP);
   if (Array.isArray(body['messages'])) {
     for (const m of body['messages']) {
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
       const role = typeof msg['role'] === 'string' ? msg['role'] : '';
-      parts.push(`${role}${SEP}${contentText(msg['content'])}`);
+      if (full(`${role}${SEP}${contentText(msg['content'])}`)) break;
     }
   } else if (body['prompt'] !== undefined) {
     const p = body['prompt'];
     if (typeof p === 'string') parts.push(p);
-    else if (Array.isArray(p)) parts.push(p.map((x) => (typeof x === 'string' ? x : stableJson(x))).join(SEP));
-    else return undefined;
+    // Joined with SEP like the parts themselves, so one part per element gives the same text.
+    else if (Array.isArray(p)) {
+      for (const x of p) if (full(typeof x === 'string' ? x : stableJson(x))) break;
+    } else return undefined;
   }
   return parts.length > 0 ? parts.join(SEP) : undefined;
 }
