@@ -34,9 +34,10 @@ before(async () => {
   ]);
 });
 after(async () => {
-  await a.stop();
-  await b.stop();
-  await redis.stop();
+  // Whatever `before` managed to start (it may have failed half-way).
+  await a?.stop();
+  await b?.stop();
+  await redis?.stop();
 });
 
 describe('gate replicas sharing one Redis', () => {

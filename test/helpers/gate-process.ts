@@ -39,7 +39,11 @@ export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = 
   proc.stderr!.on('data', (d: Buffer) => (stderr += d.toString()));
   const ready = new Promise<{ grpcPort: number; adminPort: number }>((resolve, reject) => {
     let buf = '';
-    const timer = setTimeout(() => reject(new Error(`kvgate did not start in ${timeoutMs} ms: ${stderr}`)), timeoutMs);
+    const timer = setTimeout(() => {
+      // A gate that never said it was serving must not outlive the test and hang the runner.
+      proc.kill('SIGKILL');
+      reject(new Error(`kvgate did not start in ${timeoutMs} ms: ${stderr}`));
+    }, timeoutMs);
     proc.stdout!.on('data', (d: Buffer) => {
       buf += d.toString();
       let nl: number;
