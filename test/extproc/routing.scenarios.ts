@@ -123,7 +123,8 @@ export function routingScenarios(backend: Backend): void {
       assert.equal(out.kind, 'local');
       assert.equal(out.kind === 'local' && out.status, 429);
       assert.equal(out.kind === 'local' && out.headers.get('retry-after'), '2');
-      assert.ok(Date.now() - t0 < 500, 'shed without queueing');
+      // Not a speed test: queueing would mean waiting on held requests that never finish here.
+      assert.ok(Date.now() - t0 < 3000, 'shed without queueing');
       const body = JSON.parse(out.kind === 'local' ? out.body.toString() : '{}') as { error: { code: string } };
       assert.equal(body.error.code, 'overloaded');
       for (const r of held) r.stream.end();
