@@ -5,10 +5,13 @@
 import { z } from 'zod';
 import { DEFAULTS } from './defaults.js';
 
-const headerName = z
+export const headerName = z
   .string()
   .min(1)
   .regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a lower-case HTTP header name');
+
+/** Prefix block size in characters: below 16 the index explodes, above 64k a block never completes. */
+export const blockChars = z.number().int().min(16).max(65536);
 
 const workerSchema = z.strictObject({
   /** Stable id used for affinity; renaming a worker drops its sessions' affinity. */
@@ -20,7 +23,37 @@ const workerSchema = z.strictObject({
   kv_capacity_tokens: z.number().int().positive().optional(),
 });
 
-export const configSchema = z.strictObject({
+/** Pool names go into Redis hash tags (`{<pool>}`) and logs: no braces, no spaces. */
+export const POOL_NAME = /^[A-Za-z0-9._:-]+$/;
+
+const workersSchema = z
+  .array(workerSchema)
+  .min(1, 'at least one worker is required')
+  .superRefine((workers, ctx) => {
+    const seen = new Set<string>();
+    for (const [i, w] of workers.entries()) {
+      if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
+      seen.add(w.id);
+    }
+  });
+
+/**
+ * A worker pool: GPUs serving the same models. Affinity, the prefix index and in-flight counts are
+ * kept per pool, so a session or a prompt prefix never crosses from one pool to another.
+ */
+const poolSchema = z.strictObject({
+  name: z.string().min(1).regex(POOL_NAME, 'letters, digits and . _ : - only'),
+  /**
+   * The `model` values (as clients send them in the body) this pool serves. A pool without
+   * `models` serves every model no other pool names; at most one pool may leave it out.
+   */
+  models: z.array(z.string().min(1)).min(1).optional(),
+  /** Per-worker in-flight limit for this pool's workers that set none (else limits.max_inflight). */
+  max_inflight: z.number().int().positive().optional(),
+  workers: workersSchema,
+});
+
+const configObject = z.strictObject({
   routing: z
     .strictObject({
       header: headerName.default(DEFAULTS.routingHeader),
@@ -43,7 +76,7 @@ export const configSchema = z.strictObject({
     .prefault({}),
   prefix: z
     .strictObject({
-      block_chars: z.number().int().min(16).max(65536).default(DEFAULTS.prefixBlockChars),
+      block_chars: blockChars.default(DEFAULTS.prefixBlockChars),
       max_blocks: z.number().int().min(1).max(8192).default(DEFAULTS.prefixMaxBlocks),
       chars_per_token: z.number().positive().default(DEFAULTS.charsPerToken),
       ttl_s: z.number().int().positive().default(DEFAULTS.prefixTtlS),
@@ -78,17 +111,75 @@ export const configSchema = z.strictObject({
       key_prefix: z.string().min(1).regex(/^[A-Za-z0-9_.:-]+$/).default(DEFAULTS.storeKeyPrefix),
     })
     .prefault({}),
-  workers: z
-    .array(workerSchema)
-    .min(1, 'at least one worker is required')
-    .superRefine((workers, ctx) => {
-      const seen = new Set<string>();
-      for (const [i, w] of workers.entries()) {
-        if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
-        seen.add(w.id);
-      }
-    }),
+  /** One pool (named `default`): today's single-fleet form. Give either `workers` or `pools`. */
+  workers: workersSchema.optional(),
+  pools: z.array(poolSchema).min(1, 'at least one pool is required').superRefine(checkPools).optional(),
+  /** The pool for requests that name no model and no pool; the first pool when left out. */
+  default_pool: z.string().min(1).optional(),
 });
 
-export type Config = z.infer<typeof configSchema>;
+type RawConfig = z.infer<typeof configObject>;
 export type WorkerConfig = z.infer<typeof workerSchema>;
+export type PoolConfig = z.infer<typeof poolSchema>;
+
+/** Each pool name, worker and model belongs to exactly one pool. */
+function checkPools(pools: readonly PoolConfig[], ctx: z.RefinementCtx): void {
+  const names = new Set<string>();
+  const workerPool = new Map<string, string>();
+  const modelPool = new Map<string, string>();
+  let catchAll: string | undefined;
+  for (const [i, p] of pools.entries()) {
+    if (names.has(p.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate pool name "${p.name}"` });
+    names.add(p.name);
+    for (const [j, w] of p.workers.entries()) {
+      const other = workerPool.get(w.id);
+      // Worker ids are global: the admin API and the logs name a worker without its pool.
+      if (other !== undefined && other !== p.name) {
+        ctx.addIssue({ code: 'custom', path: [i, 'workers', j, 'id'], message: `worker "${w.id}" is already in pool "${other}"` });
+      }
+      workerPool.set(w.id, p.name);
+    }
+    for (const [j, m] of (p.models ?? []).entries()) {
+      const other = modelPool.get(m);
+      if (other !== undefined) ctx.addIssue({ code: 'custom', path: [i, 'models', j], message: `model "${m}" is already served by pool "${other}"` });
+      modelPool.set(m, p.name);
+    }
+    if (p.models === undefined) {
+      if (catchAll !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [i, 'models'], message: `only one pool may leave out \`models\` (pool "${catchAll}" already does)` });
+      }
+      catchAll ??= p.name;
+    }
+  }
+}
+
+/** `workers` or `pools`, and a default pool that exists. Runs even when other keys failed, so every problem shows at once. */
+function checkShape(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
+  const hasWorkers = c.workers !== undefined;
+  const hasPools = c.pools !== undefined;
+  if (!hasWorkers && !hasPools) ctx.addIssue({ code: 'custom', path: ['workers'], message: 'give `workers` (one pool) or `pools` (several)' });
+  if (hasWorkers && hasPools) ctx.addIssue({ code: 'custom', path: ['pools'], message: 'give `workers` (one pool) or `pools`, not both' });
+  if (typeof c.default_pool !== 'string' || (hasPools && !Array.isArray(c.pools))) return;
+  const known = [...new Set(Array.isArray(c.pools) ? c.pools.map((p) => (p as { name?: unknown } | null)?.name) : [DEFAULTS.pool])];
+  if (!known.includes(c.default_pool)) {
+    ctx.addIssue({ code: 'custom', path: ['default_pool'], message: `no pool named "${c.default_pool}" (pools: ${known.join(', ')})` });
+  }
+}
+
+/** Both forms become `pools`; `workers` stays as every worker of every pool, in config order. */
+function normalize(c: RawConfig) {
+  const { workers, pools, default_pool, ...rest } = c;
+  const all: PoolConfig[] = pools ?? [{ name: DEFAULTS.pool, workers: workers ?? [] }];
+  return {
+    ...rest,
+    pools: all,
+    default_pool: default_pool ?? all[0]!.name,
+    workers: all.flatMap((p) => p.workers),
+  };
+}
+
+export const configSchema = configObject
+  .superRefine((c, ctx) => checkShape(c, ctx), { when: (payload) => typeof payload.value === 'object' && payload.value !== null })
+  .transform(normalize);
+
+export type Config = z.output<typeof configSchema>;
