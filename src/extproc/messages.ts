@@ -30,18 +30,22 @@ export interface HttpTrailers {
   trailers: HeaderMap | null;
 }
 
-/** google.protobuf.Struct as proto-loader decodes it (fields → Value with a `kind` oneof). */
+/**
+ * google.protobuf.Struct as proto-loader decodes it. protobufjs brings its own copy of the
+ * well-known types, so these fields are camelCase even with `keepCase`, and `kind` names the one
+ * that is set.
+ */
 export interface PbStruct {
   fields: Record<string, PbValue>;
 }
 export interface PbValue {
   kind?: 'nullValue' | 'numberValue' | 'stringValue' | 'boolValue' | 'structValue' | 'listValue';
-  null_value?: string;
-  number_value?: number;
-  string_value?: string;
-  bool_value?: boolean;
-  struct_value?: PbStruct;
-  list_value?: { values: PbValue[] };
+  nullValue?: string | number;
+  numberValue?: number;
+  stringValue?: string;
+  boolValue?: boolean;
+  structValue?: PbStruct;
+  listValue?: { values: PbValue[] };
 }
 
 export interface MetadataContext {

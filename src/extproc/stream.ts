@@ -13,14 +13,23 @@
  *
  * The in-flight lease is released exactly once: at the response headers (or the response's end,
  * per `routing.release_on`), or when the stream ends, is cancelled or fails, whichever is first.
+ *
+ * The route's knobs come from the call's gRPC metadata (read once, at the start) and from the
+ * `kvgate` namespace of metadata_context (the latest request-path message that carried it); they
+ * are read when the decision is made. A stream keeps the config it started with for its own
+ * protocol settings, so a config reload never changes the rules halfway through a request.
  */
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { DEFAULTS } from '../config/defaults.js';
+import { readKnobs, type KnobProblem } from '../config/knobs.js';
+import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import type { Gate, GateResult } from '../gate/gate.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import { headerMapToMap, requestInfoFromHeaders } from './headers.js';
+import { forwardedNamespace, metadataEntries } from './knob-source.js';
 import type { CommonResponse, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -33,6 +42,8 @@ export interface StreamHooks {
   onClose(): void;
   /** Called once per routing decision or rejection (for metrics and tests). */
   onResult?(result: GateResult): void;
+  /** Knobs from Envoy that were unknown or invalid and were ignored (the caller logs them). */
+  onKnobProblems?(problems: readonly KnobProblem[]): void;
 }
 
 export class ExtProcStream {
@@ -47,6 +58,11 @@ export class ExtProcStream {
   private answeredImmediately = false;
   /** When the last message arrived (ms since epoch), for the server's idle sweep. */
   lastActivity = Date.now();
+  private readonly config: Config;
+  /** The route layer of knobs: the call's gRPC metadata. */
+  private readonly grpcMetadata: Array<[string, string]>;
+  /** The host layer of knobs: the `kvgate` namespace of metadata_context. */
+  private knobContext: Record<string, unknown> | undefined;
 
   constructor(
     private readonly call: Call,
@@ -54,6 +70,8 @@ export class ExtProcStream {
     private readonly logger: Logger,
     private readonly hooks: StreamHooks,
   ) {
+    this.config = gate.currentConfig;
+    this.grpcMetadata = metadataEntries(call.metadata);
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
       this.queue = this.queue.then(() => this.handle(msg)).catch((err: unknown) => this.fail(err));
@@ -67,12 +85,11 @@ export class ExtProcStream {
     call.on('close', () => this.finish(false));
   }
 
-  private get config() {
-    return this.gate.currentConfig;
-  }
-
   private async handle(msg: ProcessingRequest): Promise<void> {
     if (this.finished || this.answeredImmediately) return;
+    if (msg.request === 'request_headers' || msg.request === 'request_body') {
+      this.knobContext = forwardedNamespace(msg.metadata_context, DEFAULTS.knobNamespace) ?? this.knobContext;
+    }
     switch (msg.request) {
       case 'request_headers':
         return this.onRequestHeaders(msg);
@@ -128,9 +145,12 @@ export class ExtProcStream {
   private async decideAndReply(phase: 'request_headers' | 'request_body'): Promise<void> {
     this.decided = true;
     const request = this.request ?? requestInfoFromHeaders(new Map());
+    const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
+    if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
+    if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
     let result: GateResult;
     try {
-      result = await this.gate.route(request);
+      result = await this.gate.route(request, reading.knobs);
     } catch (err) {
       // A bug in deciding must not fail the request: forward it without a routing header, so the
       // fallback route serves it, and say so loudly.
@@ -147,7 +167,7 @@ export class ExtProcStream {
       this.lease = result.lease;
       return this.replyCommon(phase, routeTo(this.config.routing.header, result.cluster));
     }
-    const answer = httpAnswerFor(result.error.code, this.config);
+    const answer = httpAnswerFor(result.error.code, result.routing ?? this.config.routing);
     if (!answer) {
       this.logger.error({ code: result.error.code, err: result.error.message }, 'unexpected rejection; forwarding without affinity');
       return this.replyCommon(phase, continueStripping(this.config.routing.header, request.headers.has(this.config.routing.header)));

@@ -5,19 +5,24 @@
  * `route()`.
  */
 import type { Logger } from 'pino';
-import type { Config, WorkerConfig } from '../config/schema.js';
+import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
+import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
 import { understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, RouteOutcome, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
+import { LogThrottle } from '../telemetry/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
+import { PoolTable, type Pool } from './pools.js';
 
 export type GateResult =
   | {
       kind: 'route';
+      /** The pool the request was routed in. */
+      pool: string;
       worker: string;
       cluster: string;
       outcome: RouteOutcome;
@@ -33,7 +38,20 @@ export type GateResult =
       /** Time spent waiting on the store for this decision. */
       storeMs: number;
     }
-  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined; explanation?: Explanation };
+  | {
+      kind: 'reject';
+      error: KvgateError;
+      key: RoutingKey | undefined;
+      explanation?: Explanation;
+      /** The shed answer this request's knobs asked for (status and retry-after), when they were read. */
+      routing?: Pick<Config['routing'], 'shed_status' | 'retry_after_s'>;
+    };
+
+/** Everything a decision reads from the config, swapped as one value by `reconfigure`. */
+interface Setup {
+  readonly config: Config;
+  readonly pools: PoolTable;
+}
 
 /**
  * Commits tried before giving up. Each failed commit means another replica changed the same
@@ -42,34 +60,56 @@ export type GateResult =
 const MAX_COMMITS = 4;
 
 export class Gate {
-  private workerIds: readonly string[];
-  private workersById: ReadonlyMap<string, WorkerConfig>;
+  private setup: Setup;
   /** The last decisions, for the admin debug endpoint (hashes only, never prompts). */
   readonly decisions = new DecisionLog(100);
+  private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
 
   constructor(
-    private config: Config,
+    config: Config,
     readonly store: RoutingStore,
     private readonly logger: Logger,
   ) {
-    this.workerIds = config.workers.map((w) => w.id);
-    this.workersById = new Map(config.workers.map((w) => [w.id, w]));
+    this.setup = { config, pools: new PoolTable(config) };
   }
 
   get currentConfig(): Config {
-    return this.config;
+    return this.setup.config;
   }
 
-  /** The pool every worker is in until pools are configured. */
-  readonly pool = DEFAULTS.pool;
+  get pools(): PoolTable {
+    return this.setup.pools;
+  }
 
-  async route(req: RequestInfo): Promise<GateResult> {
+  /** The default pool's name (the only pool of a single-pool config). */
+  get pool(): string {
+    return this.setup.pools.default.name;
+  }
+
+  /**
+   * Switches to a new, already validated config at once. A decision in progress finishes on the
+   * config it started with; leases taken before stay valid (a lease names its pool and worker).
+   */
+  reconfigure(config: Config): void {
+    this.setup = { config, pools: new PoolTable(config) };
+  }
+
+  /**
+   * Routes one request. `knobs` are its route's settings from Envoy (already validated); they
+   * override the config for this request only.
+   */
+  async route(req: RequestInfo, knobs: Knobs = {}): Promise<GateResult> {
+    const setup = this.setup;
+    const cfg = applyKnobs(setup.config, knobs);
+    const answer = { shed_status: cfg.routing.shed_status, retry_after_s: cfg.routing.retry_after_s };
     let key: RoutingKey | undefined;
     let blocks: string[];
+    let model: string | undefined;
     try {
-      const u = understand(req, this.config);
+      const u = understand(req, cfg);
       key = u.key;
       blocks = u.blocks;
+      model = u.model;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -77,12 +117,22 @@ export class Gate {
     } catch (err) {
       const error = KvgateError.from(err, 'bad_request');
       this.logger.info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
-      return { kind: 'reject', error, key: undefined };
+      return { kind: 'reject', error, key: undefined, routing: answer };
     }
+    const pick = setup.pools.pick(knobs.pool, model);
+    if (pick.unknownKnob !== undefined) this.unknownPool(pick.unknownKnob, setup.pools);
+    if (pick.kind === 'reject') {
+      this.logger.info({ path: req.path, code: pick.error.code, ...pick.error.details }, 'request rejected');
+      return { kind: 'reject', error: pick.error, key, routing: answer };
+    }
+    const pool = pick.pool;
     const session = key?.kind === 'session';
     // Only sessions have affinities in the store; prompts are matched through the prefix index.
-    const q: StateQuery = { pool: this.pool, key: session ? `s:${key!.hash}` : undefined, workers: this.workerIds, blocks };
-    const cfg = this.config;
+    // A mode that ignores sessions (prefix, least_loaded) neither reads nor moves the affinity:
+    // the policy does not rely on it, so it must not be a commit precondition either (otherwise a
+    // session placed by a sticky route would fail every commit on a non-sticky one).
+    const sticky = session && (cfg.routing.policy === 'both' || cfg.routing.policy === 'session');
+    const q: StateQuery = { pool: pool.name, key: sticky ? `s:${key!.hash}` : undefined, workers: pool.workerIds, blocks };
     let storeMs = 0;
     const timed = async <T>(p: Promise<T>): Promise<T> => {
       const t0 = performance.now();
@@ -102,7 +152,7 @@ export class Gate {
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
-        workers: this.views(snap),
+        workers: this.views(snap, pool, knobs.max_inflight, cfg.limits.max_inflight),
         mode: cfg.routing.policy,
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight },
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
@@ -115,7 +165,7 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key);
+        return this.shed(decision, key, pool, answer);
       }
       const res = await timed(
         this.store.commit({
@@ -124,15 +174,15 @@ export class Gate {
           preconditions: decision.preconditions,
           affinityTtlMs: cfg.affinity.ttl_s * 1000,
           prefixTtlMs: cfg.prefix.ttl_s * 1000,
-          capacityBlocks: this.capacityBlocks(decision.worker),
+          capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
         }),
       );
-      if (res.ok) return this.routed(decision, res.lease, key, res.degraded, attempt, storeMs);
+      if (res.ok) return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs);
       snap = res.snapshot;
       fresh = true;
     }
     const explanation: Explanation = { mode: cfg.routing.policy, totalBlocks: blocks.length, rule: 'shed', spilled: false, candidates: [] };
-    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation }, key);
+    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation }, key, pool, answer);
   }
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
@@ -142,30 +192,44 @@ export class Gate {
     });
   }
 
-  /** Workers as the policy sees them: config limits joined with the store's counts, states and prefix matches. */
-  views(snap: Snapshot): WorkerView[] {
-    return this.workerIds.map((id) => {
-      const w = this.workersById.get(id)!;
+  /**
+   * A pool's workers as the policy sees them: config limits joined with the store's counts, states
+   * and prefix matches. `maxInflight` (a route's knob) replaces every worker's limit.
+   */
+  views(snap: Snapshot, pool: Pool = this.setup.pools.default, maxInflight?: number, defaultMaxInflight = this.setup.config.limits.max_inflight): WorkerView[] {
+    return pool.workerIds.map((id) => {
+      const w = pool.workers.get(id)!;
       return {
         id,
         cluster: w.cluster,
         state: snap.states.get(id) ?? 'healthy',
         inflight: snap.inflight.get(id) ?? 0,
-        maxInflight: w.max_inflight ?? this.config.limits.max_inflight,
+        maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
     });
   }
 
   /** How many prefix blocks a worker's KV cache holds: its capacity in tokens over tokens per block. */
-  private capacityBlocks(worker: string): number {
-    const tokens = this.workersById.get(worker)?.kv_capacity_tokens ?? DEFAULTS.kvCapacityTokens;
-    const tokensPerBlock = this.config.prefix.block_chars / this.config.prefix.chars_per_token;
+  private capacityBlocks(pool: Pool, worker: string, cfg: Config): number {
+    const tokens = pool.workers.get(worker)?.kv_capacity_tokens ?? DEFAULTS.kvCapacityTokens;
+    const tokensPerBlock = cfg.prefix.block_chars / cfg.prefix.chars_per_token;
     return Math.max(1, Math.floor(tokens / tokensPerBlock));
+  }
+
+  /** A route named a pool the config does not have: said once a minute, and the request is placed as if it had not. */
+  private unknownPool(name: string, pools: PoolTable): void {
+    const suppressed = this.problems.take(`pool:${name}`);
+    if (suppressed === undefined) return;
+    this.logger.warn(
+      { knob: 'pool', value: name, pools: pools.all().map((p) => p.name), repeats: suppressed },
+      'knob rejected: no such pool; choosing the pool by model, else the default pool',
+    );
   }
 
   private routed(
     decision: Extract<Decision, { kind: 'route' }>,
+    pool: Pool,
     lease: Lease,
     key: RoutingKey | undefined,
     degraded: boolean,
@@ -174,6 +238,7 @@ export class Gate {
   ): GateResult {
     const record: DecisionRecord = {
       at: new Date().toISOString(),
+      pool: pool.name,
       key_kind: key?.kind,
       key_hash: key?.hash,
       outcome: decision.outcome,
@@ -189,6 +254,7 @@ export class Gate {
         key_kind: key?.kind,
         key_source: key?.source,
         key_hash: key?.hash,
+        pool: pool.name,
         outcome: decision.outcome,
         worker: decision.worker,
         from: decision.from,
@@ -201,6 +267,7 @@ export class Gate {
     );
     return {
       kind: 'route',
+      pool: pool.name,
       worker: decision.worker,
       cluster: decision.cluster,
       outcome: decision.outcome,
@@ -214,13 +281,18 @@ export class Gate {
     };
   }
 
-  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined): GateResult {
+  private shed(
+    decision: Extract<Decision, { kind: 'shed' }>,
+    key: RoutingKey | undefined,
+    pool: Pool,
+    routing: NonNullable<Extract<GateResult, { kind: 'reject' }>['routing']>,
+  ): GateResult {
     const error =
       decision.reason === 'overloaded'
         ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
         : new KvgateError('no_healthy_workers', 'no worker is healthy');
-    this.decisions.push({ at: new Date().toISOString(), key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
-    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason }, 'shed');
-    return { kind: 'reject', error, key, explanation: decision.explanation };
+    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
+    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason }, 'shed');
+    return { kind: 'reject', error, key, explanation: decision.explanation, routing };
   }
 }
