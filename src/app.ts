@@ -5,6 +5,7 @@
  */
 import type { Logger } from 'pino';
 import { AdminServer } from './admin/server.js';
+import { ConfigReloader, type ReloadOutcome, type ReloadTrigger } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
@@ -23,6 +24,13 @@ export interface StartOptions {
   adminHost: string;
   adminPort: number;
   onResult?: (result: GateResult) => void;
+  /**
+   * The file `config` came from. When given, it is watched and re-read on change (and by
+   * `reload()`, which the CLI calls on SIGHUP); a valid new config replaces the running one.
+   */
+  configFile?: string;
+  /** Quiet time before a changed file is re-read (tests shorten it). */
+  reloadDebounceMs?: number;
 }
 
 export interface RunningKvgate {
@@ -31,6 +39,8 @@ export interface RunningKvgate {
   gate: Gate;
   store: RoutingStore;
   extproc: ExtProcServer;
+  /** Re-reads the config file now (no-op 'unchanged' without one). */
+  reload(trigger: ReloadTrigger): ReloadOutcome;
   /** Drains open streams for up to `graceMs`, then stops everything. */
   close(graceMs?: number): Promise<void>;
 }
@@ -72,8 +82,18 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     await store.close();
     throw err;
   }
+  const reloader = opts.configFile
+    ? new ConfigReloader({
+        file: opts.configFile,
+        logger: logger.child({ component: 'config' }),
+        current: () => gate.currentConfig,
+        apply: (next) => gate.reconfigure(next),
+        ...(opts.reloadDebounceMs !== undefined ? { debounceMs: opts.reloadDebounceMs } : {}),
+      })
+    : undefined;
+  reloader?.watch();
   extproc.setServing(true);
-  logger.info({ grpcPort, adminPort, store: describeStore(opts.store), workers: config.workers.length }, 'kvgate serving');
+  logger.info({ grpcPort, adminPort, store: describeStore(opts.store), pools: config.pools.length, workers: config.workers.length }, 'kvgate serving');
   let closing: Promise<void> | undefined;
   return {
     grpcPort,
@@ -81,8 +101,12 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     gate,
     store,
     extproc,
+    reload(trigger) {
+      return reloader ? reloader.reload(trigger) : 'unchanged';
+    },
     close(graceMs = 5000) {
       closing ??= (async () => {
+        reloader?.close();
         await extproc.shutdown(graceMs);
         await admin.close();
         await store.close();
