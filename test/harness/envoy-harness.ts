@@ -10,10 +10,15 @@
  *  - the request path finishes before the response path starts (Envoy may interleave them);
  *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
  *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
- *  - no protocol_config, attributes or dynamic metadata (the npm proto copy predates
- *    protocol_config; metadata_context is sent empty);
- *  - no per-route ExtProcPerRoute overrides, no header count/size limits, no grpc_status
- *    on immediate responses, no HCM response header_mutation.
+ *  - no protocol_config or attributes (the npm proto copy predates protocol_config);
+ *  - dynamic metadata: set_metadata filters (untyped, static values) and what a request brings
+ *    (`HarnessRequest.dynamicMetadata`) is forwarded in metadata_context for the filter's
+ *    untyped forwarding namespaces; no connection metadata fallback, no receiving namespaces;
+ *  - ExtProcPerRoute on virtual hosts and routes: `disabled`, `grpc_initial_metadata` and
+ *    `metadata_options` only (other overrides are config errors in the harness), merged once
+ *    on the route matched when ext_proc starts, as Envoy does;
+ *  - no header count/size limits, no grpc_status on immediate responses, no HCM response
+ *    header_mutation.
  */
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/extproc/proto.js';
@@ -50,6 +55,11 @@ export interface HarnessRequest {
   trailers?: Record<string, string>;
   /** The body as Envoy receives it, chunk by chunk (one STREAMED message per chunk). */
   chunks?: Buffer[];
+  /**
+   * Dynamic metadata the request already carries when the filter chain starts (as an earlier
+   * listener filter or the connection would have set it): namespace → values.
+   */
+  dynamicMetadata?: Record<string, Record<string, unknown>>;
 }
 
 /** The request as it reaches the upstream cluster. */
@@ -75,7 +85,8 @@ export interface UpstreamResponse {
   latencyMs?: number;
 }
 
-export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse);
+/** A function may answer later (a Promise), holding the request in flight until it does. */
+export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse | Promise<UpstreamResponse>);
 
 export interface OutcomeBase {
   /** Every message Envoy sent and what answered it, in order. */
@@ -154,15 +165,18 @@ export class EnvoyHarness {
   /** Sends one HTTP request through the simulated Envoy; `upstream` answers if it is routed. */
   async request(req: HarnessRequest, upstream?: UpstreamSpec): Promise<Outcome> {
     const session = this.extProc
-      ? new ExtProcSession(this.extProc, this.config.envoyHeaderPrefix, () => this.openRawStream())
+      ? new ExtProcSession(this.extProc, this.config.envoyHeaderPrefix, (md) => this.openRawStream(md), this.metadata)
       : undefined;
     return new RequestRun(this.config, session, req).run(upstream);
   }
 
-  /** A bare Process stream, for tests that script message orders, half-closes and cancels. */
-  openRawStream(): RawStream {
+  /**
+   * A bare Process stream, for tests that script message orders, half-closes and cancels.
+   * `metadata` replaces the call's gRPC metadata (default: the filter's, plus `grpcMetadata`).
+   */
+  openRawStream(metadata: ReadonlyArray<[string, string]> = this.metadata): RawStream {
     const md = new grpc.Metadata();
-    for (const [k, v] of this.metadata) md.add(k, v);
+    for (const [k, v] of metadata) md.add(k, v);
     const stream: RawStream = new RawStream(this.client.Process(md), () => this.streams.delete(stream));
     this.streams.add(stream);
     return stream;

@@ -21,8 +21,10 @@ import {
   type Handled,
   type LocalReply,
   localReply,
+  mergePerRoute,
 } from './ext-proc-session.js';
 import { HeaderList } from './header-list.js';
+import { applySetMetadata, type DynamicMetadata } from './metadata.js';
 import { applyExtProcHeaderMutation, applyRequestMutations } from './mutations.js';
 import { type RouteDecision, resolveRoute } from './routing.js';
 
@@ -107,6 +109,8 @@ export class RequestRun {
   private released = false;
   private decision: RouteDecision | null = null;
   private readonly afterExtProc: HttpFilter[];
+  /** The request's dynamic metadata (stream info), filled by set_metadata filters. */
+  private readonly dynamicMetadata: DynamicMetadata;
 
   constructor(
     private readonly config: ParsedEnvoyConfig,
@@ -118,6 +122,7 @@ export class RequestRun {
     this.body = Buffer.concat(this.chunks);
     this.bodyPresent = req.body !== undefined || req.chunks !== undefined;
     if (req.trailers) this.trailers = HeaderList.from(req.trailers);
+    this.dynamicMetadata = new Map(Object.entries(structuredClone(req.dynamicMetadata ?? {})));
     const chain = config.httpFilters;
     const extIdx = chain.findIndex((f) => f.kind === 'ext_proc');
     this.afterExtProc = extIdx >= 0 ? chain.slice(extIdx + 1) : [];
@@ -154,8 +159,16 @@ export class RequestRun {
         // The filter then looks up per-route config, which resolves and caches the route
         // with the headers as they are now (HeaderMutation::decodeHeaders).
         this.resolveRouteIfNeeded();
+      } else if (f.kind === 'set_metadata') {
+        applySetMetadata(this.dynamicMetadata, f.entries);
       } else if (f.kind === 'ext_proc') {
         this.resolveRouteIfNeeded(); // mergePerRouteConfig() resolves the route too
+        if (this.session) {
+          // Merged once, on the route matched now; a later route change does not re-merge.
+          const merged = this.route ? mergePerRoute([this.route.vhost.extProcPerRoute, this.route.route.extProcPerRoute]) : undefined;
+          if (merged) this.session.applyPerRoute(merged);
+          this.session.dynamicMetadata = this.dynamicMetadata;
+        }
         const flow: Flow = this.session ? await this.decodeExtProc(this.session) : { type: 'continue' };
         this.release(); // runs the filters after ext_proc, then the router's lookup
         return flow;
@@ -378,7 +391,7 @@ export class RequestRun {
   private async callUpstream(cluster: string, spec: UpstreamSpec | undefined): Promise<ResponseDraft> {
     const req: UpstreamRequest = { cluster, headers: this.headers.clone(), body: Buffer.from(this.body) };
     if (this.trailers) req.trailers = this.trailers.clone();
-    const res: UpstreamResponse = typeof spec === 'function' ? spec(req) : (spec ?? { status: 200 });
+    const res: UpstreamResponse = typeof spec === 'function' ? await spec(req) : (spec ?? { status: 200 });
     if (res.latencyMs) await new Promise<void>((r) => setTimeout(r, res.latencyMs));
     const headers = new HeaderList();
     headers.add(':status', String(res.status));

@@ -13,7 +13,10 @@ export interface TestGate extends RunningKvgate {
   results: GateResult[];
 }
 
-export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger } = {}): Promise<TestGate> {
+export async function startTestGate(
+  rawConfig: unknown,
+  opts: { store?: string; logger?: Logger; configFile?: string; reloadDebounceMs?: number } = {},
+): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
     config: parseConfig(rawConfig),
@@ -24,6 +27,8 @@ export async function startTestGate(rawConfig: unknown, opts: { store?: string; 
     adminHost: '127.0.0.1',
     adminPort: 0,
     onResult: (r) => results.push(r),
+    ...(opts.configFile !== undefined ? { configFile: opts.configFile } : {}),
+    ...(opts.reloadDebounceMs !== undefined ? { reloadDebounceMs: opts.reloadDebounceMs } : {}),
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }
