@@ -6,10 +6,11 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { applyKnobs, metadataKey, readKnobs } from '../../src/config/knobs.js';
 import { parseConfig } from '../../src/config/load.js';
-import { carryRestartOnly } from '../../src/config/reload.js';
+import { ConfigReloader, carryRestartOnly } from '../../src/config/reload.js';
 import { structToPlain } from '../../src/extproc/knob-source.js';
 import { PoolTable } from '../../src/gate/pools.js';
 import { LogThrottle } from '../../src/telemetry/log-throttle.js';
+import { recordingLogger } from '../helpers/logger.js';
 
 const TWO_POOLS = {
   pools: [
@@ -168,6 +169,19 @@ describe('reload pieces', () => {
     assert.equal(config.store.refresh_ms, running.store.refresh_ms);
     assert.ok(Object.isFrozen(config.limits));
     assert.equal(carryRestartOnly(running, running).config, running);
+  });
+
+  test('a config file that cannot be watched or read is logged, never thrown; the running config stays', () => {
+    const { logger, lines } = recordingLogger('info');
+    const running = parseConfig({ workers: [{ id: 'a', cluster: 'a' }] });
+    let applied = 0;
+    const r = new ConfigReloader({ file: '/nonexistent-kvgate-dir/kvgate.yaml', logger, current: () => running, apply: () => applied++ });
+    r.watch();
+    assert.equal(r.reload('SIGHUP'), 'rejected');
+    r.close();
+    assert.equal(applied, 0);
+    assert.match(String(lines.find((l) => l['msg'] === 'cannot watch the config file; reload with SIGHUP')?.['err']), /ENOENT/);
+    assert.match(String(lines.find((l) => l['msg'] === 'config reload rejected; keeping the running config')?.['err']), /cannot read config file/);
   });
 
   test('the log throttle lets the first line through and counts the repeats', () => {
