@@ -402,7 +402,10 @@ function parseHeaderValues(v: unknown, where: string): Array<[string, string]> {
   return list(v, where).map((h, i): [string, string] => {
     const hv = obj(h, `${where}[${i}]`);
     if (hv.raw_value !== undefined) throw new Error(`${where}[${i}]: raw_value is not supported by the harness`);
-    return [str(hv.key, `${where}[${i}].key`).toLowerCase(), String(hv.value ?? '')];
+    const value = String(hv.value ?? '');
+    // Envoy evaluates these as substitution-format strings; only literals are imitated.
+    if (/%[A-Z_]+[(%]/.test(value)) throw new Error(`${where}[${i}]: format commands in values are not supported by the harness`);
+    return [str(hv.key, `${where}[${i}].key`).toLowerCase(), value];
   });
 }
 
