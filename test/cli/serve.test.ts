@@ -43,6 +43,10 @@ describe('kvgate serve', () => {
       assert.equal(await grpcHealth(gate.target, 'envoy.service.ext_proc.v3.ExternalProcessor'), 'SERVING');
       const ready = await fetch(`http://127.0.0.1:${gate.adminPort}/readyz`);
       assert.equal(ready.status, 200);
+    } catch (err) {
+      // A leftover child process would keep this test file, and so the whole suite, running forever.
+      await gate.kill();
+      throw err;
     } finally {
       h.close();
     }

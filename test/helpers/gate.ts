@@ -13,7 +13,10 @@ export interface TestGate extends RunningKvgate {
   results: GateResult[];
 }
 
-export async function startTestGate(rawConfig: unknown, opts: { store?: string; logger?: Logger; processMetrics?: boolean } = {}): Promise<TestGate> {
+export async function startTestGate(
+  rawConfig: unknown,
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } = {},
+): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
     config: parseConfig(rawConfig),
@@ -26,6 +29,8 @@ export async function startTestGate(rawConfig: unknown, opts: { store?: string; 
     onResult: (r) => results.push(r),
     // Node's process metrics add a timer per gate; tests that want them ask.
     processMetrics: opts.processMetrics ?? false,
+    ...(opts.configFile !== undefined ? { configFile: opts.configFile } : {}),
+    ...(opts.reloadDebounceMs !== undefined ? { reloadDebounceMs: opts.reloadDebounceMs } : {}),
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }
