@@ -8,6 +8,7 @@ import type { Logger } from 'pino';
 import { KvgateError } from './errors.js';
 import { AdminServer } from './admin/server.js';
 import { DEFAULTS } from './config/defaults.js';
+import { ConfigReloader, type ReloadOutcome, type ReloadTrigger } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
@@ -38,6 +39,13 @@ export interface StartOptions {
   onResult?: (result: GateResult) => void;
   /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
   processMetrics?: boolean;
+  /**
+   * The file `config` came from. When given, it is watched and re-read on change (and by
+   * `reload()`, which the CLI calls on SIGHUP); a valid new config replaces the running one.
+   */
+  configFile?: string;
+  /** Quiet time before a changed file is re-read (tests shorten it). */
+  reloadDebounceMs?: number;
 }
 
 export interface GrpcTlsFiles {
@@ -55,6 +63,8 @@ export interface RunningKvgate {
   collector: SignalCollector;
   metrics: Metrics;
   readiness: Readiness;
+  /** Re-reads the config file now (no-op 'unchanged' without one). */
+  reload(trigger: ReloadTrigger): ReloadOutcome;
   /** Drains open streams for up to `graceMs`, then stops everything. */
   close(graceMs?: number): Promise<void>;
 }
@@ -74,11 +84,16 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   let gate: Gate | undefined;
   const metrics = new Metrics({
     // Read at scrape time from the gate's local view: no store round trip per scrape.
-    fleet: () => (gate ? gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: config.workers.map((w) => w.id), blocks: [] })) : []),
+    // Every pool's workers (ids are unique across pools), as the current config has them.
+    fleet: () =>
+      gate
+        ? gate.pools.all().flatMap((pool) => gate!.views(gate!.store.cachedSnapshot({ pool: pool.name, key: undefined, workers: pool.workerIds, blocks: [] }), pool))
+        : [],
     processMetrics: opts.processMetrics ?? true,
   });
   const store = new InstrumentedStore(backend, metrics);
-  gate = new Gate(config, store, logger.child({ component: 'gate' }));
+  const running = new Gate(config, store, logger.child({ component: 'gate' }));
+  gate = running;
   const extproc = new ExtProcServer({
     gate,
     logger: logger.child({ component: 'extproc' }),
@@ -107,9 +122,19 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     await store.close();
     throw err;
   }
+  const reloader = opts.configFile
+    ? new ConfigReloader({
+        file: opts.configFile,
+        logger: logger.child({ component: 'config' }),
+        current: () => running.currentConfig,
+        apply: (next) => running.reconfigure(next),
+        ...(opts.reloadDebounceMs !== undefined ? { debounceMs: opts.reloadDebounceMs } : {}),
+      })
+    : undefined;
   // Workers with metrics count as down until their first scrape: read them once before serving.
   const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
   await collector.start();
+  reloader?.watch();
   const health = await readiness.start();
   logger.info(
     {
@@ -119,6 +144,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       adminHost: opts.adminHost,
       adminPort,
       store: describeStore(opts.store),
+      pools: config.pools.length,
       workers: config.workers.length,
       protocol: config.routing.protocol,
       ready: health.status,
@@ -135,10 +161,14 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     collector,
     metrics,
     readiness,
+    reload(trigger) {
+      return reloader ? reloader.reload(trigger) : 'unchanged';
+    },
     close(graceMs = 5000) {
       closing ??= (async () => {
         // Not ready first (health NOT_SERVING, /readyz 503), then let open streams finish.
         readiness.drain();
+        reloader?.close();
         collector.stop();
         await extproc.shutdown(graceMs);
         await admin.close();

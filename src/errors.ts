@@ -9,6 +9,11 @@ export const ERROR_CODES = [
   'bad_request',
   /** The request body is larger than `limits.max_body_bytes`. */
   'body_too_large',
+  /**
+   * The body names a model that no pool serves (or not the pool its route is pinned to): answered
+   * before any worker is chosen, never sent to a worker of another model.
+   */
+  'model_not_found',
   /** Every eligible worker is at its in-flight limit: shed now instead of queueing. */
   'overloaded',
   /** No worker can take requests at all (all down or draining). */

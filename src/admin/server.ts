@@ -6,7 +6,7 @@
  *   GET  /healthz                   200 while the process runs
  *   GET  /readyz                    200 when ready (src/health/readiness.ts), else 503; JSON says why
  *   GET  /metrics                   Prometheus text exposition (src/telemetry/metrics.ts)
- *   GET  /workers                   JSON: each worker's state, in-flight count and limit
+ *   GET  /workers                   JSON: each worker's pool, state, in-flight count and limit
  *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"}
  *   GET  /debug/decisions?limit=N   the last decisions and why: each candidate's load, prefix match, score
  */
@@ -70,14 +70,15 @@ export class AdminServer {
       return;
     }
     if (req.method === 'GET' && url.pathname === '/workers') {
-      const snap = await gate.store.snapshot({ pool: gate.pool, key: undefined, workers: gate.currentConfig.workers.map((w) => w.id), blocks: [] });
-      return send(res, 200, {
-        store: gate.store.backend,
-        workers: gate.views(snap).map((w) => {
+      const out = [];
+      for (const pool of gate.pools.all()) {
+        const snap = await gate.store.snapshot({ pool: pool.name, key: undefined, workers: pool.workerIds, blocks: [] });
+        for (const w of gate.views(snap, pool)) {
           const sig = gate.signalsOf(w.id);
           const s = sig?.record?.signals;
-          return {
+          out.push({
             id: w.id,
+            pool: pool.name,
             cluster: w.cluster,
             state: w.state,
             inflight: w.inflight,
@@ -97,9 +98,10 @@ export class AdminServer {
                   },
                 }
               : {}),
-          };
-        }),
-      });
+          });
+        }
+      }
+      return send(res, 200, { store: gate.store.backend, workers: out });
     }
     if (req.method === 'GET' && url.pathname === '/debug/decisions') {
       const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20) || 20));
@@ -108,14 +110,15 @@ export class AdminServer {
     const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
     if (m && (req.method === 'PUT' || req.method === 'POST')) {
       const id = decodeURIComponent(m[1]!);
-      if (!gate.currentConfig.workers.some((w) => w.id === id)) return send(res, 404, { error: `no worker "${id}"` });
+      const pool = gate.pools.poolOfWorker(id);
+      if (!pool) return send(res, 404, { error: `no worker "${id}"` });
       const body = await readJson(req);
       const state = (body as { state?: unknown } | undefined)?.state;
       if (typeof state !== 'string' || !WORKER_STATES.includes(state as WorkerState)) {
         return send(res, 400, { error: `body must be {"state": one of ${WORKER_STATES.join(', ')}}` });
       }
-      await gate.store.setWorkerState(gate.pool, id, state as WorkerState);
-      this.opts.logger.info({ worker: id, state }, 'worker state set by operator');
+      await gate.store.setWorkerState(pool.name, id, state as WorkerState);
+      this.opts.logger.info({ worker: id, pool: pool.name, state }, 'worker state set by operator');
       return send(res, 200, { id, state });
     }
     return send(res, 404, { error: 'not found' });

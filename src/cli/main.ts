@@ -92,6 +92,7 @@ export function buildCli(): Command {
         grpcPort: o.grpcPort,
         adminHost: o.adminHost,
         adminPort: o.adminPort,
+        configFile: o.config,
       });
       const stop = (signal: string) => {
         logger.info({ signal, open_streams: running.extproc.openStreams, grace_s: o.shutdownGraceS }, 'shutting down: draining open streams');
@@ -105,6 +106,8 @@ export function buildCli(): Command {
       };
       process.once('SIGINT', () => stop('SIGINT'));
       process.once('SIGTERM', () => stop('SIGTERM'));
+      // Re-read the config file (it is also watched); without this handler SIGHUP would end the process.
+      process.on('SIGHUP', () => running.reload('SIGHUP'));
     });
 
   registerSimCommand(program);

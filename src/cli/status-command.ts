@@ -16,6 +16,7 @@ export interface StatusOutput {
 }
 
 interface WorkerRow {
+  pool: string;
   id: string;
   state: string;
   inflight: string;
@@ -23,7 +24,7 @@ interface WorkerRow {
 }
 
 /** Fields every line shows in its own columns; everything else is a signal. */
-const COLUMN_FIELDS = new Set(['id', 'cluster', 'state', 'inflight', 'max_inflight']);
+const COLUMN_FIELDS = new Set(['pool', 'id', 'cluster', 'state', 'inflight', 'max_inflight']);
 
 export function registerStatusCommand(program: Command, out: StatusOutput = process.stdout): void {
   program
@@ -71,17 +72,22 @@ async function fetchWorkers(admin: string): Promise<{ text: string; body: { stor
   return { text, body: body as { store?: unknown; workers: Array<Record<string, unknown>> } };
 }
 
-/** The table: a header, one line per worker, signals as `name=value` after the fixed columns. */
+/**
+ * The table: a header, one line per worker, signals as `name=value` after the fixed columns. A
+ * POOL column comes first when the workers span several pools (one pool needs no column).
+ */
 export function formatStatus(body: { store?: unknown; workers: Array<Record<string, unknown>> }): string {
   const rows: WorkerRow[] = body.workers.map((w) => ({
+    pool: String(w['pool'] ?? '-'),
     id: String(w['id'] ?? '?') + (w['cluster'] !== undefined && w['cluster'] !== w['id'] ? ` (${String(w['cluster'])})` : ''),
     state: String(w['state'] ?? '?'),
     inflight: `${fmtCount(w['inflight'])}/${fmtCount(w['max_inflight'])}`,
     signals: signalsOf(w),
   }));
-  const header: WorkerRow = { id: 'WORKER', state: 'STATE', inflight: 'IN-FLIGHT', signals: 'SIGNALS' };
+  const pools = new Set(rows.map((r) => r.pool)).size > 1;
+  const header: WorkerRow = { pool: 'POOL', id: 'WORKER', state: 'STATE', inflight: 'IN-FLIGHT', signals: 'SIGNALS' };
   const width = (k: keyof WorkerRow) => Math.max(...[header, ...rows].map((r) => r[k].length));
-  const line = (r: WorkerRow) => `${r.id.padEnd(width('id'))}  ${r.state.padEnd(width('state'))}  ${r.inflight.padEnd(width('inflight'))}  ${r.signals}`.trimEnd();
+  const line = (r: WorkerRow) => `${pools ? `${r.pool.padEnd(width('pool'))}  ` : ''}${r.id.padEnd(width('id'))}  ${r.state.padEnd(width('state'))}  ${r.inflight.padEnd(width('inflight'))}  ${r.signals}`.trimEnd();
   const head = `${body.workers.length} worker${body.workers.length === 1 ? '' : 's'}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}`;
   return `${head}\n${[header, ...rows].map(line).join('\n')}\n`;
 }

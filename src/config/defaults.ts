@@ -159,5 +159,25 @@ export const DEFAULTS = {
   offloadStreamMaxLen: 10_000,
   /** The one pool every worker belongs to until pools are configured. */
   pool: 'default',
+
+  /**
+   * Per-route knobs arrive as gRPC metadata on the ext_proc call (ExtProcPerRoute
+   * grpc_initial_metadata) under this prefix. `x-` keeps them apart from gRPC's reserved `grpc-`
+   * keys and from Envoy's own headers, and one prefix makes an unknown knob recognisable as a typo.
+   */
+  knobMetadataPrefix: 'x-kvgate-',
+  /** The dynamic-metadata namespace Envoy forwards in metadata_context (metadata_options.forwarding_namespaces). */
+  knobNamespace: 'kvgate',
+  /**
+   * A misconfigured route sends the same bad knob with every request: one log line per distinct
+   * problem per minute says it without flooding the log.
+   */
+  knobProblemLogIntervalMs: 60_000,
+  /**
+   * How long the config file must be quiet before it is re-read: editors write a file in several
+   * steps and Kubernetes swaps a ConfigMap through two or three renames; 250 ms covers both and is
+   * still quick for a person watching the log.
+   */
+  configReloadDebounceMs: 250,
   logLevel: 'info',
 } as const;

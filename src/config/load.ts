@@ -21,22 +21,30 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
 
 /** Reads a YAML file and validates it. */
 export function loadConfigFile(file: string): Config {
-  let text: string;
+  return parseConfigText(readConfigText(file), file);
+}
+
+/** The file's text; a KvgateError('invalid_config') when it cannot be read. */
+export function readConfigText(file: string): string {
   try {
-    text = readFileSync(file, 'utf8');
+    return readFileSync(file, 'utf8');
   } catch (err) {
     throw new KvgateError('invalid_config', `cannot read config file ${file}: ${(err as Error).message}`, { cause: err });
   }
+}
+
+/** Parses YAML text and validates it; `source` names it in messages. */
+export function parseConfigText(text: string, source: string): Config {
   let raw: unknown;
   try {
     raw = parseYaml(text);
   } catch (err) {
-    throw new KvgateError('invalid_config', `${file} is not valid YAML: ${(err as Error).message}`, { cause: err });
+    throw new KvgateError('invalid_config', `${source} is not valid YAML: ${(err as Error).message}`, { cause: err });
   }
-  return parseConfig(raw, file);
+  return parseConfig(raw, source);
 }
 
-function deepFreeze<T>(value: T): T {
+export function deepFreeze<T>(value: T): T {
   if (value && typeof value === 'object') {
     for (const v of Object.values(value)) deepFreeze(v);
     Object.freeze(value);

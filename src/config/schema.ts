@@ -16,10 +16,13 @@ export function isEndpointAddress(s: string): boolean {
   return port > 0 && port <= 65535 && isIP(ip) === (m[1] !== undefined ? 6 : 4);
 }
 
-const headerName = z
+export const headerName = z
   .string()
   .min(1)
   .regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a lower-case HTTP header name');
+
+/** Prefix block size in characters: below 16 the index explodes, above 64k a block never completes. */
+export const blockChars = z.number().int().min(16).max(65536);
 
 const workerSchema = z.strictObject({
   /** Stable id used for affinity; renaming a worker drops its sessions' affinity. */
@@ -41,7 +44,37 @@ const workerSchema = z.strictObject({
   memory_pressure_from_framebuffer: z.boolean().default(false),
 });
 
-export const configSchema = z.strictObject({
+/** Pool names go into Redis hash tags (`{<pool>}`) and logs: no braces, no spaces. */
+export const POOL_NAME = /^[A-Za-z0-9._:-]+$/;
+
+const workersSchema = z
+  .array(workerSchema)
+  .min(1, 'at least one worker is required')
+  .superRefine((workers, ctx) => {
+    const seen = new Set<string>();
+    for (const [i, w] of workers.entries()) {
+      if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
+      seen.add(w.id);
+    }
+  });
+
+/**
+ * A worker pool: GPUs serving the same models. Affinity, the prefix index and in-flight counts are
+ * kept per pool, so a session or a prompt prefix never crosses from one pool to another.
+ */
+const poolSchema = z.strictObject({
+  name: z.string().min(1).regex(POOL_NAME, 'letters, digits and . _ : - only'),
+  /**
+   * The `model` values (as clients send them in the body) this pool serves. A pool without
+   * `models` serves every model no other pool names; at most one pool may leave it out.
+   */
+  models: z.array(z.string().min(1)).min(1).optional(),
+  /** Per-worker in-flight limit for this pool's workers that set none (else limits.max_inflight). */
+  max_inflight: z.number().int().positive().optional(),
+  workers: workersSchema,
+});
+
+const configObject = z.strictObject({
   routing: z
     .strictObject({
       protocol: z.enum(['cluster_header', 'endpoint_picker']).default(DEFAULTS.routingProtocol),
@@ -65,7 +98,7 @@ export const configSchema = z.strictObject({
     .prefault({}),
   prefix: z
     .strictObject({
-      block_chars: z.number().int().min(16).max(65536).default(DEFAULTS.prefixBlockChars),
+      block_chars: blockChars.default(DEFAULTS.prefixBlockChars),
       max_blocks: z.number().int().min(1).max(8192).default(DEFAULTS.prefixMaxBlocks),
       chars_per_token: z.number().positive().default(DEFAULTS.charsPerToken),
       ttl_s: z.number().int().positive().default(DEFAULTS.prefixTtlS),
@@ -126,44 +159,121 @@ export const configSchema = z.strictObject({
       stream_maxlen: z.number().int().positive().default(DEFAULTS.offloadStreamMaxLen),
     })
     .prefault({}),
-  workers: z
-    .array(workerSchema)
-    .min(1, 'at least one worker is required')
-    .superRefine((workers, ctx) => {
-      const seen = new Set<string>();
-      for (const [i, w] of workers.entries()) {
-        if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
-        seen.add(w.id);
+  /** One pool (named `default`): today's single-fleet form. Give either `workers` or `pools`. */
+  workers: workersSchema.optional(),
+  pools: z.array(poolSchema).min(1, 'at least one pool is required').superRefine(checkPools).optional(),
+  /** The pool for requests that name no model and no pool; the first pool when left out. */
+  default_pool: z.string().min(1).optional(),
+});
+
+type RawConfig = z.infer<typeof configObject>;
+type RawPoolConfig = z.infer<typeof poolSchema>;
+
+/** Each pool name, worker and model belongs to exactly one pool. */
+function checkPools(pools: readonly RawPoolConfig[], ctx: z.RefinementCtx): void {
+  const names = new Set<string>();
+  const workerPool = new Map<string, string>();
+  const modelPool = new Map<string, string>();
+  let catchAll: string | undefined;
+  for (const [i, p] of pools.entries()) {
+    if (names.has(p.name)) ctx.addIssue({ code: 'custom', path: [i, 'name'], message: `duplicate pool name "${p.name}"` });
+    names.add(p.name);
+    for (const [j, w] of p.workers.entries()) {
+      const other = workerPool.get(w.id);
+      // Worker ids are global: the admin API and the logs name a worker without its pool.
+      if (other !== undefined && other !== p.name) {
+        ctx.addIssue({ code: 'custom', path: [i, 'workers', j, 'id'], message: `worker "${w.id}" is already in pool "${other}"` });
       }
-    }),
-})
+      workerPool.set(w.id, p.name);
+    }
+    for (const [j, m] of (p.models ?? []).entries()) {
+      const other = modelPool.get(m);
+      if (other !== undefined) ctx.addIssue({ code: 'custom', path: [i, 'models', j], message: `model "${m}" is already served by pool "${other}"` });
+      modelPool.set(m, p.name);
+    }
+    if (p.models === undefined) {
+      if (catchAll !== undefined) {
+        ctx.addIssue({ code: 'custom', path: [i, 'models'], message: `only one pool may leave out \`models\` (pool "${catchAll}" already does)` });
+      }
+      catchAll ??= p.name;
+    }
+  }
+}
+
+/** `workers` or `pools`, and a default pool that exists. Runs even when other keys failed, so every problem shows at once. */
+function checkShape(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
+  const hasWorkers = c.workers !== undefined;
+  const hasPools = c.pools !== undefined;
+  if (!hasWorkers && !hasPools) ctx.addIssue({ code: 'custom', path: ['workers'], message: 'give `workers` (one pool) or `pools` (several)' });
+  if (hasWorkers && hasPools) ctx.addIssue({ code: 'custom', path: ['pools'], message: 'give `workers` (one pool) or `pools`, not both' });
+  if (typeof c.default_pool !== 'string' || (hasPools && !Array.isArray(c.pools))) return;
+  const known = [...new Set(Array.isArray(c.pools) ? c.pools.map((p) => (p as { name?: unknown } | null)?.name) : [DEFAULTS.pool])];
+  if (!known.includes(c.default_pool)) {
+    ctx.addIssue({ code: 'custom', path: ['default_pool'], message: `no pool named "${c.default_pool}" (pools: ${known.join(', ')})` });
+  }
+}
+
+/**
+ * Each protocol needs its own way of naming a worker to Envoy: a cluster (cluster_header) or an
+ * `ip:port` address, unique across every pool (endpoint_picker). Runs even when other keys are
+ * invalid, so values may be partial here and an operator fixes the file in one pass.
+ */
+function checkProtocol(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
+  const protocol = (c.routing as { protocol?: string } | undefined)?.protocol ?? DEFAULTS.routingProtocol;
+  type Partial_ = { cluster?: unknown; address?: unknown } | undefined;
+  const lists: Array<{ path: (string | number)[]; workers: unknown }> = [];
+  if (Array.isArray(c.workers)) lists.push({ path: ['workers'], workers: c.workers });
+  if (Array.isArray(c.pools)) {
+    for (const [pi, p] of c.pools.entries()) {
+      if (p && typeof p === 'object') lists.push({ path: ['pools', pi, 'workers'], workers: (p as { workers?: unknown }).workers });
+    }
+  }
+  const addresses = new Set<unknown>();
+  for (const { path, workers } of lists) {
+    if (!Array.isArray(workers)) continue;
+    for (const [i, w] of (workers as Partial_[]).entries()) {
+      if (!w || typeof w !== 'object') continue;
+      if (protocol === 'cluster_header' && w.cluster === undefined) {
+        ctx.addIssue({ code: 'custom', path: [...path, i, 'cluster'], message: 'required with routing.protocol cluster_header' });
+      }
+      if (protocol === 'endpoint_picker') {
+        if (w.address === undefined) {
+          ctx.addIssue({ code: 'custom', path: [...path, i, 'address'], message: 'required with routing.protocol endpoint_picker' });
+        } else if (addresses.has(w.address)) {
+          ctx.addIssue({ code: 'custom', path: [...path, i, 'address'], message: `duplicate address "${String(w.address)}"` });
+        }
+        if (w.address !== undefined) addresses.add(w.address);
+      }
+    }
+  }
+}
+
+/**
+ * Both forms become `pools`; `workers` stays as every worker of every pool, in config order. In
+ * endpoint_picker mode a worker needs no Envoy cluster; its id stands in for it in traces and logs.
+ */
+function normalize(c: RawConfig) {
+  const { workers, pools, default_pool, ...rest } = c;
+  const raw: RawPoolConfig[] = pools ?? [{ name: DEFAULTS.pool, workers: workers ?? [] }];
+  const all = raw.map((p) => ({ ...p, workers: p.workers.map((w) => ({ ...w, cluster: w.cluster ?? w.id })) }));
+  return {
+    ...rest,
+    pools: all,
+    default_pool: default_pool ?? all[0]!.name,
+    workers: all.flatMap((p) => p.workers),
+  };
+}
+
+export const configSchema = configObject
   .superRefine(
-    (parsed, ctx) => {
-      // Runs even when other keys are invalid (see `when`), so values may be partial here.
-      const c = parsed as { routing?: { protocol?: string }; workers: Array<{ cluster?: unknown; address?: unknown } | undefined> };
-      const protocol = c.routing?.protocol ?? DEFAULTS.routingProtocol;
-      // Each protocol needs its own way of naming a worker to Envoy.
-      const addresses = new Set<unknown>();
-      for (const [i, w] of c.workers.entries()) {
-        if (!w || typeof w !== 'object') continue;
-        if (protocol === 'cluster_header' && w.cluster === undefined) {
-          ctx.addIssue({ code: 'custom', path: ['workers', i, 'cluster'], message: 'required with routing.protocol cluster_header' });
-        }
-        if (protocol === 'endpoint_picker') {
-          if (w.address === undefined) {
-            ctx.addIssue({ code: 'custom', path: ['workers', i, 'address'], message: 'required with routing.protocol endpoint_picker' });
-          } else if (addresses.has(w.address)) {
-            ctx.addIssue({ code: 'custom', path: ['workers', i, 'address'], message: `duplicate address "${String(w.address)}"` });
-          }
-          if (w.address !== undefined) addresses.add(w.address);
-        }
-      }
+    (c, ctx) => {
+      checkShape(c, ctx);
+      checkProtocol(c, ctx);
     },
-    // Also when other keys have problems: an operator fixes the file in one pass.
-    { when: (payload) => typeof payload.value === 'object' && payload.value !== null && Array.isArray((payload.value as { workers?: unknown }).workers) },
+    { when: (payload) => typeof payload.value === 'object' && payload.value !== null },
   )
-  // In endpoint_picker mode a worker needs no Envoy cluster; its id stands in for it in traces and logs.
-  .transform((c) => ({ ...c, workers: c.workers.map((w) => ({ ...w, cluster: w.cluster ?? w.id })) }));
+  .transform(normalize);
 
 export type Config = z.output<typeof configSchema>;
-export type WorkerConfig = Config['workers'][number];
+export type PoolConfig = Config['pools'][number];
+export type WorkerConfig = PoolConfig['workers'][number];

@@ -31,8 +31,9 @@ export interface HttpTrailers {
 }
 
 /**
- * google.protobuf.Struct as proto-loader decodes it (fields → Value with a `kind` oneof). Value's
- * field names are camelCase even with keepCase: protobufjs defines the well-known types itself.
+ * google.protobuf.Struct as proto-loader decodes it. protobufjs brings its own copy of the
+ * well-known types, so these fields are camelCase even with `keepCase`, and `kind` names the one
+ * that is set.
  */
 export interface PbStruct {
   fields: Record<string, PbValue>;

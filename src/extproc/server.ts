@@ -10,7 +10,10 @@
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation } from 'grpc-health-check';
 import type { Logger } from 'pino';
+import { DEFAULTS } from '../config/defaults.js';
+import type { KnobProblem } from '../config/knobs.js';
 import type { Gate, GateResult } from '../gate/gate.js';
+import { LogThrottle } from '../telemetry/log-throttle.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import type { ProcessingRequest, ProcessingResponse } from './messages.js';
@@ -38,6 +41,7 @@ export class ExtProcServer {
   private readonly streams = new Set<ExtProcStream>();
   private nextStreamId = 1;
   private readonly sweeper: NodeJS.Timeout;
+  private readonly knobLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
 
   constructor(private readonly opts: ExtProcServerOptions) {
     this.server = new grpc.Server({
@@ -115,8 +119,21 @@ export class ExtProcServer {
     const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, logger, {
       telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders),
       onClose: () => this.streams.delete(stream),
+      onKnobProblems: (problems) => this.logKnobProblems(problems),
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
     });
     this.streams.add(stream);
+  }
+
+  /** A bad knob is a config mistake in Envoy, repeated on every request of its route: warn once a minute per mistake. */
+  private logKnobProblems(problems: readonly KnobProblem[]): void {
+    for (const p of problems) {
+      const repeats = this.knobLog.take(`${p.layer}\u0000${p.key}\u0000${p.value}`);
+      if (repeats === undefined) continue;
+      this.opts.logger.warn(
+        { knob_layer: p.layer, key: p.key, value: p.value, reason: p.reason, repeats },
+        'knob rejected; using the next layer or the config default',
+      );
+    }
   }
 }

@@ -18,16 +18,20 @@ export interface HttpAnswer {
  * HTTP answer for a request-level error, or undefined for codes that must never reach a client
  * (store trouble and bugs: the gate routes without affinity instead).
  */
-export function httpAnswerFor(code: ErrorCode, config: Config): HttpAnswer | undefined {
+export function httpAnswerFor(code: ErrorCode, routing: Pick<Config['routing'], 'shed_status' | 'retry_after_s'>): HttpAnswer | undefined {
   switch (code) {
     case 'bad_request':
       return { status: 400, type: 'invalid_request_error' };
+    // 404, as OpenAI and vLLM answer an unknown model, so OpenAI clients raise NotFoundError with
+    // the message; 400 would read as a malformed request, and the request is well formed.
+    case 'model_not_found':
+      return { status: 404, type: 'invalid_request_error' };
     case 'body_too_large':
       return { status: 413, type: 'invalid_request_error' };
     case 'overloaded':
-      return { status: config.routing.shed_status, retryAfterS: config.routing.retry_after_s, type: 'overloaded' };
+      return { status: routing.shed_status, retryAfterS: routing.retry_after_s, type: 'overloaded' };
     case 'no_healthy_workers':
-      return { status: 503, retryAfterS: config.routing.retry_after_s, type: 'service_unavailable' };
+      return { status: 503, retryAfterS: routing.retry_after_s, type: 'service_unavailable' };
     case 'protocol_violation':
     case 'store_unavailable':
     case 'invalid_config':

@@ -13,9 +13,17 @@
  *
  * The in-flight lease is released exactly once: at the response headers (or the response's end,
  * per `routing.release_on`), or when the stream ends, is cancelled or fails, whichever is first.
+ *
+ * The route's knobs come from the call's gRPC metadata (read once, at the start) and from the
+ * `kvgate` namespace of metadata_context (the latest request-path message that carried it); they
+ * are read when the decision is made. A stream keeps the config it started with for its own
+ * protocol settings, so a config reload never changes the rules halfway through a request.
  */
 import { status as GrpcStatus, type ServerDuplexStream } from '@grpc/grpc-js';
 import type { Logger } from 'pino';
+import { DEFAULTS } from '../config/defaults.js';
+import { readKnobs, type KnobProblem } from '../config/knobs.js';
+import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import type { Gate, GateResult, RouteOptions } from '../gate/gate.js';
 import type { RoutingKey } from '../request/keys.js';
@@ -24,6 +32,7 @@ import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
+import { forwardedNamespace, metadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -38,6 +47,8 @@ export interface StreamHooks {
   onResult?(result: GateResult): void;
   /** This request's span, metrics and log context. */
   telemetry: RequestTelemetry;
+  /** Knobs from Envoy that were unknown or invalid and were ignored (the caller logs them). */
+  onKnobProblems?(problems: readonly KnobProblem[]): void;
 }
 
 /** What was chosen, kept for the response path (served-endpoint feedback). */
@@ -65,6 +76,11 @@ export class ExtProcStream {
   private servedSeen = false;
   /** When the last message arrived (ms since epoch), for the server's idle sweep. */
   lastActivity = Date.now();
+  private readonly config: Config;
+  /** The route layer of knobs: the call's gRPC metadata. */
+  private readonly grpcMetadata: Array<[string, string]>;
+  /** The host layer of knobs: the `kvgate` namespace of metadata_context. */
+  private knobContext: Record<string, unknown> | undefined;
 
   constructor(
     private readonly call: Call,
@@ -72,6 +88,8 @@ export class ExtProcStream {
     private readonly logger: Logger,
     private readonly hooks: StreamHooks,
   ) {
+    this.config = gate.currentConfig;
+    this.grpcMetadata = metadataEntries(call.metadata);
     const t = hooks.telemetry;
     // Each message is handled inside the request's trace context, so every log line about it
     // (the gate's and the store's included) carries its trace and span ids.
@@ -88,10 +106,6 @@ export class ExtProcStream {
     call.on('close', () => t.run(() => this.finish(false)));
   }
 
-  private get config() {
-    return this.gate.currentConfig;
-  }
-
   private get endpointPicker(): boolean {
     return this.config.routing.protocol === 'endpoint_picker';
   }
@@ -103,6 +117,9 @@ export class ExtProcStream {
 
   private async handle(msg: ProcessingRequest): Promise<void> {
     if (this.finished || this.answeredImmediately) return;
+    if (msg.request === 'request_headers' || msg.request === 'request_body') {
+      this.knobContext = forwardedNamespace(msg.metadata_context, DEFAULTS.knobNamespace) ?? this.knobContext;
+    }
     switch (msg.request) {
       case 'request_headers':
         return this.onRequestHeaders(msg);
@@ -168,7 +185,10 @@ export class ExtProcStream {
     t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
     const strip = () => continueStripping(this.spoofed);
-    const options = this.routeOptions();
+    const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
+    if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
+    if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
+    const options: RouteOptions = { ...this.routeOptions(), knobs: reading.knobs };
     let result: GateResult;
     try {
       result = await this.gate.route(request, options);
@@ -197,7 +217,8 @@ export class ExtProcStream {
         t.decided(result, facts);
         return;
       }
-      const endpoint = this.config.workers.find((w) => w.id === result.worker)?.address;
+      // The gate's current config: it routed on it, and a reload may have added the worker since this stream began.
+      const endpoint = this.gate.currentConfig.workers.find((w) => w.id === result.worker)?.address;
       if (endpoint === undefined) {
         // Config validation makes this impossible; never send an empty destination.
         this.releaseLease();
@@ -212,7 +233,7 @@ export class ExtProcStream {
       t.decided(result, { ...facts, endpoint });
       return;
     }
-    const answer = httpAnswerFor(result.error.code, this.config);
+    const answer = httpAnswerFor(result.error.code, result.routing ?? this.config.routing);
     if (!answer) {
       this.logger.error({ code: result.error.code, err: result.error.message }, 'unexpected rejection; forwarding without affinity');
       this.replyCommon(phase, strip());
@@ -231,7 +252,7 @@ export class ExtProcStream {
   private routeOptions(): RouteOptions {
     if (!this.endpointPicker) return {};
     const hint = subsetHint(this.requestMetadata);
-    return hint === undefined ? {} : { eligible: workersAt(this.config.workers, hint) };
+    return hint === undefined ? {} : { eligible: workersAt(this.gate.currentConfig.workers, hint) };
   }
 
   /**
@@ -245,7 +266,7 @@ export class ExtProcStream {
     if (served === undefined) return;
     this.servedSeen = true;
     const chosen = this.chosen;
-    const worker = workerAt(this.config.workers, served);
+    const worker = workerAt(this.gate.currentConfig.workers, served);
     if (chosen?.endpoint === served) {
       this.hooks.telemetry.served('chosen');
       return;

@@ -6,6 +6,7 @@ import type { Explanation, RouteOutcome } from '../routing/types.js';
 
 export interface DecisionRecord {
   at: string;
+  pool?: string;
   key_kind: 'session' | 'prefix' | undefined;
   key_hash: string | undefined;
   outcome: RouteOutcome | 'shed';

@@ -5,8 +5,9 @@
  * `route()`.
  */
 import type { Logger } from 'pino';
-import type { Config, WorkerConfig } from '../config/schema.js';
+import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
+import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
 import { understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
@@ -14,11 +15,15 @@ import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
+import { LogThrottle } from '../telemetry/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
+import { PoolTable, type Pool } from './pools.js';
 
 export type GateResult =
   | {
       kind: 'route';
+      /** The pool the request was routed in. */
+      pool: string;
       worker: string;
       cluster: string;
       outcome: RouteOutcome;
@@ -36,14 +41,32 @@ export type GateResult =
       /** The candidates as the deciding snapshot showed them (for traces). */
       views?: readonly WorkerView[];
     }
-  | { kind: 'reject'; error: KvgateError; key: RoutingKey | undefined; explanation?: Explanation; views?: readonly WorkerView[] };
+  | {
+      kind: 'reject';
+      error: KvgateError;
+      key: RoutingKey | undefined;
+      explanation?: Explanation;
+      /** The candidates the decision saw (for traces). */
+      views?: readonly WorkerView[];
+      /** The shed answer this request's knobs asked for (status and retry-after), when they were read. */
+      routing?: Pick<Config['routing'], 'shed_status' | 'retry_after_s'>;
+    };
 
+/** How one request is to be routed, beyond the request itself. Protocol-free: the transport fills it. */
 export interface RouteOptions {
   /**
    * Only these worker ids may take the request (e.g. the proxy's endpoint subset hint). Others
    * are invisible to the policy; an affinity to one of them moves. An empty set sheds with 503.
    */
   eligible?: ReadonlySet<string>;
+  /** The route's knobs from Envoy (already validated); they override the config for this request only. */
+  knobs?: Knobs;
+}
+
+/** Everything a decision reads from the config, swapped as one value by `reconfigure`. */
+interface Setup {
+  readonly config: Config;
+  readonly pools: PoolTable;
 }
 
 /**
@@ -53,36 +76,59 @@ export interface RouteOptions {
 const MAX_COMMITS = 4;
 
 export class Gate {
-  private workerIds: readonly string[];
-  private workersById: ReadonlyMap<string, WorkerConfig>;
+  private setup: Setup;
   /** The last decisions, for the admin debug endpoint (hashes only, never prompts). */
   readonly decisions = new DecisionLog(100);
-  /** Each worker's last scrape and the health read from it (workers with metrics only). */
+  /**
+   * Each worker's last scrape and the health read from it (workers with metrics only). Keyed by
+   * worker id, which the schema keeps unique across pools.
+   */
   private signals = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
+  private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
 
   constructor(
-    private config: Config,
+    config: Config,
     readonly store: RoutingStore,
     private readonly logger: Logger,
   ) {
-    this.workerIds = config.workers.map((w) => w.id);
-    this.workersById = new Map(config.workers.map((w) => [w.id, w]));
+    this.setup = { config, pools: new PoolTable(config) };
   }
 
   get currentConfig(): Config {
-    return this.config;
+    return this.setup.config;
   }
 
-  /** The pool every worker is in until pools are configured. */
-  readonly pool = DEFAULTS.pool;
+  get pools(): PoolTable {
+    return this.setup.pools;
+  }
 
+  /** The default pool's name (the only pool of a single-pool config). */
+  get pool(): string {
+    return this.setup.pools.default.name;
+  }
+
+  /**
+   * Switches to a new, already validated config at once. A decision in progress finishes on the
+   * config it started with; leases taken before stay valid (a lease names its pool and worker).
+   */
+  reconfigure(config: Config): void {
+    this.setup = { config, pools: new PoolTable(config) };
+  }
+
+  /** Routes one request in its pool: the route's `pool` knob, else its model's pool, else the default pool. */
   async route(req: RequestInfo, opts: RouteOptions = {}): Promise<GateResult> {
+    const knobs = opts.knobs ?? {};
+    const setup = this.setup;
+    const cfg = applyKnobs(setup.config, knobs);
+    const answer = { shed_status: cfg.routing.shed_status, retry_after_s: cfg.routing.retry_after_s };
     let key: RoutingKey | undefined;
     let blocks: string[];
+    let model: string | undefined;
     try {
-      const u = understand(req, this.config);
+      const u = understand(req, cfg);
       key = u.key;
       blocks = u.blocks;
+      model = u.model;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -90,16 +136,32 @@ export class Gate {
     } catch (err) {
       const error = KvgateError.from(err, 'bad_request');
       this.logger.info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
-      return { kind: 'reject', error, key: undefined };
+      return { kind: 'reject', error, key: undefined, routing: answer };
     }
+    const pick = setup.pools.pick(knobs.pool, model);
+    if (pick.unknownKnob !== undefined) this.unknownPool(pick.unknownKnob, setup.pools);
+    if (pick.kind === 'reject') {
+      this.logger.info({ path: req.path, code: pick.error.code, ...pick.error.details }, 'request rejected');
+      return { kind: 'reject', error: pick.error, key, routing: answer };
+    }
+    const pool = pick.pool;
     const session = key?.kind === 'session';
     const eligible = opts.eligible;
-    if (eligible && !this.workerIds.some((id) => eligible.has(id))) {
-      return { kind: 'reject', error: new KvgateError('no_healthy_workers', "no configured worker is in the request's endpoint subset"), key, views: [] };
+    if (eligible && !pool.workerIds.some((id) => eligible.has(id))) {
+      return {
+        kind: 'reject',
+        error: new KvgateError('no_healthy_workers', `no worker of pool "${pool.name}" is in the request's endpoint subset`),
+        key,
+        views: [],
+        routing: answer,
+      };
     }
     // Only sessions have affinities in the store; prompts are matched through the prefix index.
-    const q: StateQuery = { pool: this.pool, key: storeKeyOf(key), workers: this.workerIds, blocks };
-    const cfg = this.config;
+    // A mode that ignores sessions (prefix, least_loaded) neither reads nor moves the affinity:
+    // the policy does not rely on it, so it must not be a commit precondition either (otherwise a
+    // session placed by a sticky route would fail every commit on a non-sticky one).
+    const sticky = cfg.routing.policy === 'both' || cfg.routing.policy === 'session';
+    const q: StateQuery = { pool: pool.name, key: sticky ? storeKeyOf(key) : undefined, workers: pool.workerIds, blocks };
     let storeMs = 0;
     const timed = async <T>(p: Promise<T>): Promise<T> => {
       const t0 = performance.now();
@@ -114,7 +176,8 @@ export class Gate {
     let fresh = this.store.backend === 'memory';
     let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
-      views = eligible ? this.views(snap).filter((w) => eligible.has(w.id)) : this.views(snap);
+      const all = this.views(snap, pool, knobs.max_inflight, cfg.limits.max_inflight);
+      views = eligible ? all.filter((w) => eligible.has(w.id)) : all;
       const decision = decide({
         keyHash: key?.hash,
         session,
@@ -134,46 +197,55 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key, views);
+        return this.shed(decision, key, pool, answer, views);
       }
       const res = await timed(
         this.store.commit({
           ...q,
           worker: decision.worker,
-          preconditions: this.checkable(decision.preconditions, snap),
+          preconditions: this.checkable(decision.preconditions, snap, pool),
           affinityTtlMs: cfg.affinity.ttl_s * 1000,
           prefixTtlMs: cfg.prefix.ttl_s * 1000,
-          capacityBlocks: this.capacityBlocks(decision.worker),
+          capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
         }),
       );
-      if (res.ok) return { ...this.routed(decision, res.lease, key, res.degraded, attempt, storeMs), views };
+      if (res.ok) return { ...this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs), views };
       snap = res.snapshot;
       fresh = true;
     }
     const explanation: Explanation = { mode: cfg.routing.policy, totalBlocks: blocks.length, rule: 'shed', spilled: false, candidates: [] };
-    return this.shed({ kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation }, key, views);
+    return this.shed(
+      { kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation },
+      key,
+      pool,
+      answer,
+      views,
+    );
   }
 
   /**
    * Moves a session's affinity from `from` to `to`, unless it no longer points at `from` (another
    * request moved it meanwhile). Used when the proxy reports that another worker served a request:
-   * that worker now holds its KV cache. Never throws; true when the affinity moved.
+   * that worker now holds its KV cache. Only within one pool (a session never crosses pools): `to`
+   * must be in `from`'s pool. Never throws; true when the affinity moved.
    */
   async reassign(key: RoutingKey, from: string, to: string): Promise<boolean> {
     const storeKey = storeKeyOf(key);
-    if (storeKey === undefined || !this.workersById.has(to) || from === to) return false;
+    const { config, pools } = this.setup;
+    const pool = pools.poolOfWorker(to);
+    if (storeKey === undefined || !pool || from === to || pools.poolOfWorker(from) !== pool) return false;
     try {
       // A commit whose only precondition is the affinity it replaces; its lease is returned at once.
       const res = await this.store.commit({
-        pool: this.pool,
+        pool: pool.name,
         key: storeKey,
-        workers: this.workerIds,
+        workers: pool.workerIds,
         blocks: [],
         worker: to,
         preconditions: { affinity: from, below: [], atOrAbove: [], states: [] },
-        affinityTtlMs: this.config.affinity.ttl_s * 1000,
-        prefixTtlMs: this.config.prefix.ttl_s * 1000,
-        capacityBlocks: this.capacityBlocks(to),
+        affinityTtlMs: config.affinity.ttl_s * 1000,
+        prefixTtlMs: config.prefix.ttl_s * 1000,
+        capacityBlocks: this.capacityBlocks(pool, to, config),
       });
       if (!res.ok) return false;
       await this.release(res.lease);
@@ -192,19 +264,20 @@ export class Gate {
   }
 
   /**
-   * Workers as the policy sees them: config limits joined with the store's counts, operator states
-   * and prefix matches, and with the health and load each worker last reported.
+   * A pool's workers as the policy sees them: config limits joined with the store's counts,
+   * operator states and prefix matches, and with the health and load each worker last reported.
+   * `maxInflight` (a route's knob) replaces every worker's limit.
    */
-  views(snap: Snapshot): WorkerView[] {
-    return this.workerIds.map((id) => {
-      const w = this.workersById.get(id)!;
+  views(snap: Snapshot, pool: Pool = this.setup.pools.default, maxInflight?: number, defaultMaxInflight = this.setup.config.limits.max_inflight): WorkerView[] {
+    return pool.workerIds.map((id) => {
+      const w = pool.workers.get(id)!;
       const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
       const view: WorkerView = {
         id,
         cluster: w.cluster,
         state: effectiveState(snap.states.get(id), sig?.verdict),
         inflight: snap.inflight.get(id) ?? 0,
-        maxInflight: w.max_inflight ?? this.config.limits.max_inflight,
+        maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
       const s = sig?.record?.signals;
@@ -214,12 +287,12 @@ export class Gate {
     });
   }
 
-  /** Takes the latest scrapes of the pool's workers (from the store, shared by every replica). */
+  /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
     const t = this.thresholds();
     const next = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
     const verdicts = new Map<string, HealthVerdict>();
-    for (const w of this.config.workers) {
+    for (const w of this.setup.config.workers) {
       if (!w.metrics_url) continue;
       const record = records.get(w.id);
       const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
@@ -236,7 +309,7 @@ export class Gate {
   }
 
   thresholds(): HealthThresholds {
-    const c = this.config;
+    const c = this.setup.config;
     return {
       kvPressure: c.thresholds.kv_pressure,
       memoryPressure: c.thresholds.memory_pressure,
@@ -251,20 +324,31 @@ export class Gate {
    * The store can check only states it holds (an operator's). A state the decision read from
    * scraped signals is a local, delayed view: it is dropped from what the commit checks.
    */
-  private checkable(p: Preconditions, snap: Snapshot): Preconditions {
-    const views = new Map(this.views(snap).map((v) => [v.id, v.state]));
+  private checkable(p: Preconditions, snap: Snapshot, pool: Pool): Preconditions {
+    const views = new Map(this.views(snap, pool).map((v) => [v.id, v.state]));
     return { ...p, states: p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.get(s.worker)) };
   }
 
   /** How many prefix blocks a worker's KV cache holds: its capacity in tokens over tokens per block. */
-  private capacityBlocks(worker: string): number {
-    const tokens = this.workersById.get(worker)?.kv_capacity_tokens ?? DEFAULTS.kvCapacityTokens;
-    const tokensPerBlock = this.config.prefix.block_chars / this.config.prefix.chars_per_token;
+  private capacityBlocks(pool: Pool, worker: string, cfg: Config): number {
+    const tokens = pool.workers.get(worker)?.kv_capacity_tokens ?? DEFAULTS.kvCapacityTokens;
+    const tokensPerBlock = cfg.prefix.block_chars / cfg.prefix.chars_per_token;
     return Math.max(1, Math.floor(tokens / tokensPerBlock));
+  }
+
+  /** A route named a pool the config does not have: said once a minute, and the request is placed as if it had not. */
+  private unknownPool(name: string, pools: PoolTable): void {
+    const suppressed = this.problems.take(`pool:${name}`);
+    if (suppressed === undefined) return;
+    this.logger.warn(
+      { knob: 'pool', value: name, pools: pools.all().map((p) => p.name), repeats: suppressed },
+      'knob rejected: no such pool; choosing the pool by model, else the default pool',
+    );
   }
 
   private routed(
     decision: Extract<Decision, { kind: 'route' }>,
+    pool: Pool,
     lease: Lease,
     key: RoutingKey | undefined,
     degraded: boolean,
@@ -273,6 +357,7 @@ export class Gate {
   ): GateResult {
     const record: DecisionRecord = {
       at: new Date().toISOString(),
+      pool: pool.name,
       key_kind: key?.kind,
       key_hash: key?.hash,
       outcome: decision.outcome,
@@ -288,6 +373,7 @@ export class Gate {
         key_kind: key?.kind,
         key_source: key?.source,
         key_hash: key?.hash,
+        pool: pool.name,
         outcome: decision.outcome,
         worker: decision.worker,
         from: decision.from,
@@ -300,6 +386,7 @@ export class Gate {
     );
     return {
       kind: 'route',
+      pool: pool.name,
       worker: decision.worker,
       cluster: decision.cluster,
       outcome: decision.outcome,
@@ -313,14 +400,20 @@ export class Gate {
     };
   }
 
-  private shed(decision: Extract<Decision, { kind: 'shed' }>, key: RoutingKey | undefined, views: readonly WorkerView[]): GateResult {
+  private shed(
+    decision: Extract<Decision, { kind: 'shed' }>,
+    key: RoutingKey | undefined,
+    pool: Pool,
+    routing: NonNullable<Extract<GateResult, { kind: 'reject' }>['routing']>,
+    views: readonly WorkerView[],
+  ): GateResult {
     const error =
       decision.reason === 'overloaded'
         ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
         : new KvgateError('no_healthy_workers', 'no worker is healthy');
-    this.decisions.push({ at: new Date().toISOString(), key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
-    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason }, 'shed');
-    return { kind: 'reject', error, key, explanation: decision.explanation, views };
+    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
+    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason }, 'shed');
+    return { kind: 'reject', error, key, explanation: decision.explanation, views, routing };
   }
 }
 

@@ -17,7 +17,7 @@ import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { WorkerConfig } from '../config/schema.js';
 import type { Gate } from '../gate/gate.js';
-import type { HealthVerdict } from '../routing/health.js';
+import type { HealthVerdict, SignalRecord } from '../routing/health.js';
 import { rendezvousScore } from '../routing/rendezvous.js';
 import type { RoutingStore } from '../state/store.js';
 import { Migrator } from './migrator.js';
@@ -82,6 +82,8 @@ export class SignalCollector {
   }
 
   private async heartbeat(ttlMs: number): Promise<void> {
+    // Heartbeats say which replicas are alive, not anything about a pool: they live under the
+    // default pool's keys, and every replica shares the worker set of all pools by rendezvous.
     const pool = this.opts.gate.pool;
     let live: string[];
     try {
@@ -158,7 +160,9 @@ export class SignalCollector {
     }
     if ('error' in update) this.warn(`scrape:${worker}`, 'worker scrape failed', update.error, { worker });
     try {
-      await this.opts.store.publishSignals(this.opts.gate.pool, worker, update);
+      // Under the worker's own pool, where that pool's routing state lives.
+      const pool = this.opts.gate.pools.poolOfWorker(worker)?.name ?? this.opts.gate.pool;
+      await this.opts.store.publishSignals(pool, worker, update);
     } catch (err) {
       this.warn('publish', 'could not publish worker signals', err);
     }
@@ -167,9 +171,12 @@ export class SignalCollector {
   /** Reads every worker's signals from the store, hands them to the gate, reacts to new pressure. */
   private async read(): Promise<void> {
     if (this.stopped) return;
-    let records;
+    // One read per pool; worker ids are unique across pools, so the records merge into one map.
+    const records = new Map<string, SignalRecord>();
     try {
-      records = await this.opts.store.readSignals(this.opts.gate.pool);
+      const pools = this.opts.gate.pools.all();
+      const read = await Promise.all(pools.map((p) => this.opts.store.readSignals(p.name)));
+      for (const r of read) for (const [worker, rec] of r) records.set(worker, rec);
     } catch (err) {
       // Keep the last picture; it ages into "stale" on its own, so no worker stays healthy on old data.
       this.warn('read', 'could not read worker signals', err);

@@ -40,15 +40,18 @@ export class Migrator {
 
   private async round(worker: string, reason: string): Promise<void> {
     const cfg = this.gate.currentConfig;
-    const pool = this.gate.pool;
+    // A session never crosses pools: its moves stay in the pressured worker's pool.
+    const p = this.gate.pools.poolOfWorker(worker);
+    if (!p) return;
+    const pool = p.name;
     // Ownership of a worker can overlap for a heartbeat while replicas come and go: one round per
     // interval per worker, whoever gets there first.
     if (!(await this.store.tryLock(pool, `migrate:${worker}`, Math.max(500, cfg.migration.interval_ms - 100)))) return;
     const listed = await this.store.coldSessions(pool, worker, cfg.migration.max_sessions);
     const count = Math.min(listed.keys.length, cfg.migration.max_sessions, Math.ceil(listed.total * cfg.migration.fraction));
     if (count === 0) return;
-    const snap = await this.store.snapshot({ pool, key: undefined, workers: cfg.workers.map((w) => w.id), blocks: [] });
-    const moves = planMigration(listed.keys.slice(0, count), worker, this.gate.views(snap));
+    const snap = await this.store.snapshot({ pool, key: undefined, workers: p.workerIds, blocks: [] });
+    const moves = planMigration(listed.keys.slice(0, count), worker, this.gate.views(snap, p));
     if (moves.length === 0) {
       this.logger.warn({ worker, sessions: count }, 'worker is pressured but no healthy worker can take its sessions');
       return;

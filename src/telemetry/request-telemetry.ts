@@ -244,6 +244,7 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
     a['kvgate.key.kind'] = 'none';
   }
   if (result.kind === 'route') {
+    a['kvgate.pool'] = result.pool;
     a['kvgate.worker'] = result.worker;
     a['kvgate.cluster'] = result.cluster;
     a['kvgate.degraded'] = result.degraded;

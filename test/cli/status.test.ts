@@ -120,6 +120,27 @@ describe('kvgate status', () => {
     }
   });
 
+  test('workers of several pools: a POOL column first; one pool needs none', async () => {
+    const admin = await cannedAdmin(
+      200,
+      JSON.stringify({
+        store: 'memory',
+        workers: [
+          { id: 'l1', pool: 'llama', cluster: 'l1', state: 'healthy', inflight: 1, max_inflight: 8 },
+          { id: 'm1', pool: 'mistral', cluster: 'm1', state: 'healthy', inflight: 0, max_inflight: 4 },
+        ],
+      }),
+    );
+    try {
+      const out = await status('--admin', admin.url);
+      assert.match(out, /^POOL\s+WORKER\s+STATE\s+IN-FLIGHT\s+SIGNALS$/m);
+      assert.match(out, /^llama\s+l1\s+healthy\s+1\/8$/m);
+      assert.match(out, /^mistral\s+m1\s+healthy\s+0\/4$/m);
+    } finally {
+      await admin.close();
+    }
+  });
+
   test('an admin API that is down, failing or answering nonsense: a clear error', async () => {
     const port = await freePort();
     await assert.rejects(status('--admin', `http://127.0.0.1:${port}`), /cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+: ECONNREFUSED/);

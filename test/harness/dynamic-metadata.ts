@@ -47,6 +47,10 @@ export class DynamicMetadata {
     for (const [ns, v] of Object.entries(initial)) this.merge(ns, v);
   }
 
+  has(namespace: string): boolean {
+    return this.namespaces.has(namespace);
+  }
+
   merge(namespace: string, values: Record<string, unknown>): void {
     this.namespaces.set(namespace, { ...this.namespaces.get(namespace), ...values });
   }

@@ -1,7 +1,8 @@
 /**
  * Reads an Envoy bootstrap (YAML) into the few things the test harness needs to behave like that
  * Envoy: the first listener's HTTP filter chain in order, the ext_proc filter's settings with
- * Envoy's defaults filled in, the inline route table and the set of cluster names.
+ * Envoy's defaults filled in, the inline route table (with ext_proc's per-route overrides on
+ * virtual hosts and routes) and the set of cluster names.
  *
  * Anything the harness cannot imitate (RDS, weighted clusters, observability mode, ...) is a
  * thrown error rather than a silent skip: a harness that quietly ignored config would pass tests
@@ -84,8 +85,29 @@ export type HttpFilter =
   | { kind: 'header_mutation'; name: string; requestMutations: RequestMutation[] }
   | { kind: 'ext_proc'; name: string }
   | { kind: 'router'; name: string }
+  /** envoy.filters.http.set_metadata: static values into the request's dynamic metadata. */
+  | { kind: 'set_metadata'; name: string; entries: SetMetadataEntry[] }
   /** A filter the harness does not imitate; it is passed through. */
   | { kind: 'other'; name: string; typeUrl?: string };
+
+/** One `metadata` entry of the set_metadata filter (untyped values only). */
+export interface SetMetadataEntry {
+  namespace: string;
+  value: Record<string, unknown>;
+  allowOverwrite: boolean;
+}
+
+/**
+ * ExtProcPerRoute (typed_per_filter_config[<ext_proc filter name>] on a virtual host or route),
+ * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata and
+ * the forwarding namespaces.
+ */
+export interface ExtProcPerRoute {
+  disabled: boolean;
+  grpcInitialMetadata: Array<[string, string]>;
+  /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
+  forwardingNamespaces?: string[];
+}
 
 /** type.matcher.v3.StringMatcher (the variants the harness supports). */
 export interface StringMatcher {
@@ -120,12 +142,14 @@ export interface Route {
     headers: HeaderMatcher[];
   };
   action: RouteAction;
+  extProcPerRoute?: ExtProcPerRoute;
 }
 
 export interface VirtualHost {
   name: string;
   domains: string[];
   routes: Route[];
+  extProcPerRoute?: ExtProcPerRoute;
 }
 
 export interface RouteConfig {
@@ -156,6 +180,8 @@ const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_conn
 const EXT_PROC_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor';
 const HEADER_MUTATION_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation';
 const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
+const SET_METADATA_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config';
+const EXT_PROC_PER_ROUTE_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
 
 export const DEFAULT_PROCESSING_MODE: Readonly<ProcessingMode> = Object.freeze({
   request_header_mode: 'SEND',
@@ -328,10 +354,7 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
   const grpc = obj(c.grpc_service, 'grpc_service');
   if (grpc.google_grpc !== undefined) throw new Error(`${name}: grpc_service.google_grpc is not supported`);
   const envoyGrpc = obj(grpc.envoy_grpc, 'grpc_service.envoy_grpc');
-  const initialMetadata = list(grpc.initial_metadata, 'grpc_service.initial_metadata').map((h, i): [string, string] => {
-    const hv = obj(h, `initial_metadata[${i}]`);
-    return [str(hv.key, `initial_metadata[${i}].key`).toLowerCase(), String(hv.value ?? '')];
-  });
+  const initialMetadata = parseHeaderValues(grpc.initial_metadata, 'grpc_service.initial_metadata');
 
   // route_cache_action and the deprecated disable_clear_route_cache are mutually exclusive
   // (config error in Envoy when both are non-default).
@@ -376,6 +399,81 @@ function parseMetadataOptions(v: unknown, name: string): { forwardingNamespaces:
     return list(ns.untyped, `metadata_options.${field}.untyped`).map((s, i) => str(s, `metadata_options.${field}.untyped[${i}]`));
   };
   return { forwardingNamespaces: namespaces('forwarding_namespaces'), receivingNamespaces: namespaces('receiving_namespaces') };
+}
+
+/**
+ * An ExtProcPerRoute override's metadata_options: only its untyped forwarding namespaces are
+ * imitated (they replace the filter's); receiving_namespaces there is accepted and has no effect.
+ */
+function parseForwardingNamespaces(v: unknown, where: string): string[] | undefined {
+  if (v === undefined || v === null) return undefined;
+  const mo = obj(v, where);
+  const unknown = Object.keys(mo).filter((k) => k !== 'forwarding_namespaces' && k !== 'receiving_namespaces');
+  if (unknown.length > 0) throw new Error(`${where}: ${unknown.join(', ')} not supported by the harness`);
+  if (mo.forwarding_namespaces === undefined) return undefined;
+  const fwd = obj(mo.forwarding_namespaces, `${where}.forwarding_namespaces`);
+  if (list(fwd.typed, `${where}.forwarding_namespaces.typed`).length > 0) {
+    throw new Error(`${where}: typed forwarding namespaces are not supported by the harness`);
+  }
+  return list(fwd.untyped, `${where}.forwarding_namespaces.untyped`).map((n, i) => str(n, `${where}.forwarding_namespaces.untyped[${i}]`));
+}
+
+function parseHeaderValues(v: unknown, where: string): Array<[string, string]> {
+  return list(v, where).map((h, i): [string, string] => {
+    const hv = obj(h, `${where}[${i}]`);
+    if (hv.raw_value !== undefined) throw new Error(`${where}[${i}]: raw_value is not supported by the harness`);
+    const value = String(hv.value ?? '');
+    // Envoy evaluates these as substitution-format strings; only literals are imitated.
+    if (/%[A-Z_]+[(%]/.test(value)) throw new Error(`${where}[${i}]: format commands in values are not supported by the harness`);
+    return [str(hv.key, `${where}[${i}].key`).toLowerCase(), value];
+  });
+}
+
+/** ExtProcPerRoute: `disabled: true`, or `overrides` with grpc_initial_metadata and metadata_options. */
+export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute {
+  const c = obj(v, where);
+  if (c['@type'] !== EXT_PROC_PER_ROUTE_TYPE) throw new Error(`${where}: expected @type ${EXT_PROC_PER_ROUTE_TYPE}`);
+  if (c.disabled !== undefined && c.overrides !== undefined) throw new Error(`${where}: disabled and overrides are one oneof`);
+  if (c.disabled !== undefined) {
+    if (!bool(c.disabled, `${where}.disabled`)) throw new Error(`${where}: disabled must be true (PGV const)`);
+    return { disabled: true, grpcInitialMetadata: [] };
+  }
+  const o = obj(c.overrides, `${where}.overrides`);
+  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options');
+  if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
+  const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
+  const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
+  if (fwd !== undefined) out.forwardingNamespaces = fwd;
+  return out;
+}
+
+/** typed_per_filter_config: only the ext_proc filter's entry is imitated; any other is an error. */
+function parsePerFilterConfig(v: unknown, where: string, extProcName: string | undefined): ExtProcPerRoute | undefined {
+  if (v === undefined || v === null) return undefined;
+  const m = obj(v, where);
+  let out: ExtProcPerRoute | undefined;
+  for (const [key, cfg] of Object.entries(m)) {
+    if (key !== extProcName) throw new Error(`${where}: per-route config for ${key} is not supported by the harness`);
+    out = parseExtProcPerRoute(cfg, `${where}.${key}`);
+  }
+  return out;
+}
+
+function parseSetMetadataFilter(name: string, raw: unknown): SetMetadataEntry[] {
+  const c = obj(raw, name);
+  if (c.metadata_namespace !== undefined || c.value !== undefined) {
+    throw new Error(`${name}: the deprecated metadata_namespace/value form is not supported by the harness`);
+  }
+  return list(c.metadata, `${name}.metadata`).map((m, i): SetMetadataEntry => {
+    const where = `${name}.metadata[${i}]`;
+    const e = obj(m, where);
+    if (e.typed_value !== undefined) throw new Error(`${where}: typed_value is not supported by the harness`);
+    return {
+      namespace: str(e.metadata_namespace, `${where}.metadata_namespace`),
+      value: obj(e.value, `${where}.value`),
+      allowOverwrite: bool(e.allow_overwrite, `${where}.allow_overwrite`),
+    };
+  });
 }
 
 function parseHeaderMutationFilter(name: string, raw: unknown): RequestMutation[] {
@@ -432,7 +530,7 @@ function parseHeaderMatcher(v: unknown, where: string): HeaderMatcher {
   return hm;
 }
 
-function parseRoute(v: unknown, where: string): Route {
+function parseRoute(v: unknown, where: string, extProcName: string | undefined): Route {
   const r = obj(v, where);
   const m = obj(r.match, `${where}.match`);
   const match: Route['match'] = {
@@ -466,20 +564,25 @@ function parseRoute(v: unknown, where: string): Route {
   }
   const route: Route = { match, action };
   if (typeof r.name === 'string') route.name = r.name;
+  const perRoute = parsePerFilterConfig(r.typed_per_filter_config, `${where}.typed_per_filter_config`, extProcName);
+  if (perRoute) route.extProcPerRoute = perRoute;
   return route;
 }
 
-function parseRouteConfig(v: unknown): RouteConfig {
+function parseRouteConfig(v: unknown, extProcName: string | undefined): RouteConfig {
   const rc = obj(v, 'route_config');
   const rcOut: RouteConfig = {
     virtualHosts: list(rc.virtual_hosts, 'route_config.virtual_hosts').map((vh, i): VirtualHost => {
       const where = `virtual_hosts[${i}]`;
       const h = obj(vh, where);
-      return {
+      const out: VirtualHost = {
         name: String(h.name ?? where),
         domains: list(h.domains, `${where}.domains`).map((d) => str(d, `${where}.domains`).toLowerCase()),
-        routes: list(h.routes, `${where}.routes`).map((r, j) => parseRoute(r, `${where}.routes[${j}]`)),
+        routes: list(h.routes, `${where}.routes`).map((r, j) => parseRoute(r, `${where}.routes[${j}]`, extProcName)),
       };
+      const perRoute = parsePerFilterConfig(h.typed_per_filter_config, `${where}.typed_per_filter_config`, extProcName);
+      if (perRoute) out.extProcPerRoute = perRoute;
+      return out;
     }),
   };
   if (typeof rc.name === 'string') rcOut.name = rc.name;
@@ -521,6 +624,7 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
       return { kind: 'header_mutation', name, requestMutations: parseHeaderMutationFilter(name, f.typed_config) };
     }
     if (type === ROUTER_TYPE || (type === undefined && name === 'envoy.filters.http.router')) return { kind: 'router', name };
+    if (type === SET_METADATA_TYPE) return { kind: 'set_metadata', name, entries: parseSetMetadataFilter(name, f.typed_config) };
     return type === undefined ? { kind: 'other', name } : { kind: 'other', name, typeUrl: type };
   });
 
@@ -541,7 +645,7 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     envoyHeaderPrefix: typeof root.header_prefix === 'string' ? root.header_prefix.toLowerCase() : 'x-envoy',
     httpFilters,
     extProc,
-    routeConfig: parseRouteConfig(hcm.route_config),
+    routeConfig: parseRouteConfig(hcm.route_config, extProc?.filterName),
     clusters,
     originalDstHeaders,
   };

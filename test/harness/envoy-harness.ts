@@ -10,12 +10,19 @@
  *  - the request path finishes before the response path starts (Envoy may interleave them);
  *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
  *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
- *  - no protocol_config or attributes (the npm proto copy predates protocol_config); dynamic
- *    metadata only as metadata_options' untyped namespaces (dynamic-metadata.ts);
+ *  - no protocol_config or attributes (the npm proto copy predates protocol_config);
+ *  - dynamic metadata (dynamic-metadata.ts): what a request brings (`HarnessRequest.metadata`),
+ *    set_metadata filters (untyped, static values) and an upstream's (`UpstreamResponse.metadata`)
+ *    are forwarded in metadata_context for the untyped forwarding namespaces (the filter's, or a
+ *    per-route override's); a reply's dynamic_metadata is applied for the filter's untyped
+ *    receiving namespaces; no connection metadata fallback;
  *  - ORIGINAL_DST clusters: the endpoint is the first value of the use_http_header header,
  *    reported as is (no address validation, no fallback to the connection's destination);
- *  - no per-route ExtProcPerRoute overrides, no header count/size limits, no grpc_status
- *    on immediate responses, no HCM response header_mutation.
+ *  - ExtProcPerRoute on virtual hosts and routes: `disabled`, `grpc_initial_metadata` and
+ *    `metadata_options` only (other overrides are config errors in the harness), merged once
+ *    on the route matched when ext_proc starts, as Envoy does;
+ *  - no header count/size limits, no grpc_status on immediate responses, no HCM response
+ *    header_mutation.
  */
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/extproc/proto.js';
@@ -56,8 +63,9 @@ export interface HarnessRequest {
   /** The body as Envoy receives it, chunk by chunk (one STREAMED message per chunk). */
   chunks?: Buffer[];
   /**
-   * The request's dynamic metadata before ext_proc runs (namespace → values), as an earlier filter
-   * or the gateway sets it: e.g. an endpoint-picker subset hint in `envoy.lb.subset_hint`.
+   * The request's dynamic metadata before ext_proc runs (namespace → values), as an earlier filter,
+   * the connection or the gateway sets it: e.g. an endpoint-picker subset hint in
+   * `envoy.lb.subset_hint`, or host-level knobs in `kvgate`.
    */
   metadata?: Namespaces;
 }
@@ -93,7 +101,8 @@ export interface UpstreamResponse {
   metadata?: Namespaces;
 }
 
-export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse);
+/** A function may answer later (a Promise), holding the request in flight until it does. */
+export type UpstreamSpec = UpstreamResponse | ((req: UpstreamRequest) => UpstreamResponse | Promise<UpstreamResponse>);
 
 export interface OutcomeBase {
   /** Every message Envoy sent and what answered it, in order. */
@@ -176,15 +185,18 @@ export class EnvoyHarness {
   /** Sends one HTTP request through the simulated Envoy; `upstream` answers if it is routed. */
   async request(req: HarnessRequest, upstream?: UpstreamSpec): Promise<Outcome> {
     const session = this.extProc
-      ? new ExtProcSession(this.extProc, this.config.envoyHeaderPrefix, () => this.openRawStream())
+      ? new ExtProcSession(this.extProc, this.config.envoyHeaderPrefix, (md) => this.openRawStream(md), this.metadata)
       : undefined;
     return new RequestRun(this.config, session, req).run(upstream);
   }
 
-  /** A bare Process stream, for tests that script message orders, half-closes and cancels. */
-  openRawStream(): RawStream {
+  /**
+   * A bare Process stream, for tests that script message orders, half-closes and cancels.
+   * `metadata` replaces the call's gRPC metadata (default: the filter's, plus `grpcMetadata`).
+   */
+  openRawStream(metadata: ReadonlyArray<[string, string]> = this.metadata): RawStream {
     const md = new grpc.Metadata();
-    for (const [k, v] of this.metadata) md.add(k, v);
+    for (const [k, v] of metadata) md.add(k, v);
     const stream: RawStream = new RawStream(this.client.Process(md), () => this.streams.delete(stream));
     this.streams.add(stream);
     return stream;

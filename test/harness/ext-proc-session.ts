@@ -14,8 +14,8 @@ import type {
   ProcessingRequestKind,
   ProcessingResponse,
 } from '../../src/extproc/messages.js';
-import type { BodySendMode, ExtProcConfig, HeaderSendMode, ProcessingMode } from './envoy-config.js';
 import { DynamicMetadata } from './dynamic-metadata.js';
+import type { BodySendMode, ExtProcConfig, ExtProcPerRoute, HeaderSendMode, ProcessingMode } from './envoy-config.js';
 import { HeaderList } from './header-list.js';
 import { applyExtProcHeaderMutation } from './mutations.js';
 import { type RawStream, isClosed, isTimedOut } from './raw-stream.js';
@@ -122,6 +122,39 @@ export function localReply(status: number, body: Buffer, details?: string): Loca
 
 const isHeadersKind = (k: ProcessingRequestKind): boolean => k === 'request_headers' || k === 'response_headers';
 
+/** mergeHeaderValues in ext_proc.cc: a more specific entry replaces every entry of its key, or is appended. */
+export function mergeByKey(base: ReadonlyArray<[string, string]>, more: ReadonlyArray<[string, string]>): Array<[string, string]> {
+  const out = base.map((e): [string, string] => [e[0], e[1]]);
+  for (const [k, v] of more) {
+    let found = false;
+    for (const e of out) {
+      if (e[0] === k) {
+        e[1] = v;
+        found = true;
+      }
+    }
+    if (!found) out.push([k, v]);
+  }
+  return out;
+}
+
+/** FilterConfigPerRoute(less_specific, more_specific): virtual host first, then the route. */
+export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined>): ExtProcPerRoute | undefined {
+  let merged: ExtProcPerRoute | undefined;
+  for (const c of configs) {
+    if (!c) continue;
+    if (!merged) {
+      merged = { ...c, grpcInitialMetadata: [...c.grpcInitialMetadata] };
+      continue;
+    }
+    const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
+    const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
+    if (fwd) next.forwardingNamespaces = fwd;
+    merged = next;
+  }
+  return merged;
+}
+
 export class ExtProcSession {
   /** Envoy's processing_complete_: once set, the server is never consulted again. */
   complete = false;
@@ -143,15 +176,22 @@ export class ExtProcSession {
   };
   readonly decoding: DirectionState;
   readonly encoding: DirectionState;
-  /** The request's dynamic metadata (shared with its RequestRun). */
+  /** The request's dynamic metadata (shared with its RequestRun), read at each send like Envoy's stream info. */
   metadata = new DynamicMetadata();
   private stream: RawStream | undefined;
+  /** The gRPC initial metadata the stream opens with (per-route overrides merged in). */
+  grpcMetadata: Array<[string, string]>;
+  /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
+  forwardingNamespaces: string[];
 
   constructor(
     readonly config: ExtProcConfig,
     readonly envoyPrefix: string,
-    private readonly openStream: () => RawStream,
+    private readonly openStream: (metadata: Array<[string, string]>) => RawStream,
+    baseMetadata: Array<[string, string]> = config.initialMetadata,
   ) {
+    this.grpcMetadata = [...baseMetadata];
+    this.forwardingNamespaces = [...config.forwardingNamespaces];
     this.decoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
     this.encoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
     this.setProcessingMode(config.processingMode);
@@ -171,6 +211,27 @@ export class ExtProcSession {
     });
   }
 
+  /**
+   * Filter::mergePerRouteConfig, applied once before the first message: `disabled` turns every
+   * phase off; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
+   * added); forwarding namespaces, when overridden, replace the filter's.
+   */
+  applyPerRoute(merged: ExtProcPerRoute): void {
+    if (merged.disabled) {
+      this.setProcessingMode({
+        request_header_mode: 'SKIP',
+        response_header_mode: 'SKIP',
+        request_body_mode: 'NONE',
+        response_body_mode: 'NONE',
+        request_trailer_mode: 'SKIP',
+        response_trailer_mode: 'SKIP',
+      });
+      return;
+    }
+    this.grpcMetadata = mergeByKey(this.grpcMetadata, merged.grpcInitialMetadata);
+    if (merged.forwardingNamespaces) this.forwardingNamespaces = [...merged.forwardingNamespaces];
+  }
+
   /** Modes where Envoy drops content-length because the server may change the body size. */
   shouldRemoveContentLength(dir: DirectionState): boolean {
     return dir.bodyMode === 'STREAMED' || (dir.bodyMode === 'BUFFERED' && !dir.sendHeaders);
@@ -183,16 +244,17 @@ export class ExtProcSession {
   /** Opens the stream on first use (Filter::openStream) and sends one message. */
   send(kind: ProcessingRequestKind, payload: ProcessingRequest, endOfStream?: boolean): Pending {
     if (!this.stream) {
-      this.stream = this.openStream();
+      this.stream = this.openStream(this.grpcMetadata);
       this.stats.streamsStarted++;
     }
     const record: MessageRecord = { sent: kind, reply: 'none' };
     if (endOfStream !== undefined) record.endOfStream = endOfStream;
     this.messages.push(record);
-    // Envoy attaches metadata_context: the forwarding namespaces of the request's dynamic
-    // metadata (empty unless configured), as they stand when this message is sent.
+    // Envoy attaches metadata_context: the forwarding namespaces (the filter's, or a per-route
+    // override's) of the request's dynamic metadata (empty unless configured), as they stand
+    // when this message is sent.
     // (A write after the server already closed is dropped; the close is read as the reply.)
-    const metadata_context = this.metadata.context(this.config.forwardingNamespaces);
+    const metadata_context = this.metadata.context(this.forwardingNamespaces);
     if (this.stream.write({ metadata_context, ...payload })) this.stats.streamMsgsSent++;
     return { kind, record, deadline: Date.now() + this.config.messageTimeoutMs, timeoutOverridden: false };
   }

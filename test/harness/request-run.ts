@@ -21,9 +21,11 @@ import {
   type Handled,
   type LocalReply,
   localReply,
+  mergePerRoute,
 } from './ext-proc-session.js';
 import { DynamicMetadata } from './dynamic-metadata.js';
 import { HeaderList } from './header-list.js';
+import { applySetMetadata } from './metadata.js';
 import { applyExtProcHeaderMutation, applyRequestMutations } from './mutations.js';
 import { type RouteDecision, resolveRoute } from './routing.js';
 
@@ -108,6 +110,7 @@ export class RequestRun {
   private released = false;
   private decision: RouteDecision | null = null;
   private readonly afterExtProc: HttpFilter[];
+  /** The request's dynamic metadata (stream info): what it came with, set_metadata filters, the upstream's. */
   private readonly metadata: DynamicMetadata;
   private endpoint: string | undefined;
 
@@ -124,7 +127,7 @@ export class RequestRun {
     const chain = config.httpFilters;
     const extIdx = chain.findIndex((f) => f.kind === 'ext_proc');
     this.afterExtProc = extIdx >= 0 ? chain.slice(extIdx + 1) : [];
-    this.metadata = new DynamicMetadata(req.metadata);
+    this.metadata = new DynamicMetadata(structuredClone(req.metadata ?? {}));
     if (session) session.metadata = this.metadata;
   }
 
@@ -159,8 +162,15 @@ export class RequestRun {
         // The filter then looks up per-route config, which resolves and caches the route
         // with the headers as they are now (HeaderMutation::decodeHeaders).
         this.resolveRouteIfNeeded();
+      } else if (f.kind === 'set_metadata') {
+        applySetMetadata(this.metadata, f.entries);
       } else if (f.kind === 'ext_proc') {
         this.resolveRouteIfNeeded(); // mergePerRouteConfig() resolves the route too
+        if (this.session) {
+          // Merged once, on the route matched now; a later route change does not re-merge.
+          const merged = this.route ? mergePerRoute([this.route.vhost.extProcPerRoute, this.route.route.extProcPerRoute]) : undefined;
+          if (merged) this.session.applyPerRoute(merged);
+        }
         const flow: Flow = this.session ? await this.decodeExtProc(this.session) : { type: 'continue' };
         this.release(); // runs the filters after ext_proc, then the router's lookup
         return flow;
@@ -387,7 +397,7 @@ export class RequestRun {
     const endpoint = dstHeader === undefined ? undefined : this.headers.get(dstHeader);
     if (endpoint !== undefined) req.endpoint = this.endpoint = endpoint;
     if (this.trailers) req.trailers = this.trailers.clone();
-    const res: UpstreamResponse = typeof spec === 'function' ? spec(req) : (spec ?? { status: 200 });
+    const res: UpstreamResponse = typeof spec === 'function' ? await spec(req) : (spec ?? { status: 200 });
     for (const [ns, values] of Object.entries(res.metadata ?? {})) this.metadata.merge(ns, values);
     if (res.latencyMs) await new Promise<void>((r) => setTimeout(r, res.latencyMs));
     const headers = new HeaderList();

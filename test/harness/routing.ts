@@ -11,6 +11,8 @@ import { stringMatches } from './mutations.js';
 export interface RouteDecision {
   route: Route;
   virtualHost: string;
+  /** The matched virtual host itself (its per-route filter config merges under the route's). */
+  vhost: VirtualHost;
   /**
    * The cluster name the route picked at resolution time; '' when cluster_header named a missing
    * header (Envoy then answers cluster_not_found_response_code, since '' is no cluster).
@@ -70,7 +72,7 @@ export function resolveRoute(rc: RouteConfig, headers: HeaderList): RouteDecisio
     let cluster = '';
     if (route.action.kind === 'cluster') cluster = route.action.cluster;
     else if (route.action.kind === 'cluster_header') cluster = headers.get(route.action.header) ?? '';
-    return { route, virtualHost: vh.name, cluster };
+    return { route, virtualHost: vh.name, vhost: vh, cluster };
   }
   return null;
 }

@@ -15,7 +15,7 @@ export interface TestGate extends RunningKvgate {
 
 export async function startTestGate(
   rawConfig: unknown,
-  opts: { store?: string; logger?: Logger; processMetrics?: boolean } & Pick<StartOptions, 'storeTls' | 'tls'> = {},
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls'> = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
@@ -31,6 +31,8 @@ export async function startTestGate(
     onResult: (r) => results.push(r),
     // Node's process metrics add a timer per gate; tests that want them ask.
     processMetrics: opts.processMetrics ?? false,
+    ...(opts.configFile !== undefined ? { configFile: opts.configFile } : {}),
+    ...(opts.reloadDebounceMs !== undefined ? { reloadDebounceMs: opts.reloadDebounceMs } : {}),
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }

@@ -251,6 +251,7 @@ describe('tracing configuration', () => {
   test('decision attributes read a scoring explanation when the result carries one, and ignore junk', () => {
     const base: GateResult = {
       kind: 'route',
+      pool: 'default',
       worker: 'w2',
       cluster: 'worker_2',
       outcome: 'new',

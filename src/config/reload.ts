@@ -1,0 +1,136 @@
+/**
+ * Config changes without a restart. The gate's config file is re-read when it changes (fs.watch on
+ * its directory, debounced) or on SIGHUP; the new text is validated in full first, and only a
+ * valid config is handed over, in one piece, to be swapped in (`Gate.reconfigure`). An invalid
+ * file changes nothing: the running config stays and the log says why.
+ *
+ * The directory is watched rather than the file because editors replace files by renaming and
+ * Kubernetes updates a mounted ConfigMap by swapping a symlink; neither is an event on the old
+ * file. Any event in the directory just triggers a re-read, and a re-read that yields the running
+ * config again does nothing.
+ *
+ * A few settings are wired into long-lived objects at startup (the store connection, the gRPC
+ * message size limit, the idle-stream sweep). A reload keeps their running values and logs that
+ * a restart is needed for them, rather than pretending to apply them.
+ */
+import { watch, type FSWatcher } from 'node:fs';
+import path from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import type { Logger } from 'pino';
+import { KvgateError } from '../errors.js';
+import { DEFAULTS } from './defaults.js';
+import { deepFreeze, parseConfigText, readConfigText } from './load.js';
+import type { Config } from './schema.js';
+
+export type ReloadTrigger = 'watch' | 'SIGHUP';
+export type ReloadOutcome = 'applied' | 'unchanged' | 'rejected';
+
+export interface ConfigReloaderOptions {
+  file: string;
+  logger: Logger;
+  /** The config running now. */
+  current(): Config;
+  /** Swaps in a new, valid config. */
+  apply(config: Config): void;
+  debounceMs?: number;
+}
+
+/** Settings read once at startup, as [path, getter]; a reload keeps their running values. */
+const RESTART_ONLY: ReadonlyArray<[string, (c: Config) => unknown]> = [
+  ['store', (c) => c.store],
+  ['leases.ttl_s', (c) => c.leases.ttl_s],
+  ['limits.max_body_bytes', (c) => c.limits.max_body_bytes],
+  ['limits.stream_idle_s', (c) => c.limits.stream_idle_s],
+  ['prefix.ttl_s', (c) => c.prefix.ttl_s],
+];
+
+/**
+ * `next` with the restart-only settings of `running` carried over, and the names of those that
+ * differ (they take effect at the next restart).
+ */
+export function carryRestartOnly(running: Config, next: Config): { config: Config; restartNeeded: string[] } {
+  const restartNeeded = RESTART_ONLY.filter(([, get]) => !isDeepStrictEqual(get(running), get(next))).map(([p]) => p);
+  if (restartNeeded.length === 0) return { config: next, restartNeeded };
+  const config = deepFreeze({
+    ...next,
+    store: running.store,
+    leases: running.leases,
+    limits: { ...next.limits, max_body_bytes: running.limits.max_body_bytes, stream_idle_s: running.limits.stream_idle_s },
+    prefix: { ...next.prefix, ttl_s: running.prefix.ttl_s },
+  });
+  return { config, restartNeeded };
+}
+
+export class ConfigReloader {
+  private watcher: FSWatcher | undefined;
+  private timer: NodeJS.Timeout | undefined;
+  /** The last text that failed validation, so repeated events on the same bad file log once. */
+  private lastRejected: string | undefined;
+
+  constructor(private readonly opts: ConfigReloaderOptions) {}
+
+  /** Starts watching the file's directory. Never throws: without a watch, SIGHUP still works. */
+  watch(): void {
+    if (this.watcher) return;
+    const dir = path.dirname(path.resolve(this.opts.file));
+    try {
+      this.watcher = watch(dir, { persistent: false }, () => this.schedule());
+      this.watcher.on('error', (err) => {
+        this.opts.logger.warn({ file: this.opts.file, err: err.message }, 'config watch failed; reload with SIGHUP');
+        this.watcher?.close();
+        this.watcher = undefined;
+      });
+    } catch (err) {
+      this.opts.logger.warn({ file: this.opts.file, err: (err as Error).message }, 'cannot watch the config file; reload with SIGHUP');
+    }
+  }
+
+  /** Re-reads the file now: validated, then applied whole, or rejected with the running config kept. */
+  reload(trigger: ReloadTrigger): ReloadOutcome {
+    const { file, logger } = this.opts;
+    let next: Config;
+    let text: string | undefined;
+    try {
+      text = readConfigText(file);
+      next = parseConfigText(text, file);
+    } catch (err) {
+      // Watch events come in bursts for one save; say it once per bad text (SIGHUP always answers).
+      if (trigger !== 'watch' || text === undefined || text !== this.lastRejected) {
+        logger.error({ file, trigger, err: KvgateError.from(err).message }, 'config reload rejected; keeping the running config');
+      }
+      this.lastRejected = text;
+      return 'rejected';
+    }
+    this.lastRejected = undefined;
+    const running = this.opts.current();
+    const { config, restartNeeded } = carryRestartOnly(running, next);
+    if (isDeepStrictEqual(config, running)) {
+      const level = trigger === 'watch' ? 'debug' : 'info';
+      logger[level]({ file, trigger, ...(restartNeeded.length > 0 ? { restart_needed: restartNeeded } : {}) }, 'config re-read; nothing to change');
+      return 'unchanged';
+    }
+    this.opts.apply(config);
+    logger.info(
+      {
+        file,
+        trigger,
+        pools: config.pools.map((p) => ({ name: p.name, workers: p.workers.length })),
+        ...(restartNeeded.length > 0 ? { restart_needed: restartNeeded } : {}),
+      },
+      'config reloaded',
+    );
+    return 'applied';
+  }
+
+  close(): void {
+    clearTimeout(this.timer);
+    this.watcher?.close();
+    this.watcher = undefined;
+  }
+
+  private schedule(): void {
+    clearTimeout(this.timer);
+    this.timer = setTimeout(() => this.reload('watch'), this.opts.debounceMs ?? DEFAULTS.configReloadDebounceMs);
+    this.timer.unref();
+  }
+}

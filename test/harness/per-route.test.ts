@@ -1,0 +1,212 @@
+/**
+ * The harness's imitation of ExtProcPerRoute and forwarded dynamic metadata, against a small
+ * ext_proc server that records what it receives: Envoy's merge of per-route gRPC initial metadata
+ * (filter, then virtual host, then route, replacing by key), `disabled`, the route that counts
+ * (the one matched when ext_proc starts), set_metadata and forwarding namespaces
+ * (reference: envoy-ext-proc.md §3.5-§3.7; ext_proc.cc mergePerRouteConfig, addDynamicMetadata).
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import * as grpc from '@grpc/grpc-js';
+import { stringify } from 'yaml';
+import { forwardedNamespace } from '../../src/extproc/knob-source.js';
+import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
+import { extProcServiceDefinition } from '../../src/extproc/proto.js';
+import { parseEnvoyConfig } from './envoy-config.js';
+import { EnvoyHarness, type HarnessRequest } from './envoy-harness.js';
+
+const PER_ROUTE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
+
+interface Call {
+  metadata: Record<string, string>;
+  messages: ProcessingRequest[];
+}
+
+/** An ext_proc server that records each call and, on request headers, routes to cluster `b`. */
+async function recorder(): Promise<{ target: string; calls: Call[]; close(): void }> {
+  const calls: Call[] = [];
+  const server = new grpc.Server();
+  server.addService(extProcServiceDefinition(), {
+    Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
+      const rec: Call = { metadata: {}, messages: [] };
+      for (const [k, v] of Object.entries(call.metadata.getMap())) if (typeof v === 'string') rec.metadata[k] = v;
+      calls.push(rec);
+      call.on('data', (m: ProcessingRequest) => {
+        rec.messages.push(m);
+        const routeToB = { status: 'CONTINUE' as const, header_mutation: { set_headers: [{ header: { key: 'x-c', raw_value: Buffer.from('b') }, append: { value: false } }] }, clear_route_cache: true };
+        call.write(m.request === 'request_headers' ? { request_headers: { response: routeToB } } : { [m.request!]: { response: {} } });
+      });
+      call.on('end', () => call.end());
+      call.on('error', () => {});
+    },
+  });
+  const port = await new Promise<number>((resolve, reject) =>
+    server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+  );
+  return { target: `127.0.0.1:${port}`, calls, close: () => server.forceShutdown() };
+}
+
+function perRoute(overrides: Record<string, unknown> | 'disabled') {
+  return { 'envoy.filters.http.ext_proc': overrides === 'disabled' ? { '@type': PER_ROUTE, disabled: true } : { '@type': PER_ROUTE, overrides } };
+}
+
+const md = (pairs: Record<string, string>) => Object.entries(pairs).map(([key, value]) => ({ key, value }));
+
+/**
+ * A bootstrap with a set_metadata filter, ext_proc forwarding `ns1`, and two virtual hosts:
+ * `knobs` (per-route config on the host and its routes) and `off` (ext_proc disabled, except
+ * on one route that re-enables it).
+ */
+function bootstrap(): string {
+  const routeOnHeader = { match: { prefix: '/', headers: [{ name: 'x-c', present_match: true }] }, route: { cluster_header: 'x-c' } };
+  return stringify({
+    static_resources: {
+      listeners: [{
+        name: 'l',
+        filter_chains: [{ filters: [{
+          name: 'envoy.filters.network.http_connection_manager',
+          typed_config: {
+            '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+            stat_prefix: 'l',
+            route_config: {
+              virtual_hosts: [
+                {
+                  name: 'knobs',
+                  domains: ['knobs'],
+                  typed_per_filter_config: perRoute({ grpc_initial_metadata: md({ 'x-a': 'vhost', 'x-b': 'vhost', 'x-f': 'vhost' }) }),
+                  routes: [
+                    // After the server sets x-c this route matches; its per-route config must not count.
+                    { ...routeOnHeader, typed_per_filter_config: perRoute({ grpc_initial_metadata: md({ 'x-a': 'header-route' }) }) },
+                    {
+                      match: { path: '/special' },
+                      route: { cluster: 'a' },
+                      typed_per_filter_config: perRoute({
+                        grpc_initial_metadata: md({ 'x-a': 'route', 'x-r': 'route' }),
+                        metadata_options: { forwarding_namespaces: { untyped: ['ns2'] } },
+                      }),
+                    },
+                    { match: { prefix: '/' }, route: { cluster: 'a' } },
+                  ],
+                },
+                {
+                  name: 'off',
+                  domains: ['off'],
+                  typed_per_filter_config: perRoute('disabled'),
+                  routes: [
+                    routeOnHeader,
+                    { match: { path: '/on' }, route: { cluster: 'a' }, typed_per_filter_config: perRoute({ grpc_initial_metadata: md({ 'x-r': 'on' }) }) },
+                    { match: { prefix: '/' }, route: { cluster: 'a' } },
+                  ],
+                },
+              ],
+            },
+            http_filters: [
+              {
+                name: 'envoy.filters.http.set_metadata',
+                typed_config: {
+                  '@type': 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config',
+                  metadata: [
+                    { metadata_namespace: 'ns1', value: { from: 'set_metadata', n: 1 } },
+                    { metadata_namespace: 'ns2', value: { from: 'set_metadata' }, allow_overwrite: true },
+                  ],
+                },
+              },
+              {
+                name: 'envoy.filters.http.ext_proc',
+                typed_config: {
+                  '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
+                  grpc_service: { envoy_grpc: { cluster_name: 'ext' }, initial_metadata: md({ 'x-f': 'filter', 'x-a': 'filter' }) },
+                  processing_mode: { request_header_mode: 'SEND', response_header_mode: 'SKIP' },
+                  metadata_options: { forwarding_namespaces: { untyped: ['ns1'] } },
+                },
+              },
+              { name: 'envoy.filters.http.router', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router' } },
+            ],
+          },
+        }] }],
+      }],
+      clusters: [{ name: 'a' }, { name: 'b' }, { name: 'ext' }],
+    },
+  });
+}
+
+const get = (host: string, path = '/', extra: Partial<HarnessRequest> = {}): HarnessRequest => ({ method: 'GET', path, headers: { host }, ...extra });
+
+describe('harness: per-route ext_proc config and forwarded metadata', () => {
+  let srv: Awaited<ReturnType<typeof recorder>>;
+  let h: EnvoyHarness;
+  before(async () => {
+    srv = await recorder();
+    h = new EnvoyHarness({ config: parseEnvoyConfig(bootstrap()), target: srv.target });
+  });
+  after(() => {
+    h.close();
+    srv.close();
+  });
+  const lastCall = () => srv.calls.at(-1)!;
+
+  test('gRPC metadata: the filter’s, then the virtual host’s, then the route’s, replacing by key', async () => {
+    const out = await h.request(get('knobs', '/special'));
+    assert.equal(out.kind === 'upstream' && out.cluster, 'b', 'the server routed, the route cache was cleared');
+    const m = lastCall().metadata;
+    assert.equal(m['x-f'], 'vhost');
+    assert.equal(m['x-b'], 'vhost');
+    assert.equal(m['x-a'], 'route');
+    assert.equal(m['x-r'], 'route');
+
+    await h.request(get('knobs', '/plain'));
+    assert.equal(lastCall().metadata['x-a'], 'vhost', 'a route without its own config: the virtual host’s');
+    assert.equal(lastCall().metadata['x-r'], undefined);
+  });
+
+  test('disabled on a virtual host opens no stream; a route’s overrides re-enable it', async () => {
+    const before = srv.calls.length;
+    const out = await h.request(get('off', '/anything'));
+    assert.equal(out.kind === 'upstream' && out.cluster, 'a');
+    assert.equal(srv.calls.length, before, 'no ext_proc stream');
+    await h.request(get('off', '/on'));
+    assert.equal(srv.calls.length, before + 1);
+    assert.equal(lastCall().metadata['x-r'], 'on');
+    assert.equal(lastCall().metadata['x-f'], 'filter', 'disabled carries no metadata to merge');
+  });
+
+  test('metadata_context: forwarded namespaces only, set_metadata keeps or merges what the request had', async () => {
+    await h.request(get('knobs', '/plain', { metadata: { ns1: { from: 'earlier' }, other: { x: 1 } } }));
+    let msg = lastCall().messages[0]!;
+    assert.deepEqual(forwardedNamespace(msg.metadata_context, 'ns1'), { from: 'earlier' }, 'no allow_overwrite: the earlier value stays');
+    assert.equal(forwardedNamespace(msg.metadata_context, 'other'), undefined, 'not a forwarding namespace');
+    assert.equal(forwardedNamespace(msg.metadata_context, 'ns2'), undefined);
+
+    await h.request(get('knobs', '/plain'));
+    assert.deepEqual(forwardedNamespace(lastCall().messages[0]!.metadata_context, 'ns1'), { from: 'set_metadata', n: 1 });
+
+    // The route replaces the forwarding namespaces with ns2, which set_metadata merges into.
+    await h.request(get('knobs', '/special', { metadata: { ns2: { kept: true, from: 'earlier' } } }));
+    msg = lastCall().messages[0]!;
+    assert.equal(forwardedNamespace(msg.metadata_context, 'ns1'), undefined);
+    assert.deepEqual(forwardedNamespace(msg.metadata_context, 'ns2'), { kept: true, from: 'set_metadata' });
+  });
+
+  test('per-route settings the harness cannot imitate are config errors', () => {
+    const withOverride = (overrides: unknown) =>
+      parseEnvoyConfig(
+        stringify({
+          static_resources: {
+            listeners: [{ filter_chains: [{ filters: [{
+              name: 'envoy.filters.network.http_connection_manager',
+              typed_config: {
+                '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+                route_config: { virtual_hosts: [{ name: 'v', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' }, typed_per_filter_config: overrides }] }] },
+                http_filters: [{ name: 'envoy.filters.http.ext_proc', typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor', grpc_service: { envoy_grpc: { cluster_name: 'a' } } } }],
+              },
+            }] }] }],
+          },
+        }),
+      );
+    assert.throws(() => withOverride(perRoute({ processing_mode: { request_body_mode: 'BUFFERED' } })), /processing_mode not supported/);
+    assert.throws(() => withOverride({ 'envoy.filters.http.cors': { '@type': 'x' } }), /per-route config for envoy.filters.http.cors/);
+    assert.throws(() => withOverride({ 'envoy.filters.http.ext_proc': { '@type': PER_ROUTE, disabled: false } }), /disabled must be true/);
+    assert.throws(() => withOverride(perRoute({ grpc_initial_metadata: md({ 'x-kvgate-pool': '%REQ(x-pool)%' }) })), /format commands/);
+    assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })));
+  });
+});

@@ -1,0 +1,123 @@
+/**
+ * Config changes without a restart: the watched file is re-read on change and swapped in whole;
+ * requests in flight keep their streams and leases; an invalid file changes nothing and the log
+ * says why; settings that need a restart are kept and named; SIGHUP re-reads the file.
+ */
+import assert from 'node:assert/strict';
+import { mkdtempSync, renameSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+import { after, describe, test } from 'node:test';
+import { stringify } from 'yaml';
+import type { EnvoyHarness, LocalOutcome } from '../harness/envoy-harness.js';
+import { withExtProc } from '../harness/envoy-config.js';
+import { chat, envoyConfig, harness, waitFor } from '../helpers/envoy.js';
+import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
+import { startGateProcess } from '../helpers/gate-process.js';
+import { recordingLogger } from '../helpers/logger.js';
+import { HeldRequests } from './helpers.js';
+
+function fleet(maxInflight: number, extra: Record<string, unknown> = {}, ids = ['w1', 'w2']) {
+  return {
+    limits: { max_inflight: maxInflight },
+    ...extra,
+    workers: ids.map((id, i) => ({ id, cluster: `worker_${i + 1}` })),
+  };
+}
+
+/** Replaces the file the way editors and ConfigMap updates do: write aside, then rename over it. */
+function writeAtomically(file: string, text: string): void {
+  const tmp = `${file}.tmp-${process.pid}`;
+  writeFileSync(tmp, text);
+  renameSync(tmp, file);
+}
+
+function tempConfig(config: unknown): string {
+  const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'kvgate-reload-')), 'kvgate.yaml');
+  writeFileSync(file, stringify(config));
+  return file;
+}
+
+describe('config reload', () => {
+  const gates: TestGate[] = [];
+  const harnesses: EnvoyHarness[] = [];
+  after(async () => {
+    for (const h of harnesses) h.close();
+    for (const g of gates) await g.close(100);
+  });
+  async function setup(config: unknown) {
+    const file = tempConfig(config);
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate(config, { configFile: file, reloadDebounceMs: 30, logger });
+    const h = harness(g.target, { config: withExtProc(envoyConfig(), { messageTimeoutMs: 10_000 }) });
+    gates.push(g);
+    harnesses.push(h);
+    const logged = (msg: string) => lines.filter((l) => l['msg'] === msg);
+    return { file, g, h, lines, logged };
+  }
+
+  test('a new threshold applies at once; open streams finish on their leases; an invalid file changes nothing', async () => {
+    const { file, g, h, logged } = await setup(fleet(2));
+    const held = new HeldRequests(h, g);
+    await held.hold(['a', 'b', 'c', 'd'].map((s) => chat({ session: s })));
+    assert.equal(((await h.request(chat({ session: 'e' }))) as LocalOutcome).status, 429, 'full at 2 per worker');
+
+    writeAtomically(file, stringify(fleet(3)));
+    await waitFor(() => g.gate.currentConfig.limits.max_inflight === 3, 5000, 'the reload');
+    assert.equal(logged('config reloaded').length, 1);
+    await held.hold(['e', 'f'].map((s) => chat({ session: s })));
+    assert.ok(g.results.slice(-2).every((r) => r.kind === 'route'), 'room for one more on each worker at 3');
+    assert.equal(((await h.request(chat({ session: 'g' }))) as LocalOutcome).status, 429, 'full again at 3 per worker');
+    const running = g.gate.currentConfig;
+
+    // Invalid by schema, then not YAML at all: both refused, the running config stays.
+    writeAtomically(file, stringify({ ...fleet(9), routing: { shed_status: 418 } }));
+    await waitFor(() => logged('config reload rejected; keeping the running config').length === 1, 5000, 'the rejection');
+    writeAtomically(file, 'workers: [ {id: w1\n');
+    await waitFor(() => logged('config reload rejected; keeping the running config').length === 2, 5000, 'the second rejection');
+    const [schemaError, yamlError] = logged('config reload rejected; keeping the running config');
+    assert.match(String(schemaError!['err']), /routing\.shed_status/);
+    assert.match(String(yamlError!['err']), /not valid YAML/);
+    assert.equal(g.gate.currentConfig, running, 'the very same config object');
+    assert.equal(((await h.request(chat({ session: 'g' }))) as LocalOutcome).status, 429, 'still 3 per worker, not the 9 of the rejected file');
+
+    // The streams held since before both reloads finish normally and give their leases back.
+    for (const out of await held.release()) assert.equal(out.kind === 'upstream' && out.responseStatus, 200);
+    await waitFor(async () => (await workers(g.admin)).every((w) => w.inflight === 0), 3000, 'leases released');
+  });
+
+  test('a worker removed by a reload finishes its open request; restart-only settings are kept and named', async () => {
+    const { file, g, h, logged } = await setup(fleet(4));
+    const held = new HeldRequests(h, g);
+    await held.hold(Array.from({ length: 8 }, (_, i) => chat({ session: `s${i}` })));
+    const onW2 = g.results.filter((r) => r.kind === 'route' && r.worker === 'w2').length;
+    assert.ok(onW2 > 0);
+
+    const storeTimeout = g.gate.currentConfig.store.timeout_ms;
+    writeAtomically(file, stringify(fleet(4, { store: { timeout_ms: storeTimeout + 899 } }, ['w1'])));
+    await waitFor(() => g.gate.currentConfig.workers.length === 1, 5000, 'the reload');
+    const line = logged('config reloaded')[0]!;
+    assert.deepEqual(line['restart_needed'], ['store']);
+    assert.equal(g.gate.currentConfig.store.timeout_ms, storeTimeout, 'the running store settings stay until a restart');
+    assert.deepEqual((await workers(g.admin)).map((w) => w.id), ['w1']);
+
+    for (const out of await held.release()) assert.equal(out.kind, 'upstream');
+    // New requests only reach the remaining worker.
+    for (let i = 0; i < 3; i++) assert.equal((await h.request(chat({ session: `n${i}` }))).cluster, 'worker_1');
+  });
+});
+
+test('SIGHUP re-reads the config file and does not end the process', async () => {
+  const file = tempConfig(fleet(4));
+  const gate = await startGateProcess(['--config', file]);
+  const h = harness(gate.target, { config: withExtProc(envoyConfig(), { messageTimeoutMs: 10_000 }) });
+  try {
+    gate.proc.kill('SIGHUP');
+    await waitFor(() => gate.lines.some((l) => l['msg'] === 'config re-read; nothing to change' && l['trigger'] === 'SIGHUP'), 5000, 'the SIGHUP line');
+    assert.equal(gate.proc.exitCode, null, 'still running');
+    assert.equal((await h.request(chat({ session: 'after-hup' }))).kind, 'upstream');
+  } finally {
+    h.close();
+    await gate.stop();
+  }
+});
