@@ -4,6 +4,7 @@
  * It ends by itself after `--turns` turns per session or `--duration` seconds (Ctrl-C ends it early).
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { ENVOY_MESSAGE_TIMEOUT_MS } from '../demo/envoy-client.js';
 import { runDemo, type DemoState } from '../demo/run.js';
 import { eventLine, frameLines, headerLines, summaryLines } from '../demo/view.js';
 import { createLogger } from '../telemetry/logger.js';
@@ -42,6 +43,7 @@ interface DemoFlags {
   turns: number;
   duration: number;
   thinkMs: number;
+  messageTimeoutMs: number;
   json?: boolean;
   logLevel: string;
 }
@@ -55,6 +57,11 @@ export function registerDemoCommand(program: Command, out: DemoOutput = process.
     .addOption(new Option('--turns <n>', 'turns per session').argParser(positiveInt(1000)).default(6))
     .addOption(new Option('--duration <s>', 'stop starting turns after this many seconds').argParser(positiveNumber).default(60))
     .addOption(new Option('--think-ms <ms>', "mean pause between a session's turns").argParser(nonNegativeNumber).default(300))
+    .addOption(
+      new Option('--message-timeout-ms <ms>', "how long the Envoy stand-in waits for the gate's reply before routing by its fallback route (Envoy's message_timeout)")
+        .argParser(positiveNumber)
+        .default(ENVOY_MESSAGE_TIMEOUT_MS),
+    )
     .addOption(new Option('--json', 'print only the summary, as JSON'))
     .addOption(new Option('--log-level <level>', "the gate's and workers' log level (logs go to stderr)").default('silent'))
     .action(async (o: DemoFlags) => {
@@ -78,6 +85,7 @@ export function registerDemoCommand(program: Command, out: DemoOutput = process.
           turns: o.turns,
           durationS: o.duration,
           thinkMs: o.thinkMs,
+          messageTimeoutMs: o.messageTimeoutMs,
           logger: createLogger(o.logLevel, process.stderr),
           signal: stop.signal,
           onStart: (state) => {

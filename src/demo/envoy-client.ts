@@ -1,7 +1,7 @@
 /**
  * A small stand-in for Envoy's ext_proc filter, for the demo: the configuration of
  * envoy/envoy.yaml (request headers SEND, request body BUFFERED, response headers SEND, no
- * response bodies, a 500 ms message timeout, failure mode open), for one request at a time:
+ * response bodies, a 500 ms message timeout by default, failure mode open), for one request at a time:
  *
  *   request_headers ─▶ reply ─▶ request_body (whole, end_of_stream) ─▶ reply with the routing header
  *   … the caller sends the request to that cluster and, at its response headers …
@@ -18,7 +18,7 @@ import type { HeaderMutation, ProcessingRequest, ProcessingResponse } from '../e
 import { EXT_PROC_PROTO, extProcClientConstructor, PROTO_LOADER_OPTIONS } from '../extproc/proto.js';
 
 /** envoy/envoy.yaml's `message_timeout`. */
-const MESSAGE_TIMEOUT_MS = 500;
+export const ENVOY_MESSAGE_TIMEOUT_MS = 500;
 
 type ProcessCall = grpc.ClientDuplexStream<ProcessingRequest, ProcessingResponse>;
 type Client = grpc.Client & { Process(): ProcessCall };
@@ -52,6 +52,7 @@ export class EnvoyLikeClient {
   constructor(
     target: string,
     private readonly routingHeader: string,
+    private readonly messageTimeoutMs = ENVOY_MESSAGE_TIMEOUT_MS,
   ) {
     const Ctor = extProcClientConstructor();
     this.client = new Ctor(target, grpc.credentials.createInsecure()) as unknown as Client;
@@ -67,7 +68,7 @@ export class EnvoyLikeClient {
   }
 
   async route(req: ClientRequest): Promise<RouteAnswer> {
-    const stream = new ReplyQueue(this.client.Process());
+    const stream = new ReplyQueue(this.client.Process(), this.messageTimeoutMs);
     const headers: Record<string, string> = { ...req.headers };
     // Envoy's header_mutation filter runs first: a client never chooses its own worker.
     delete headers[this.routingHeader];
@@ -124,7 +125,10 @@ class ReplyQueue {
   private waiter: ((r: ProcessingResponse | undefined) => void) | undefined;
   private over = false;
 
-  constructor(private readonly call: ProcessCall) {
+  constructor(
+    private readonly call: ProcessCall,
+    private readonly timeoutMs: number,
+  ) {
     call.on('data', (r: ProcessingResponse) => {
       if (this.waiter) {
         const w = this.waiter;
@@ -154,7 +158,7 @@ class ReplyQueue {
       const timer = setTimeout(() => {
         this.waiter = undefined;
         resolve(undefined);
-      }, MESSAGE_TIMEOUT_MS);
+      }, this.timeoutMs);
       this.waiter = (r) => {
         clearTimeout(timer);
         resolve(r);

@@ -43,6 +43,8 @@ export interface DemoOptions {
   durationS: number;
   /** Mean pause between a session's turns (a person reading the answer). */
   thinkMs: number;
+  /** How long the Envoy stand-in waits for each gate reply before failing open (Envoy's message_timeout). */
+  messageTimeoutMs?: number;
   logger?: Logger;
   signal?: AbortSignal;
   /** Called after each answered turn and each shed or failed request. */
@@ -115,7 +117,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
       'demo config',
     );
     gate = await startKvgate({ config, logger, store: 'memory', grpcHost: '127.0.0.1', grpcPort: 0, adminHost: '127.0.0.1', adminPort: 0 });
-    client = new EnvoyLikeClient(`127.0.0.1:${gate.grpcPort}`, ROUTING_HEADER);
+    client = new EnvoyLikeClient(`127.0.0.1:${gate.grpcPort}`, ROUTING_HEADER, opts.messageTimeoutMs);
     await warmUp(client);
     const state: DemoState = {
       startedAt: performance.now(),

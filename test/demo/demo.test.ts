@@ -9,11 +9,17 @@ import { Command } from 'commander';
 import { registerDemoCommand } from '../../src/cli/demo-command.js';
 import type { DemoSummary } from '../../src/demo/run.js';
 
+/**
+ * A busy test machine can take longer than Envoy's 500 ms to answer a first decision, and the demo
+ * would then rightly route by the fallback route; the tests are about placement, so they wait longer.
+ */
+const PATIENT = ['--message-timeout-ms', '10000'];
+
 async function demo(args: string[], isTTY = false): Promise<string> {
   let out = '';
   const program = new Command('kvgate').exitOverride();
   registerDemoCommand(program, { write: (s) => (out += s), isTTY });
-  await program.parseAsync(['node', 'kvgate', 'demo', ...args]);
+  await program.parseAsync(['node', 'kvgate', 'demo', ...PATIENT, ...args]);
   return out;
 }
 
@@ -55,7 +61,7 @@ describe('kvgate demo', () => {
   });
 
   test('bad flags are refused before anything starts', async () => {
-    for (const args of [['--workers', '0'], ['--sessions', 'many'], ['--duration', '-1'], ['--think-ms', 'x']]) {
+    for (const args of [['--workers', '0'], ['--sessions', 'many'], ['--duration', '-1'], ['--think-ms', 'x'], ['--message-timeout-ms', '0']]) {
       const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {}, writeOut: () => {} });
       registerDemoCommand(program, { write: () => assert.fail('nothing may run') });
       await assert.rejects(program.parseAsync(['node', 'kvgate', 'demo', ...args]), { name: 'CommanderError' });
