@@ -126,7 +126,7 @@ describe('the message timeout exceeded (a store slower than Envoy waits)', () =>
       assert.equal(c.kind === 'local' && c.status, 504);
       assert.equal(c.kind === 'local' && c.details, 'ext_proc_error_per-message_timeout_exceeded');
       // The gate finishes deciding for streams Envoy already closed, then gives the leases back.
-      await waitFor(() => env.g.results.length >= 3, 5000, 'late decisions');
+      await waitFor(() => env.g.results.length >= 3, 15_000, 'late decisions');
       env.proxy.setLatency(0);
       await settled(env.g);
       await waitFor(async () => (await env.redisInflight()) === 0, 5000, 'no lease left in Redis');
@@ -156,7 +156,7 @@ describe('the message timeout exceeded (a store slower than Envoy waits)', () =>
 
 describe('very slow clients', () => {
   test('a stream that trickles its body (a chunk every 150 ms) is served to the end', async () => {
-    const g = await startTestGate({ routing: { request_body_mode: 'streamed' }, limits: { stream_idle_s: 1 }, workers: FLEET });
+    const g = await startTestGate({ routing: { request_body_mode: 'streamed' }, limits: { stream_idle_s: 3 }, workers: FLEET });
     const h = harness(g.target);
     try {
       const s = h.openRawStream();
