@@ -414,12 +414,16 @@ export class RedisStore implements RoutingStore {
 
   private commitLocally(req: CommitRequest): CommitResult {
     const snapshot = this.cachedSnapshot(req);
-    // Degraded: the shared affinity is unknown, so only the capacity facts are checked here.
-    const holds = preconditionsHold({ ...req.preconditions, affinity: snapshot.affinity, prefixAtMost: undefined }, snapshot);
+    // Degraded: checked against what this replica knows. The affinity the decision expected came
+    // from this same local cache, so comparing them still catches two concurrent requests of one
+    // new session both placing it (the second re-decides and follows the first). Prefix depth is
+    // not checked: Redis's index is out of reach.
+    const holds = preconditionsHold({ ...req.preconditions, prefixAtMost: undefined }, snapshot);
     if (!holds) return { ok: false, snapshot };
     if (req.key !== undefined) {
       const ck = this.affinityCacheKey(req.pool, req.key);
-      this.affinityCache.set(ck, { worker: req.worker, keyInflight: snapshot.keyInflight + 1 });
+      // No count is kept while degraded (releases cannot be seen): never let a stale one grow into a spill.
+      this.affinityCache.set(ck, { worker: req.worker, keyInflight: 0 });
       this.unsynced.set(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
     }
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
