@@ -1,7 +1,8 @@
 /**
- * Several gate processes on one Redis: every session is placed identically whichever replica
- * Envoy asks, worker states set on one are seen by the other, and a killed replica's in-flight
- * counts vanish within the lease TTL.
+ * Several gate processes on one Redis: every session is placed identically whichever of three
+ * replicas Envoy asks (racing ones included), a deliberate migration (a drained worker) moves each
+ * session once, to the same worker on every replica, worker states set on one are seen by the
+ * others, and a killed replica's in-flight counts vanish within the lease TTL.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -25,10 +26,12 @@ const CONFIG = {
 let redis: TestRedis;
 let a: GateProcess;
 let b: GateProcess;
+let c: GateProcess;
 before(async () => {
   redis = await startRedis();
   const file = writeConfig(CONFIG);
-  [a, b] = await Promise.all([
+  [a, b, c] = await Promise.all([
+    startGateProcess(['--config', file, '--store', redis.url]),
     startGateProcess(['--config', file, '--store', redis.url]),
     startGateProcess(['--config', file, '--store', redis.url]),
   ]);
@@ -37,36 +40,60 @@ after(async () => {
   // Whatever `before` managed to start (it may have failed half-way).
   await a?.stop();
   await b?.stop();
+  await c?.stop();
   await redis?.stop();
 });
 
 describe('gate replicas sharing one Redis', () => {
-  test('a session placed by one gate is placed identically by the other', async () => {
-    const ha = harness(a.target);
-    const hb = harness(b.target);
+  test('a session placed by one gate is placed identically by the others (two and three replicas)', async () => {
+    const hs = [harness(a.target), harness(b.target), harness(c.target)];
     try {
       const placed = new Map<string, string>();
       for (let i = 0; i < 30; i++) {
         const session = `conv-${i}`;
-        const first = await (i % 2 ? ha : hb).request(chat({ session, text: 'first turn' }));
+        const first = await hs[i % 3]!.request(chat({ session, text: 'first turn' }));
         assert.equal(first.kind, 'upstream');
         placed.set(session, first.cluster!);
       }
       assert.ok(new Set(placed.values()).size > 1, 'sessions spread over workers');
       for (const [session, cluster] of placed) {
-        for (const h of [ha, hb]) {
+        for (const h of hs) {
           const next = await h.request(chat({ session, text: 'next turn' }));
           assert.equal(next.cluster, cluster, `${session} stays on ${cluster}`);
         }
       }
-      // Both at once, for sessions neither has seen: still one placement each.
-      const racing = await Promise.all(
-        Array.from({ length: 20 }, (_, i) => Promise.all([ha.request(chat({ session: `race-${i}` })), hb.request(chat({ session: `race-${i}` }))])),
-      );
-      for (const [x, y] of racing) assert.equal(x.cluster, y.cluster);
+      // Two, then three at once, for sessions none has seen: still one placement each.
+      for (const racers of [hs.slice(0, 2), hs]) {
+        const racing = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => Promise.all(racers.map((h) => h.request(chat({ session: `race-${racers.length}-${i}` }))))),
+        );
+        for (const outs of racing) assert.equal(new Set(outs.map((o) => o.cluster)).size, 1, 'one placement');
+      }
     } finally {
-      ha.close();
-      hb.close();
+      for (const h of hs) h.close();
+    }
+  });
+
+  test('a deliberate migration moves each session once, to the same worker on every replica', async () => {
+    const hs = [harness(a.target), harness(b.target), harness(c.target)];
+    try {
+      const placed = new Map<string, string>();
+      for (let i = 0; i < 24; i++) placed.set(`mig-${i}`, (await hs[i % 3]!.request(chat({ session: `mig-${i}` }))).cluster!);
+      const moving = [...placed].filter(([, w]) => w === 'worker_1').map(([s]) => s);
+      assert.ok(moving.length > 0, 'some sessions on worker_1');
+      await setWorkerState(`http://127.0.0.1:${c.adminPort}`, 'worker_1', 'draining');
+      // All three replicas ask at once for every session on the drained worker.
+      const after = await Promise.all(moving.map((s) => Promise.all(hs.map((h) => h.request(chat({ session: s }))))));
+      for (const outs of after) {
+        const where = new Set(outs.map((o) => o.cluster));
+        assert.equal(where.size, 1, 'every replica sends it to the same new worker');
+        assert.ok(!where.has('worker_1'));
+      }
+      // Sessions elsewhere did not move.
+      for (const [s, w] of placed) if (w !== 'worker_1') assert.equal((await hs[1]!.request(chat({ session: s }))).cluster, w);
+    } finally {
+      await setWorkerState(`http://127.0.0.1:${c.adminPort}`, 'worker_1', 'healthy');
+      for (const h of hs) h.close();
     }
   });
 

@@ -35,6 +35,17 @@ const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
 
 type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
+/**
+ * How long one of Envoy's connections is used before kvgate asks Envoy (GOAWAY) to open a new one.
+ * Envoy ends every ext_proc stream with a reset (RST_STREAM), one per HTTP request, and nghttp2
+ * (Node's HTTP/2) tears a connection down, failing every stream on it, once it has received a
+ * burst of 1000 resets beyond 33 a second: a busy Envoy would lose its connection every few
+ * seconds. A connection retired after a second sees at most its requests of that second, so this
+ * holds up to about a thousand requests a second per Envoy connection (Envoy keeps one per worker
+ * thread). Node 20 has no way to raise nghttp2's limit itself.
+ */
+const CONNECTION_AGE_MS = 1000;
+
 export class ExtProcServer {
   private readonly server: grpc.Server;
   private readonly health: HealthImplementation;
@@ -49,6 +60,9 @@ export class ExtProcServer {
       // Envoy keeps its ext_proc connections open for the process lifetime; detect dead peers.
       'grpc.keepalive_time_ms': 60_000,
       'grpc.keepalive_timeout_ms': 20_000,
+      'grpc.max_connection_age_ms': CONNECTION_AGE_MS,
+      // Streams on a retired connection run to their end: an HTTP request can take minutes.
+      'grpc.max_connection_age_grace_ms': opts.gate.currentConfig.limits.stream_idle_s * 1000,
     });
     this.server.addService(extProcServiceDefinition(), {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),

@@ -75,7 +75,7 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
 }
 
 function parseHostPort(raw: string, spec: string): { host: string; port: number } {
-  const m = /^(\[[^\]]+\]|[^:]+)(?::(\d+))?$/.exec(raw.trim());
+  const m = /^(\[[^\]\s]+\]|[^:\s]+)(?::(\d+))?$/.exec(raw.trim());
   if (!m) throw new KvgateError('invalid_config', `${redact(spec)}: "${raw}" is not host:port`);
   const port = m[2] === undefined ? 6379 : Number(m[2]);
   if (port < 1 || port > 65535) throw new KvgateError('invalid_config', `${redact(spec)}: bad port in "${raw}"`);

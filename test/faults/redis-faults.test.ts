@@ -164,10 +164,10 @@ describe('Redis AUTH and TLS', () => {
   test('requirepass: the password in the URL authenticates; a wrong one serves degraded and is never logged', async () => {
     const redis = await startRedis(['--requirepass', 'pw-Secret-1']);
     try {
-      const ok = await routesOnRedis(`redis://:pw-Secret-1@127.0.0.1:${redis.port}`);
+      // In parallel: a gate that cannot reach Redis waits 3 s at startup before serving degraded.
+      const [ok, bad] = await Promise.all([routesOnRedis(`redis://:pw-Secret-1@127.0.0.1:${redis.port}`), routesOnRedis(`redis://:wrong-Secret-2@127.0.0.1:${redis.port}`)]);
       assert.deepEqual([ok.degraded, ok.ready], [false, 200]);
       assert.ok(!ok.logs.includes('pw-Secret-1'));
-      const bad = await routesOnRedis(`redis://:wrong-Secret-2@127.0.0.1:${redis.port}`);
       assert.deepEqual([bad.degraded, bad.ready], [true, 503]);
       assert.ok(!bad.logs.includes('wrong-Secret-2'), 'the password is redacted');
     } finally {
@@ -178,9 +178,8 @@ describe('Redis AUTH and TLS', () => {
   test('an ACL user limited to the kvgate: keys is enough to run the gate', async () => {
     const redis = await startRedis(['--user', 'kvgate', 'on', '>acl-Secret-3', '~kvgate:*', '+@all', '--user', 'default', 'off']);
     try {
-      const ok = await routesOnRedis(`redis://kvgate:acl-Secret-3@127.0.0.1:${redis.port}`);
+      const [ok, anon] = await Promise.all([routesOnRedis(`redis://kvgate:acl-Secret-3@127.0.0.1:${redis.port}`), routesOnRedis(`redis://127.0.0.1:${redis.port}`)]);
       assert.deepEqual([ok.degraded, ok.ready], [false, 200]);
-      const anon = await routesOnRedis(`redis://127.0.0.1:${redis.port}`);
       assert.deepEqual([anon.degraded, anon.ready], [true, 503]);
     } finally {
       await redis.stop();
@@ -192,11 +191,13 @@ describe('Redis AUTH and TLS', () => {
     const redis = await startRedis([], { tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.caCert } });
     try {
       const storeTls = { caFile: certs.caCert, certFile: certs.clientCert, keyFile: certs.clientKey };
-      const ok = await routesOnRedis(redis.url, { storeTls });
+      const [ok, untrusted, noClientCert] = await Promise.all([
+        routesOnRedis(redis.url, { storeTls }),
+        routesOnRedis(redis.url, { storeTls: { certFile: certs.clientCert, keyFile: certs.clientKey } }),
+        routesOnRedis(redis.url, { storeTls: { caFile: certs.caCert } }),
+      ]);
       assert.deepEqual([ok.degraded, ok.ready], [false, 200]);
-      const untrusted = await routesOnRedis(redis.url, { storeTls: { certFile: certs.clientCert, keyFile: certs.clientKey } });
       assert.deepEqual([untrusted.degraded, untrusted.ready], [true, 503]);
-      const noClientCert = await routesOnRedis(redis.url, { storeTls: { caFile: certs.caCert } });
       assert.deepEqual([noClientCert.degraded, noClientCert.ready], [true, 503]);
     } finally {
       await redis.stop();
