@@ -31,9 +31,8 @@ export function headerMapToMap(map: HeaderMap | null | undefined): Map<string, s
  * and removes the rest (test/security/routing-headers.test.ts checks each). Add new outputs here.
  */
 export function routingOutputHeaders(config: Config): string[] {
-  // Both protocols' headers, whichever is configured: a stale endpoint-picker header must not
-  // reach an ORIGINAL_DST cluster after a switch to cluster_header routing, or the other way round.
-  return [config.routing.header, DESTINATION_HEADER];
+  // The header the configured protocol routes on (envoy/*.yaml strips the same one from clients).
+  return config.routing.protocol === 'endpoint_picker' ? [DESTINATION_HEADER] : [config.routing.header];
 }
 
 /**
