@@ -14,6 +14,8 @@
 // Linux: RSS and descriptors come from /proc/<pid>.
 
 import { readdirSync, readFileSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import { monitorEventLoopDelay } from 'node:perf_hooks';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { chat, harness, headersMsg } from '../test/helpers/envoy.js';
@@ -53,6 +55,9 @@ interface Sample {
   redisUsedMb: number;
   redisKeys: number;
   inflight: number;
+  /** Machine load average (1 min) and the driver's worst event-loop delay since the last sample: a stalled machine shows here. */
+  load1: number;
+  driverLagMaxMs: number;
 }
 
 function procStatus(pid: number): { rssMb: number; fds: number } {
@@ -71,7 +76,12 @@ async function main(): Promise<number> {
   r.on('error', () => {});
   const pid = gate.proc.pid!;
 
-  const tally = { requests: 0, answered: 0, errors: 0, problems: [] as string[] };
+  const tally = { requests: 0, answered: 0, errors: 0, problems: [] as string[], kinds: new Map<string, number>() };
+  const failed = (kind: string, detail: string) => {
+    tally.errors++;
+    tally.kinds.set(kind, (tally.kinds.get(kind) ?? 0) + 1);
+    if (tally.problems.length < 20) tally.problems.push(detail);
+  };
   let running = true;
   const started = Date.now();
   const endAt = started + MINUTES * 60_000;
@@ -82,6 +92,8 @@ async function main(): Promise<number> {
     return n;
   };
   const samples: Sample[] = [];
+  const lag = monitorEventLoopDelay({ resolution: 10 });
+  lag.enable();
   let lastCount = 0;
   let lastAt = started;
   const sample = async () => {
@@ -99,7 +111,10 @@ async function main(): Promise<number> {
       redisUsedMb: Math.round((Number(/used_memory:(\d+)/.exec(mem)?.[1] ?? 0) / 1048576) * 10) / 10,
       redisKeys: await r.dbsize().catch(() => -1),
       inflight: await inflight(),
+      load1: Math.round(os.loadavg()[0]! * 10) / 10,
+      driverLagMaxMs: Math.round(lag.max / 1e6),
     });
+    lag.reset();
     lastCount = tally.requests;
     lastAt = now;
     process.stderr.write(`soak ${JSON.stringify(samples.at(-1))}\n`);
@@ -124,13 +139,12 @@ async function main(): Promise<number> {
         : { method: 'GET', path: '/v1/models' };
       const out = await h.request(req, { status: 200, body: '{}', latencyMs: 5 + (n % 46) });
       const problem = problemWith(out);
-      if (problem) {
-        tally.errors++;
-        if (tally.problems.length < 20) tally.problems.push(problem);
-      } else tally.answered++;
+      if (!problem) tally.answered++;
+      else if (out.stats?.messageTimeouts) failed('message timeout (Envoy gave up waiting, fail-open)', problem);
+      else if (out.stats?.streamsFailed) failed('ext_proc stream failed', problem);
+      else failed('other', problem);
     } catch (err) {
-      tally.errors++;
-      if (tally.problems.length < 20) tally.problems.push(`threw ${(err as Error).message}`);
+      failed('threw', `threw ${(err as Error).message}`);
     }
   };
 
@@ -160,6 +174,7 @@ async function main(): Promise<number> {
   running = false;
   clearInterval(sampler);
   clearTimeout(bounce);
+  lag.disable();
 
   // Drained: every lease back, descriptors back near where they started.
   const drainUntil = Date.now() + 15_000;
@@ -184,15 +199,20 @@ async function main(): Promise<number> {
   const lines = [
     `soak: ${MINUTES} min, target ${RATE} req/s over ${CONCURRENCY} clients, ${SESSIONS} sessions, Redis store${opts['bounce-redis'] ? ', Redis killed and restarted at mid-run' : ''}`,
     '',
-    '| minute | requests | errors | req/s | gate RSS MB | gate fds | Redis MB | Redis keys | in flight |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
-    ...samples.map((s) => `| ${s.minute} | ${s.requests} | ${s.errors} | ${s.rps} | ${s.gateRssMb} | ${s.gateFds} | ${s.redisUsedMb} | ${s.redisKeys} | ${s.inflight} |`),
+    '| minute | requests | errors | req/s | gate RSS MB | gate fds | Redis MB | Redis keys | in flight | load avg | driver lag max ms |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    ...samples.map(
+      (s) => `| ${s.minute} | ${s.requests} | ${s.errors} | ${s.rps} | ${s.gateRssMb} | ${s.gateFds} | ${s.redisUsedMb} | ${s.redisKeys} | ${s.inflight} | ${s.load1} | ${s.driverLagMaxMs} |`,
+    ),
     '',
+    ...(tally.kinds.size > 0 ? ['errors by kind:', ...[...tally.kinds].map(([k, c]) => `  ${c} × ${k}`), ''] : []),
     ...(warnings.size > 0 ? ['gate warnings:', ...[...warnings].map(([m, c]) => `  ${c} × ${m}`), ''] : []),
-    `result: ${tally.errors === 0 && !leaked ? 'PASS' : 'FAIL'} (${tally.errors} errors${tally.problems.length ? `: ${tally.problems.slice(0, 5).join('; ')}` : ''}; in flight after drain ${last.inflight}; fds ${first.gateFds} → ${last.gateFds})`,
+    `result: ${tally.errors === 0 && !leaked ? 'PASS' : 'FAIL'} (${tally.errors} errors of ${tally.requests}; in flight after drain ${last.inflight}; gate fds ${first.gateFds} → ${last.gateFds})`,
   ];
   process.stdout.write(`${lines.join('\n')}\n`);
-  if (opts.out) writeFileSync(opts.out, JSON.stringify({ options: opts, samples, errors: tally.errors, problems: tally.problems }, null, 2));
+  if (opts.out) {
+    writeFileSync(opts.out, JSON.stringify({ options: opts, samples, errors: tally.errors, kinds: Object.fromEntries(tally.kinds), problems: tally.problems }, null, 2));
+  }
   return tally.errors === 0 && !leaked ? 0 : 1;
 }
 

@@ -14,7 +14,8 @@
  * and on the next refresh after a slow spell): affinities decided locally are written back (SET NX,
  * so a placement another replica wrote first wins and this replica adopts it), its leases are
  * re-added (Redis may have restarted empty or expired them unrenewed) and local ones become shared,
- * and if Redis lost its data the worker states last seen are restored.
+ * and if Redis lost its data the worker states and affinities this replica knows are restored.
+ * Decisions wait for that (within their deadline) after a reconnect. docs/RELIABILITY.md §1.
  *
  * Connection (one server or a cluster, TLS, AUTH): ./redis-connection.ts.
  */
@@ -88,7 +89,7 @@ export class RedisStore implements RoutingStore {
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
   /** Leases held by this process and shared through Redis, renewed until released. */
   private readonly liveLeases = new Map<string, Lease>();
-  /** Leases taken while Redis was unreachable: counted locally only. */
+  /** Leases taken while Redis was unreachable: counted locally only, until resync shares them. */
   private readonly localLeases = new Map<string, Lease>();
   /** Affinities decided locally (degraded), keyed like affinityCache, until written back. */
   private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
