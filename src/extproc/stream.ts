@@ -74,13 +74,18 @@ export class ExtProcStream {
   private requestMetadata: MetadataContext | null | undefined;
   private chosen: Chosen | undefined;
   private servedSeen = false;
-  /** When the last message arrived (ms since epoch), for the server's idle sweep. */
-  lastActivity = Date.now();
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
   /** The host layer of knobs: the `kvgate` namespace of metadata_context. */
   private knobContext: Record<string, unknown> | undefined;
+  /**
+   * When the last message arrived or was answered (ms since epoch), for the server's idle sweep:
+   * Envoy sends its next message only after our reply, so a slow reply is not the peer idling.
+   */
+  lastActivity = Date.now();
+  /** Messages received and not yet answered: while kvgate owes a reply, the peer is not idle. */
+  private unanswered = 0;
 
   constructor(
     private readonly call: Call,
@@ -95,7 +100,14 @@ export class ExtProcStream {
     // (the gate's and the store's included) carries its trace and span ids.
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
-      this.queue = this.queue.then(() => t.run(() => this.handle(msg))).catch((err: unknown) => t.run(() => this.fail(err)));
+      this.unanswered++;
+      this.queue = this.queue
+        .then(() => t.run(() => this.handle(msg)))
+        .catch((err: unknown) => t.run(() => this.fail(err)))
+        .finally(() => {
+          this.unanswered--;
+          this.lastActivity = Date.now();
+        });
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => {
@@ -324,7 +336,7 @@ export class ExtProcStream {
    * there sees DEADLINE_EXCEEDED and applies its failure mode.
    */
   expire(): void {
-    if (this.finished) return;
+    if (this.finished || this.unanswered > 0) return;
     this.fail(new KvgateError('protocol_violation', 'ext_proc stream idle past limits.stream_idle_s'), 'deadline');
   }
 

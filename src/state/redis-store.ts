@@ -91,6 +91,8 @@ export class RedisStore implements RoutingStore {
   private readonly liveLeases = new Map<string, Lease>();
   /** Leases taken while Redis was unreachable: counted locally only, until resync shares them. */
   private readonly localLeases = new Map<string, Lease>();
+  /** Released leases whose ZREM failed: retried on each refresh, so capacity comes back within refresh_ms, not the lease TTL. */
+  private readonly unreleased = new Map<string, Lease>();
   /** Affinities decided locally (degraded), keyed like affinityCache, until written back. */
   private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
   /** The resync running now (it runs again before settling if asked for meanwhile). */
@@ -218,8 +220,9 @@ export class RedisStore implements RoutingStore {
     try {
       await this.redis.zrem(this.inflightKey(lease.pool, lease.worker), lease.id);
     } catch (err) {
-      // Not renewed any more, so Redis drops it within the lease TTL.
-      this.logFailure('redis release failed; the lease will expire', err);
+      // Not renewed any more, so Redis drops it within the lease TTL at the latest.
+      this.unreleased.set(lease.id, lease);
+      this.logFailure('redis release failed; retrying on the next refresh', err);
     }
   }
 
@@ -322,8 +325,9 @@ export class RedisStore implements RoutingStore {
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
     // Give our leases back so other replicas see the capacity at once, not after the TTL.
-    const leases = [...this.liveLeases.values()];
+    const leases = [...this.liveLeases.values(), ...this.unreleased.values()];
     this.liveLeases.clear();
+    this.unreleased.clear();
     if (leases.length > 0 && this.redis.status === 'ready') {
       await Promise.all(
         [...byPool(leases)].map(([, ls]) => {
@@ -437,6 +441,7 @@ export class RedisStore implements RoutingStore {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
     if (this.unsynced.size > 0 || this.localLeases.size > 0 || this.connections !== this.leasesRestoredAt) void this.resync();
+    if (this.unreleased.size > 0) void this.retryReleases();
     for (const [pool, view] of this.views) {
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
@@ -455,6 +460,18 @@ export class RedisStore implements RoutingStore {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(leases)) script(p, 'kvgateRenew').call(p, this.inflightKey(pool, worker), this.opts.leaseTtlMs, ...ids);
         return p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+      }),
+    );
+  }
+
+  private async retryReleases(): Promise<void> {
+    const leases = [...this.unreleased.values()];
+    await Promise.all(
+      [...byPool(leases)].map(async ([pool, ls]) => {
+        const p = this.redis.pipeline();
+        for (const l of ls) p.zrem(this.inflightKey(pool, l.worker), l.id);
+        const replies = await p.exec().catch(() => null);
+        if (replies && !replies.some(([err]) => err)) for (const l of ls) this.unreleased.delete(l.id);
       }),
     );
   }

@@ -144,6 +144,34 @@ describe('slow Redis', () => {
   });
 });
 
+describe('a release Redis did not take', () => {
+  test('is retried, so the capacity comes back within a refresh, not the lease TTL', async () => {
+    const redis = await startRedis();
+    const proxy = await startLatencyProxy(redis.port);
+    // A 30 s lease TTL: if the retry did not happen, the lease would still count below.
+    const g = await startTestGate({ ...CONFIG, leases: { ttl_s: 30 } }, { store: `redis://${proxy.address}` });
+    const h = harness(g.target);
+    const r = new Redis(redis.port, '127.0.0.1');
+    try {
+      const held = await Promise.all(['rel-1', 'rel-2', 'rel-3'].map((s) => holdRequest(h, s)));
+      assert.equal(await inflightIn(r), 3);
+      proxy.setDown(true); // the network to Redis is cut; Redis keeps the three leases
+      for (const x of held) x.stream.end();
+      await waitFor(() => g.extproc.openStreams === 0, 3000, 'streams closed');
+      await sleep(200);
+      assert.equal(await inflightIn(r), 3, 'the releases did not reach Redis');
+      proxy.setDown(false);
+      await waitFor(async () => (await inflightIn(r)) === 0, 3000, 'released once Redis is reachable');
+    } finally {
+      h.close();
+      r.disconnect();
+      await g.close(100);
+      await proxy.close();
+      await redis.stop();
+    }
+  });
+});
+
 describe('Redis AUTH and TLS', () => {
   async function routesOnRedis(store: string, extra: Parameters<typeof startTestGate>[1] = {}): Promise<{ degraded: boolean; ready: number; logs: string }> {
     const rec = recordingLogger('debug');

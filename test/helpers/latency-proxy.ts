@@ -1,6 +1,7 @@
 /**
  * A TCP proxy on a free port that delays every chunk in both directions by an adjustable latency
- * (order kept): a slow Redis, as the gate sees it, without touching Redis itself.
+ * (order kept): a slow Redis, as the gate sees it, without touching Redis itself. It can also cut
+ * the network: drop every connection and refuse new ones while Redis keeps its data.
  */
 import net from 'node:net';
 
@@ -10,6 +11,8 @@ export interface LatencyProxy {
   address: string;
   /** Delay applied to chunks sent from now on (ms). */
   setLatency(ms: number): void;
+  /** true: drop every connection now and refuse new ones; false: accept again. */
+  setDown(down: boolean): void;
   close(): Promise<void>;
 }
 
@@ -52,18 +55,23 @@ class DelayedPipe {
 
 export async function startLatencyProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<LatencyProxy> {
   let latency = 0;
+  let down = false;
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
+    if (down) {
+      client.destroy();
+      return;
+    }
     const upstream = net.connect(targetPort, targetHost);
     sockets.add(client);
     sockets.add(upstream);
-    const up = new DelayedPipe(upstream, () => latency);
-    const down = new DelayedPipe(client, () => latency);
-    client.on('data', (c: Buffer) => up.push(c));
-    upstream.on('data', (c: Buffer) => down.push(c));
+    const toUpstream = new DelayedPipe(upstream, () => latency);
+    const toClient = new DelayedPipe(client, () => latency);
+    client.on('data', (c: Buffer) => toUpstream.push(c));
+    upstream.on('data', (c: Buffer) => toClient.push(c));
     const end = () => {
-      up.stop();
-      down.stop();
+      toUpstream.stop();
+      toClient.stop();
       client.destroy();
       upstream.destroy();
       sockets.delete(client);
@@ -81,6 +89,10 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     address: `127.0.0.1:${port}`,
     setLatency(ms) {
       latency = ms;
+    },
+    setDown(value) {
+      down = value;
+      if (down) for (const s of sockets) s.destroy();
     },
     close() {
       for (const s of sockets) s.destroy();
