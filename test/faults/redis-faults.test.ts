@@ -172,7 +172,8 @@ describe('a release Redis did not take', () => {
   });
 });
 
-describe('Redis AUTH and TLS', () => {
+// Concurrently: each test has its own Redis, and a gate that cannot reach Redis waits 3 s at startup.
+describe('Redis AUTH and TLS', { concurrency: true }, () => {
   async function routesOnRedis(store: string, extra: Parameters<typeof startTestGate>[1] = {}): Promise<{ degraded: boolean; ready: number; logs: string }> {
     const rec = recordingLogger('debug');
     const g = await startTestGate({ ...CONFIG, store: { timeout_ms: 200, refresh_ms: 100 } }, { store, logger: rec.logger, ...extra });
