@@ -230,6 +230,7 @@ describe('Redis AUTH and TLS', { concurrency: true }, () => {
       assert.deepEqual([noClientCert.degraded, noClientCert.ready], [true, 503]);
     } finally {
       await redis.stop();
+      certs.remove();
     }
   });
 });

@@ -5,7 +5,7 @@
  * client certificate. EC P-256 keys: generated in milliseconds.
  */
 import { execFileSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 
@@ -21,6 +21,8 @@ export interface CertFiles {
   rogueClientCert: string;
   rogueClientKey: string;
   read(file: string): Buffer;
+  /** Deletes the directory. */
+  remove(): void;
 }
 
 function openssl(args: string[], cwd: string): void {
@@ -66,5 +68,6 @@ export function makeCerts(): CertFiles {
     rogueClientCert: f('rogue-client.crt'),
     rogueClientKey: f('rogue-client.key'),
     read: (file) => readFileSync(file),
+    remove: () => rmSync(dir, { recursive: true, force: true }),
   };
 }

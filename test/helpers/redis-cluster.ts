@@ -4,7 +4,7 @@
  * replica each. Set up once per test file: it takes a few seconds.
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
@@ -48,10 +48,12 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
   const bin = redisServerBinary();
   const ports = await distinctFreePorts(count * 2);
   const nodes: Array<ClusterNode & { proc: ChildProcess }> = [];
+  const dirs: string[] = [];
   for (let i = 0; i < count; i++) {
     const port = ports[i]!;
     const busPort = ports[count + i]!;
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-cluster-'));
+    dirs.push(dir);
     const proc = spawn(
       bin,
       [
@@ -128,6 +130,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
     },
     async stop() {
       await Promise.all(nodes.map((n) => n.kill()));
+      for (const d of dirs) rmSync(d, { recursive: true, force: true });
     },
   };
   await cluster.waitHealthy();

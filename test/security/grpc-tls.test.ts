@@ -25,6 +25,9 @@ let certs: CertFiles;
 before(() => {
   certs = makeCerts();
 });
+after(() => {
+  certs.remove();
+});
 
 /** Client credentials as Envoy's UpstreamTlsContext would hold them (the gate's name checked: kvgate). */
 function clientCreds(opts: { ca?: string; cert?: string; key?: string }): grpc.ChannelCredentials {
