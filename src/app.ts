@@ -122,17 +122,20 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     await store.close();
     throw err;
   }
+  const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
   const reloader = opts.configFile
     ? new ConfigReloader({
         file: opts.configFile,
         logger: logger.child({ component: 'config' }),
         current: () => running.currentConfig,
-        apply: (next) => running.reconfigure(next),
+        apply: (next) => {
+          running.reconfigure(next);
+          collector.configChanged();
+        },
         ...(opts.reloadDebounceMs !== undefined ? { debounceMs: opts.reloadDebounceMs } : {}),
       })
     : undefined;
   // Workers with metrics count as down until their first scrape: read them once before serving.
-  const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
   await collector.start();
   reloader?.watch();
   const health = await readiness.start();

@@ -42,6 +42,7 @@ export class SignalCollector {
   private previous = new Map<string, HealthVerdict['state']>();
   private readonly migrator: Migrator;
   private stopped = false;
+  private started = false;
   private lastWarn = new Map<string, number>();
 
   constructor(private readonly opts: CollectorOptions) {
@@ -55,7 +56,8 @@ export class SignalCollector {
 
   /** Starts the loops; resolves after the first round of scrapes and reads (bounded by the scrape timeout). */
   async start(): Promise<void> {
-    if (this.workers.length === 0) return;
+    if (this.workers.length === 0 || this.started) return;
+    this.started = true;
     const cfg = this.opts.gate.currentConfig.signals;
     const heartbeatMs = Math.max(100, Math.min(1000, cfg.stale_after_ms / 4));
     await this.heartbeat(heartbeatMs * 3);
@@ -66,6 +68,17 @@ export class SignalCollector {
     const readMs = Math.max(20, Math.min(250, cfg.interval_ms * 2));
     this.loops.push(setInterval(() => void this.read(), readMs).unref());
     for (const w of this.owned) this.schedule(w);
+  }
+
+  /**
+   * After a config reload. A running collector picks up added and removed workers at its next
+   * heartbeat by itself; one that found no worker with metrics at startup has no loops yet, and
+   * starts them now, or workers a reload adds would wait for data that never comes (and count
+   * as down).
+   */
+  configChanged(): void {
+    if (this.stopped || this.started || this.workers.length === 0) return;
+    this.start().catch((err: unknown) => this.warn('start', 'signal collector failed to start', err));
   }
 
   stop(): void {

@@ -14,6 +14,7 @@ import { withExtProc } from '../harness/envoy-config.js';
 import { chat, envoyConfig, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
 import { startGateProcess } from '../helpers/gate-process.js';
+import { startMetricsServer } from '../helpers/metrics-server.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { HeldRequests } from './helpers.js';
 
@@ -104,6 +105,25 @@ describe('config reload', () => {
     for (const out of await held.release()) assert.equal(out.kind, 'upstream');
     // New requests only reach the remaining worker.
     for (let i = 0; i < 3; i++) assert.equal((await h.request(chat({ session: `n${i}` }))).cluster, 'worker_1');
+  });
+
+  test('the first worker with metrics, added by a reload, is scraped and becomes healthy', async () => {
+    // No worker has metrics at startup, so the signal collector has nothing to run yet.
+    const { file, g, h } = await setup(fleet(4));
+    const metrics = await startMetricsServer({ kv: 0.2 });
+    try {
+      const config = fleet(4);
+      writeAtomically(file, stringify({ ...config, workers: [...config.workers, { id: 'w3', cluster: 'worker_3', metrics_url: metrics.url }] }));
+      await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'w3')?.state === 'healthy', 5000, 'w3 healthy from its first scrape');
+      // And it takes traffic: with w1 and w2 drained, new sessions go to w3.
+      for (const id of ['w1', 'w2']) {
+        const res = await fetch(`${g.admin}/workers/${id}/state`, { method: 'PUT', body: JSON.stringify({ state: 'draining' }) });
+        assert.equal(res.status, 200);
+      }
+      assert.equal((await h.request(chat({ session: 'to-w3' }))).cluster, 'worker_3');
+    } finally {
+      await metrics.close();
+    }
   });
 });
 
