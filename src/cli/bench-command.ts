@@ -5,6 +5,7 @@
  * ceiling. Prints a table (or one JSON object with `--json`).
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { positiveInt, secondsUpTo } from './arg-parsers.js';
 import { parseSize } from '../bench/bodies.js';
 import { formatReport } from '../bench/report.js';
 import { runBench, type BenchOptions } from '../bench/run.js';
@@ -22,18 +23,6 @@ const DEFAULT_ROUNDS = 3;
 const DEFAULT_CONCURRENCY = 64;
 /** Fleet size in the bench gate's config; decisions scan every worker, so it is part of the cost. */
 const DEFAULT_WORKERS = 16;
-
-function positiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
-  return n;
-}
-
-function seconds(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n < 0 || n > 3600) throw new InvalidArgumentError('must be a number of seconds (0-3600)');
-  return n;
-}
 
 function sizeList(value: string): number[] {
   const parts = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -84,8 +73,8 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
     .description('measure what the gate costs per request: ext_proc load against kvgate (memory, Redis) and a no-op ceiling')
     .addOption(new Option('--sizes <list>', 'request body sizes, comma-separated (e.g. 2k,32k,400k)').argParser(sizeList).default(sizeList(DEFAULT_SIZES), DEFAULT_SIZES))
     .addOption(new Option('--stores <list>', 'kvgate stores to load: memory, redis').argParser(storeList).default(['memory', 'redis'], 'memory,redis'))
-    .addOption(new Option('--duration <s>', 'measured seconds per saturation round (the half-load run lasts rounds × this)').argParser(seconds).default(DEFAULT_DURATION_S))
-    .addOption(new Option('--warmup <s>', 'unmeasured seconds of load on each server at each size before measuring').argParser(seconds).default(DEFAULT_WARMUP_S))
+    .addOption(new Option('--duration <s>', 'measured seconds per saturation round (the half-load run lasts rounds × this)').argParser(secondsUpTo(3600)).default(DEFAULT_DURATION_S))
+    .addOption(new Option('--warmup <s>', 'unmeasured seconds of load on each server at each size before measuring').argParser(secondsUpTo(3600)).default(DEFAULT_WARMUP_S))
     .addOption(new Option('--rounds <n>', 'saturation rounds per server and size, interleaved; the median is reported').argParser(positiveInt).default(DEFAULT_ROUNDS))
     .addOption(new Option('--concurrency <n>', 'streams in flight in the saturation runs').argParser(positiveInt).default(DEFAULT_CONCURRENCY))
     .addOption(new Option('--client-threads <n>', 'threads generating load (the gate keeps the main thread)').argParser(positiveInt).default(1))

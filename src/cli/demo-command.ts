@@ -3,7 +3,8 @@
  * through the gate as Envoy would, and shows live where each session lands and the KV hit rate.
  * It ends by itself after `--turns` turns per session or `--duration` seconds (Ctrl-C ends it early).
  */
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from 'commander';
+import { nonNegativeNumber, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
 import { ENVOY_MESSAGE_TIMEOUT_MS } from '../demo/envoy-client.js';
 import { runDemo, type DemoState } from '../demo/run.js';
 import { eventLine, frameLines, headerLines, summaryLines } from '../demo/view.js';
@@ -11,26 +12,6 @@ import { createLogger } from '../telemetry/logger.js';
 
 /** The live view's refresh interval: smooth enough to watch, cheap on a terminal. */
 const REDRAW_MS = 200;
-
-function positiveInt(max: number) {
-  return (value: string): number => {
-    const n = Number(value);
-    if (!Number.isSafeInteger(n) || n <= 0 || n > max) throw new InvalidArgumentError(`must be an integer from 1 to ${max}`);
-    return n;
-  };
-}
-
-function nonNegativeNumber(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a non-negative number');
-  return n;
-}
-
-function positiveNumber(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
-  return n;
-}
 
 export interface DemoOutput {
   write(text: string): void;
@@ -52,9 +33,9 @@ export function registerDemoCommand(program: Command, out: DemoOutput = process.
   program
     .command('demo')
     .description('start fake workers and the gate, drive multi-turn chat sessions through it as Envoy would, and show where each session lands and the KV hit rate')
-    .addOption(new Option('--workers <n>', 'fake workers').argParser(positiveInt(32)).default(3))
-    .addOption(new Option('--sessions <n>', 'concurrent chat sessions').argParser(positiveInt(1000)).default(8))
-    .addOption(new Option('--turns <n>', 'turns per session').argParser(positiveInt(1000)).default(6))
+    .addOption(new Option('--workers <n>', 'fake workers').argParser(positiveIntUpTo(32)).default(3))
+    .addOption(new Option('--sessions <n>', 'concurrent chat sessions').argParser(positiveIntUpTo(1000)).default(8))
+    .addOption(new Option('--turns <n>', 'turns per session').argParser(positiveIntUpTo(1000)).default(6))
     .addOption(new Option('--duration <s>', 'stop starting turns after this many seconds').argParser(positiveNumber).default(60))
     .addOption(new Option('--think-ms <ms>', "mean pause between a session's turns").argParser(nonNegativeNumber).default(300))
     .addOption(

@@ -3,41 +3,12 @@
  * a prefix KV cache) for tests, the demo and benchmarks. When it is ready it prints one JSON line,
  * `{"msg":"fake-worker listening","port":N,...}`, on stdout; SIGINT or SIGTERM stops it.
  */
-import { Command, InvalidArgumentError, Option } from 'commander';
+import { Command, Option } from 'commander';
+import { finiteNumber, nonNegativeNumber, port, positiveInt, positiveNumber } from './arg-parsers.js';
 import { HEALTH_MODES, METRIC_NAMES, METRICS_MODES, type ControlState } from '../fake-worker/controls.js';
 import { FAKE_WORKER_DEFAULTS as D } from '../fake-worker/defaults.js';
 import { startFakeWorker } from '../fake-worker/server.js';
 import { createLogger } from '../telemetry/logger.js';
-
-function port(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('must be a port number (0-65535)');
-  return n;
-}
-
-function positiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
-  return n;
-}
-
-function nonNegativeNumber(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a non-negative number');
-  return n;
-}
-
-function positiveNumber(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
-  return n;
-}
-
-function finiteNumber(value: string): number {
-  const n = Number(value);
-  if (value.trim() === '' || !Number.isFinite(n)) throw new InvalidArgumentError('must be a number');
-  return n;
-}
 
 interface FakeWorkerFlags {
   port: number;

@@ -2,7 +2,8 @@
  * The `kvgate` command line. Each flag has an environment variable (flags win) so the same image
  * runs from a terminal, a compose file or a Kubernetes manifest.
  */
-import { Command, Option, InvalidArgumentError } from 'commander';
+import { Command, Option } from 'commander';
+import { port, secondsUpTo } from './arg-parsers.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { loadConfigFile } from '../config/load.js';
 import { KvgateError } from '../errors.js';
@@ -33,18 +34,6 @@ interface ServeOptions {
   shutdownGraceS: number;
 }
 
-function port(value: string): number {
-  const n = Number(value);
-  if (!Number.isInteger(n) || n < 0 || n > 65535) throw new InvalidArgumentError('must be a port number (0-65535)');
-  return n;
-}
-
-function seconds(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n < 0) throw new InvalidArgumentError('must be a number of seconds (>= 0)');
-  return n;
-}
-
 export function buildCli(): Command {
   const program = new Command('kvgate')
     .description('KV-cache-aware router for LLM inference: an Envoy ext_proc service')
@@ -73,7 +62,7 @@ export function buildCli(): Command {
     .addOption(
       new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
         .env('KVGATE_SHUTDOWN_GRACE_S')
-        .argParser(seconds)
+        .argParser(secondsUpTo())
         .default(DEFAULTS.shutdownGraceS),
     )
     .action(async (o: ServeOptions) => {

@@ -4,6 +4,7 @@
  * row per policy (or `--json`), optionally writing a markdown report with charts.
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
+import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
 import { DEFAULTS } from '../config/defaults.js';
 import { initHashing } from '../request/hashing.js';
@@ -18,24 +19,6 @@ import { isSyntheticName, SYNTHETIC_DESCRIPTIONS, SYNTHETIC_WORKLOADS, synthetic
 
 /** Requests a synthetic run generates unless `--requests` says otherwise: seconds on two cores. */
 const DEFAULT_SYNTHETIC_REQUESTS = 2000;
-
-function positiveInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n <= 0) throw new InvalidArgumentError('must be a positive integer');
-  return n;
-}
-
-function nonNegativeInt(value: string): number {
-  const n = Number(value);
-  if (!Number.isSafeInteger(n) || n < 0) throw new InvalidArgumentError('must be a non-negative integer');
-  return n;
-}
-
-function positiveNumber(value: string): number {
-  const n = Number(value);
-  if (!Number.isFinite(n) || n <= 0) throw new InvalidArgumentError('must be a positive number');
-  return n;
-}
 
 function policyList(value: string): string[] {
   const names = value.split(',').map((s) => s.trim()).filter(Boolean);
