@@ -185,8 +185,9 @@ export class ExtProcStream {
     if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
     // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
     // follow), so the first body message is the one to decide on.
+    // No copy: grpc-js decodes each message into a buffer of its own and never reuses it.
     const body = msg.request_body?.body ?? Buffer.alloc(0);
-    this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body: Buffer.from(body) };
+    this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
     return this.decideAndReply('request_body');
   }
 

@@ -24,8 +24,12 @@ export function chainedBlockHashes(text: string, blockChars: number, maxBlocks: 
   const out: bigint[] = [];
   let prev = seed;
   const raw = h().h64Raw;
+  // Each block is encoded into one reused buffer (a UTF-16 unit is at most 3 UTF-8 bytes):
+  // the same bytes as encoding each block afresh, without an allocation per block.
+  const scratch = new Uint8Array(blockChars * 3);
   for (let i = 0; i < maxBlocks && (i + 1) * blockChars <= text.length; i++) {
-    prev = raw(encoder.encode(text.slice(i * blockChars, (i + 1) * blockChars)), prev);
+    const { written } = encoder.encodeInto(text.slice(i * blockChars, (i + 1) * blockChars), scratch);
+    prev = raw(scratch.subarray(0, written), prev);
     out.push(prev);
   }
   return out;
