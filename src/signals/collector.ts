@@ -43,6 +43,7 @@ export class SignalCollector {
   private readonly migrator: Migrator;
   private stopped = false;
   private started = false;
+  private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
 
   constructor(private readonly opts: CollectorOptions) {
@@ -58,27 +59,49 @@ export class SignalCollector {
   async start(): Promise<void> {
     if (this.workers.length === 0 || this.started) return;
     this.started = true;
-    const cfg = this.opts.gate.currentConfig.signals;
-    const heartbeatMs = Math.max(100, Math.min(1000, cfg.stale_after_ms / 4));
-    await this.heartbeat(heartbeatMs * 3);
+    await this.heartbeat(this.cadence().heartbeatMs * 3);
     await Promise.all([...this.owned].map((w) => this.scrape(w)));
     await this.read();
-    this.loops.push(setInterval(() => void this.heartbeat(heartbeatMs * 3), heartbeatMs).unref());
-    // Read twice per scrape interval at most, and at least a few times per staleness window.
-    const readMs = Math.max(20, Math.min(250, cfg.interval_ms * 2));
-    this.loops.push(setInterval(() => void this.read(), readMs).unref());
+    this.startLoops();
     for (const w of this.owned) this.schedule(w);
   }
 
   /**
    * After a config reload. A running collector picks up added and removed workers at its next
-   * heartbeat by itself; one that found no worker with metrics at startup has no loops yet, and
-   * starts them now, or workers a reload adds would wait for data that never comes (and count
-   * as down).
+   * heartbeat by itself, and scrape intervals and timeouts at the next scrape; the heartbeat and
+   * read loops are restarted if `signals.*` changed their cadence. One that found no worker with
+   * metrics at startup has no loops yet and starts them now, or workers a reload adds would wait
+   * for data that never comes (and count as down).
    */
   configChanged(): void {
-    if (this.stopped || this.started || this.workers.length === 0) return;
-    this.start().catch((err: unknown) => this.warn('start', 'signal collector failed to start', err));
+    if (this.stopped || this.workers.length === 0) return;
+    if (!this.started) {
+      this.start().catch((err: unknown) => this.warn('start', 'signal collector failed to start', err));
+    } else if (this.loops.length > 0) {
+      this.startLoops();
+    }
+  }
+
+  /** How often to heartbeat and to read signals back, from the running `signals.*` settings. */
+  private cadence(): { heartbeatMs: number; readMs: number } {
+    const cfg = this.opts.gate.currentConfig.signals;
+    return {
+      // Several heartbeats per staleness window, so a dead gate's workers move long before their data goes stale.
+      heartbeatMs: Math.max(100, Math.min(1000, cfg.stale_after_ms / 4)),
+      // Read twice per scrape interval at most, and at least a few times per staleness window.
+      readMs: Math.max(20, Math.min(250, cfg.interval_ms * 2)),
+    };
+  }
+
+  /** (Re)starts the heartbeat and read loops when their cadence differs from the running one. */
+  private startLoops(): void {
+    const { heartbeatMs, readMs } = this.cadence();
+    if (this.loops.length > 0 && heartbeatMs === this.running.heartbeatMs && readMs === this.running.readMs) return;
+    for (const t of this.loops) clearInterval(t);
+    this.loops.length = 0;
+    this.running = { heartbeatMs, readMs };
+    this.loops.push(setInterval(() => void this.heartbeat(heartbeatMs * 3), heartbeatMs).unref());
+    this.loops.push(setInterval(() => void this.read(), readMs).unref());
   }
 
   stop(): void {
@@ -87,6 +110,11 @@ export class SignalCollector {
     for (const t of this.timers.values()) clearTimeout(t);
     this.timers.clear();
     this.migrator.stop();
+  }
+
+  /** The running heartbeat and read intervals (0 before the loops start). */
+  get loopIntervals(): Readonly<{ heartbeatMs: number; readMs: number }> {
+    return this.running;
   }
 
   /** Workers this replica scrapes now. */

@@ -12,7 +12,7 @@ import { stringify } from 'yaml';
 import type { EnvoyHarness, LocalOutcome } from '../harness/envoy-harness.js';
 import { withExtProc } from '../harness/envoy-config.js';
 import { chat, envoyConfig, harness, waitFor } from '../helpers/envoy.js';
-import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
+import { setWorkerState, startTestGate, workers, type TestGate } from '../helpers/gate.js';
 import { startGateProcess } from '../helpers/gate-process.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
 import { recordingLogger } from '../helpers/logger.js';
@@ -116,11 +116,14 @@ describe('config reload', () => {
       writeAtomically(file, stringify({ ...config, workers: [...config.workers, { id: 'w3', cluster: 'worker_3', metrics_url: metrics.url }] }));
       await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'w3')?.state === 'healthy', 5000, 'w3 healthy from its first scrape');
       // And it takes traffic: with w1 and w2 drained, new sessions go to w3.
-      for (const id of ['w1', 'w2']) {
-        const res = await fetch(`${g.admin}/workers/${id}/state`, { method: 'PUT', body: JSON.stringify({ state: 'draining' }) });
-        assert.equal(res.status, 200);
-      }
+      for (const id of ['w1', 'w2']) await setWorkerState(g.admin, id, 'draining');
       assert.equal((await h.request(chat({ session: 'to-w3' }))).cluster, 'worker_3');
+
+      // A new signals cadence restarts the collector's loops at the new intervals.
+      assert.deepEqual(g.collector.loopIntervals, { heartbeatMs: 500, readMs: 100 });
+      writeAtomically(file, stringify({ ...config, signals: { interval_ms: 40, stale_after_ms: 800 }, workers: [...config.workers, { id: 'w3', cluster: 'worker_3', metrics_url: metrics.url }] }));
+      await waitFor(() => g.collector.loopIntervals.readMs === 80, 5000, 'the new read interval');
+      assert.equal(g.collector.loopIntervals.heartbeatMs, 200);
     } finally {
       await metrics.close();
     }
