@@ -97,15 +97,18 @@ async function main(): Promise<number> {
   let lastCount = 0;
   let lastAt = started;
   const sample = async () => {
+    // Counts are read with the clock, before any await: a sample that then waits on a dead Redis
+    // must not count the requests made meanwhile against the interval it closes.
     const now = Date.now();
+    const { requests, answered, errors } = tally;
     const { rssMb, fds } = procStatus(pid);
     const mem = await r.info('memory').catch(() => '');
     samples.push({
       minute: Math.round(((now - started) / 60_000) * 100) / 100,
-      requests: tally.requests,
-      answered: tally.answered,
-      errors: tally.errors,
-      rps: Math.round(((tally.requests - lastCount) * 1000) / Math.max(1, now - lastAt)),
+      requests,
+      answered,
+      errors,
+      rps: Math.round(((requests - lastCount) * 1000) / Math.max(1, now - lastAt)),
       gateRssMb: Math.round(rssMb * 10) / 10,
       gateFds: fds,
       redisUsedMb: Math.round((Number(/used_memory:(\d+)/.exec(mem)?.[1] ?? 0) / 1048576) * 10) / 10,
@@ -115,7 +118,7 @@ async function main(): Promise<number> {
       driverLagMaxMs: Math.round(lag.max / 1e6),
     });
     lag.reset();
-    lastCount = tally.requests;
+    lastCount = requests;
     lastAt = now;
     process.stderr.write(`soak ${JSON.stringify(samples.at(-1))}\n`);
   };
