@@ -79,6 +79,20 @@ export const DEFAULTS = {
   loadWeight: 1,
   kvWeight: 0.5,
   /**
+   * The fair-share term for new sessions (src/routing/score.ts): at weight 1 a worker's prefix
+   * advantage is gone once it does twice the fleet's mean work, so the sessions of a shared
+   * system prompt spread instead of piling onto the first worker that held it. 0 turns it off.
+   */
+  balanceWeight: 1,
+  /**
+   * Mean work (running + queued requests) below which excess is counted against this figure
+   * instead: with one, a fleet averaging under one request per worker is not judged on
+   * one-request differences. Larger floors kept too many sessions on their prefix's worker in
+   * `kvgate sim` (chat and agent workloads, seeds 1-4: imbalance 1.15-1.26 and 1.45-1.58 at 1;
+   * 1.18-1.36 and 1.70-2.26 at 4; 1.56-1.70 and 2.20-2.55 at 8).
+   */
+  balanceFloor: 1,
+  /**
    * A session with this many requests in flight on its worker spills to scoring. Agent loops send
    * one call at a time and chats rarely overlap; four concurrent calls is fan-out, which gains more
    * from spreading than from one cache (SMG caps sticky sessions at 2 for the same reason).

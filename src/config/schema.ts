@@ -109,6 +109,8 @@ const configObject = z.strictObject({
       prefix_weight: z.number().nonnegative().default(DEFAULTS.prefixWeight),
       load_weight: z.number().nonnegative().default(DEFAULTS.loadWeight),
       kv_weight: z.number().nonnegative().default(DEFAULTS.kvWeight),
+      balance_weight: z.number().nonnegative().default(DEFAULTS.balanceWeight),
+      balance_floor: z.number().nonnegative().default(DEFAULTS.balanceFloor),
     })
     .prefault({}),
   affinity: z

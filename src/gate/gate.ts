@@ -186,7 +186,8 @@ export class Gate {
         totalBlocks: blocks.length,
         workers: views,
         mode: cfg.routing.policy,
-        weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight },
+        weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
+        balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
       });
       if (decision.kind === 'shed') {
@@ -283,6 +284,7 @@ export class Gate {
       const s = sig?.record?.signals;
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;
+      if (s?.running !== undefined) view.running = s.running;
       return view;
     });
   }

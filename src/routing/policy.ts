@@ -18,7 +18,7 @@
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
 import { rendezvousScore } from './rendezvous.js';
-import { score } from './score.js';
+import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
 
 const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
@@ -61,9 +61,15 @@ export function decide(input: DecisionInput): Decision {
   const scores = new Map<string, number>();
   let best: WorkerView | undefined;
   let bestScore = -Infinity;
+  // Fair share is weighed only where a session is placed (new, or moving off a full or dead
+  // worker): that commits its future turns to the worker, as they are sticky. A one-off request,
+  // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
+  // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
+  // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
+  const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
   for (const w of workers) {
     if (!takesNewSessions(w)) continue;
-    const s = usePrefix ? score(w, input.totalBlocks, input.weights) : -(w.inflight / w.maxInflight);
+    const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
       best = w;
@@ -120,6 +126,18 @@ export function decide(input: DecisionInput): Decision {
     preconditions,
     explanation: explain(input, 'scored', spilled, scores),
   };
+}
+
+/** The mean work of the workers serving anything (healthy or pressured): each one's fair share. */
+function fleetLoad(workers: readonly WorkerView[], floor: number): FleetLoad {
+  let total = 0;
+  let n = 0;
+  for (const w of workers) {
+    if (!KEEPS.includes(w.state)) continue;
+    total += work(w);
+    n++;
+  }
+  return { meanWork: n > 0 ? total / n : 0, floor };
 }
 
 function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {

@@ -1,27 +1,58 @@
 /**
  * The score of one candidate worker for one request (higher is better):
  *
- *   score = prefix_weight · matched_blocks / total_blocks
- *         − load_weight   · max(inflight, engine_queue) / max_inflight
- *         − kv_weight     · kv_usage
+ *   score = prefix_weight  · matched_blocks / total_blocks
+ *         − load_weight    · max(inflight, engine_queue) / max_inflight
+ *         − kv_weight      · kv_usage
+ *         − balance_weight · min(1, max(0, work − fleet_mean_work) / max(fleet_mean_work, balance_floor))
  *
  * The load is the gate's own in-flight count (instant) or the queue the engine last reported
  * (delayed, but it sees traffic that bypassed this fleet of gates), whichever is worse.
  *
+ * The balance term, for new sessions only, is the worker's excess over its fair share of the
+ * fleet's work, where work is what the engine runs and queues (or the gate's in-flight count, if
+ * larger or the only figure). The load term cannot see decode: kvgate releases a request at its
+ * first token, so a worker decoding for forty sticky conversations looks as idle as one decoding
+ * for four. Without this term every new session that shares a system prompt follows it to the
+ * one worker holding it, and a four-app chat fleet ends up with four busy workers and four idle
+ * ones (imbalance 2.2 in `kvgate sim --workload chat`; 1.2 with it). With it, a worker's prefix
+ * advantage fades as it pulls ahead of the fleet and is gone at twice the mean; the floor keeps
+ * a nearly idle fleet from being judged on one-request differences.
+ *
  * Each term is in [0, 1], so a weight reads as "how much of the whole range this signal may
- * swing the choice". With the defaults (1, 1, 0.5; src/config/defaults.ts): a worker holding the
- * whole prompt stays preferred over an idle one until it is nearly full; a worker holding half of
- * it wins against one that is more than half a limit less loaded; KV pressure breaks near-ties
- * and steers new work away from workers whose cache is close to evicting. This is the additive
- * shape of llm-d's weighted scorers and Dynamo's cost (prefill saved vs queueing), in shares
- * rather than tokens so the weights do not depend on prompt length.
+ * swing the choice". With the defaults (src/config/defaults.ts): a worker holding the whole
+ * prompt stays preferred over an idle one until it is nearly full or well past its fair share;
+ * a worker holding half of it wins against one that is more than half a limit less loaded; KV
+ * pressure breaks near-ties and steers new work away from workers whose cache is close to
+ * evicting. This is the additive shape of llm-d's weighted scorers and Dynamo's cost (prefill
+ * saved vs queueing), in shares rather than tokens so the weights do not depend on prompt length.
  */
 import type { ScoreWeights, WorkerView } from './types.js';
 
-export function score(w: WorkerView, totalBlocks: number, weights: ScoreWeights): number {
+/** The fleet's figures a score compares a worker with. */
+export interface FleetLoad {
+  /** Mean `work()` over the workers doing work (healthy or pressured). */
+  meanWork: number;
+  /** Work below which no worker counts as ahead of its share (src/config/defaults.ts `balanceFloor`). */
+  floor: number;
+}
+
+/** What a worker is busy with: the engine's running and queued requests, or the gate's count if larger. */
+export function work(w: WorkerView): number {
+  const engine = finite(w.running) + finite(w.waiting);
+  return Math.max(w.inflight, engine);
+}
+
+/** `fleet` is given for new sessions only (see policy.ts); without it there is no balance term. */
+export function score(w: WorkerView, totalBlocks: number, weights: ScoreWeights, fleet?: FleetLoad): number {
   const prefix = totalBlocks > 0 ? Math.min(1, w.prefixBlocks / totalBlocks) : 0;
-  const busy = Math.max(w.inflight, w.waiting !== undefined && Number.isFinite(w.waiting) ? w.waiting : 0);
+  const busy = Math.max(w.inflight, finite(w.waiting));
   const load = w.maxInflight > 0 ? Math.min(1, busy / w.maxInflight) : 1;
   const kv = w.kvUsage === undefined || !Number.isFinite(w.kvUsage) ? 0 : Math.min(1, Math.max(0, w.kvUsage));
-  return weights.prefix * prefix - weights.load * load - weights.kv * kv;
+  const excess = fleet ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0;
+  return weights.prefix * prefix - weights.load * load - weights.kv * kv - weights.balance * excess;
+}
+
+function finite(v: number | undefined): number {
+  return v !== undefined && Number.isFinite(v) ? Math.max(0, v) : 0;
 }

@@ -36,6 +36,11 @@ export interface WorkerView {
   kvUsage?: number;
   /** Requests queued in the engine as last reported, when known (a delayed view of load). */
   waiting?: number;
+  /**
+   * Requests the engine is running (prefilling or decoding) as last reported, when known. The
+   * gate's own in-flight count ends at the first token, so this is the only view of decode work.
+   */
+  running?: number;
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */
@@ -43,6 +48,7 @@ export interface ScoreWeights {
   prefix: number;
   load: number;
   kv: number;
+  balance: number;
 }
 
 export interface DecisionInput {
@@ -59,6 +65,8 @@ export interface DecisionInput {
   workers: readonly WorkerView[];
   mode: PolicyMode;
   weights: ScoreWeights;
+  /** Work (running + queued) below which no worker counts as ahead of its fair share. */
+  balanceFloor: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
 }

@@ -1,5 +1,6 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
+import { DEFAULTS } from '../../src/config/defaults.js';
 import { decide } from '../../src/routing/policy.js';
 import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
@@ -19,7 +20,8 @@ function input(p: Partial<DecisionInput> & Pick<DecisionInput, 'workers'>): Deci
     keyInflight: 0,
     totalBlocks: 0,
     mode: 'both',
-    weights: { prefix: 1, load: 1, kv: 0.5 },
+    weights: { prefix: DEFAULTS.prefixWeight, load: DEFAULTS.loadWeight, kv: DEFAULTS.kvWeight, balance: DEFAULTS.balanceWeight },
+    balanceFloor: DEFAULTS.balanceFloor,
     maxInflightPerSession: 4,
     ...p,
   };
@@ -161,6 +163,33 @@ describe('routing policy', () => {
       const d = decide(input({ affinity: 'home', totalBlocks: 20, workers: [w('home', 10, 10, 'healthy', 20), w('shares-system-prompt', 3, 10, 'healthy', 12), w('idle', 0)] }));
       assert.equal(d.kind === 'route' && d.worker, 'shares-system-prompt');
       assert.equal(d.kind === 'route' && d.outcome, 'migrated');
+    });
+
+    test('fair share: a new session leaves its prefix holder once that worker runs twice the fleet mean of decode work', () => {
+      // The gate's in-flight counts are all 0 (requests are released at the first token); only
+      // the engine's running counts show that 'holder' decodes for many more sessions.
+      const fleet = (holderRunning: number) => [
+        { ...w('holder', 0, 16, 'healthy', 16), running: holderRunning, waiting: 0 },
+        { ...w('a', 0, 16), running: 4, waiting: 0 },
+        { ...w('b', 0, 16), running: 4, waiting: 0 },
+        { ...w('c', 0, 16), running: 4, waiting: 0 },
+      ];
+      const pick = (holderRunning: number, p: Partial<DecisionInput> = {}) => {
+        const d = decide(input({ totalBlocks: 20, workers: fleet(holderRunning), ...p }));
+        return d.kind === 'route' ? d.worker : d.reason;
+      };
+      // 5 running against a mean of 4.25: a little ahead, the prefix (0.8 of the prompt) wins.
+      assert.equal(pick(5), 'holder');
+      // 12 against a mean of 6: twice its share, the prefix advantage is gone.
+      assert.notEqual(pick(12), 'holder');
+      // Off with weight 0, as before this term existed.
+      assert.equal(pick(12, { weights: { ...input({ workers: [] }).weights, balance: 0 } }), 'holder');
+      // One-off requests (no session) and a session's spill-over are not placements: prefix wins.
+      assert.equal(pick(12, { session: false }), 'holder');
+      assert.equal(pick(12, { affinity: 'holder', keyInflight: 4 }), 'holder');
+      // A nearly idle fleet is not judged on one-request differences: 1 running against a mean of 0.25.
+      const idle = decide(input({ totalBlocks: 20, workers: [{ ...w('holder', 0, 16, 'healthy', 16), running: 1 }, w('a', 0, 16), w('b', 0, 16), w('c', 0, 16)] }));
+      assert.equal(idle.kind === 'route' && idle.worker, 'holder');
     });
 
     test('a session with too many requests in flight on its worker spills to scoring', () => {

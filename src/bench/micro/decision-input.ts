@@ -4,6 +4,7 @@
  * changes (per-worker prefix-match counts for scoring, say), `decisionInput` is the one place the
  * benchmark needs to follow: give each worker its match count from `req.matchedBlocks` here.
  */
+import { DEFAULTS } from '../../config/defaults.js';
 import type { DecisionInput, WorkerView } from '../../routing/types.js';
 import { Rng } from '../../sim/rng.js';
 
@@ -54,7 +55,8 @@ export function decisionInput(fleet: readonly WorkerView[], req: BenchDecisionRe
     totalBlocks: req.totalBlocks,
     workers: fleet.map((w, i) => ({ ...w, prefixBlocks: req.matchedBlocks[i] ?? 0 })),
     mode: 'both',
-    weights: { prefix: 1, load: 1, kv: 0.5 },
+    weights: { prefix: DEFAULTS.prefixWeight, load: DEFAULTS.loadWeight, kv: DEFAULTS.kvWeight, balance: DEFAULTS.balanceWeight },
+    balanceFloor: DEFAULTS.balanceFloor,
     maxInflightPerSession: 4,
   };
 }
