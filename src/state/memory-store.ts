@@ -81,8 +81,11 @@ export class MemoryStore implements RoutingStore {
 
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
   commitSync(req: CommitRequest): CommitResult {
-    const before = this.cachedSnapshot(req);
-    if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: before };
+    // The prefix match is only needed for the prefixAtMost check (a sticky hit has none), and
+    // for the snapshot a failed commit returns to decide again on.
+    const matchPrefix = req.preconditions.prefixAtMost !== undefined;
+    const before = this.cachedSnapshot(matchPrefix ? req : { ...req, blocks: [] });
+    if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: matchPrefix ? before : this.cachedSnapshot(req) };
     if (req.key !== undefined) {
       this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });
       if (before.affinity !== undefined && before.affinity !== req.worker) this.sessionMap(req.pool, before.affinity).delete(req.key);
@@ -94,7 +97,7 @@ export class MemoryStore implements RoutingStore {
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
     if (req.blocks.length > 0) this.index(req.pool, req.prefixTtlMs).record(req.worker, req.blocks, req.capacityBlocks);
-    return { ok: true, lease, snapshot: this.cachedSnapshot(req), degraded: false };
+    return { ok: true, lease, degraded: false };
   }
 
   release(lease: Lease): Promise<void> {

@@ -9,13 +9,30 @@ import { LRUCache } from 'lru-cache';
 /** Blocks per worker when nothing better is known: 400k KV tokens at 64 tokens per block. */
 const DEFAULT_CAPACITY_BLOCKS = 6250;
 
-export class PrefixIndex {
-  /** block hash → workers holding it */
-  private readonly holders = new Map<string, Set<string>>();
-  /** worker → its blocks, in routing recency, bounded by capacity and TTL */
-  private readonly perWorker = new Map<string, LRUCache<string, true>>();
+/**
+ * Expired blocks stop matching at once (`match` reads each holder's last-routed time); they are
+ * swept out of the index at most this often per worker, oldest first.
+ */
+const SWEEP_INTERVAL_MS = 1000;
 
-  constructor(private readonly ttlMs: number) {}
+/*
+ * Two structures: per worker an LRU of its blocks (recency and capacity: lru-cache keeps order in
+ * a linked list, so re-routing a block is cheap), and per block a map of its holders to when each
+ * was last routed it. `match` reads only the second, one lookup per block and candidate worker; it
+ * used to ask each worker's LRU, whose per-entry TTL bookkeeping took a fifth of `Gate.route` at
+ * 32 KB (128 blocks a request). TTL now lives in the holder times.
+ */
+export class PrefixIndex {
+  /** block hash → the workers holding it → when each was last routed it */
+  private readonly holders = new Map<string, Map<string, number>>();
+  /** worker → its blocks, in routing recency, bounded by capacity */
+  private readonly perWorker = new Map<string, LRUCache<string, true>>();
+  private readonly sweptAt = new Map<string, number>();
+
+  constructor(
+    private readonly ttlMs: number,
+    private readonly now: () => number = Date.now,
+  ) {}
 
   /**
    * For each worker, how many leading blocks of the chain it holds (the longest consecutive run
@@ -23,15 +40,21 @@ export class PrefixIndex {
    */
   match(blocks: readonly string[]): Map<string, number> {
     const depth = new Map<string, number>();
-    let alive: Set<string> | undefined;
+    const now = this.now();
+    let alive: string[] | undefined;
     for (let i = 0; i < blocks.length; i++) {
       const h = this.holders.get(blocks[i]!);
       if (!h) break;
-      const next = new Set<string>();
-      for (const w of h) {
-        if ((alive === undefined || alive.has(w)) && this.perWorker.get(w)?.has(blocks[i]!)) next.add(w);
+      const next: string[] = [];
+      if (alive === undefined) {
+        for (const [w, at] of h) if (now - at <= this.ttlMs) next.push(w);
+      } else {
+        for (const w of alive) {
+          const at = h.get(w);
+          if (at !== undefined && now - at <= this.ttlMs) next.push(w);
+        }
       }
-      if (next.size === 0) break;
+      if (next.length === 0) break;
       for (const w of next) depth.set(w, i + 1);
       alive = next;
     }
@@ -49,22 +72,24 @@ export class PrefixIndex {
       lru = new LRUCache<string, true>({
         max: Math.max(1, capacityBlocks ?? DEFAULT_CAPACITY_BLOCKS),
         noDisposeOnSet: true,
-        ttl: this.ttlMs,
-        // Evicted or expired: the worker no longer counts as holding the block.
+        // Evicted or forgotten: the worker no longer counts as holding the block.
         dispose: (_v, block) => this.unhold(block, worker),
       });
-      if (old) for (const [b] of [...old.entries()].reverse()) lru.set(b, true);
+      // Oldest first into the new one, so recency carries over (and a smaller one keeps the newest).
+      if (old) for (const b of [...old.rkeys()]) lru.set(b, true);
       this.perWorker.set(worker, lru);
     }
+    const now = this.now();
     // Deepest block first, so the root of the chain is the most recent and the last to go: an
     // engine evicts a prefix from its tail, and a root without its tail is still a useful match.
     for (let i = blocks.length - 1; i >= 0; i--) {
       const b = blocks[i]!;
-      lru.set(b, true);
       let h = this.holders.get(b);
-      if (!h) this.holders.set(b, (h = new Set()));
-      h.add(worker);
+      if (!h) this.holders.set(b, (h = new Map()));
+      h.set(worker, now);
+      lru.set(b, true);
     }
+    this.sweep(worker, lru, now);
   }
 
   /** The worker dropped these blocks (an engine's eviction event). */
@@ -82,6 +107,25 @@ export class PrefixIndex {
     for (const lru of this.perWorker.values()) lru.clear();
     this.perWorker.clear();
     this.holders.clear();
+    this.sweptAt.clear();
+  }
+
+  /** Now and then, drops the worker's expired blocks: the least recently routed ones, from the old end. */
+  private sweep(worker: string, lru: LRUCache<string, true>, now: number): void {
+    const last = this.sweptAt.get(worker);
+    if (last === undefined) {
+      this.sweptAt.set(worker, now);
+      return;
+    }
+    if (now - last < Math.min(this.ttlMs, SWEEP_INTERVAL_MS)) return;
+    this.sweptAt.set(worker, now);
+    const expired: string[] = [];
+    for (const b of lru.rkeys()) {
+      const at = this.holders.get(b)?.get(worker);
+      if (at !== undefined && now - at <= this.ttlMs) break;
+      expired.push(b);
+    }
+    for (const b of expired) lru.delete(b);
   }
 
   private unhold(block: string, worker: string): void {

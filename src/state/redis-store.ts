@@ -207,7 +207,7 @@ export class RedisStore implements RoutingStore {
     this.view(pool, workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.liveLeases.set(lease.id, lease);
-    return { ok: true, lease, snapshot, degraded: false };
+    return { ok: true, lease, degraded: false };
   }
 
   async release(lease: Lease): Promise<void> {
@@ -434,7 +434,7 @@ export class RedisStore implements RoutingStore {
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.localLeases.set(lease.id, lease);
-    return { ok: true, lease, snapshot: this.cachedSnapshot(req), degraded: true };
+    return { ok: true, lease, degraded: true };
   }
 
   private async refreshAll(): Promise<void> {

@@ -71,9 +71,11 @@ export interface CommitRequest extends StateQuery {
   capacityBlocks: number;
 }
 
-export type CommitResult =
-  | { ok: true; lease: Lease; snapshot: Snapshot; degraded: boolean }
-  | { ok: false; snapshot: Snapshot };
+/**
+ * A failed commit carries the fresh snapshot to decide again on; a successful one does not (the
+ * decision is made, and computing the state after it cost a second prefix match per request).
+ */
+export type CommitResult = { ok: true; lease: Lease; degraded: boolean } | { ok: false; snapshot: Snapshot };
 
 export interface RoutingStore {
   readonly backend: 'memory' | 'redis';

@@ -1,0 +1,61 @@
+/**
+ * The in-process prefix index on its own, with a clock the test moves: longest runs per worker,
+ * recency (a block routed again is the last to go), capacity, TTL and forgetting.
+ */
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import { PrefixIndex } from '../../src/state/prefix-index.js';
+
+const chain = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `${tag}${i}`);
+
+describe('PrefixIndex', () => {
+  test('matches the longest leading run per worker and stops at the first block nobody holds', () => {
+    const ix = new PrefixIndex(60_000);
+    ix.record('w1', chain('a', 6));
+    ix.record('w2', chain('a', 3));
+    ix.record('w3', ['x0', 'a1', 'a2']); // holds later blocks but not the root: no prefix
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 8))), { w1: 6, w2: 3 });
+    assert.equal(ix.match(['b0', 'a1']).size, 0);
+  });
+
+  test('past capacity the least recently routed blocks go first; a chain keeps its root longest', () => {
+    const ix = new PrefixIndex(60_000);
+    ix.record('w1', chain('a', 4), 6);
+    ix.record('w1', chain('b', 4)); // 8 blocks for 6 places: a's two deepest blocks go
+    assert.equal(ix.size('w1'), 6);
+    assert.equal(ix.match(chain('a', 4)).get('w1'), 2);
+    assert.equal(ix.match(chain('b', 4)).get('w1'), 4);
+    ix.record('w1', chain('a', 2)); // routed again: a's root is now the most recent
+    ix.record('w1', chain('c', 3));
+    assert.equal(ix.match(chain('a', 4)).get('w1'), 2, 'a kept its root');
+    assert.equal(ix.match(chain('b', 4)).get('w1') ?? 0, 1, 'b lost all but its root');
+    ix.record('w1', [], 2); // a smaller capacity applies at once
+    assert.equal(ix.size('w1'), 2);
+  });
+
+  test('blocks not routed to for the TTL stop matching and leave the index', () => {
+    let now = 1_000;
+    const ix = new PrefixIndex(500, () => now);
+    ix.record('w1', chain('a', 3));
+    now += 400;
+    ix.record('w2', chain('a', 2));
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 3))), { w1: 3, w2: 2 });
+    now += 200; // w1's blocks are 600 ms old, w2's 200 ms
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 3))), { w2: 2 });
+    ix.record('w1', ['z0']); // the next record drops what expired
+    assert.equal(ix.size('w1'), 1);
+  });
+
+  test('forgotten blocks (an engine eviction) no longer match; the worker keeps the rest', () => {
+    const ix = new PrefixIndex(60_000);
+    ix.record('w1', chain('a', 5));
+    ix.record('w2', chain('a', 5));
+    ix.forget('w1', ['a2']);
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 5))), { w1: 2, w2: 5 });
+    ix.forget('w2', chain('a', 5));
+    assert.equal(ix.size('w2'), 0);
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 5))), { w1: 2 });
+    ix.clear();
+    assert.equal(ix.match(chain('a', 5)).size, 0);
+  });
+});
