@@ -44,20 +44,26 @@ export function parseJsonBody(body: Buffer | undefined): ParsedBody {
 
 /**
  * One pass over the bytes counting brackets outside strings: too deep or too many containers.
- * Multi-byte UTF-8 never contains ASCII bytes, so reading bytes is exact; malformed JSON is only
- * miscounted, never slow.
+ * Strings (nearly all of a prompt's bytes) are skipped with `indexOf`, natively, to their closing
+ * quote: the first one not escaped by an odd run of backslashes. Multi-byte UTF-8 never contains
+ * ASCII bytes, so reading bytes is exact; malformed JSON is only miscounted, never slow.
  */
 function tooComplex(body: Buffer): boolean {
   let depth = 0;
   let containers = 0;
-  let inString = false;
   for (let i = 0; i < body.length; i++) {
     const c = body[i]!;
-    if (inString) {
-      if (c === 0x5c) i++; // backslash: the next byte is escaped
-      else if (c === 0x22) inString = false;
-    } else if (c === 0x22) inString = true;
-    else if (c === 0x5b || c === 0x7b) {
+    if (c === 0x22) {
+      let end = i;
+      for (;;) {
+        end = body.indexOf(0x22, end + 1);
+        if (end < 0) return false; // unterminated: JSON.parse will refuse it
+        let slashes = 0;
+        while (body[end - 1 - slashes] === 0x5c) slashes++;
+        if (slashes % 2 === 0) break;
+      }
+      i = end;
+    } else if (c === 0x5b || c === 0x7b) {
       if (++depth > MAX_JSON_DEPTH || ++containers > MAX_JSON_CONTAINERS) return true;
     } else if (c === 0x5d || c === 0x7d) depth--;
   }

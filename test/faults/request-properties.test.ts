@@ -106,6 +106,22 @@ describe('body parsing', () => {
     );
   });
 
+  test('brackets inside strings never count, whatever quotes and backslash runs surround them', () => {
+    const noise = fc.array(fc.constantFrom('"', '\\', '\\\\', 'a', ']'), { maxLength: 12 }).map((p) => p.join(''));
+    // The depth scan skips strings to their closing quote; an escaped quote (odd backslash run)
+    // must not end one early, or the brackets after it would count as nesting.
+    fc.assert(
+      fc.property(noise, noise, fc.constantFrom('[', '{'), (before, after, open) => {
+        // Past MAX_JSON_DEPTH brackets: a string ended early would be refused as too deep.
+        const text = `${before}${open.repeat(MAX_JSON_DEPTH + 10)}${after}`;
+        const r = parseJsonBody(Buffer.from(JSON.stringify({ s: text, t: [text] })));
+        assert.ok(r.ok, JSON.stringify(text));
+        assert.equal(r.value['s'], text);
+      }),
+      RUNS,
+    );
+  });
+
   test('nesting is read up to MAX_JSON_DEPTH and refused past it, however the brackets mix', () => {
     fc.assert(
       fc.property(fc.array(fc.constantFrom('[', '{"k":'), { minLength: 1, maxLength: MAX_JSON_DEPTH + 40 }), (opens) => {
