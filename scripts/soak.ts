@@ -1,5 +1,5 @@
 // Soak: N minutes of steady load through a kvgate process on the Redis store, played by the Envoy
-// test harness, sampling every interval the gate's RSS and open file descriptors, Redis's memory
+// test harness, sampling every interval the gate's RSS, V8 heap and open file descriptors, Redis's memory
 // and key count, in-flight leases, throughput and errors. Results go to stdout (a Markdown table)
 // and, with --out, to a JSON file. Exit status 1 if any request failed or anything leaked.
 //
@@ -51,6 +51,8 @@ interface Sample {
   errors: number;
   rps: number;
   gateRssMb: number;
+  /** V8 heap in use (prom-client's nodejs_heap_size_used_bytes from the admin port): a leak climbs here first. */
+  gateHeapMb: number;
   gateFds: number;
   redisUsedMb: number;
   redisKeys: number;
@@ -91,6 +93,15 @@ async function main(): Promise<number> {
     for (const w of WORKERS) n += await r.zcard(`kvgate:{default}:f:${w.id}`).catch(() => 0);
     return n;
   };
+  const gateHeapMb = async (): Promise<number> => {
+    try {
+      const text = await (await fetch(`http://127.0.0.1:${gate.adminPort}/metrics`)).text();
+      const m = /^nodejs_heap_size_used_bytes (\S+)/m.exec(text);
+      return m ? Math.round((Number(m[1]) / 1048576) * 10) / 10 : -1;
+    } catch {
+      return -1;
+    }
+  };
   const samples: Sample[] = [];
   const lag = monitorEventLoopDelay({ resolution: 10 });
   lag.enable();
@@ -102,6 +113,7 @@ async function main(): Promise<number> {
     const now = Date.now();
     const { requests, answered, errors } = tally;
     const { rssMb, fds } = procStatus(pid);
+    const heapMb = await gateHeapMb();
     const mem = await r.info('memory').catch(() => '');
     samples.push({
       minute: Math.round(((now - started) / 60_000) * 100) / 100,
@@ -110,6 +122,7 @@ async function main(): Promise<number> {
       errors,
       rps: Math.round(((requests - lastCount) * 1000) / Math.max(1, now - lastAt)),
       gateRssMb: Math.round(rssMb * 10) / 10,
+      gateHeapMb: heapMb,
       gateFds: fds,
       redisUsedMb: Math.round((Number(/used_memory:(\d+)/.exec(mem)?.[1] ?? 0) / 1048576) * 10) / 10,
       redisKeys: await r.dbsize().catch(() => -1),
@@ -202,10 +215,10 @@ async function main(): Promise<number> {
   const lines = [
     `soak: ${MINUTES} min, target ${RATE} req/s over ${CONCURRENCY} clients, ${SESSIONS} sessions, Redis store${opts['bounce-redis'] ? ', Redis killed and restarted at mid-run' : ''}`,
     '',
-    '| minute | requests | errors | req/s | gate RSS MB | gate fds | Redis MB | Redis keys | in flight | load avg | driver lag max ms |',
-    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
+    '| minute | requests | errors | req/s | gate RSS MB | gate heap MB | gate fds | Redis MB | Redis keys | in flight | load avg | driver lag max ms |',
+    '|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|',
     ...samples.map(
-      (s) => `| ${s.minute} | ${s.requests} | ${s.errors} | ${s.rps} | ${s.gateRssMb} | ${s.gateFds} | ${s.redisUsedMb} | ${s.redisKeys} | ${s.inflight} | ${s.load1} | ${s.driverLagMaxMs} |`,
+      (s) => `| ${s.minute} | ${s.requests} | ${s.errors} | ${s.rps} | ${s.gateRssMb} | ${s.gateHeapMb} | ${s.gateFds} | ${s.redisUsedMb} | ${s.redisKeys} | ${s.inflight} | ${s.load1} | ${s.driverLagMaxMs} |`,
     ),
     '',
     ...(tally.kinds.size > 0 ? ['errors by kind:', ...[...tally.kinds].map(([k, c]) => `  ${c} × ${k}`), ''] : []),
