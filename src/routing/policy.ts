@@ -154,6 +154,7 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
     candidates: input.workers.map((w): CandidateExplanation => {
       const c: CandidateExplanation = { worker: w.id, state: w.state, inflight: w.inflight, maxInflight: w.maxInflight, prefixBlocks: w.prefixBlocks };
       if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
+      if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;
       return c;

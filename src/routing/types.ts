@@ -91,6 +91,8 @@ export interface CandidateExplanation {
   maxInflight: number;
   prefixBlocks: number;
   kvUsage?: number;
+  /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
+  work?: number;
   /** Undefined for workers that could not take the request. */
   score?: number;
 }

@@ -187,6 +187,9 @@ describe('routing policy', () => {
       // One-off requests (no session) and a session's spill-over are not placements: prefix wins.
       assert.equal(pick(12, { session: false }), 'holder');
       assert.equal(pick(12, { affinity: 'holder', keyInflight: 4 }), 'holder');
+      // The explanation shows each candidate's work, so /debug/decisions says why.
+      const moved = decide(input({ totalBlocks: 20, workers: fleet(12) }));
+      assert.deepEqual(moved.explanation.candidates.map((c) => c.work), [12, 4, 4, 4]);
       // A nearly idle fleet is not judged on one-request differences: 1 running against a mean of 0.25.
       const idle = decide(input({ totalBlocks: 20, workers: [{ ...w('holder', 0, 16, 'healthy', 16), running: 1 }, w('a', 0, 16), w('b', 0, 16), w('c', 0, 16)] }));
       assert.equal(idle.kind === 'route' && idle.worker, 'holder');
