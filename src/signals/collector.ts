@@ -62,6 +62,8 @@ export class SignalCollector {
     await this.heartbeat(this.cadence().heartbeatMs * 3);
     await Promise.all([...this.owned].map((w) => this.scrape(w)));
     await this.read();
+    // Stopped while the first round ran (shutdown, or a reload's start racing one): no loops.
+    if (this.stopped) return;
     this.startLoops();
     for (const w of this.owned) this.schedule(w);
   }

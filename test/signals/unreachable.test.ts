@@ -3,10 +3,15 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
+import { parseConfig } from '../../src/config/load.js';
+import { Gate } from '../../src/gate/gate.js';
+import { SignalCollector } from '../../src/signals/collector.js';
+import { MemoryStore } from '../../src/state/memory-store.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import { waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers } from '../helpers/gate.js';
 import { silentLogger } from '../helpers/logger.js';
+import { startMetricsServer } from '../helpers/metrics-server.js';
 import { freePort } from '../helpers/ports.js';
 import { startRedis } from '../helpers/redis-server.js';
 
@@ -39,5 +44,22 @@ test('signal ages come from the store’s clock: a replica whose clock is an hou
     Date.now = realNow;
     await store.close();
     await redis.stop();
+  }
+});
+
+test('a collector stopped while its first scrape hangs starts no loops afterwards', async () => {
+  const metrics = await startMetricsServer();
+  metrics.mode('hang');
+  const config = parseConfig({ signals: { timeout_ms: 300 }, workers: [{ id: 'slow', cluster: 'worker_1', metrics_url: metrics.url }] });
+  const store = new MemoryStore();
+  const collector = new SignalCollector({ gate: new Gate(config, store, silentLogger()), store, logger: silentLogger() });
+  try {
+    const started = collector.start();
+    collector.stop(); // shutdown while the first scrape waits on a worker that does not answer
+    await started;
+    assert.deepEqual(collector.loopIntervals, { heartbeatMs: 0, readMs: 0 }, 'no heartbeat or read loop left running');
+  } finally {
+    collector.stop();
+    await metrics.close();
   }
 });
