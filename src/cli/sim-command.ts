@@ -12,6 +12,9 @@ import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
 import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
+import { hasSessions } from '../sim/scale.js';
+import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, goodputs, runSweep } from '../sim/sweep.js';
+import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
 import { loadTrace } from '../sim/workloads/trace.js';
@@ -46,6 +49,15 @@ interface SimFlags {
   seed: number;
   json?: boolean;
   report?: string;
+  sweep?: boolean;
+  loads: number[];
+  sloTtft: number;
+}
+
+function loadList(value: string): number[] {
+  const loads = value.split(',').map((s) => Number(s.trim()));
+  if (loads.length === 0 || loads.some((x) => !(x > 0) || !Number.isFinite(x))) throw new InvalidArgumentError('must be a comma-separated list of positive numbers');
+  return [...new Set(loads)].sort((a, b) => a - b);
 }
 
 /** Where results go: stdout in the CLI; tests pass their own sink. */
@@ -74,9 +86,13 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
     .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
+    .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
+    .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
+      if (o.sweep) return sweep(o, out);
       const workload = loadWorkload(o);
       const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
       let report;
@@ -119,6 +135,47 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
         process.stderr.write(`report: ${files.markdown}\n`);
       }
     });
+}
+
+/** Requests replayed at each load of a sweep unless `--requests` says otherwise. */
+const DEFAULT_SWEEP_REQUESTS = 2000;
+
+async function sweep(o: SimFlags, out: SimOutput): Promise<void> {
+  const n = o.requests ?? DEFAULT_SWEEP_REQUESTS;
+  // A session trace is loaded whole and replicated up to the load (scale.ts); anything else is
+  // cut to its first N requests and re-timed.
+  let base: Workload;
+  let copySessions = false;
+  if (o.trace !== undefined) {
+    base = loadTrace(o.trace);
+    copySessions = hasSessions(base);
+    if (!copySessions) base = loadTrace(o.trace, { maxRequests: n });
+  } else {
+    const name = o.workload ?? 'mixed';
+    if (!isSyntheticName(name)) throw new InvalidArgumentError(`unknown workload ${name}`);
+    base = syntheticWorkload(name, { requests: n, seed: o.seed });
+  }
+  const report = await runSweep(base, {
+    policies: o.policies,
+    fleet: { workers: o.workers, cacheTokens: o.cacheTokens, offloadTokens: o.offloadTokens, maxBatch: o.maxBatch },
+    cost: { prefillTokensPerS: o.prefillTokS },
+    seed: o.seed,
+    maxInflight: o.maxInflight,
+    loads: o.loads,
+    sloTtftS: o.sloTtft,
+    maxRequests: n,
+    copySessions,
+  });
+  if (o.json) {
+    const good = new Map(goodputs(report.rows, [...new Set(report.rows.map((r) => r.policy))], report.capacity.capacityRps).map((g) => [g.policy, g.load]));
+    out.write(`${JSON.stringify(report.rows.map((r) => ({ ...r, goodput_load: good.get(r.policy) ?? 0 })))}\n`);
+  } else {
+    out.write(formatSweep(report));
+  }
+  if (o.report !== undefined) {
+    const files = await writeSweepReport(o.report, report, `kvgate ${process.argv.slice(2).join(' ')}`);
+    process.stderr.write(`report: ${files.markdown}\n`);
+  }
 }
 
 function loadWorkload(o: SimFlags): Workload {

@@ -57,6 +57,7 @@ export async function runSimulation(workload: Workload, cfg: SimConfig, progress
       blockTokens: workload.blockTokens,
       seed,
       maxInflight,
+      cacheTokens: fleet.cacheTokens,
     });
     try {
       const run = await simulate(workload, policy, {

@@ -3,9 +3,10 @@
  * stream would produce (POST /v1/chat/completions, the session header when the workload has one,
  * an OpenAI JSON body with the model and the prompt) and goes through `Gate.route()` with a
  * `MemoryStore`, exactly as in production. The lease is released at the request's first token,
- * which is when kvgate releases in production (`routing.release_on: response_headers`). Every
- * 50 ms of simulated time the gate gets each worker's running, queued and KV-use figures, as its
- * metrics collector would, and derives health from them itself. Nothing of the policy is copied
+ * which is when kvgate releases in production (`routing.release_on: response_headers`). The gate
+ * gets each worker's running, queued and KV-use figures at its collector's cadence and age
+ * (simulator.ts `SignalCadence`: scraped every 50 ms, read every 100 ms), and derives health from
+ * them itself. Nothing of the policy is copied
  * here, so the simulator scores whatever the gate's policy is today.
  */
 import { parseConfig } from '../../config/load.js';
@@ -93,7 +94,9 @@ export class KvgatePolicy implements RouterPolicy {
   /** A scrape of every worker, handed to the gate as its collector would after reading the store. */
   observe(workers: readonly WorkerObservation[], _nowS?: number): void {
     const records = new Map<string, SignalRecord>();
-    workers.forEach((w, i) => records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: 0, failures: 0 }));
+    workers.forEach((w, i) =>
+      records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: (w.ageS ?? 0) * 1000, failures: 0 }),
+    );
     this.gate.setSignals(records);
   }
 
