@@ -163,7 +163,7 @@ async function sweep(o: SimFlags, out: SimOutput): Promise<void> {
     maxInflight: o.maxInflight,
     loads: o.loads,
     sloTtftS: o.sloTtft,
-    maxRequests: n,
+    requests: n,
     copySessions,
   });
   if (o.json) {

@@ -19,10 +19,11 @@
  *
  * Reaching a load. Synthetic workloads and session-less traces are re-timed (every arrival time
  * divided by the rate factor). A trace with sessions (agent traces have a few dozen) would have
- * its sessions' turns squeezed together, faster than any model answers; instead it is replayed as
- * `copies = ceil(factor)` time-shifted copies under new session ids, each slowed by
- * factor / copies ≤ 1. Copy j starts j/copies of the mean gap between session starts after the
- * original, so copies interleave. Each copy's private content is re-salted so that copies share
+ * its sessions' turns squeezed together, faster than any model answers; instead its sessions, and
+ * then time-shifted copies of them under new session ids, start one after another at the steady
+ * rate that brings the target request rate, each keeping its recorded turn timing (so a load is
+ * reached with more concurrent agents, not faster ones). The first arrivals, up to the median
+ * session's length, are warm-up and are not measured. Each copy's private content is re-salted so that copies share
  * only what the original sessions shared: a block that two or more original sessions contain
  * (an agent's instructions, a shared system prompt) stays common to every copy; from a request's
  * first block that fewer than two sessions contain, its text is overwritten in place with a tag
@@ -110,57 +111,94 @@ export function saltText(text: string, at: number, copy: number): string {
   return decoder.decode(out);
 }
 
+export interface SessionReplay {
+  workload: Workload;
+  /** Copies of the original sessions replayed (1: only the originals, or fewer of them). */
+  copies: number;
+  /** Arrivals before this are warm-up: sessions are still starting and no copy has run its course. */
+  warmupS: number;
+}
+
 /**
- * `copies` time-shifted copies of a session trace (copy 0 is the original), re-salted as the file
- * comment says, arrivals slowed by `slowdown` (≥ 1 keeps every copy's turns no faster than
- * recorded), the first `maxRequests` by arrival kept.
+ * A session trace replayed at `targetRps`: its sessions, then time-shifted copies of them under
+ * new session ids (re-salted as the file comment says), start one after another at a steady rate
+ * whose sessions bring `targetRps` requests a second; each keeps its recorded turn timing. The
+ * first arrivals, up to the median session's length, are warm-up (fewer sessions are under way
+ * than in the steady state); sessions are started until `measured` requests arrive after it.
  */
-export function replicateSessions(w: Workload, copies: number, slowdown: number, maxRequests?: number): Workload {
-  const reqs = w.requests;
-  const starts = new Map<string, number>();
-  for (const r of reqs) if (r.sessionId !== undefined && !starts.has(r.sessionId)) starts.set(r.sessionId, r.arrivalS);
-  const span = reqs.length > 1 ? reqs[reqs.length - 1]!.arrivalS - reqs[0]!.arrivalS : 0;
-  const gap = span / Math.max(1, starts.size);
-  const picks: Array<{ r: SimRequest; copy: number; at: number }> = [];
-  for (let c = 0; c < copies; c++) for (const r of reqs) picks.push({ r, copy: c, at: (r.arrivalS + (c * gap) / copies) * slowdown });
-  picks.sort((a, b) => a.at - b.at || a.copy - b.copy || a.r.index - b.r.index);
-  const kept = picks.slice(0, maxRequests ?? picks.length);
+export function replicateSessions(w: Workload, targetRps: number, measured: number): SessionReplay {
+  const groups = new Map<string, SimRequest[]>();
+  for (const r of w.requests) {
+    const key = r.sessionId ?? `#${r.index}`;
+    let g = groups.get(key);
+    if (!g) groups.set(key, (g = []));
+    g.push(r);
+  }
+  const sessions = [...groups.values()];
+  const durations = sessions.map((g) => g[g.length - 1]!.arrivalS - g[0]!.arrivalS).sort((a, b) => a - b);
+  const warmupS = durations[Math.floor(durations.length / 2)] ?? 0;
+  const perSession = w.requests.length / Math.max(1, sessions.length);
+  const startGap = perSession / targetRps;
 
   const shared = sharedBlocks(w);
   const blockBytes = w.blockTokens * CHARS_PER_TOKEN;
-  // Salted blocks get ids of their own, above every id the original uses.
   const fresh = new Map<number, number>();
   const freshId = (h: number): number => {
     let id = fresh.get(h);
     if (id === undefined) fresh.set(h, (id = w.blockCount + fresh.size));
     return id;
   };
-  const raw = kept.map(({ r, copy, at }): Omit<SimRequest, 'index'> => {
-    if (copy === 0 || r.sessionId === undefined) return { ...r, arrivalS: at };
-    let k = 0;
-    while (k < r.blocks.length && shared.has(r.blocks[k]!)) k++;
-    const salted = saltText(r.text(), k * blockBytes, copy);
-    const tail = textBlockIds(salted, w.blockTokens).slice(k).map(freshId);
-    return {
-      arrivalS: at,
-      promptTokens: r.promptTokens,
-      outputTokens: r.outputTokens,
-      blocks: [...r.blocks.slice(0, k), ...tail],
-      sessionId: `${r.sessionId}#copy${copy}`,
-      text: () => salted,
-    };
-  });
-  return finishWorkload(w.name, `${w.description}; ${copies} time-shifted, re-salted copies`, w.blockTokens, raw);
+  const raw: Array<Omit<SimRequest, 'index'>> = [];
+  // Sessions keep starting through the whole measured window, so its rate holds to the end.
+  const lastStart = warmupS + measured / targetRps;
+  let k = 0;
+  for (; k * startGap <= lastStart; k++) {
+    const g = sessions[k % sessions.length]!;
+    const copy = Math.floor(k / sessions.length);
+    const start = k * startGap;
+    const t0 = g[0]!.arrivalS;
+    for (const r of g) {
+      const at = start + (r.arrivalS - t0);
+      if (copy === 0 || r.sessionId === undefined) {
+        raw.push({ arrivalS: at, promptTokens: r.promptTokens, outputTokens: r.outputTokens, blocks: r.blocks, sessionId: r.sessionId, text: r.text });
+        continue;
+      }
+      let keep = 0;
+      while (keep < r.blocks.length && shared.has(r.blocks[keep]!)) keep++;
+      const text = (): string => saltText(r.text(), keep * blockBytes, copy);
+      raw.push({
+        arrivalS: at,
+        promptTokens: r.promptTokens,
+        outputTokens: r.outputTokens,
+        blocks: [...r.blocks.slice(0, keep), ...textBlockIds(text(), w.blockTokens).slice(keep).map(freshId)],
+        sessionId: `${r.sessionId}#copy${copy}`,
+        text,
+      });
+    }
+  }
+  // The window ends at the `measured`-th arrival after the warm-up; later turns are not replayed.
+  const sorted = raw.map((r) => r.arrivalS).sort((a, b) => a - b);
+  const firstMeasured = sorted.findIndex((t) => t >= warmupS);
+  const cutoff = sorted[Math.min(sorted.length - 1, (firstMeasured < 0 ? sorted.length : firstMeasured) + measured - 1)] ?? 0;
+  const kept = raw.filter((r) => r.arrivalS <= cutoff);
+  const copies = Math.ceil(k / sessions.length);
+  return {
+    workload: finishWorkload(w.name, `${w.description}; sessions replayed with ${copies} time-shifted, re-salted copies`, w.blockTokens, kept),
+    copies,
+    warmupS,
+  };
 }
 
 /**
- * The workload at `factor` times its natural arrival rate: re-timed, or (a trace with sessions,
- * factor > 1) replicated into copies. `maxRequests` caps what is replayed, first arrivals first.
+ * The workload at `factor` times its natural arrival rate: re-timed (first `requests` arrivals),
+ * or, for a trace with sessions (`copySessions`), its sessions replicated (`requests` measured
+ * after the warm-up).
  */
-export function atRate(w: Workload, factor: number, opts: { copySessions: boolean; maxRequests?: number }): { workload: Workload; copies: number } {
-  if (opts.copySessions && factor > 1 && hasSessions(w)) {
-    const copies = Math.ceil(factor);
-    return { workload: replicateSessions(w, copies, copies / factor, opts.maxRequests), copies };
+export function atRate(w: Workload, factor: number, opts: { copySessions: boolean; requests: number }): SessionReplay {
+  if (opts.copySessions && hasSessions(w)) {
+    const span = w.requests.length > 1 ? w.requests[w.requests.length - 1]!.arrivalS - w.requests[0]!.arrivalS : 0;
+    const natural = span > 0 ? (w.requests.length - 1) / span : 0;
+    return replicateSessions(w, natural * factor, opts.requests);
   }
-  return { workload: retime(w, factor, opts.maxRequests), copies: 1 };
+  return { workload: retime(w, factor, opts.requests), copies: 1, warmupS: 0 };
 }

@@ -7,12 +7,11 @@
  * shed one counting as infinitely late, so a policy cannot meet the SLO by refusing work.
  */
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET, type CostModel, type FleetOptions } from './cost-model.js';
-import type { ResultRow } from './metrics.js';
-import { percentile } from './metrics.js';
+import { percentile, summarize, type ResultRow } from './metrics.js';
 import { POOLED_BOUND } from './policies/registry.js';
 import { runSimulation, type SimConfig } from './run.js';
 import { atRate, measureCapacity, type Capacity } from './scale.js';
-import type { Workload } from './workload.js';
+import { continuationParents, type Workload } from './workload.js';
 
 export const DEFAULT_LOADS: readonly number[] = [0.2, 0.4, 0.6, 0.8, 1.0, 1.2];
 /** The SLO users compare with: 2 s to first token at p99. */
@@ -21,8 +20,8 @@ export const DEFAULT_SLO_TTFT_S = 2;
 export interface SweepConfig extends SimConfig {
   loads?: readonly number[];
   sloTtftS?: number;
-  /** Requests replayed at each load (first arrivals first); undefined: all. */
-  maxRequests?: number;
+  /** Requests measured at each load (first arrivals, after a session replay's warm-up). */
+  requests: number;
   /** Replicate sessions (traces with few sessions) rather than squeeze their turns. */
   copySessions: boolean;
 }
@@ -34,6 +33,8 @@ export interface SweepRow extends ResultRow {
   capacity_rps: number;
   /** Time-shifted copies of a session trace replayed at this load (1: none). */
   copies: number;
+  /** Arrivals before this were warm-up, not measured (session replays). */
+  warmup_s: number;
   /** p99 TTFT over every offered request, a shed one counting as a miss; null when over 1% were shed. */
   ttft_p99_offered_s: number | null;
   meets_slo: boolean;
@@ -70,19 +71,28 @@ export async function runSweep(base: Workload, cfg: SweepConfig, progress?: Swee
   const rows: SweepRow[] = [];
   for (const load of loads) {
     const factor = (load * capacity.capacityRps) / capacity.naturalRps;
-    const { workload, copies } = atRate(base, factor, { copySessions: cfg.copySessions, ...(cfg.maxRequests !== undefined ? { maxRequests: cfg.maxRequests } : {}) });
+    const { workload, copies, warmupS } = atRate(base, factor, { copySessions: cfg.copySessions, requests: cfg.requests });
     const report = await runSimulation(workload, { ...cfg, policies }, progress ? (p, n, t) => progress(load, p, n, t) : undefined);
-    for (const [i, row] of report.rows.entries()) {
+    // After a warm-up only the steady state is measured (imbalance still covers the whole run).
+    const measured = warmupS > 0 ? { ...workload, requests: workload.requests.filter((r) => r.arrivalS >= warmupS) } : undefined;
+    const parents = measured ? continuationParents(workload) : undefined;
+    for (const [i, whole] of report.rows.entries()) {
       const run = report.runs[i]!;
-      const ttft = run.outcomes.map((o) => (o.worker < 0 ? Infinity : o.firstTokenS - o.arrivalS)).sort((a, b) => a - b);
+      const row = measured ? summarize(run, measured, parents!, undefined) : whole;
+      const ttft = (measured ?? workload).requests
+        .map((r) => run.outcomes[r.index]!)
+        .map((o) => (o.worker < 0 ? Infinity : o.firstTokenS - o.arrivalS))
+        .sort((a, b) => a - b);
       const p99 = percentile(ttft, 0.99);
       const offered = p99 !== null && Number.isFinite(p99) ? p99 : null;
       rows.push({
         ...row,
         load,
         offered_rps: capacity.naturalRps * factor,
+        requests: row.requests,
         capacity_rps: capacity.capacityRps,
         copies,
+        warmup_s: warmupS,
         ttft_p99_offered_s: offered,
         meets_slo: offered !== null && offered <= slo,
       });
