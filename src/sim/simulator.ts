@@ -159,14 +159,18 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
     const scrapeS = cadence.scrapeIntervalMs / 1000;
     const readS = cadence.readIntervalMs / 1000;
     let latest: { t: number; obs: ReturnType<SimWorker['observe']>[] } = { t: 0, obs: workers.map((w) => w.observe()) };
+    // Times are k × interval (not sums, which drift); a read due at the instant of a scrape may
+    // run before it, as in production where the two loops are not synchronised.
+    let scrapes = 0;
+    let reads = 0;
     const scrape = (): void => {
       latest = { t: loop.now, obs: workers.map((w) => w.observe()) };
-      if (settled < reqs.length) loop.at(loop.now + scrapeS, scrape);
+      if (settled < reqs.length) loop.at(++scrapes * scrapeS, scrape);
     };
     const read = (): void => {
-      const ageS = loop.now - latest.t;
+      const ageS = Math.max(0, loop.now - latest.t);
       policy.observe!(latest.obs.map((o) => ({ ...o, ageS })), loop.now);
-      if (settled < reqs.length) loop.at(loop.now + readS, read);
+      if (settled < reqs.length) loop.at(++reads * readS, read);
     };
     loop.at(0, scrape);
     loop.at(0, read);

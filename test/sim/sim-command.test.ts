@@ -21,7 +21,7 @@ describe('kvgate sim', () => {
     const rows = JSON.parse(out) as Array<Record<string, unknown>>;
     assert.deepEqual(
       rows.map((r) => r['policy']),
-      ['kvgate', 'round-robin', 'least-loaded', 'consistent-hash', 'article', 'sglang-cache-aware', 'dynamo-cost', 'pooled-bound'],
+      ['kvgate', 'round-robin', 'least-loaded', 'consistent-hash', 'article', 'sglang-cache-aware', 'dynamo-cost', 'llm-d', 'llm-d-session', 'pooled-bound'],
     );
     for (const r of rows) {
       for (const k of ['policy', 'hit_rate', 'ttft_p50_s', 'ttft_p99_s', 'throughput_tok_s', 'imbalance', 'migrations', 'shed']) {
