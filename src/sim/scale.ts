@@ -1,21 +1,27 @@
 /**
  * Offered load, and how a workload is brought to it.
  *
- * Capacity. A worker's compute goes to prompt tokens it must compute and to the tokens it
- * generates (with chunked prefill every decode token rides in a step that also carries prompt
- * chunks, so under load each costs about a prompt token's compute), plus a fixed overhead per
- * request. The fewest prompt tokens any router can leave to compute is set by the pooled-cache
- * bound (pooled-bound.ts: one LRU cache as large as the whole fleet's). So the fleet's capacity
- * for a workload is
+ * Capacity. A worker runs out of one of two things. Compute: prompt tokens it must compute and
+ * tokens it generates (with chunked prefill every decode token rides in a step that also carries
+ * prompt chunks, so under load each costs about a prompt token's compute), plus a fixed overhead
+ * per request. KV memory: a request pins its prompt and output blocks from its prefill to its last
+ * token (worker.ts), so at most cache_tokens / (prompt + output) requests run at once, each for
+ * its prefill plus output × step time; a prefix that several sessions share (a system prompt, an
+ * agent's instructions: `sharedBlocks`) is pinned once per worker and not counted. The fewest
+ * prompt tokens any router can leave to compute is set by the pooled-cache bound (pooled-bound.ts:
+ * one LRU cache as large as the whole fleet's). So the fleet's capacity for a workload is the
+ * highest request rate λ at which, per worker,
  *
- *   capacity_rps = workers / (overhead + (prompt × (1 − pooled_hit) + output) / prefill_tok_s)
+ *   compute:  λ × (overhead + (prompt × (1 − pooled_hit) + output) / prefill_tok_s) ≤ 1
+ *   memory:   λ × (private prompt + output) × (prefill_s + output × step_s) ≤ cache_tokens
  *
- * with prompt and output the workload's mean tokens per request: the request rate that would keep
- * every worker's compute busy if every request hit the cache as well as in the pooled bound. It is
- * measured on the workload as replayed at its natural rate (the bound is an LRU over arrival
- * order, so it does not depend on the rate). Offered load L then means arrivals at
- * L × capacity_rps: at L = 1 even a router that reached the bound would be saturated; a router
- * that hits less saturates earlier.
+ * with prompt and output the workload's mean tokens per request and step_s a decode step's length
+ * at that rate (a mixed chunk-and-decode step for the share of time a prefill runs, a plain decode
+ * step over a full cache otherwise; cost-model.ts). It is measured on the workload as replayed at
+ * its natural rate (the bound is an LRU over arrival order, so it does not depend on the rate).
+ * Both are estimates of where the knee is; the sweep shows where each policy's really is. Offered
+ * load L means arrivals at L × capacity: at L = 1 even a router that reached the bound would be
+ * saturated; a router that hits less, or balances worse, saturates earlier.
  *
  * Reaching a load. Synthetic workloads and session-less traces are re-timed (every arrival time
  * divided by the rate factor). A trace with sessions (agent traces have a few dozen) would have
@@ -23,21 +29,24 @@
  * then time-shifted copies of them under new session ids, start one after another at the steady
  * rate that brings the target request rate, each keeping its recorded turn timing (so a load is
  * reached with more concurrent agents, not faster ones). The first arrivals, up to the median
- * session's length, are warm-up and are not measured. Each copy's private content is re-salted so that copies share
- * only what the original sessions shared: a block that two or more original sessions contain
- * (an agent's instructions, a shared system prompt) stays common to every copy; from a request's
- * first block that fewer than two sessions contain, its text is overwritten in place with a tag
- * naming the copy (same length), so every later block hash differs per copy while a session's
- * turns, salted at the same place, still extend one another.
+ * session's length, are warm-up and are not measured. Each copy's private content is re-salted so
+ * that copies share only what the original sessions shared: a block that two or more original
+ * sessions contain (an agent's instructions, a shared system prompt) stays common to every copy;
+ * from a request's first block that fewer than two sessions contain, its text is overwritten in
+ * place with a tag naming the copy (same length), so every later block hash differs per copy while
+ * a session's turns, salted at the same place, still extend one another.
  */
 import { CHARS_PER_TOKEN, textBlockIds, type BlockId } from './blocks.js';
-import type { CostModel, FleetOptions } from './cost-model.js';
+import { decodeStepSeconds, mixedStepSeconds, type CostModel, type FleetOptions } from './cost-model.js';
 import { pooledBound } from './pooled-bound.js';
 import { finishWorkload, type SimRequest, type Workload } from './workload.js';
 
 export interface Capacity {
-  /** Requests/s that keep the fleet's compute busy at the pooled-cache hit rate. */
+  /** Requests/s the fleet sustains at the pooled-cache hit rate (the lower of the two limits). */
   capacityRps: number;
+  /** The compute limit alone, and the KV-memory limit alone. */
+  computeRps: number;
+  memoryRps: number;
   /** The workload's own arrival rate: requests / arrival span. */
   naturalRps: number;
   pooledHitRate: number;
@@ -49,16 +58,48 @@ export function measureCapacity(w: Workload, fleet: FleetOptions, cost: CostMode
   const reqs = w.requests;
   const n = reqs.length;
   const bound = pooledBound(w, fleet);
-  let prompt = 0;
-  let output = 0;
+  const common = sharedBlocks(w);
+  let promptSum = 0;
+  let outputSum = 0;
+  let privateSum = 0;
   for (const r of reqs) {
-    prompt += r.promptTokens;
-    output += r.outputTokens;
+    promptSum += r.promptTokens;
+    outputSum += r.outputTokens;
+    let k = 0;
+    while (k < r.blocks.length && common.has(r.blocks[k]!)) k++;
+    privateSum += r.promptTokens - k * w.blockTokens;
   }
-  const meanServiceS = n > 0 ? cost.prefillOverheadS + (prompt * (1 - bound.hitRate) + output) / n / cost.prefillTokensPerS : 0;
+  const prompt = n > 0 ? promptSum / n : 0;
+  const output = n > 0 ? outputSum / n : 0;
+  const computed = prompt * (1 - bound.hitRate);
+  const meanServiceS = n > 0 ? cost.prefillOverheadS + (computed + output) / cost.prefillTokensPerS : 0;
+  const computeRps = meanServiceS > 0 ? 1 / meanServiceS : 0;
+  // Memory: the highest per-worker rate whose requests' KV fits (bisection; the residence time
+  // grows with the rate, as prefills take more of the steps).
+  // A prefix that several sessions share is pinned once per worker however many run on it.
+  const perRequest = (n > 0 ? privateSum / n : 0) + output;
+  const prefillS = cost.prefillOverheadS + computed / cost.prefillTokensPerS;
+  const fits = (rate: number): boolean => {
+    const running = Math.min(fleet.maxBatch, fleet.cacheTokens / Math.max(1, perRequest));
+    const busy = Math.min(1, rate * prefillS);
+    const plain = decodeStepSeconds(cost, fleet.cacheTokens);
+    const mixed = fleet.prefillChunkTokens > 0 ? mixedStepSeconds(cost, fleet.prefillChunkTokens, running, fleet.cacheTokens) : plain;
+    const step = busy * mixed + (1 - busy) * plain;
+    return rate * perRequest * (prefillS + Math.max(0, output - 1) * step) <= fleet.cacheTokens && rate * (prefillS + Math.max(0, output - 1) * step) <= fleet.maxBatch;
+  };
+  let lo = 0;
+  let hi = Math.max(computeRps, 1) * 4;
+  for (let i = 0; i < 60; i++) {
+    const mid = (lo + hi) / 2;
+    if (fits(mid)) lo = mid;
+    else hi = mid;
+  }
+  const memoryRps = perRequest > 0 ? lo : computeRps;
   const span = n > 1 ? reqs[n - 1]!.arrivalS - reqs[0]!.arrivalS : 0;
   return {
-    capacityRps: meanServiceS > 0 ? fleet.workers / meanServiceS : 0,
+    capacityRps: fleet.workers * Math.min(computeRps, memoryRps),
+    computeRps: fleet.workers * computeRps,
+    memoryRps: fleet.workers * memoryRps,
     naturalRps: span > 0 ? (n - 1) / span : 0,
     pooledHitRate: bound.hitRate,
     meanServiceS,

@@ -87,7 +87,7 @@ describe('scaling a session trace up by re-salted copies', () => {
     assert.equal(saltText('short', 64, 1), 'short');
   });
 
-  test('capacity: workers / (overhead + (prompt × (1 − pooled hit) + output) / prefill rate)', () => {
+  test('capacity: the lower of the compute limit, workers / (overhead + (prompt × (1 − pooled hit) + output) / prefill rate), and the KV-memory limit', () => {
     const w = agentTrace();
     const fleet = { ...DEFAULT_FLEET, workers: 4 };
     const c = measureCapacity(w, fleet, DEFAULT_COST_MODEL);
@@ -95,7 +95,11 @@ describe('scaling a session trace up by re-salted copies', () => {
     const prompt = w.requests.reduce((n, r) => n + r.promptTokens, 0) / w.requests.length;
     const out = 8;
     const service = DEFAULT_COST_MODEL.prefillOverheadS + (prompt * (1 - hit) + out) / DEFAULT_COST_MODEL.prefillTokensPerS;
-    assert.ok(Math.abs(c.capacityRps - 4 / service) < 1e-9);
+    assert.ok(Math.abs(c.computeRps - 4 / service) < 1e-9);
+    assert.equal(c.capacityRps, Math.min(c.computeRps, c.memoryRps));
+    // A cache too small for the requests running at once makes memory the limit.
+    const tiny = measureCapacity(w, { ...fleet, cacheTokens: 2000 }, DEFAULT_COST_MODEL);
+    assert.ok(tiny.memoryRps < tiny.computeRps && tiny.capacityRps === tiny.memoryRps);
     assert.ok(hit > 0.3, 'the instructions and earlier turns are reused');
     assert.ok(Math.abs(c.naturalRps - 5 / 4.5) < 1e-9);
   });
