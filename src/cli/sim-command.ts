@@ -6,7 +6,9 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
+import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
+import { parseConfigText, readConfigText } from '../config/load.js';
 import { initHashing } from '../request/hashing.js';
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
 import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
@@ -50,6 +52,7 @@ interface SimFlags {
   json?: boolean;
   report?: string;
   sweep?: boolean;
+  gateConfig?: string;
   loads: number[];
   sloTtft: number;
 }
@@ -86,13 +89,15 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
     .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .addOption(new Option('--gate-config <file>', "kvgate config YAML for the simulated gate (routing weights, thresholds, signals); the simulator sets its workers and limits.max_inflight"))
     .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
     .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
     .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
-      if (o.sweep) return sweep(o, out);
+      const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
+      if (o.sweep) return sweep(o, out, gateConfig);
       const workload = loadWorkload(o);
       const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
       let report;
@@ -110,6 +115,7 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
             cost: { prefillTokensPerS: o.prefillTokS },
             seed: o.seed,
             maxInflight: o.maxInflight,
+            ...(gateConfig ? { gateConfig } : {}),
           },
           bar?.update,
         );
@@ -137,10 +143,18 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     });
 }
 
+/** The YAML of `--gate-config`, checked as `kvgate serve` would check it. */
+function readGateConfig(file: string): Record<string, unknown> {
+  const raw = parseYaml(readConfigText(file)) as unknown;
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new InvalidArgumentError(`${file}: not a kvgate config (a YAML mapping)`);
+  parseConfigText(readConfigText(file), file);
+  return raw as Record<string, unknown>;
+}
+
 /** Requests replayed at each load of a sweep unless `--requests` says otherwise. */
 const DEFAULT_SWEEP_REQUESTS = 2000;
 
-async function sweep(o: SimFlags, out: SimOutput): Promise<void> {
+async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unknown> | undefined): Promise<void> {
   const n = o.requests ?? DEFAULT_SWEEP_REQUESTS;
   // A session trace is loaded whole and replicated up to the load (scale.ts); anything else is
   // cut to its first N requests and re-timed.
@@ -161,6 +175,7 @@ async function sweep(o: SimFlags, out: SimOutput): Promise<void> {
     cost: { prefillTokensPerS: o.prefillTokS },
     seed: o.seed,
     maxInflight: o.maxInflight,
+    ...(gateConfig ? { gateConfig } : {}),
     loads: o.loads,
     sloTtftS: o.sloTtft,
     requests: n,

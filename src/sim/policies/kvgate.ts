@@ -29,13 +29,16 @@ export function workerId(i: number): string {
   return `w${i}`;
 }
 
-/** The gate config a simulated fleet gets: its workers, the in-flight limit, defaults otherwise. */
+/** The gate config a simulated fleet gets: its workers, the in-flight limit, the user's config (`--gate-config`) or defaults otherwise. */
 export function simGateConfig(ctx: PolicyContext): Config {
+  const user = ctx.gateConfig ?? {};
+  const limits = typeof user['limits'] === 'object' && user['limits'] !== null ? (user['limits'] as Record<string, unknown>) : {};
   return parseConfig(
     {
+      ...user,
       // The metrics URL is never fetched: the simulator hands the gate each scrape (observe()).
       workers: Array.from({ length: ctx.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
-      limits: { max_inflight: ctx.maxInflight },
+      limits: { ...limits, max_inflight: ctx.maxInflight },
     },
     'simulator gate config',
   );

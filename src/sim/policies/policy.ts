@@ -44,6 +44,11 @@ export interface PolicyContext {
   maxInflight: number;
   /** Each worker's KV capacity in tokens, which engines publish (llm-d sizes its index by it); default 400k. */
   cacheTokens?: number;
+  /**
+   * A kvgate config (parsed YAML, as `kvgate serve --config` takes) for the simulated gate: its
+   * routing, thresholds and signals apply; the simulator sets the workers and `limits.max_inflight`.
+   */
+  gateConfig?: Record<string, unknown>;
 }
 
 /**
