@@ -8,7 +8,7 @@ import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
 import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
-import { parseConfigText, readConfigText } from '../config/load.js';
+import { parseConfig, readConfigText } from '../config/load.js';
 import { initHashing } from '../request/hashing.js';
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
 import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
@@ -24,6 +24,8 @@ import { isSyntheticName, SYNTHETIC_DESCRIPTIONS, SYNTHETIC_WORKLOADS, synthetic
 
 /** Requests a synthetic run generates unless `--requests` says otherwise: seconds on two cores. */
 const DEFAULT_SYNTHETIC_REQUESTS = 2000;
+/** Requests measured at each load of a sweep unless `--requests` says otherwise. */
+const DEFAULT_SWEEP_REQUESTS = 2000;
 
 function policyList(value: string): string[] {
   const names = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -85,7 +87,7 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--max-inflight <n>', "kvgate's limits.max_inflight per worker").argParser(positiveInt).default(DEFAULTS.maxInflight))
     .addOption(new Option('--prefill-tok-s <n>', 'prefill throughput per worker, uncached tokens/s').argParser(positiveNumber).default(DEFAULT_COST_MODEL.prefillTokensPerS))
     .addOption(new Option('--rate-scale <x>', 'speed up arrivals by this factor (0.5 = half the rate)').argParser(positiveNumber).default(1))
-    .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS})`).argParser(positiveInt))
+    .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS}); with --sweep, the requests measured at each load (default ${DEFAULT_SWEEP_REQUESTS})`).argParser(positiveInt))
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
     .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
@@ -97,6 +99,7 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
       const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
+      if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');
       if (o.sweep) return sweep(o, out, gateConfig);
       const workload = loadWorkload(o);
       const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
@@ -147,12 +150,12 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
 function readGateConfig(file: string): Record<string, unknown> {
   const raw = parseYaml(readConfigText(file)) as unknown;
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new InvalidArgumentError(`${file}: not a kvgate config (a YAML mapping)`);
-  parseConfigText(readConfigText(file), file);
-  return raw as Record<string, unknown>;
+  const cfg = raw as Record<string, unknown>;
+  if ('workers' in cfg || 'pools' in cfg) throw new InvalidArgumentError(`${file}: the simulator sets the workers; remove workers/pools`);
+  // Checked now, with one stand-in worker, so a typo fails before any simulation runs.
+  parseConfig({ ...cfg, workers: [{ id: 'w0', cluster: 'sim_w0' }] }, file);
+  return cfg;
 }
-
-/** Requests replayed at each load of a sweep unless `--requests` says otherwise. */
-const DEFAULT_SWEEP_REQUESTS = 2000;
 
 async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unknown> | undefined): Promise<void> {
   const n = o.requests ?? DEFAULT_SWEEP_REQUESTS;

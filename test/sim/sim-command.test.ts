@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
@@ -45,6 +45,20 @@ describe('kvgate sim', () => {
       assert.ok(existsSync(join(dir, f)));
       assert.match(readFileSync(join(dir, f), 'utf8'), /^<svg/);
     }
+  });
+
+  test('--gate-config runs the simulated gate with a kvgate config; a typo in it is refused before any run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-gate-config-'));
+    after(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'gate.yaml');
+    const hit = async (): Promise<number> => (JSON.parse(await sim(['--workload', 'chat', '--requests', '150', '--workers', '4', '--policies', 'kvgate', '--gate-config', file, '--json'])) as Array<{ hit_rate: number }>)[0]!.hit_rate;
+    writeFileSync(file, 'routing:\n  policy: both\n');
+    const sticky = await hit();
+    writeFileSync(file, 'routing:\n  policy: least_loaded\n');
+    const spread = await hit();
+    assert.ok(sticky > spread + 0.1, `sticky ${sticky} vs least-loaded ${spread}`);
+    writeFileSync(file, 'scoring:\n  balanse_weight: 2\n');
+    await assert.rejects(hit(), /balanse_weight/);
   });
 
   test('bad flags are refused', async () => {
