@@ -5,6 +5,7 @@ import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
+import { simGateConfig } from '../../src/sim/policies/kvgate.js';
 
 /** Runs `kvgate sim …` in-process and returns what it wrote to stdout. */
 async function sim(args: string[]): Promise<string> {
@@ -51,14 +52,18 @@ describe('kvgate sim', () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-gate-config-'));
     after(() => rmSync(dir, { recursive: true, force: true }));
     const file = join(dir, 'gate.yaml');
-    const hit = async (): Promise<number> => (JSON.parse(await sim(['--workload', 'chat', '--requests', '150', '--workers', '4', '--policies', 'kvgate', '--gate-config', file, '--json'])) as Array<{ hit_rate: number }>)[0]!.hit_rate;
-    writeFileSync(file, 'routing:\n  policy: both\n');
-    const sticky = await hit();
-    writeFileSync(file, 'routing:\n  policy: least_loaded\n');
-    const spread = await hit();
-    assert.ok(sticky > spread + 0.1, `sticky ${sticky} vs least-loaded ${spread}`);
+    const run = async (): Promise<unknown> => JSON.parse(await sim(['--workload', 'chat', '--requests', '60', '--workers', '2', '--policies', 'kvgate', '--gate-config', file, '--json']));
+    writeFileSync(file, 'scoring:\n  balance_weight: 2\n');
+    assert.equal((await run() as unknown[]).length, 1);
     writeFileSync(file, 'scoring:\n  balanse_weight: 2\n');
-    await assert.rejects(hit(), /balanse_weight/);
+    await assert.rejects(run(), /balanse_weight/);
+    writeFileSync(file, 'workers: [{id: a, cluster: b}]\n');
+    await assert.rejects(run(), /the simulator sets the workers/);
+    // What the gate is built with: the user's settings, the simulator's workers and limit.
+    const cfg = simGateConfig({ workers: 3, blockTokens: 16, seed: 1, maxInflight: 9, gateConfig: { scoring: { balance_weight: 2 }, limits: { max_inflight: 99 } } });
+    assert.equal(cfg.scoring.balance_weight, 2);
+    assert.equal(cfg.limits.max_inflight, 9);
+    assert.equal(cfg.workers.length, 3);
   });
 
   test('bad flags are refused', async () => {
