@@ -5,8 +5,10 @@
  * hidden behind a header flood, and with the gate down. The request must reach the worker kvgate
  * chose (or none), and the header must arrive upstream only as kvgate set it.
  *
- * It runs twice: with envoy/envoy.yaml as shipped (its header_mutation filter removes spoofs before
- * ext_proc) and with that filter taken out, so kvgate's own stripping is tested on its own.
+ * It runs twice: with envoy/envoy.yaml as shipped (its HCM early header mutation removes spoofs
+ * before the route is picked) and with that removal taken out, so kvgate's own stripping is
+ * tested on its own: then Envoy has picked the route on the spoofed header, and only a reply that
+ * removes it *and* clears the route cache keeps the request off the named worker.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -37,7 +39,7 @@ const MODES = [
 ] as const;
 
 const SHIPPED = envoyConfig();
-const WITHOUT_FILTER: ParsedEnvoyConfig = { ...SHIPPED, httpFilters: SHIPPED.httpFilters.filter((f) => f.kind !== 'header_mutation') };
+const WITHOUT_EARLY_STRIP: ParsedEnvoyConfig = { ...SHIPPED, earlyHeaderMutations: [] };
 
 type Scenario = { name: string; request: (h: string) => HarnessRequest };
 const SCENARIOS: Scenario[] = [
@@ -61,6 +63,8 @@ function check(out: Outcome, header: string, results: GateResult[], outputs: str
     if (out.kind === 'upstream' && header === 'x-kvgate-cluster') assert.equal(out.cluster, routed.cluster, 'reached the worker kvgate chose');
   } else {
     assert.deepEqual(values, [], `${header} never reaches upstream when kvgate did not route`);
+    // Not routed by kvgate: the route picked without any routing header, never the spoof's.
+    if (out.kind === 'upstream') assert.equal(out.cluster, FALLBACK_CLUSTER, `${header}: the fallback route, not the spoofed worker`);
   }
   // Whatever the gate added to the request is one of its declared routing outputs.
   for (const [name] of out.requestHeaders.entries()) {
@@ -85,7 +89,7 @@ describe('a client cannot choose its worker', () => {
 
       for (const [envoyName, envoy] of [
         ['envoy.yaml as shipped', SHIPPED],
-        ['without Envoy’s header_mutation filter', WITHOUT_FILTER],
+        ['without Envoy’s early header mutation', WITHOUT_EARLY_STRIP],
       ] as const) {
         test(`${envoyName}: every routing header, every scenario`, async () => {
           const h = harness(g.target, { config: envoy, processingModeOverride: { request_body_mode: mode.envoyMode } });
@@ -111,10 +115,10 @@ describe('a client cannot choose its worker', () => {
     });
   }
 
-  test('gate down (fail-open): the shipped header_mutation filter removes every routing header kvgate can emit', async () => {
+  test('gate down (fail-open): the shipped early header mutation removes every routing header kvgate can emit', async () => {
     const example = loadConfigFile(path.resolve(import.meta.dirname, '../../envoy/kvgate.yaml'));
     const outputs = new Set([...routingOutputHeaders(example), ...MODES.flatMap((m) => routingOutputHeaders(parseConfig({ routing: m.routing, workers: FLEET })))]);
-    const removed = SHIPPED.httpFilters.flatMap((f) => (f.kind === 'header_mutation' ? f.requestMutations : [])).flatMap((m) => (m.kind === 'remove' ? [m.name] : []));
+    const removed = SHIPPED.earlyHeaderMutations.flatMap((m) => (m.kind === 'remove' ? [m.name] : []));
     for (const header of outputs) assert.ok(removed.includes(header), `envoy.yaml removes ${header}`);
     const h = harness(`127.0.0.1:${await freePort()}`); // nothing listens: every ext_proc call fails
     try {
