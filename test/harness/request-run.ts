@@ -83,8 +83,9 @@ function mutatedSize(bm: BodyMutation): number {
 
 /**
  * The request headers as the HCM hands them to the first filter: HTTP/1 `host` becomes
- * `:authority`, pseudo-headers first, keys lower-case; the HCM adds x-forwarded-proto and
- * x-request-id when absent, and a fixed-length body carries content-length.
+ * `:authority` (the HTTP/1 codec), pseudo-headers first, keys lower-case; the HCM adds
+ * x-forwarded-proto and x-request-id when absent (ConnectionManagerUtility::mutateRequestHeaders,
+ * conn_manager_utility.cc), and a fixed-length body carries content-length.
  */
 export function buildRequestHeaders(req: HarnessRequest): HeaderList {
   const input = HeaderList.from(req.headers);
@@ -166,7 +167,8 @@ export class RequestRun {
       }
       return this.outcome(await this.encode(draft), cluster);
     } finally {
-      // Whatever happened, Envoy closes its side at the end (half-close, then reset).
+      // Whatever happened, Envoy closes its side at the end (half-close, then reset):
+      // Filter::onDestroy → closeStream (ext_proc.cc).
       this.session?.finish();
     }
   }
@@ -250,7 +252,8 @@ export class RequestRun {
 
   private async requestBodyBuffered(s: ExtProcSession, hasTrailers: boolean): Promise<Flow> {
     // The filter manager buffers the body for ext_proc; past the listener's buffer limit it
-    // answers 413 itself, without the server ever seeing the body.
+    // answers 413 itself, without the server ever seeing the body
+    // (ActiveStreamDecoderFilter::requestDataTooLarge, filter_manager.cc).
     if (this.body.length > this.config.bufferLimitBytes) {
       return { type: 'local', reply: localReply(413, Buffer.from('Payload Too Large'), 'request_payload_too_large') };
     }
@@ -299,7 +302,7 @@ export class RequestRun {
     return { type: 'continue' };
   }
 
-  /** Applies a headers reply's CommonResponse (handleHeadersResponse). */
+  /** Applies a headers reply's CommonResponse (ProcessorState::handleHeadersResponse, processor_state.cc). */
   private applyCommon(
     s: ExtProcSession,
     cr: CommonResponse | null | undefined,
@@ -382,7 +385,11 @@ export class RequestRun {
     if (this.route === undefined) this.route = resolveRoute(this.config.routeConfig, this.headers);
   }
 
-  /** The headers continue past ext_proc: later filters run, then the router reads the route. */
+  /**
+   * The headers continue past ext_proc: later filters run, then the router reads the cached route
+   * (Router::Filter::decodeHeaders, router.cc: callbacks_->route()), re-picking it only if the
+   * cache was cleared.
+   */
   private release(): void {
     if (this.released) return;
     this.released = true;
@@ -399,6 +406,11 @@ export class RequestRun {
     this.decision = this.route ?? null;
   }
 
+  /**
+   * Router::Filter::decodeHeaders (router.cc): no route → 404 route_not_found; a direct_response
+   * route answers itself; an unknown cluster → cluster_not_found_response_code; then the
+   * cluster's load balancer chooses the host.
+   */
   private routeDecision(): { type: 'upstream'; cluster: string } | { type: 'local'; reply: LocalReply } {
     const d = this.decision;
     if (!d) return { type: 'local', reply: localReply(404, Buffer.alloc(0), 'route_not_found') };
