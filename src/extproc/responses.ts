@@ -23,7 +23,7 @@ export function routeTo(routingHeader: string, cluster: string): CommonResponse 
  */
 export function continueStripping(spoofed: readonly string[]): CommonResponse {
   return spoofed.length > 0
-    ? { status: 'CONTINUE', header_mutation: { remove_headers: [...spoofed] } }
+    ? { status: 'CONTINUE', header_mutation: { remove_headers: [...spoofed] }, clear_route_cache: true }
     : { status: 'CONTINUE' };
 }
 

@@ -18,6 +18,7 @@ import type { GateResult } from '../../src/gate/gate.js';
 import type { HarnessRequest, Outcome } from '../harness/envoy-harness.js';
 import type { ParsedEnvoyConfig } from '../harness/envoy-config.js';
 import { chat, envoyConfig, harness, holdRequest } from '../helpers/envoy.js';
+import { startExtProcProxy, type ExtProcProxy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { FALLBACK_CLUSTER } from '../helpers/load.js';
 import { freePort } from '../helpers/ports.js';
@@ -78,12 +79,26 @@ describe('a client cannot choose its worker', () => {
     describe(`body mode ${mode.name}`, () => {
       let g: TestGate;
       let outputs: string[];
+      /** Every gate reply passes through here on its way to Envoy, so each can be checked. */
+      let proxy: ExtProcProxy;
+      const replies = { mutating: 0, withoutRouteClear: [] as string[] };
       before(async () => {
         const raw = { routing: mode.routing, workers: FLEET };
         outputs = routingOutputHeaders(parseConfig(raw));
         g = await startTestGate(raw);
+        proxy = await startExtProcProxy(g.target, (r) => {
+          // A request-path reply that changes headers must also clear the route cache: Envoy
+          // picked the route before ext_proc, possibly on a client's routing header.
+          const common = r.request_headers?.response ?? r.request_body?.response;
+          if (common?.header_mutation) {
+            replies.mutating++;
+            if (common.clear_route_cache !== true) replies.withoutRouteClear.push(JSON.stringify(common.header_mutation));
+          }
+          return r;
+        });
       });
       after(async () => {
+        proxy.close();
         await g.close(100);
       });
 
@@ -92,7 +107,7 @@ describe('a client cannot choose its worker', () => {
         ['without Envoy’s early header mutation', WITHOUT_EARLY_STRIP],
       ] as const) {
         test(`${envoyName}: every routing header, every scenario`, async () => {
-          const h = harness(g.target, { config: envoy, processingModeOverride: { request_body_mode: mode.envoyMode } });
+          const h = harness(proxy.target, { config: envoy, processingModeOverride: { request_body_mode: mode.envoyMode } });
           try {
             for (const header of outputs) {
               for (const s of SCENARIOS) {
@@ -110,6 +125,8 @@ describe('a client cannot choose its worker', () => {
           } finally {
             h.close();
           }
+          assert.ok(replies.mutating > 0, 'the gate answered with header mutations');
+          assert.deepEqual(replies.withoutRouteClear, [], 'every request-path reply that mutates headers clears the route cache');
         });
       }
     });

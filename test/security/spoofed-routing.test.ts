@@ -276,3 +276,22 @@ test('endpoint picker: with no early strip at all, ORIGINAL_DST still never conn
   }
 });
 
+
+test('kvgate’s own layer, with no early strip: a reply that removes the spoof clears the route cache', async () => {
+  // BUFFERED: kvgate answers the request headers at once (removing the client's header), then is
+  // too slow on the body. Envoy picked the route on the spoof; only the headers reply's
+  // clear_route_cache takes the request back to the fallback.
+  for (const s of SHIPPED.filter((x) => x.name === 'envoy/envoy.yaml' || x.name === 'envoy/endpoint-picker/envoy.yaml')) {
+    const gate = await startTestGate(s.kvgate());
+    const proxy = await startExtProcProxy(gate.target, (r, i) => (i === 0 ? r : 'hold'));
+    try {
+      const out = await run(s, { ...s.envoy(), earlyHeaderMutations: [] }, proxy.target);
+      assert.ok(s.fallback(out), `${s.name}: served by the fallback: ${JSON.stringify({ kind: out.kind, cluster: out.cluster })}`);
+      assert.equal(out.routeCleared, true, s.name);
+      assert.deepEqual(out.requestHeaders.getAll(s.header), [], s.name);
+    } finally {
+      proxy.close();
+      await gate.close(100);
+    }
+  }
+});
