@@ -181,8 +181,6 @@ export class ExtProcSession {
   private stream: RawStream | undefined;
   /** ProcessorState::hasNoBody per direction: the headers message carried end_of_stream. */
   private readonly noBody = { decoding: false, encoding: false };
-  /** Envoy closed the stream after the last reply it expected (closeGrpcStreamIfLastRespReceived). */
-  closedAfterLastResponse = false;
   /** The gRPC initial metadata the stream opens with (per-route overrides merged in). */
   grpcMetadata: Array<[string, string]>;
   /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
@@ -391,7 +389,6 @@ export class ExtProcSession {
         break;
     }
     if (!last) return;
-    this.closedAfterLastResponse = true;
     this.finish();
   }
 
