@@ -43,8 +43,11 @@ export const DEFAULTS = {
   /** Common header for conversation ids (AIBrix and llm-d use the same name). */
   sessionHeader: 'x-session-id',
   sessionCookie: 'kvgate-session',
-  /** The OpenAI-compatible endpoints whose bodies carry `user` / `metadata.session_id` and prompts. */
-  sessionPaths: ['/v1/chat/completions', '/v1/completions'],
+  /**
+   * The endpoints whose bodies carry session fields and prompts: OpenAI chat and completions,
+   * Anthropic Messages and OpenAI Responses (vLLM and SGLang serve all four).
+   */
+  sessionPaths: ['/v1/chat/completions', '/v1/completions', '/v1/messages', '/v1/responses'],
   /** The usual estimate for English text with Llama/GPT tokenizers; only sizes blocks and caches. */
   charsPerToken: 4,
   /**
