@@ -104,6 +104,13 @@ export const DEFAULTS = {
 
   /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
   affinityTtlS: 3600,
+  /**
+   * A stored response outlives its KV cache: vLLM keeps it in memory until it restarts, and a
+   * continuation sent elsewhere fails instead of running slower. A day covers agent runs and a
+   * user's pause overnight; an entry is one small key (about 150 bytes in Redis), so a million
+   * responses a day cost about 150 MB.
+   */
+  responseTtlS: 86_400,
   /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
   maxInflight: 16,
   /**

@@ -9,11 +9,11 @@ import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
-import { understand, type RoutingKey } from '../request/keys.js';
+import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
-import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerView } from '../routing/types.js';
+import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../telemetry/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
@@ -124,11 +124,13 @@ export class Gate {
     let key: RoutingKey | undefined;
     let blocks: string[];
     let model: string | undefined;
+    let previousResponse: string | undefined;
     try {
       const u = understand(req, cfg);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
+      previousResponse = u.previousResponse;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -172,24 +174,36 @@ export class Gate {
       }
     };
 
+    // A continued stored response can only be served where it was stored: that worker alone.
+    const pinned = previousResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, previousResponse));
+    if (pinned !== undefined) {
+      const unservable = pinnedProblem(pinned, pool, eligible);
+      if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
+    }
+
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
     let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
       const all = this.views(snap, pool, knobs.max_inflight, cfg.limits.max_inflight);
-      views = eligible ? all.filter((w) => eligible.has(w.id)) : all;
-      const decision = decide({
+      views = pinned !== undefined ? all.filter((w) => w.id === pinned) : eligible ? all.filter((w) => eligible.has(w.id)) : all;
+      if (pinned !== undefined && (views[0]?.state === 'down' || views[0]?.state === 'draining')) {
+        const error = new KvgateError('previous_response_unavailable', `the worker holding the previous response is ${views[0].state}`, { details: { worker: pinned } });
+        return { kind: 'reject', error, key, views, routing: answer };
+      }
+      const decided = decide({
         keyHash: key?.hash,
         session,
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
-        workers: views,
+        workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
       });
+      const decision = pinned === undefined ? decided : pinnedDecision(decided, pinned);
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
@@ -254,6 +268,18 @@ export class Gate {
     } catch (err) {
       this.logger.warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
       return false;
+    }
+  }
+
+  /**
+   * Records that `worker` (of `pool`) produced the stored response `responseId` (read from its
+   * response), so that a request continuing it reaches that worker. Never throws.
+   */
+  async recordResponse(pool: string, worker: string, responseId: string): Promise<void> {
+    try {
+      await this.store.recordResponse(pool, responseIdHash(responseId), worker, this.setup.config.affinity.response_ttl_s * 1000);
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }
   }
 
@@ -418,6 +444,41 @@ export class Gate {
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing };
   }
 }
+
+/**
+ * Why a pinned worker (the one holding a continued response) cannot be asked at all: it left the
+ * pool (its stored responses went with it), or the proxy's endpoint subset excludes it.
+ */
+function pinnedProblem(worker: string, pool: Pool, eligible: ReadonlySet<string> | undefined): KvgateError | undefined {
+  if (!pool.workerIds.includes(worker)) {
+    return new KvgateError('previous_response_not_found', 'the previous response was stored on a worker that is no longer in the pool', { details: { worker } });
+  }
+  if (eligible && !eligible.has(worker)) {
+    return new KvgateError('previous_response_unavailable', "the worker holding the previous response is outside the request's endpoint subset", { details: { worker } });
+  }
+  return undefined;
+}
+
+/**
+ * A continued response is its conversation's next turn, and a pressured worker keeps serving its
+ * conversations: the pinned worker is shown to the policy as able to take it (the policy lets
+ * only healthy workers take keys they do not hold), and the commit checks the states that keep
+ * conversations instead.
+ */
+function servingPin(w: WorkerView): WorkerView {
+  return w.state === 'pressured' ? { ...w, state: 'healthy' } : w;
+}
+
+function pinnedDecision(d: Decision, pinned: string): Decision {
+  if (d.kind !== 'route') return d;
+  const states = [...d.preconditions.states.filter((s) => s.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
+  // A deeper prefix match on another worker changes nothing for a pinned request: the policy saw
+  // only the pinned worker, so the store must not reject the commit for what the others hold.
+  const { prefixAtMost: _unused, ...preconditions } = d.preconditions;
+  return { ...d, preconditions: { ...preconditions, states } };
+}
+
+const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {
