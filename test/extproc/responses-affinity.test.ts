@@ -9,6 +9,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { HarnessRequest, Outcome, UpstreamRequest, UpstreamResponse } from '../harness/envoy-harness.js';
+import { startFakeWorker, type FakeWorker } from '../../src/fake-worker/server.js';
 import { responseIdHash } from '../../src/request/keys.js';
 import { chat, harness } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
@@ -200,6 +201,52 @@ describe('previous_response_id affinity across replicas (Redis)', () => {
     } finally {
       ha.close();
       hb.close();
+    }
+  });
+});
+
+describe('previous_response_id end to end: harness → kvgate → fake workers', () => {
+  let g: TestGate;
+  let h: ReturnType<typeof harness>;
+  const workers: FakeWorker[] = [];
+  before(async () => {
+    for (const w of WORKERS) workers.push(await startFakeWorker({ id: w.id, decodeMsPerToken: 0, prefillOverheadMs: 0, prefillTokensPerS: 1e9 }));
+    g = await startTestGate({ workers: WORKERS });
+    h = harness(g.target);
+  });
+  after(async () => {
+    h.close();
+    await g.close(100);
+    await Promise.all(workers.map((w) => w.close()));
+  });
+
+  /** The cluster's fake worker answers, as Envoy's upstream would. */
+  const upstream = async (req: UpstreamRequest): Promise<UpstreamResponse> => {
+    const w = workers[WORKERS.findIndex((x) => x.cluster === req.cluster)]!;
+    const res = await fetch(`${w.url}/v1/responses`, { method: 'POST', headers: { 'content-type': 'application/json' }, body: req.body });
+    const body = Buffer.from(await res.arrayBuffer());
+    // Envoy hands the body over in pieces: a small first chunk, so the id has to be assembled.
+    return { status: res.status, headers: { 'content-type': res.headers.get('content-type') ?? '' }, chunks: [body.subarray(0, 20), body.subarray(20)] };
+  };
+
+  test('multi-turn conversations by previous_response_id never hit a worker without the stored response', async () => {
+    // Unrelated first turns spread over the fleet; every later turn carries the same long
+    // instructions, so without the pin they would all meet on the worker holding that prefix.
+    const last: string[] = [];
+    const firstWorkers = new Set<string>();
+    for (let c = 0; c < 6; c++) {
+      const r = await h.request(responsesRequest({ input: `conversation ${c}: ${'an unrelated opening question '.repeat(20)}${c}`, max_output_tokens: 2 }), upstream);
+      assert.equal(r.kind === 'upstream' && r.responseStatus, 200);
+      firstWorkers.add(clusterOf(r));
+      last.push(idOf(r));
+    }
+    assert.ok(firstWorkers.size >= 2, 'the conversations started on several workers');
+    for (let turn = 0; turn < 3; turn++) {
+      for (let c = 0; c < 6; c++) {
+        const r = await h.request(responsesRequest({ instructions: INSTRUCTIONS, previous_response_id: last[c], input: `turn ${turn}`, max_output_tokens: 2 }), upstream);
+        assert.equal(r.kind === 'upstream' && r.responseStatus, 200, r.kind === 'upstream' ? r.responseBody.toString() : r.kind);
+        last[c] = idOf(r);
+      }
     }
   });
 });
