@@ -124,13 +124,13 @@ export class Gate {
     let key: RoutingKey | undefined;
     let blocks: string[];
     let model: string | undefined;
-    let previousResponse: string | undefined;
+    let storedResponse: string | undefined;
     try {
       const u = understand(req, cfg);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
-      previousResponse = u.previousResponse;
+      storedResponse = u.storedResponse;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -175,7 +175,7 @@ export class Gate {
     };
 
     // A continued stored response can only be served where it was stored: that worker alone.
-    const pinned = previousResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, previousResponse));
+    const pinned = storedResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, storedResponse));
     if (pinned !== undefined) {
       const unservable = pinnedProblem(pinned, pool, eligible);
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };

@@ -50,10 +50,11 @@ export interface Understanding {
   /** Why the body gave no key, when it was read and unusable (for logs and metrics). */
   bodyProblem?: Exclude<ParsedBody, { ok: true }>['reason'];
   /**
-   * A Responses request's `previous_response_id`, hashed like a session id: the stored response
-   * it continues lives on the worker that produced it.
+   * The stored response this request needs, hashed like a session id: a Responses request's
+   * `previous_response_id`, or the id in a `/v1/responses/{id}` path (retrieve, delete, cancel,
+   * input items). It lives on the worker that produced it, so the gate sends the request there.
    */
-  previousResponse?: string;
+  storedResponse?: string;
 }
 
 /** Longest session id accepted; longer values are hashed only up to here (they are still unique enough). */
@@ -62,6 +63,8 @@ const MAX_SESSION_ID_CHARS = 1024;
 export function understand(req: RequestInfo, cfg: Config): Understanding {
   const k = cfg.keys;
   const prompt = readPrompt(req, cfg);
+  const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths) : undefined;
+  if (byPath !== undefined) prompt.storedResponse = byPath;
   const fromHeader = req.headers.get(k.session_header);
   if (fromHeader) return { ...prompt, key: sessionKey(fromHeader, 'header') };
 
@@ -98,6 +101,30 @@ function bodyKey(body: Record<string, unknown>, api: PromptApi): RoutingKey | un
   return undefined;
 }
 
+/**
+ * `/v1/responses/{id}` and what hangs below it (`/cancel`, `/input_items`), for each configured
+ * Responses path: the id's hash, else undefined. Cheap for every other path: one suffix test per
+ * configured path, only when the path is longer than it.
+ */
+function responseOfPath(path: string, paths: readonly string[]): string | undefined {
+  for (const p of paths) {
+    if (path.length <= p.length + 1 || path.charCodeAt(p.length) !== 0x2f || !path.startsWith(p) || promptApiOf(p) !== 'responses') continue;
+    const end = path.indexOf('/', p.length + 1);
+    const id = path.slice(p.length + 1, end < 0 ? undefined : end);
+    return id ? responseIdHash(decodeSegment(id)) : undefined;
+  }
+  return undefined;
+}
+
+/** A percent-encoded path segment as the client meant it; left as is when it does not decode. */
+function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
 /** Responses' `conversation`: an id, or an object carrying one. */
 function conversationId(v: unknown): string | undefined {
   if (typeof v === 'string') return v || undefined;
@@ -115,7 +142,7 @@ interface PromptFacts {
   body?: Record<string, unknown>;
   prefixKey?: RoutingKey;
   bodyProblem?: Understanding['bodyProblem'];
-  previousResponse?: string;
+  storedResponse?: string;
 }
 
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
@@ -139,11 +166,11 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   const body = parsed.value;
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
-  const previousResponse = previous ? responseIdHash(previous) : undefined;
+  const storedResponse = previous ? responseIdHash(previous) : undefined;
   // Only the blocks that are hashed need rendering: a 400 KB prompt is cut at max_blocks blocks.
   const maxChars = cfg.prefix.block_chars * cfg.prefix.max_blocks;
   const text = api === 'openai' ? canonicalPrompt(body, maxChars) : api === 'messages' ? messagesPrompt(body, maxChars) : responsesPrompt(body, maxChars);
-  if (!text) return { model, blocks: [], api, body, ...(previousResponse ? { previousResponse } : {}) };
+  if (!text) return { model, blocks: [], api, body, ...(storedResponse ? { storedResponse } : {}) };
   const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
   const chain = chainedBlockHashes(text, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
   const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashText(text, seed);
@@ -153,7 +180,7 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
     api,
     blocks: chain.map(hex),
     prefixKey: { kind: 'prefix', source: 'prompt_prefix', hash: hex(keyBlock) },
-    ...(previousResponse ? { previousResponse } : {}),
+    ...(storedResponse ? { storedResponse } : {}),
   };
 }
 

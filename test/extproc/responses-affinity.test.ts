@@ -103,6 +103,17 @@ describe('previous_response_id affinity (memory store, envoy/envoy.yaml)', () =>
     }
   });
 
+  test('retrieving, listing items of, cancelling or deleting a stored response reaches its worker', async () => {
+    const first = await h.request(responsesRequest({ input: `to be read back ${'z'.repeat(500)}` }), json);
+    const id = idOf(first);
+    for (const [method, path] of [['GET', `/v1/responses/${id}`], ['GET', `/v1/responses/${id}/input_items`], ['POST', `/v1/responses/${id}/cancel`], ['DELETE', `/v1/responses/${id}`]] as const) {
+      for (let i = 0; i < 3; i++) {
+        const r = await h.request({ method, path, headers: { host: 'llm.example', 'x-session-id': `reader-${i}` } }, { status: 200, body: '{}' });
+        assert.equal(clusterOf(r), clusterOf(first), `${method} ${path}`);
+      }
+    }
+  });
+
   test('error answers teach nothing; an unknown id is routed by its other keys', async () => {
     const bad = await h.request(responsesRequest({ input: 'x' }), { status: 400, body: '{"id":"resp_not_really","error":{"message":"bad"}}' });
     assert.equal(bad.kind, 'upstream');

@@ -304,10 +304,24 @@ describe('OpenAI Responses API (/v1/responses)', () => {
 
   test('previous_response_id is read and hashed, never kept raw', () => {
     const u = understand(resp({ model: 'm', previous_response_id: 'resp_abc123', input: 'next' }), config);
-    assert.equal(u.previousResponse, responseIdHash('resp_abc123'));
-    assert.match(u.previousResponse ?? '', /^[0-9a-f]{32}$/);
-    assert.equal(understand(resp({ model: 'm', previous_response_id: 7, input: 'x' }), config).previousResponse, undefined);
-    assert.equal(understand(req({}, { model: 'm', previous_response_id: 'resp_abc123', messages: [] }), config).previousResponse, undefined, 'only on Responses');
+    assert.equal(u.storedResponse, responseIdHash('resp_abc123'));
+    assert.match(u.storedResponse ?? '', /^[0-9a-f]{32}$/);
+    assert.equal(understand(resp({ model: 'm', previous_response_id: 7, input: 'x' }), config).storedResponse, undefined);
+    assert.equal(understand(req({}, { model: 'm', previous_response_id: 'resp_abc123', messages: [] }), config).storedResponse, undefined, 'only on Responses');
+  });
+
+  test('a /v1/responses/{id} path names its stored response (retrieve, delete, cancel, input items)', () => {
+    const get = (path: string): RequestInfo => ({ method: 'GET', path, headers: new Map() });
+    for (const path of ['/v1/responses/resp_abc123', '/v1/responses/resp_abc123/input_items', '/v1/responses/resp_abc123/cancel', '/v1/responses/resp%5Fabc123']) {
+      assert.equal(understand(get(path), config).storedResponse, responseIdHash('resp_abc123'), path);
+    }
+    for (const path of ['/v1/responses', '/v1/responses/', '/v1/responsesX/resp_1', '/v1/chat/completions/resp_1', '/v2/responses/resp_1']) {
+      assert.equal(understand(get(path), config).storedResponse, undefined, path);
+    }
+    assert.equal(understand(get('/v1/responses/%E0%A4%A'), config).storedResponse, responseIdHash('%E0%A4%A'), 'a bad escape is taken as sent');
+    const prefixed = parseConfig({ keys: { session_paths: ['/openai/v1/responses'] }, workers: [{ id: 'w', cluster: 'w' }] });
+    assert.equal(understand(get('/openai/v1/responses/resp_9'), prefixed).storedResponse, responseIdHash('resp_9'));
+    assert.equal(understand(get('/v1/responses/resp_9'), prefixed).storedResponse, undefined, 'only configured paths');
   });
 
   test('wrong types never throw: the bad field is left out', () => {
