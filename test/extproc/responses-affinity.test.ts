@@ -7,8 +7,10 @@
  * 503 with retry-after, a worker gone from the pool is a 404.
  */
 import assert from 'node:assert/strict';
+import path from 'node:path';
 import { after, before, describe, test } from 'node:test';
 import type { HarnessRequest, Outcome, UpstreamRequest, UpstreamResponse } from '../harness/envoy-harness.js';
+import { loadEnvoyConfig } from '../harness/envoy-config.js';
 import { startFakeWorker, type FakeWorker } from '../../src/fake-worker/server.js';
 import { responseIdHash } from '../../src/request/keys.js';
 import { chat, harness } from '../helpers/envoy.js';
@@ -258,6 +260,32 @@ describe('previous_response_id end to end: harness → kvgate → fake workers',
         assert.equal(r.kind === 'upstream' && r.responseStatus, 200, r.kind === 'upstream' ? r.responseBody.toString() : r.kind);
         last[c] = idOf(r);
       }
+    }
+  });
+});
+
+describe('previous_response_id affinity in endpoint-picker mode (envoy/endpoint-picker/envoy.yaml)', () => {
+  test('a continuation reaches the endpoint that produced the response', async () => {
+    const endpoints = ['10.0.0.1:8000', '10.0.0.2:8000', '10.0.0.3:8000'];
+    const g = await startTestGate({ routing: { protocol: 'endpoint_picker' }, workers: endpoints.map((address, i) => ({ id: `w${i}`, address, max_inflight: 8 })) });
+    const h = harness(g.target, { config: loadEnvoyConfig(path.resolve(import.meta.dirname, '../../envoy/endpoint-picker/envoy.yaml')) });
+    try {
+      const byEndpoint = (req: UpstreamRequest): UpstreamResponse => ({ status: 200, body: JSON.stringify({ id: `resp_at_${req.endpoint}_${Math.random().toString(36).slice(2)}`, object: 'response' }) });
+      const seen = new Set<string>();
+      for (let c = 0; c < 5; c++) {
+        const r = await h.request(responsesRequest({ input: `epp conversation ${c} ${'w'.repeat(400)}` }), byEndpoint);
+        assert.equal(r.kind, 'upstream');
+        if (r.kind !== 'upstream') continue;
+        seen.add(r.endpoint!);
+        for (let t = 0; t < 2; t++) {
+          const next = await h.request(responsesRequest({ previous_response_id: idOf(r), instructions: INSTRUCTIONS, input: `t${t}` }, { 'x-session-id': `epp-${c}-${t}` }), byEndpoint);
+          assert.equal(next.kind === 'upstream' && next.endpoint, r.endpoint);
+        }
+      }
+      assert.ok(seen.size >= 2, 'conversations started on several endpoints');
+    } finally {
+      h.close();
+      await g.close(100);
     }
   });
 });
