@@ -79,6 +79,8 @@ export class ExtProcStream {
   private servedSeen = false;
   /** A Responses API answer whose id is still to be read from its body (see response-id.ts). */
   private responseIds: ResponseIdReader | undefined;
+  /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
+  private servedBy: string | undefined;
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
@@ -297,6 +299,7 @@ export class ExtProcStream {
       return;
     }
     this.hooks.telemetry.served('other');
+    this.servedBy = worker.id;
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
     if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
   }
@@ -322,7 +325,10 @@ export class ExtProcStream {
     if (read === 'more') return;
     this.responseIds = undefined;
     if (read === 'none' || !this.chosen) return;
-    await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
+    // The response is stored where it was produced: the endpoint the proxy reports, if another.
+    const served = this.servedBy === undefined ? undefined : this.gate.pools.poolOfWorker(this.servedBy);
+    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id);
+    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
   }
 
   /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */

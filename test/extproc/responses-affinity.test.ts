@@ -283,6 +283,17 @@ describe('previous_response_id affinity in endpoint-picker mode (envoy/endpoint-
         }
       }
       assert.ok(seen.size >= 2, 'conversations started on several endpoints');
+      // A proxy-side retry served the response elsewhere and says so: the response is stored there.
+      let chosen = '';
+      const other = await h.request(responsesRequest({ input: 'retried upstream' }), (req) => {
+        chosen = req.endpoint!;
+        const elsewhere = endpoints.find((e) => e !== chosen)!;
+        return { status: 200, body: JSON.stringify({ id: 'resp_served_elsewhere' }), metadata: { 'envoy.lb': { 'x-gateway-destination-endpoint-served': elsewhere } } };
+      });
+      assert.equal(other.kind, 'upstream');
+      const elsewhere = endpoints.find((e) => e !== chosen)!;
+      const next = await h.request(responsesRequest({ previous_response_id: 'resp_served_elsewhere', input: 'next' }), byEndpoint);
+      assert.equal(next.kind === 'upstream' && next.endpoint, elsewhere);
     } finally {
       h.close();
       await g.close(100);
