@@ -177,6 +177,7 @@ export class Gate {
     // A continued stored response can only be served where it was stored: that worker alone.
     const pinned = storedResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, storedResponse));
     if (pinned !== undefined) {
+      this.logger.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
@@ -277,7 +278,9 @@ export class Gate {
    */
   async recordResponse(pool: string, worker: string, responseId: string): Promise<void> {
     try {
-      await this.store.recordResponse(pool, responseIdHash(responseId), worker, this.setup.config.affinity.response_ttl_s * 1000);
+      const hash = responseIdHash(responseId);
+      await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000);
+      this.logger.debug({ pool, worker, response_hash: hash }, 'stored response learned');
     } catch (err) {
       this.logger.warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }
