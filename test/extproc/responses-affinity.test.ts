@@ -15,6 +15,7 @@ import { startFakeWorker, type FakeWorker } from '../../src/fake-worker/server.j
 import { responseIdHash } from '../../src/request/keys.js';
 import { chat, harness } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
+import { recordingLogger } from '../helpers/logger.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const WORKERS = ['worker_1', 'worker_2', 'worker_3'].map((id) => ({ id, cluster: id, max_inflight: 8 }));
@@ -294,6 +295,27 @@ describe('previous_response_id affinity in endpoint-picker mode (envoy/endpoint-
       const elsewhere = endpoints.find((e) => e !== chosen)!;
       const next = await h.request(responsesRequest({ previous_response_id: 'resp_served_elsewhere', input: 'next' }), byEndpoint);
       assert.equal(next.kind === 'upstream' && next.endpoint, elsewhere);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+});
+
+describe('stored responses in the logs', () => {
+  test('ids are logged only as hashes, learned and pinned alike', async () => {
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate({ workers: WORKERS }, { logger });
+    const h = harness(g.target);
+    try {
+      const id = 'resp_secret_9f8e7d6c5b4a';
+      await h.request(responsesRequest({ input: 'hello' }), { status: 200, body: JSON.stringify({ id, object: 'response' }) });
+      await h.request(responsesRequest({ previous_response_id: id, input: 'again' }), json);
+      await h.request({ method: 'GET', path: `/v1/responses/${id}`, headers: { host: 'llm.example' } }, { status: 200, body: '{}' });
+      const text = JSON.stringify(lines);
+      assert.ok(lines.some((l) => l['msg'] === 'stored response learned' && l['response_hash'] === responseIdHash(id)));
+      assert.equal(lines.filter((l) => String(l['msg']).startsWith('stored response: pinned')).length, 2);
+      assert.ok(!text.includes('secret_9f8e7d6c5b4a'), 'the raw id never appears');
     } finally {
       h.close();
       await g.close(100);
