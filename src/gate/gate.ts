@@ -204,7 +204,7 @@ export class Gate {
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
       });
-      const decision = pinned === undefined ? decided : pinnedDecision(decided, pinned);
+      const decision = pinned !== undefined ? pinnedDecision(decided, pinned) : eligible ? subsetDecision(decided) : decided;
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
@@ -473,12 +473,23 @@ function servingPin(w: WorkerView): WorkerView {
 }
 
 function pinnedDecision(d: Decision, pinned: string): Decision {
-  if (d.kind !== 'route') return d;
-  const states = [...d.preconditions.states.filter((s) => s.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
-  // A deeper prefix match on another worker changes nothing for a pinned request: the policy saw
-  // only the pinned worker, so the store must not reject the commit for what the others hold.
+  const s = subsetDecision(d);
+  if (s.kind !== 'route') return s;
+  const states = [...s.preconditions.states.filter((x) => x.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
+  return { ...s, preconditions: { ...s.preconditions, states } };
+}
+
+/**
+ * The policy saw only some of the pool's workers (a pin, or the proxy's endpoint subset): its
+ * "no deeper prefix match anywhere" precondition covers those, while the store checks it over
+ * the whole pool. A deeper match on a worker the request may not use then failed every commit
+ * and shed the request (429) with idle candidates. The bound is dropped: what the excluded
+ * workers hold cannot make this choice stale.
+ */
+function subsetDecision(d: Decision): Decision {
+  if (d.kind !== 'route' || d.preconditions.prefixAtMost === undefined) return d;
   const { prefixAtMost: _unused, ...preconditions } = d.preconditions;
-  return { ...d, preconditions: { ...preconditions, states } };
+  return { ...d, preconditions };
 }
 
 const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
