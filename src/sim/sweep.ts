@@ -89,7 +89,6 @@ export async function runSweep(base: Workload, cfg: SweepConfig, progress?: Swee
         ...row,
         load,
         offered_rps: capacity.naturalRps * factor,
-        requests: row.requests,
         capacity_rps: capacity.capacityRps,
         copies,
         warmup_s: warmupS,
