@@ -15,7 +15,7 @@
  */
 import { createHistogram, performance, type RecordableHistogram } from 'node:perf_hooks';
 import * as grpc from '@grpc/grpc-js';
-import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
+import type { ProcessingRequest, ReceivedProcessingResponse as ProcessingResponse } from '../extproc/messages.js';
 import { extProcServiceDefinition } from '../extproc/proto.js';
 import { Rng } from '../sim/rng.js';
 import { benchRequests, RESPONSE_HEADERS, type BenchRequest } from './bodies.js';
@@ -215,7 +215,7 @@ export class LoadClient {
           call.write(r.body);
         } else if (step === 1 && res.response === 'request_body') {
           tBodyReply = now;
-          if (expect !== undefined) routed = res.request_body?.response?.header_mutation?.set_headers?.some((h) => h.header.key === expect) ?? false;
+          if (expect !== undefined) routed = res.request_body?.response?.header_mutation?.set_headers?.some((h) => h.header?.key === expect) ?? false;
           step = 2;
           tResp = performance.now();
           call.write(this.responseHeaders);

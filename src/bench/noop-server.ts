@@ -5,7 +5,7 @@
  * is what the ratio measures.
  */
 import * as grpc from '@grpc/grpc-js';
-import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
+import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../extproc/messages.js';
 import { extProcServiceDefinition } from '../extproc/proto.js';
 
 export interface NoopServer {

@@ -16,7 +16,7 @@ import type { Gate, GateResult } from '../gate/gate.js';
 import { LogThrottle } from '../telemetry/log-throttle.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
-import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import { ExtProcStream } from './stream.js';
 

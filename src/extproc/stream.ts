@@ -33,7 +33,7 @@ import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, metadataEntries } from './knob-source.js';
-import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
+import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 

@@ -8,11 +8,11 @@ import * as protoLoader from '@grpc/proto-loader';
 import * as grpc from '@grpc/grpc-js';
 import { EXT_PROC_PROTO, PROTO_LOADER_OPTIONS } from '../../src/extproc/proto.js';
 import type {
-  HeaderMutation,
-  ImmediateResponse,
   ProcessingRequest,
   ProcessingRequestKind,
-  ProcessingResponse,
+  ReceivedHeaderMutation as HeaderMutation,
+  ReceivedImmediateResponse as ImmediateResponse,
+  ReceivedProcessingResponse as ProcessingResponse,
 } from '../../src/extproc/messages.js';
 import { DynamicMetadata } from './dynamic-metadata.js';
 import type { BodySendMode, ExtProcConfig, ExtProcPerRoute, HeaderSendMode, ProcessingMode } from './envoy-config.js';

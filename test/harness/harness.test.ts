@@ -12,8 +12,8 @@ import { extProcServiceDefinition } from '../../src/extproc/proto.js';
 import type {
   CommonResponse,
   HeaderValueOption,
-  ProcessingRequest,
   ProcessingResponse,
+  ReceivedProcessingRequest as ProcessingRequest,
 } from '../../src/extproc/messages.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyConfig, withExtProc, type ParsedEnvoyConfig } from './envoy-config.js';
 import {

@@ -5,7 +5,7 @@
  * Envoy's ext_proc filter (ext_proc.cc onHeaders/onData/onTrailers, processor_state.cc).
  */
 import { randomUUID } from 'node:crypto';
-import type { CommonResponse } from '../../src/extproc/messages.js';
+import type { ReceivedCommonResponse as CommonResponse } from '../../src/extproc/messages.js';
 import type { HttpFilter, ParsedEnvoyConfig } from './envoy-config.js';
 import type {
   HarnessRequest,
