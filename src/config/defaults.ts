@@ -131,6 +131,14 @@ export const DEFAULTS = {
    */
   streamIdleS: 600,
   /**
+   * FULL_DUPLEX_STREAMED: the longest kvgate waits for a request body to end before it decides on
+   * the headers alone and lets the body flow. Envoy runs no message timer in that mode (only the
+   * HCM's stream idle timeout), so kvgate keeps its own: a client that uploads slowly, or never
+   * finishes, then costs a request its body-based affinity, never its answer, and kvgate stops
+   * holding its body. An LLM request body arrives in milliseconds; 5 s is far beyond that.
+   */
+  fullDuplexBodyWaitMs: 5000,
+  /**
    * Not ready while the shared store is unreachable: Envoy and Kubernetes then prefer replicas that
    * can see the shared placements. Set true to stay ready and route on local state (deliberately
    * degraded), e.g. with a single replica where any affinity beats the fallback route's none.
