@@ -29,6 +29,8 @@ export interface ExtProcServerOptions {
   credentials?: grpc.ServerCredentials;
   onResult?: (result: GateResult) => void;
   metrics: Metrics;
+  /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs). */
+  fullDuplexBodyWaitMs?: number;
 }
 
 /** Health service names that report readiness; `liveness` is separate. */
@@ -138,6 +140,7 @@ export class ExtProcServer {
       onClose: () => this.streams.delete(stream),
       onKnobProblems: (problems) => this.logKnobProblems(problems),
       onModeMismatch: (modes, configured) => this.logModeMismatch(modes, configured),
+      duplexBodyWaitMs: this.opts.fullDuplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs,
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
     });
     this.streams.add(stream);

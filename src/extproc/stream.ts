@@ -64,6 +64,8 @@ export interface StreamHooks {
   onKnobProblems?(problems: readonly KnobProblem[]): void;
   /** Envoy declared body modes that differ from the config's fallback (the caller logs it once). */
   onModeMismatch?(modes: BodyModes, configured: Config['routing']['request_body_mode']): void;
+  /** FULL_DUPLEX_STREAMED: the longest wait for a request body before deciding on the headers. */
+  duplexBodyWaitMs?: number;
 }
 
 /** What was chosen, kept for the response path (served-endpoint feedback). */
@@ -146,6 +148,10 @@ export class ExtProcStream {
       .finally(() => after?.());
   }
 
+  private get duplexWaitMs(): number {
+    return this.hooks.duplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs;
+  }
+
   private get endpointPicker(): boolean {
     return this.config.routing.protocol === 'endpoint_picker';
   }
@@ -209,7 +215,7 @@ export class ExtProcStream {
     if (!noBody && mode === 'full_duplex' && readsBody(this.request, this.gate.currentConfig)) {
       // The headers reply waits for the body; the chunks keep coming meanwhile.
       this.duplexWaiting = true;
-      this.duplexTimer = setTimeout(() => this.enqueue(() => this.onDuplexDeadline()), DEFAULTS.fullDuplexBodyWaitMs);
+      this.duplexTimer = setTimeout(() => this.enqueue(() => this.onDuplexDeadline()), this.duplexWaitMs);
       this.duplexTimer.unref();
       return;
     }
@@ -265,7 +271,7 @@ export class ExtProcStream {
   /** The body did not end in time: decide on the headers alone and let the body flow. */
   private async onDuplexDeadline(): Promise<void> {
     if (!this.duplexWaiting || this.finished || this.answeredImmediately) return;
-    this.logger.debug({ bytes: this.duplexBytes, wait_ms: DEFAULTS.fullDuplexBodyWaitMs }, 'request body still open; deciding on the headers');
+    this.logger.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
     return this.decideDuplex('deadline');
   }
 
