@@ -65,18 +65,20 @@ describe('endpoint-picker mode', () => {
     assert.equal(endpointOf(await h.request(chat({ session: 'same' }))), endpoint);
   });
 
-  test('a client-sent destination never survives (header_mutation strips it, kvgate overwrites it)', async () => {
+  test('a client-sent destination never survives (stripped before routing; kvgate overwrites it)', async () => {
     const { h, g } = await setup();
     const honest = endpointOf(await h.request(chat({ session: 'spoof' })));
     const liar = [A, B, C].find((e) => e !== honest)!;
     const out = await h.request(chat({ session: 'spoof', headers: { [HEADER]: liar } }));
     assert.equal(endpointOf(out), honest);
-    // Even without Envoy's header_mutation in front, kvgate's answer overwrites it.
+    // Even without Envoy's early strip in front, kvgate's answer overwrites it, and the
+    // ORIGINAL_DST cluster connects to kvgate's metadata, not to the client's header.
     const cfg = loadEnvoyConfig(EPP_ENVOY);
-    const bare = harness(g.target, { config: { ...cfg, httpFilters: cfg.httpFilters.filter((f) => f.kind !== 'header_mutation') } });
+    const bare = harness(g.target, { config: { ...cfg, earlyHeaderMutations: [] } });
     try {
       const raw = await bare.request(chat({ session: 'spoof', headers: { [HEADER]: liar } }));
       assert.deepEqual(raw.requestHeaders.getAll(HEADER), [honest]);
+      assert.equal(endpointOf(raw), honest);
     } finally {
       bare.close();
     }

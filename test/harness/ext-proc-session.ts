@@ -191,6 +191,8 @@ export class ExtProcSession {
   private stream: RawStream | undefined;
   /** Filter::encodeProtocolConfig: sent once, on the stream's first message. */
   private protocolConfigSent = false;
+  /** ProcessorState::hasNoBody per direction: the headers message carried end_of_stream. */
+  private readonly noBody = { decoding: false, encoding: false };
   /** The gRPC initial metadata the stream opens with (per-route overrides merged in). */
   grpcMetadata: Array<[string, string]>;
   /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
@@ -273,6 +275,8 @@ export class ExtProcSession {
     }
     const record: MessageRecord = { sent: kind, reply: 'none' };
     if (endOfStream !== undefined) record.endOfStream = endOfStream;
+    if (kind === 'request_headers') this.noBody.decoding = endOfStream === true;
+    if (kind === 'response_headers') this.noBody.encoding = endOfStream === true;
     this.messages.push(record);
     const dir = kind.startsWith('request') ? this.decoding : this.encoding;
     const duplex = dir.bodyMode === 'FULL_DUPLEX_STREAMED';
@@ -342,6 +346,7 @@ export class ExtProcSession {
       if (kind === p.kind) {
         this.stats.streamMsgsReceived++;
         this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
+        this.closeIfLastResponse(p, resp);
         return { type: 'match', response: resp };
       }
       if (kind === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
@@ -439,6 +444,62 @@ export class ExtProcSession {
       return this.onSpurious(kind === 'unknown' ? 'unhandled message' : 'spurious message');
     }
     return undefined;
+  }
+
+  /**
+   * Filter::closeGrpcStreamIfLastRespReceived (ext_proc.cc, runtime guard
+   * ext_proc_stream_close_optimization, on by default), evaluated after the reply is handled:
+   * Envoy closes the stream (END_STREAM, then reset) as soon as the reply just received is the
+   * last one it will need. Request headers: the request has no body, or body mode NONE without
+   * trailers, and nothing on the response is processed (EncodingProcessorState::noExternalProcess:
+   * header SKIP, body NONE, trailers not SEND). Request body: the last body reply
+   * (isLastBodyResponse: STREAMED when the chunk answered carried end_of_stream; never in BUFFERED
+   * or BUFFERED_PARTIAL) and nothing on the response. Request trailers: nothing on the response.
+   * Response headers: no response body, or body NONE without trailers. Response body: the last
+   * body reply. Response trailers: always. After this the server is never heard again
+   * (stream_ is gone), which the harness marks as processing complete.
+   */
+  /** closeIfLastResponse for a FULL_DUPLEX_STREAMED reply of `kind`, accepted outside awaitReply. */
+  closeIfLast(kind: ProcessingRequestKind, resp: WireResponse): void {
+    this.closeIfLastResponse({ kind, record: { sent: kind, reply: kind }, deadline: 0, timeoutOverridden: false, noTimer: true }, resp);
+  }
+
+  private closeIfLastResponse(p: Pending, resp: WireResponse): void {
+    if (!this.stream) return;
+    const enc = this.encoding;
+    const noResponseProcessing = !enc.sendHeaders && !enc.sendTrailers && enc.bodyMode === 'NONE';
+    // handleHeadersResponse has already run in Envoy: CONTINUE_AND_REPLACE ends the direction's body and trailers.
+    const replaced = (d: 'request_headers' | 'response_headers'): boolean => resp[d]?.response?.status === 'CONTINUE_AND_REPLACE';
+    // isLastBodyResponse: STREAMED when the chunk answered ended the body; FULL_DUPLEX_STREAMED
+    // when the streamed_response just received carries end_of_stream.
+    const lastBody = (dir: DirectionState): boolean =>
+      (dir.bodyMode === 'STREAMED' && p.record.endOfStream === true) ||
+      (dir.bodyMode === 'FULL_DUPLEX_STREAMED' &&
+        (p.kind === 'request_body' ? resp.request_body : resp.response_body)?.response?.body_mutation?.streamed_response?.end_of_stream === true);
+    const dec = this.decoding;
+    let last = false;
+    switch (p.kind) {
+      case 'request_headers':
+        last = (this.noBody.decoding || replaced('request_headers') || (dec.bodyMode === 'NONE' && !dec.sendTrailers)) && noResponseProcessing;
+        break;
+      case 'request_body':
+        last = lastBody(dec) && noResponseProcessing;
+        break;
+      case 'request_trailers':
+        last = noResponseProcessing;
+        break;
+      case 'response_headers':
+        last = this.noBody.encoding || replaced('response_headers') || (enc.bodyMode === 'NONE' && !enc.sendTrailers);
+        break;
+      case 'response_body':
+        last = lastBody(enc);
+        break;
+      case 'response_trailers':
+        last = true;
+        break;
+    }
+    if (!last) return;
+    this.finish();
   }
 
   /** An error from applying a reply (bad mutation etc.): always a local reply (not fail-open). */
