@@ -29,8 +29,9 @@ export const DEFAULTS = {
   retryAfterS: 1,
   /**
    * When the routing decision is made: with `buffered` Envoy holds the headers until kvgate answers
-   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Must match the
-   * filter's `request_body_mode` in Envoy.
+   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Envoy 1.35+
+   * declares its filter's mode on every stream (`protocol_config`) and kvgate follows that; this is
+   * the fallback for older Envoys and must then match the filter's `request_body_mode`.
    */
   requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none',
   /**
