@@ -49,6 +49,8 @@ import { forwardedNamespace, metadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
+import { readableResponse, ResponseIdReader } from './response-id.js';
+import { promptApiOf } from '../request/prompt.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
@@ -68,8 +70,9 @@ export interface StreamHooks {
   duplexBodyWaitMs?: number;
 }
 
-/** What was chosen, kept for the response path (served-endpoint feedback). */
+/** What was chosen, kept for the response path (served-endpoint feedback, stored response ids). */
 interface Chosen {
+  pool: string;
   worker: string;
   endpoint: string | undefined;
   key: RoutingKey | undefined;
@@ -91,6 +94,10 @@ export class ExtProcStream {
   private requestMetadata: MetadataContext | null | undefined;
   private chosen: Chosen | undefined;
   private servedSeen = false;
+  /** A Responses API answer whose id is still to be read from its body (see response-id.ts). */
+  private responseIds: ResponseIdReader | undefined;
+  /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
+  private servedBy: string | undefined;
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
@@ -179,13 +186,17 @@ export class ExtProcStream {
         this.advance('response', 'headers');
         this.noteServed(msg.metadata_context);
         if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
+        this.watchResponseId(msg);
         return this.reply({ response_headers: { response: CONTINUE } });
       case 'response_body': {
         this.advance('response', 'body');
         this.noteServed(msg.metadata_context);
         const eos = msg.response_body?.end_of_stream === true;
         if (eos) this.releaseLease();
-        // Full duplex: tokens must not wait on kvgate; each chunk goes straight back, unchanged.
+        // A stored-response id is recorded before the chunk carrying it goes on, so a client never
+        // holds an id kvgate does not know yet; only the chunks up to the id wait (one store write).
+        if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
+        // Full duplex: tokens must not wait on kvgate beyond that; each chunk goes straight back, unchanged.
         if (this.modes?.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
         return this.reply({ response_body: { response: CONTINUE } });
       }
@@ -356,7 +367,7 @@ export class ExtProcStream {
       }
       this.lease = result.lease;
       if (!this.endpointPicker) {
-        this.chosen = { worker: result.worker, endpoint: undefined, key: result.key };
+        this.chosen = { pool: result.pool, worker: result.worker, endpoint: undefined, key: result.key };
         this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
         t.decided(result, facts);
         return;
@@ -371,7 +382,7 @@ export class ExtProcStream {
         t.fallback(new KvgateError('internal', `worker ${result.worker} has no address`));
         return;
       }
-      this.chosen = { worker: result.worker, endpoint, key: result.key };
+      this.chosen = { pool: result.pool, worker: result.worker, endpoint, key: result.key };
       // The header and the envoy.lb metadata carry the same endpoint: the protocol forbids them to differ.
       this.replyCommon(phase, this.removingSpoofed(routeTo(DESTINATION_HEADER, endpoint)), destinationMetadata(endpoint));
       t.decided(result, { ...facts, endpoint });
@@ -421,8 +432,36 @@ export class ExtProcStream {
       return;
     }
     this.hooks.telemetry.served('other');
+    this.servedBy = worker.id;
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
     if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+  }
+
+  /**
+   * A routed Responses API request with a successful, readable answer: its id is read from the
+   * body chunks Envoy sends when the route's response body mode is STREAMED (the shipped configs
+   * set it for that path only). With no body mode, nothing is sent and nothing is learned.
+   */
+  private watchResponseId(msg: ProcessingRequest): void {
+    const path = this.request?.path;
+    if (!this.chosen || path === undefined || msg.response_headers?.end_of_stream) return;
+    if (promptApiOf(path) !== 'responses' || !this.config.keys.session_paths.includes(path)) return;
+    if (readableResponse(headerMapToMap(msg.response_headers?.headers))) this.responseIds = new ResponseIdReader();
+  }
+
+  /**
+   * Records the id → worker before this chunk's reply: Envoy holds the chunk until then, so the
+   * client cannot hold the id (and continue from it) before every replica can find its worker.
+   */
+  private async learnResponseId(chunk: Uint8Array | undefined): Promise<void> {
+    const read = this.responseIds!.feed(chunk);
+    if (read === 'more') return;
+    this.responseIds = undefined;
+    if (read === 'none' || !this.chosen) return;
+    // The response is stored where it was produced: the endpoint the proxy reports, if another.
+    const served = this.servedBy === undefined ? undefined : this.gate.pools.poolOfWorker(this.servedBy);
+    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id);
+    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
   }
 
   /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */

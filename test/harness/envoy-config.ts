@@ -109,12 +109,18 @@ export interface SetMetadataEntry {
 
 /**
  * ExtProcPerRoute (typed_per_filter_config[<ext_proc filter name>] on a virtual host or route),
- * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata and
- * the forwarding namespaces.
+ * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata, the
+ * forwarding namespaces and the processing mode.
  */
 export interface ExtProcPerRoute {
   disabled: boolean;
   grpcInitialMetadata: Array<[string, string]>;
+  /**
+   * overrides.processing_mode: replaces the filter's whole mode for both directions (unset fields
+   * take their defaults, not the filter's: FilterConfigPerRoute keeps the message as written, and
+   * mergePerRouteConfig hands it to setProcessingMode of the decoding and encoding states).
+   */
+  processingMode?: ProcessingMode;
   /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
   forwardingNamespaces?: string[];
 }
@@ -482,9 +488,10 @@ export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute
     return { disabled: true, grpcInitialMetadata: [] };
   }
   const o = obj(c.overrides, `${where}.overrides`);
-  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options');
+  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options' && k !== 'processing_mode');
   if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
   const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
+  if (o.processing_mode !== undefined) out.processingMode = normalizeProcessingMode(o.processing_mode, `${where}.overrides.processing_mode`);
   const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
   if (fwd !== undefined) out.forwardingNamespaces = fwd;
   return out;

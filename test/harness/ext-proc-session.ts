@@ -160,6 +160,9 @@ export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined
     const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
     const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
     if (fwd) next.forwardingNamespaces = fwd;
+    // mergeProcessingMode: a disabled more specific config has none; else the more specific one's, else the other's.
+    const mode = c.disabled ? undefined : (c.processingMode ?? merged.processingMode);
+    if (mode) next.processingMode = mode;
     merged = next;
   }
   return merged;
@@ -227,7 +230,7 @@ export class ExtProcSession {
 
   /**
    * Filter::mergePerRouteConfig, applied once before the first message: `disabled` turns every
-   * phase off; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
+   * phase off; a processing_mode replaces the filter's for both directions; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
    * added); forwarding namespaces, when overridden, replace the filter's.
    */
   applyPerRoute(merged: ExtProcPerRoute): void {
@@ -242,6 +245,7 @@ export class ExtProcSession {
       });
       return;
     }
+    if (merged.processingMode) this.setProcessingMode(merged.processingMode);
     this.grpcMetadata = mergeByKey(this.grpcMetadata, merged.grpcInitialMetadata);
     if (merged.forwardingNamespaces) this.forwardingNamespaces = [...merged.forwardingNamespaces];
   }
