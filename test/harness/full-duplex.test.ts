@@ -55,7 +55,10 @@ const ISTIO_INFERENCE_POOL_FILTER = {
 
 type Node = Record<string, unknown>;
 
-/** envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by Istio's InferencePool one. */
+/**
+ * envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by Istio's InferencePool one
+ * (and its per-route ext_proc overrides dropped, as Istio has none for an InferencePool).
+ */
 function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
   const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
   let replaced = 0;
@@ -66,6 +69,12 @@ function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
       if (o.name === 'envoy.filters.http.ext_proc' && o.typed_config) {
         o.typed_config = structuredClone(ISTIO_INFERENCE_POOL_FILTER);
         replaced++;
+      }
+      // Istio sets no per-route processing modes for an InferencePool: the filter's apply everywhere.
+      const perFilter = o.typed_per_filter_config as Node | undefined;
+      if (perFilter) {
+        delete perFilter['envoy.filters.http.ext_proc'];
+        if (Object.keys(perFilter).length === 0) delete o.typed_per_filter_config;
       }
       Object.values(o).forEach(visit);
     }
@@ -280,7 +289,7 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
 
   test('Envoy refuses FULL_DUPLEX_STREAMED without trailer mode SEND', () => {
     const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
-    const text = stringify(doc).replace('request_body_mode: BUFFERED', 'request_body_mode: FULL_DUPLEX_STREAMED');
+    const text = stringify(doc).replaceAll('request_body_mode: BUFFERED', 'request_body_mode: FULL_DUPLEX_STREAMED');
     assert.throws(() => parseEnvoyConfig(text), /requires request_trailer_mode: SEND/);
     assert.doesNotThrow(() => istioInferencePoolEnvoy());
   });

@@ -252,7 +252,7 @@ static_resources:
 
   test('refuses config the harness cannot imitate', () => {
     const withMode = (mode: string): string =>
-      readFileSync(ENVOY_YAML, 'utf8').replace('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
+      readFileSync(ENVOY_YAML, 'utf8').replaceAll('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
     assert.throws(() => parseEnvoyConfig(withMode('BUFFERED_PARTIAL')), /not supported/);
     // Envoy itself refuses FULL_DUPLEX_STREAMED without trailer mode SEND.
     assert.throws(() => parseEnvoyConfig(withMode('FULL_DUPLEX_STREAMED')), /requires request_trailer_mode: SEND/);
