@@ -29,8 +29,9 @@ export const DEFAULTS = {
   retryAfterS: 1,
   /**
    * When the routing decision is made: with `buffered` Envoy holds the headers until kvgate answers
-   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Must match the
-   * filter's `request_body_mode` in Envoy.
+   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Envoy 1.35+
+   * declares its filter's mode on every stream (`protocol_config`) and kvgate follows that; this is
+   * the fallback for older Envoys and must then match the filter's `request_body_mode`.
    */
   requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none',
   /**
@@ -148,6 +149,14 @@ export const DEFAULTS = {
    * under load); it exists to reclaim streams whose peer vanished without a reset reaching us.
    */
   streamIdleS: 600,
+  /**
+   * FULL_DUPLEX_STREAMED: the longest kvgate waits for a request body to end before it decides on
+   * the headers alone and lets the body flow. Envoy runs no message timer in that mode (only the
+   * HCM's stream idle timeout), so kvgate keeps its own: a client that uploads slowly, or never
+   * finishes, then costs a request its body-based affinity, never its answer, and kvgate stops
+   * holding its body. An LLM request body arrives in milliseconds; 5 s is far beyond that.
+   */
+  fullDuplexBodyWaitMs: 5000,
   /**
    * Not ready while the shared store is unreachable: Envoy and Kubernetes then prefer replicas that
    * can see the shared placements. Set true to stay ready and route on local state (deliberately
