@@ -121,10 +121,13 @@ export interface Preconditions {
   /** Workers whose state must still be one of these (an operator may have drained it meanwhile). */
   states: ReadonlyArray<{ worker: string; in: readonly WorkerState[] }>;
   /**
-   * The deepest prefix match the decision saw on any worker. A store that knows of a deeper one
-   * (another replica placed this prefix meanwhile) rejects the commit so the decision is re-made.
+   * The deepest prefix match the decision saw among the workers it weighed (`over`: the eligible
+   * ones of the running config, in the order it saw them). A store that knows of a deeper match on
+   * one of them (another replica placed this prefix meanwhile) rejects the commit so the decision is
+   * re-made. Holders outside `over` (outside the request's endpoint subset, or gone from the config)
+   * are not checked: the decision could not have chosen them, so they cannot make it wrong.
    */
-  prefixAtMost?: number;
+  prefix?: { atMost: number; over: readonly string[] };
 }
 
 export type Decision =

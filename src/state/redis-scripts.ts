@@ -46,16 +46,19 @@ if spec.k == 1 then aff = redis.call('GET', KEYS[1]) end
 local states = redis.call('HGETALL', KEYS[2])
 
 -- Prefix match: for each worker, the leading blocks it holds; stop at the first block nobody holds.
+-- Only the pool's configured workers count: a worker gone from the config still holds blocks
+-- until they expire, and no decision may weigh it.
+local configured = {}
+for _, w in ipairs(spec.w) do configured[w] = true end
 local depth = {}
 local alive = nil
-local maxd = 0
 for i, b in ipairs(spec.bl) do
   local ws = redis.call('HKEYS', spec.bp .. b)
   if #ws == 0 then break end
   local nxt = {}
   local any = false
   for _, w in ipairs(ws) do
-    if alive == nil or alive[w] then
+    if (alive == nil and configured[w]) or (alive ~= nil and alive[w]) then
       nxt[w] = true
       depth[w] = i
       any = true
@@ -63,7 +66,6 @@ for i, b in ipairs(spec.bl) do
   end
   if not any then break end
   alive = nxt
-  maxd = i
 end
 
 -- The key's requests in flight on its affine worker (lease members end in "|<key tag>").
@@ -95,7 +97,11 @@ if spec.m == 'commit' then
       if not allowed then ok = 0 end
     end
   end
-  if spec.pm >= 0 and maxd > spec.pm then ok = 0 end
+  if spec.pm >= 0 then
+    for _, i in ipairs(spec.pw) do
+      if (depth[spec.w[i]] or 0) > spec.pm then ok = 0 end
+    end
+  end
   if ok == 1 then
     local chosen = spec.w[spec.c]
     if spec.k == 1 then

@@ -156,7 +156,7 @@ export class RedisStore implements RoutingStore {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix: q.blocks.length > 0 ? view.index.match(q.blocks) : new Map(),
+      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, new Set(q.workers)) : new Map(),
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
@@ -184,7 +184,8 @@ export class RedisStore implements RoutingStore {
       b: req.preconditions.below.filter((b) => index(b.worker) > 0).map((b) => [index(b.worker), b.limit]),
       g: req.preconditions.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => [index(g.worker), g.limit]),
       s: req.preconditions.states.map((s) => [s.worker, s.in]),
-      pm: req.preconditions.prefixAtMost ?? -1,
+      pm: req.preconditions.prefix?.atMost ?? -1,
+      pw: (req.preconditions.prefix?.over ?? []).map(index).filter((i) => i > 0),
       at: req.affinityTtlMs,
       l: member,
       lt: this.opts.leaseTtlMs,
@@ -423,7 +424,8 @@ export class RedisStore implements RoutingStore {
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
     // not checked: Redis's index is out of reach.
-    const holds = preconditionsHold({ ...req.preconditions, prefixAtMost: undefined }, snapshot);
+    const { prefix: _unchecked, ...preconditions } = req.preconditions;
+    const holds = preconditionsHold(preconditions, snapshot);
     if (!holds) return { ok: false, snapshot };
     if (req.key !== undefined) {
       const ck = this.affinityCacheKey(req.pool, req.key);

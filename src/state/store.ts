@@ -130,7 +130,7 @@ export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
   for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
   for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
   for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
-  if (p.prefixAtMost !== undefined) for (const d of snap.prefix.values()) if (d > p.prefixAtMost) return false;
+  if (p.prefix !== undefined) for (const w of p.prefix.over) if ((snap.prefix.get(w) ?? 0) > p.prefix.atMost) return false;
   return true;
 }
 

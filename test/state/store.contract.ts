@@ -185,10 +185,34 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       const blocks = chain('deep', 5);
       assert.ok((await store.commit(req(p, undefined, 'w3', {}, 60_000, blocks))).ok);
-      const res = await store.commit(req(p, undefined, 'w1', { prefixAtMost: 0 }, 60_000, blocks));
+      const res = await store.commit(req(p, undefined, 'w1', { prefix: { atMost: 0, over: WORKERS } }, 60_000, blocks));
       assert.equal(res.ok, false);
       assert.equal(res.snapshot.prefix.get('w3'), 5);
-      assert.ok((await store.commit(req(p, undefined, 'w1', { prefixAtMost: 5 }, 60_000, blocks))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w1', { prefix: { atMost: 5, over: WORKERS } }, 60_000, blocks))).ok);
+    });
+
+    test('the prefix check weighs only the workers the decision weighed: a deeper holder outside them does not fail the commit', async () => {
+      const p = pool();
+      const blocks = chain('subset', 40);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks))).ok);
+      // Decided over {w2, w3} (an endpoint subset hint): neither holds anything.
+      const res = await store.commit(req(p, undefined, 'w2', { prefix: { atMost: 0, over: ['w2', 'w3'] } }, 60_000, blocks));
+      assert.ok(res.ok, 'w1 is deeper but was not a candidate');
+      // A deeper match on a worker the decision did weigh still fails it.
+      const stale = await store.commit(req(p, undefined, 'w3', { prefix: { atMost: 0, over: ['w2', 'w3'] } }, 60_000, blocks));
+      assert.equal(stale.ok, false);
+      assert.equal(stale.ok ? 0 : stale.snapshot.prefix.get('w2'), 40);
+    });
+
+    test('a worker gone from the query’s workers (a reload removed it) is neither matched nor checked', async () => {
+      const p = pool();
+      const blocks = chain('removed', 30);
+      assert.ok((await store.commit(req(p, undefined, 'w3', {}, 60_000, blocks))).ok);
+      const remaining = ['w1', 'w2'];
+      const s = await store.snapshot({ pool: p, key: undefined, workers: remaining, blocks });
+      assert.equal(s.prefix.get('w3'), undefined, 'a removed worker is not a holder to the new config');
+      const res = await store.commit({ ...req(p, undefined, 'w1', { prefix: { atMost: 0, over: remaining } }, 60_000, blocks), workers: remaining });
+      assert.ok(res.ok);
     });
 
     test('a session’s requests in flight on its worker are counted', async () => {

@@ -223,7 +223,7 @@ describe('routing policy', () => {
       const d = decide(input({ session: false, totalBlocks: 8, workers: [w('a', 1, 10, 'healthy', 8), w('b', 0, 10, 'healthy', 3), w('gone', 0, 10, 'down', 8)] }));
       assert.equal(d.kind, 'route');
       if (d.kind !== 'route') return;
-      assert.equal(d.preconditions.prefixAtMost, 8);
+      assert.deepEqual(d.preconditions.prefix, { atMost: 8, over: ['a', 'b', 'gone'] });
       assert.equal(d.explanation.rule, 'scored');
       const byWorker = new Map(d.explanation.candidates.map((c) => [c.worker, c]));
       assert.equal(byWorker.get('a')?.score, 0.9);
