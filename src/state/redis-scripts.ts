@@ -8,9 +8,9 @@
  *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
  *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
  *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
- *   <prefix>:{<pool>}:b:<block>    hash: worker id → last routed (ms): who probably holds the block
+ *   <prefix>:{<pool>}:b:<block>    hash: worker id → when its holding lapses (ms): who probably holds the block
  *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
- *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions by last routed (ms)
+ *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions by when their affinity lapses (ms)
  *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape {s: signals, t: ms, f: failures, e: error}
  *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
  *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
@@ -52,13 +52,16 @@ local configured = {}
 for _, w in ipairs(spec.w) do configured[w] = true end
 local depth = {}
 local alive = nil
+-- Each holder lapses on its own: a worker not sent the block within the TTL stops holding it, even
+-- while other workers keep the block's hash alive.
 for i, b in ipairs(spec.bl) do
-  local ws = redis.call('HKEYS', spec.bp .. b)
-  if #ws == 0 then break end
+  local hs = redis.call('HGETALL', spec.bp .. b)
+  if #hs == 0 then break end
   local nxt = {}
   local any = false
-  for _, w in ipairs(ws) do
-    if (alive == nil and configured[w]) or (alive ~= nil and alive[w]) then
+  for j = 1, #hs, 2 do
+    local w = hs[j]
+    if tonumber(hs[j + 1]) > now and ((alive == nil and configured[w]) or (alive ~= nil and alive[w])) then
       nxt[w] = true
       depth[w] = i
       any = true
@@ -108,7 +111,8 @@ if spec.m == 'commit' then
       redis.call('SET', KEYS[1], chosen, 'PX', spec.at)
       -- The worker's session list, by recency: preemptive migration moves the coldest first.
       if aff and aff ~= chosen then redis.call('ZREM', spec.sp .. aff, spec.kt) end
-      redis.call('ZADD', spec.sp .. chosen, now, spec.kt)
+      -- Scored by when the affinity lapses: the coldest first, and expired ones can be dropped.
+      redis.call('ZADD', spec.sp .. chosen, now + spec.at, spec.kt)
       redis.call('PEXPIRE', spec.sp .. chosen, spec.at)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
@@ -127,7 +131,7 @@ if spec.m == 'commit' then
       local lru = spec.wp .. chosen
       for i, b in ipairs(spec.bl) do
         local bk = spec.bp .. b
-        redis.call('HSET', bk, chosen, now)
+        redis.call('HSET', bk, chosen, now + spec.pt)
         redis.call('PEXPIRE', bk, spec.pt)
         redis.call('ZADD', lru, now * 1000 + (100000 - i), b)
         if (depth[chosen] or 0) < i then depth[chosen] = i end
@@ -218,7 +222,7 @@ for _, mv in ipairs(spec.moves) do
     if ttl <= 0 then ttl = spec.at end
     redis.call('SET', ak, to, 'PX', ttl)
     redis.call('ZREM', spec.sp .. spec.from, key)
-    redis.call('ZADD', spec.sp .. to, now, key)
+    redis.call('ZADD', spec.sp .. to, now + ttl, key)
     local session = key
     if string.sub(key, 1, 2) == 's:' then session = string.sub(key, 3) end
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.maxlen, '*', 'session', session, 'from', spec.from, 'to', to, 'reason', spec.reason, 'time', tostring(now))
@@ -243,4 +247,19 @@ local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonum
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
+`;
+
+/**
+ * A worker's sessions, coldest first, and how many it has: expired ones are dropped first, so the
+ * total counts only live affinities (as the memory store's does).
+ * KEYS: [worker session set]; ARGV: [limit]. Returns [keys, total].
+ */
+export const COLD_SESSIONS_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local limit = tonumber(ARGV[1])
+local keys = {}
+if limit > 0 then keys = redis.call('ZRANGE', KEYS[1], 0, limit - 1) end
+return {keys, redis.call('ZCARD', KEYS[1])}
 `;

@@ -27,7 +27,7 @@ import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
-import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
+import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
 import { EventEmitter } from 'node:events';
 import type { SignalRecord } from '../routing/health.js';
 import type { WorkerSignals } from '../signals/parse.js';
@@ -141,6 +141,7 @@ export class RedisStore implements RoutingStore {
     this.redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
     this.redis.defineCommand('kvgateMigrate', { numberOfKeys: 1, lua: MIGRATE_LUA });
     this.redis.defineCommand('kvgateRestoreLeases', { numberOfKeys: 1, lua: RESTORE_LEASES_LUA });
+    this.redis.defineCommand('kvgateColdSessions', { numberOfKeys: 1, lua: COLD_SESSIONS_LUA });
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
     this.unsynced = new LRUCache({ max: opts.localAffinityCacheSize });
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
@@ -273,9 +274,8 @@ export class RedisStore implements RoutingStore {
   }
 
   async coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
-    const key = `${this.tag(pool)}:ws:${worker}`;
-    const [keys, total] = await Promise.all([this.redis.zrange(key, '0', String(limit - 1)), this.redis.zcard(key)]);
-    return { keys, total };
+    const [keys, total] = (await this.script('kvgateColdSessions', `${this.tag(pool)}:ws:${worker}`, limit)) as [string[], number];
+    return { keys, total: Number(total) };
   }
 
   async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {

@@ -262,6 +262,37 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal(cold.total, 3);
     });
 
+    test('a worker’s expired sessions leave its cold list and its total', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:gone', 'w1', {}, 150))).ok);
+      assert.ok((await store.commit(req(p, 's:moved', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:kept', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:moved', 'w2', { affinity: 'w1' }))).ok);
+      assert.equal((await store.coldSessions(p, 'w1', 10)).total, 2, 'the moved one left at once');
+      await new Promise((r) => setTimeout(r, 400));
+      const cold = await store.coldSessions(p, 'w1', 10);
+      assert.deepEqual(cold.keys, ['s:kept'], 'the expired one is not a session of w1 any more');
+      assert.equal(cold.total, 1, 'nor counted: a migrator takes its share of this total');
+    });
+
+    test('several workers hold one block, and each holder expires on its own', async () => {
+      const p = pool();
+      const blocks = chain('shared', 12);
+      const ttl = { prefixTtlMs: 700 };
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks, ttl))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, blocks, ttl))).ok);
+      const both = await store.snapshot(q(p, undefined, blocks));
+      assert.equal(both.prefix.get('w1'), 12);
+      assert.equal(both.prefix.get('w2'), 12);
+      // w1 was last sent these blocks 400 ms before w2: its holding lapses first, though w2's
+      // keeps the blocks alive.
+      await new Promise((r) => setTimeout(r, 450));
+      const later = await store.snapshot(q(p, undefined, blocks));
+      assert.equal(later.prefix.get('w1') ?? 0, 0, 'w1 was not sent these blocks within the TTL');
+      assert.equal(later.prefix.get('w2'), 12);
+    });
+
     test('migrate moves only sessions still on the worker and records one offload event each', async () => {
       const p = pool();
       assert.ok((await store.commit(req(p, 's:x', 'w1'))).ok);
