@@ -16,6 +16,7 @@
  *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
  *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
  *   <prefix>:{<pool>}:lock:<name>  a lapsing lock (SET NX PX)
+ *   <prefix>:{<pool>}:r:<hash>     the worker that produced a stored response (Responses API; PX = TTL)
  */
 import type { Result } from 'ioredis';
 import type { Preconditions } from '../routing/types.js';
@@ -92,6 +93,9 @@ export class PoolKeys {
   }
   lock(name: string): string {
     return `${this.tag}:lock:${name}`;
+  }
+  response(hash: string): string {
+    return `${this.tag}:r:${hash}`;
   }
 }
 

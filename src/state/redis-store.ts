@@ -33,6 +33,7 @@ import * as cmd from './redis-commands.js';
 import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
 import { RedisLedger } from './redis-ledger.js';
+import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
   leaseMember,
   preconditionsHold,
@@ -99,6 +100,7 @@ export class RedisStore implements RoutingStore {
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = 0;
   private readonly events = new EventEmitter();
+  private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -261,6 +263,26 @@ export class RedisStore implements RoutingStore {
       this.events.emit('offload', e);
       return e;
     });
+  }
+
+  // Stored responses (Responses API): one plain key per response id, written once with its TTL.
+  // Kept in this process as well, so what this replica learned survives Redis being away.
+  async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
+    this.responses.record(pool, responseHash, worker, ttlMs);
+    try {
+      await this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs);
+    } catch (err) {
+      this.logFailure('redis write of a response id failed; kept on this replica only', err);
+    }
+  }
+
+  async responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
+    try {
+      return (await this.redis.get(this.poolKeys(pool).response(responseHash))) ?? this.responses.worker(pool, responseHash);
+    } catch (err) {
+      this.logFailure('redis read of a response id failed; using this replica\'s own', err);
+      return this.responses.worker(pool, responseHash);
+    }
   }
 
   async tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
