@@ -10,7 +10,7 @@
  * A latency percentile from fewer than MIN_SAMPLES requests counts as not measured.
  */
 import { parseSize } from './bodies.js';
-import type { RunRow } from './run.js';
+import type { RunRow } from './run-row.js';
 
 export interface TargetCheck {
   target: string;

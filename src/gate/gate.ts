@@ -15,7 +15,7 @@ import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
-import { LogThrottle } from '../telemetry/log-throttle.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
 import { PoolTable, type Pool } from './pools.js';
 
@@ -305,7 +305,6 @@ export class Gate {
       const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
       const view: WorkerView = {
         id,
-        cluster: w.cluster,
         state: effectiveState(snap.states.get(id), sig?.verdict),
         inflight: snap.inflight.get(id) ?? 0,
         maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
@@ -420,7 +419,8 @@ export class Gate {
       kind: 'route',
       pool: pool.name,
       worker: decision.worker,
-      cluster: decision.cluster,
+      // Routing knows worker ids; the Envoy cluster that names one to the proxy is the gate's to add.
+      cluster: pool.workers.get(decision.worker)!.cluster,
       outcome: decision.outcome,
       ...(decision.from !== undefined ? { from: decision.from } : {}),
       lease,

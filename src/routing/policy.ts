@@ -46,7 +46,6 @@ export function decide(input: DecisionInput): Decision {
     return {
       kind: 'route',
       worker: affine.id,
-      cluster: affine.cluster,
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
@@ -121,7 +120,6 @@ export function decide(input: DecisionInput): Decision {
   return {
     kind: 'route',
     worker: best.id,
-    cluster: best.cluster,
     outcome,
     ...(moved ? { from: affinity } : {}),
     preconditions,

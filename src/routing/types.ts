@@ -1,5 +1,6 @@
 /**
- * The vocabulary of routing decisions. Nothing here knows Envoy, gRPC or a store backend.
+ * The vocabulary of routing decisions. Nothing here knows Envoy, gRPC or a store backend: workers
+ * are named by their ids; the gate maps an id to what the proxy needs (an Envoy cluster, an address).
  */
 
 /**
@@ -11,20 +12,14 @@
 export type WorkerState = 'healthy' | 'pressured' | 'draining' | 'down';
 export const WORKER_STATES: readonly WorkerState[] = ['healthy', 'pressured', 'draining', 'down'];
 
-/**
- * How a request picks its worker (a per-gate default, and later a per-route knob):
- * session: sticky to the session's worker, else least loaded (the article's algorithm);
- * prefix: score every worker on prefix overlap, load and KV pressure, ignoring sessions;
- * both: sticky to the session's worker while it can take it, else scored (the default);
- * least_loaded: load alone.
- */
-export type PolicyMode = 'session' | 'prefix' | 'both' | 'least_loaded';
-export const POLICY_MODES: readonly PolicyMode[] = ['session', 'prefix', 'both', 'least_loaded'];
+import type { PolicyMode } from '../config/vocabulary.js';
+
+/** How a request picks its worker: defined with the config that names it. */
+export { POLICY_MODES, type PolicyMode } from '../config/vocabulary.js';
 
 /** One worker as a decision sees it. */
 export interface WorkerView {
   id: string;
-  cluster: string;
   state: WorkerState;
   /** Requests this fleet of gates has sent and not yet seen finish. */
   inflight: number;
@@ -134,7 +129,6 @@ export type Decision =
   | {
       kind: 'route';
       worker: string;
-      cluster: string;
       outcome: RouteOutcome;
       /** The worker a migrated session left. */
       from?: string;

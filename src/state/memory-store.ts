@@ -6,9 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
-import type { SignalRecord } from '../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
 import { PrefixIndex } from './prefix-index.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {

@@ -9,9 +9,8 @@
  * records the affinity and takes an in-flight lease. If another replica changed those facts in the
  * meantime, the commit fails and returns the fresh snapshot to decide again on.
  */
-import type { SignalRecord } from '../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { Preconditions, WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
 
 /**
  * One session moved off a pressured worker: a worker-side agent can move its KV cache to CPU RAM

@@ -8,7 +8,7 @@ import { initHashing } from '../../src/util/xxhash.js';
 before(() => initHashing());
 
 function w(id: string, inflight: number, maxInflight = 10, state: WorkerView['state'] = 'healthy', prefixBlocks = 0): WorkerView {
-  return { id, cluster: `c_${id}`, state, inflight, maxInflight, prefixBlocks };
+  return { id, state, inflight, maxInflight, prefixBlocks };
 }
 
 /** A decision input with the gate's defaults; tests override what they are about. */
