@@ -3,10 +3,13 @@
  * (./targets.ts) and reports read. Its own module so that neither of those imports the other.
  */
 import type { TargetName, GateCounts } from './servers.js';
+import type { BenchBodyMode } from './load-client.js';
 import type { Percentiles } from './load-pool.js';
 
 export interface RunRow {
   target: TargetName;
+  /** The request body mode the load played; ratios compare with the no-op in the same mode. */
+  body_mode: BenchBodyMode;
   size: string;
   body_bytes: number;
   load: 'saturation' | 'half';
