@@ -172,6 +172,19 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal((await store.snapshot(q(p, undefined, blocks))).prefix.get('w1'), 4);
     });
 
+    test('blocks of another prompt evicted past a worker’s capacity stop matching on it, not on others', async () => {
+      const p = pool();
+      const older = chain('older', 4);
+      const newer = chain('newer', 4);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, older, { capacityBlocks: 4 }))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, older, { capacityBlocks: 4 }))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, newer, { capacityBlocks: 4 }))).ok);
+      const s = await store.snapshot(q(p, undefined, older));
+      assert.equal(s.prefix.get('w1') ?? 0, 0, 'w1 had room for the newer prompt only');
+      assert.equal(s.prefix.get('w2'), 4, 'w2 still holds the older one');
+      assert.equal((await store.snapshot(q(p, undefined, newer))).prefix.get('w1'), 4);
+    });
+
     test('prefix blocks expire after their TTL', async () => {
       const p = pool();
       const blocks = chain('t', 3);
