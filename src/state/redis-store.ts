@@ -25,6 +25,7 @@ import type { RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
+import { Coalesced } from '../util/coalesced.js';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
@@ -77,9 +78,11 @@ export class RedisStore implements RoutingStore {
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
   /** Leases and locally decided affinities Redis may not know (./redis-ledger.ts). */
   private readonly ledger: RedisLedger;
-  /** The resync running now (it runs again before settling if asked for meanwhile). */
-  private resyncRun: Promise<void> | undefined;
-  private resyncQueued = false;
+  /** One resync at a time; asked for while one runs, it runs once more before settling. */
+  private readonly resyncs = new Coalesced(
+    () => this.resyncOnce(),
+    () => !this.closed,
+  );
   /** (Re)connections seen, and the latest one after which the shared leases were re-added. */
   private connections = 0;
   private leasesRestoredAt = 0;
@@ -463,21 +466,7 @@ export class RedisStore implements RoutingStore {
 
   /** Brings Redis in line with this replica after it could not reach Redis (see the file comment). */
   private resync(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.resyncRun) {
-      this.resyncQueued = true;
-      return this.resyncRun;
-    }
-    const run = (async () => {
-      do {
-        this.resyncQueued = false;
-        await this.resyncOnce();
-      } while (this.resyncQueued && !this.closed);
-    })().finally(() => {
-      this.resyncRun = undefined;
-    });
-    this.resyncRun = run;
-    return run;
+    return this.closed ? Promise.resolve() : this.resyncs.trigger();
   }
 
   private async resyncOnce(): Promise<void> {
