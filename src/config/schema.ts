@@ -4,7 +4,7 @@
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { ENGINES } from '../signals/metric-names.js';
+import { ENGINES } from './vocabulary.js';
 import { DEFAULTS } from './defaults.js';
 
 /** `ip:port` as the endpoint-picker protocol and Envoy's ORIGINAL_DST cluster need it (no host names). */
