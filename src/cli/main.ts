@@ -1,120 +1,122 @@
 /**
  * The `kvgate` command line. Each flag has an environment variable (flags win) so the same image
  * runs from a terminal, a compose file or a Kubernetes manifest.
+ *
+ * Only the subcommand being run is loaded: `kvgate serve` must not pay for the simulator, the
+ * benchmark or the chart renderer (some of which are development dependencies, absent from a
+ * production install). The others are listed in `--help` by name and description alone.
+ *
+ * Exit status, the same for every subcommand (see `EXIT` and the README):
+ *   0  done (or `--help`, `--version`)
+ *   1  a runtime failure: a port in use, an unreachable admin API, a failed run
+ *   2  a usage or configuration error: an unknown or invalid flag, an invalid config file
  */
-import { Command, Option } from 'commander';
-import { port, secondsUpTo } from './arg-parsers.js';
-import { DEFAULTS } from '../config/defaults.js';
-import { loadConfigFile } from '../config/load.js';
+import { readFileSync } from 'node:fs';
+import { Command, CommanderError, InvalidArgumentError } from 'commander';
 import { KvgateError } from '../errors.js';
-import { createLogger } from '../telemetry/logger.js';
-import { startTracing } from '../telemetry/tracing.js';
-import { startKvgate } from '../app.js';
-import { registerSimCommand } from './sim-command.js';
-import { registerFakeWorkerCommand } from './fake-worker-command.js';
-import { registerDemoCommand } from './demo-command.js';
-import { registerStatusCommand } from './status-command.js';
+import { registerServeCommand } from './serve-command.js';
 
-import { registerBenchCommand } from './bench-command.js';
+export const EXIT = { ok: 0, failure: 1, usage: 2 } as const;
 
-interface ServeOptions {
-  config: string;
-  grpcPort: number;
-  grpcHost: string;
-  adminPort: number;
-  adminHost: string;
-  store: string;
-  storeCaFile?: string;
-  storeCertFile?: string;
-  storeKeyFile?: string;
-  tlsCert?: string;
-  tlsKey?: string;
-  tlsClientCa?: string;
-  logLevel: string;
-  shutdownGraceS: number;
+interface Subcommand {
+  description: string;
+  register: () => Promise<(program: Command) => void>;
 }
 
-export function buildCli(): Command {
+/** Every subcommand but `serve`, loaded only when it is the one being run. */
+const SUBCOMMANDS: Record<string, Subcommand> = {
+  try: {
+    description: 'play Envoy against a running gate: send one request (or a short conversation) and print where it was routed and why',
+    register: async () => (await import('./try-command.js')).registerTryCommand,
+  },
+  status: {
+    description: "print each worker's state, in-flight load and signals, and the store's health, from a running gate's admin API",
+    register: async () => (await import('./status-command.js')).registerStatusCommand,
+  },
+  demo: {
+    description: 'start fake workers and the gate (or use a running one), drive multi-turn chat sessions through it as Envoy would, and show where each session lands and the KV hit rate',
+    register: async () => (await import('./demo-command.js')).registerDemoCommand,
+  },
+  'fake-worker': {
+    description: 'run a simulated vLLM model server: OpenAI-compatible API, vLLM /metrics, a prefix KV cache, and test hooks (POST /control)',
+    register: async () => (await import('./fake-worker-command.js')).registerFakeWorkerCommand,
+  },
+  sim: {
+    description: 'simulate a GPU fleet with prefix KV caches and compare kvgate with baseline routing policies (needs the development dependencies)',
+    register: async () => (await import('./sim-command.js')).registerSimCommand,
+  },
+  bench: {
+    description: 'measure what the gate costs per request: ext_proc load against kvgate (memory, Redis) and a no-op ceiling (needs the development dependencies)',
+    register: async () => (await import('./bench-command.js')).registerBenchCommand,
+  },
+};
+
+/** The package's version, read from package.json (two levels up from src/cli and dist/cli alike). */
+export function packageVersion(): string {
+  try {
+    return (JSON.parse(readFileSync(new URL('../../package.json', import.meta.url), 'utf8')) as { version?: string }).version ?? 'unknown';
+  } catch {
+    return 'unknown';
+  }
+}
+
+/** The subcommand argv names (the first argument that is not an option), if any. */
+function subcommandOf(argv: readonly string[]): string | undefined {
+  return argv.slice(2).find((a) => !a.startsWith('-'));
+}
+
+export async function buildCli(argv: readonly string[] = process.argv): Promise<Command> {
   const program = new Command('kvgate')
     .description('KV-cache-aware router for LLM inference: an Envoy ext_proc service')
-    .showHelpAfterError();
+    .version(packageVersion(), '-V, --version', 'print the version and exit')
+    .showHelpAfterError()
+    // Usage errors throw (a CommanderError) instead of exiting, so `main` maps every error to one
+    // exit-status scheme; subcommands created below inherit this.
+    .exitOverride();
 
-  program
-    .command('serve')
-    .description('run the gate: answer Envoy ext_proc streams with the worker cluster for each request')
-    .addOption(new Option('--config <file>', 'kvgate YAML config (workers, limits, keys)').env('KVGATE_CONFIG').makeOptionMandatory())
-    .addOption(new Option('--grpc-port <port>', 'ext_proc gRPC port').env('KVGATE_GRPC_PORT').argParser(port).default(DEFAULTS.grpcPort))
-    .addOption(new Option('--grpc-host <host>', 'ext_proc gRPC bind address').env('KVGATE_GRPC_HOST').default(DEFAULTS.grpcHost))
-    .addOption(new Option('--admin-port <port>', 'admin HTTP port').env('KVGATE_ADMIN_PORT').argParser(port).default(DEFAULTS.adminPort))
-    .addOption(new Option('--admin-host <host>', 'admin HTTP bind address').env('KVGATE_ADMIN_HOST').default(DEFAULTS.adminHost))
-    .addOption(
-      new Option('--store <spec>', 'state store: memory, or a redis://, rediss://, redis+cluster://host:port,host:port or rediss+cluster:// URL')
-        .env('KVGATE_STORE')
-        .default(DEFAULTS.store),
-    )
-    .addOption(new Option('--store-ca-file <file>', 'PEM CA bundle to trust for rediss:// (default: the system CAs)').env('KVGATE_STORE_CA_FILE'))
-    .addOption(new Option('--store-cert-file <file>', 'PEM client certificate for rediss:// (Redis tls-auth-clients)').env('KVGATE_STORE_CERT_FILE'))
-    .addOption(new Option('--store-key-file <file>', 'PEM key of --store-cert-file').env('KVGATE_STORE_KEY_FILE'))
-    .addOption(new Option('--tls-cert <file>', 'PEM certificate: serve ext_proc over TLS').env('KVGATE_TLS_CERT'))
-    .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('KVGATE_TLS_KEY'))
-    .addOption(new Option('--tls-client-ca <file>', 'PEM CA: require client certificates it signed (mTLS)').env('KVGATE_TLS_CLIENT_CA'))
-    .addOption(new Option('--log-level <level>', 'pino log level').env('KVGATE_LOG_LEVEL').default(DEFAULTS.logLevel))
-    .addOption(
-      new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
-        .env('KVGATE_SHUTDOWN_GRACE_S')
-        .argParser(secondsUpTo())
-        .default(DEFAULTS.shutdownGraceS),
-    )
-    .action(async (o: ServeOptions) => {
-      const logger = createLogger(o.logLevel);
-      const config = loadConfigFile(o.config);
-      // Span export follows the standard OTEL_* variables; off when they are unset.
-      const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
-      logger.info({ tracing: tracing.enabled, detail: tracing.description }, 'tracing');
-      const running = await startKvgate({
-        config,
-        logger,
-        store: o.store,
-        storeTls: { caFile: o.storeCaFile, certFile: o.storeCertFile, keyFile: o.storeKeyFile },
-        tls: { certFile: o.tlsCert, keyFile: o.tlsKey, clientCaFile: o.tlsClientCa },
-        grpcHost: o.grpcHost,
-        grpcPort: o.grpcPort,
-        adminHost: o.adminHost,
-        adminPort: o.adminPort,
-        configFile: o.config,
-      });
-      const stop = (signal: string) => {
-        logger.info({ signal, open_streams: running.extproc.openStreams, grace_s: o.shutdownGraceS }, 'shutting down: draining open streams');
-        void running
-          .close(o.shutdownGraceS * 1000)
-          .then(() => tracing.shutdown())
-          .then(() => {
-            logger.info('stopped');
-            process.exit(0);
-          });
-      };
-      process.once('SIGINT', () => stop('SIGINT'));
-      process.once('SIGTERM', () => stop('SIGTERM'));
-      // Re-read the config file (it is also watched); without this handler SIGHUP would end the process.
-      process.on('SIGHUP', () => running.reload('SIGHUP'));
-    });
-
-  registerSimCommand(program);
-  registerFakeWorkerCommand(program);
-  registerDemoCommand(program);
-  registerStatusCommand(program);
-
-  registerBenchCommand(program);
+  registerServeCommand(program);
+  const wanted = subcommandOf(argv);
+  for (const [name, sub] of Object.entries(SUBCOMMANDS)) {
+    if (name === wanted) (await loadSubcommand(name, sub))(program);
+    else program.command(name).description(sub.description).helpOption(false).allowUnknownOption();
+  }
   return program;
+}
+
+async function loadSubcommand(name: string, sub: Subcommand): Promise<(program: Command) => void> {
+  try {
+    return await sub.register();
+  } catch (err) {
+    const code = (err as { code?: string }).code;
+    if (code === 'ERR_MODULE_NOT_FOUND') {
+      const missing = /Cannot find (?:package|module) '([^']+)'/.exec((err as Error).message)?.[1] ?? 'a development dependency';
+      throw new KvgateError(
+        'internal',
+        `kvgate ${name} needs ${missing}, which a production install leaves out: run it from a checkout after \`npm ci\` (which installs the development dependencies)`,
+        { cause: err },
+      );
+    }
+    throw err;
+  }
+}
+
+/** Exit status for anything `main` caught. */
+export function exitCodeOf(err: unknown): number {
+  if (err instanceof CommanderError) return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+  if (err instanceof KvgateError && err.code === 'invalid_config') return EXIT.usage;
+  return EXIT.failure;
 }
 
 export async function main(argv: string[]): Promise<void> {
   try {
-    await buildCli().parseAsync(argv);
+    await (await buildCli(argv)).parseAsync(argv);
   } catch (err) {
-    const e = KvgateError.from(err);
-    process.stderr.write(`kvgate: ${e.message}\n`);
-    process.exitCode = e.code === 'invalid_config' ? 2 : 1;
+    const status = exitCodeOf(err);
+    // Commander has already printed its own usage errors (and help, and the version); an
+    // InvalidArgumentError thrown by an action itself has not been.
+    if (err instanceof InvalidArgumentError) process.stderr.write(`kvgate: ${err.message}\n`);
+    else if (!(err instanceof CommanderError)) process.stderr.write(`kvgate: ${KvgateError.from(err).message}\n`);
+    process.exitCode = status;
   }
 }
 

@@ -1,0 +1,2 @@
+import type { Command } from 'commander';
+export function registerTryCommand(_program: Command): void {}
