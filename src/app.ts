@@ -14,7 +14,7 @@ import type { Config } from './config/schema.js';
 import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
-import { Readiness } from './health/readiness.js';
+import { Readiness, unreachableReason } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
@@ -80,7 +80,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const credentials = grpcCredentials(opts.tls);
   const backend = createStore(opts.store, config, logger, opts.storeTls);
   if (backend instanceof RedisStore && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
-    logger.error({ store: describeStore(opts.store) }, 'redis not reachable at startup; routing on local state until it is');
+    logger.error({ store: describeStore(opts.store) }, `redis not reachable at startup: ${unreachableReason(config.store.ready_when_unreachable)}`);
   }
   let gate: Gate | undefined;
   const metrics = new Metrics({

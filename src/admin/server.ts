@@ -101,7 +101,10 @@ export class AdminServer {
           });
         }
       }
-      return send(res, 200, { store: gate.store.backend, workers: out });
+      // The store's health beside the fleet, so `kvgate status` shows a Redis outage too.
+      const r = this.opts.readiness.report;
+      const health = { ready: r.ready, status: r.status, store: r.store, ...(r.reason ? { reason: r.reason } : {}), ...(r.store_error ? { store_error: r.store_error } : {}) };
+      return send(res, 200, { store: gate.store.backend, readiness: health, workers: out });
     }
     if (req.method === 'GET' && url.pathname === '/debug/decisions') {
       const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20) || 20));

@@ -4,7 +4,7 @@
  * It ends by itself after `--turns` turns per session or `--duration` seconds (Ctrl-C ends it early).
  */
 import { Command, Option } from 'commander';
-import { nonNegativeNumber, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
+import { LOG_LEVELS, nonNegativeNumber, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
 import { ENVOY_MESSAGE_TIMEOUT_MS } from '../demo/envoy-client.js';
 import { runDemo, type DemoState } from '../demo/run.js';
 import { eventLine, frameLines, headerLines, summaryLines } from '../demo/view.js';
@@ -44,7 +44,7 @@ export function registerDemoCommand(program: Command, out: DemoOutput = process.
         .default(ENVOY_MESSAGE_TIMEOUT_MS),
     )
     .addOption(new Option('--json', 'print only the summary, as JSON'))
-    .addOption(new Option('--log-level <level>', "the gate's and workers' log level (logs go to stderr)").default('silent'))
+    .addOption(new Option('--log-level <level>', "the gate's and workers' log level (logs go to stderr)").choices(LOG_LEVELS).default('silent'))
     .action(async (o: DemoFlags) => {
       const live = out.isTTY === true && !o.json;
       const stop = new AbortController();

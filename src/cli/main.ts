@@ -69,7 +69,7 @@ export async function buildCli(argv: readonly string[] = process.argv): Promise<
   const program = new Command('kvgate')
     .description('KV-cache-aware router for LLM inference: an Envoy ext_proc service')
     .version(packageVersion(), '-V, --version', 'print the version and exit')
-    .showHelpAfterError()
+    .showHelpAfterError('(add --help for usage)')
     // Usage errors throw (a CommanderError) instead of exiting, so `main` maps every error to one
     // exit-status scheme; subcommands created below inherit this.
     .exitOverride();

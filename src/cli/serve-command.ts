@@ -3,11 +3,8 @@
  * imported when the command runs, so `kvgate status` and `--help` never load them.
  */
 import { Command, Option } from 'commander';
-import { port, secondsUpTo } from './arg-parsers.js';
+import { LOG_LEVELS, port, secondsUpTo } from './arg-parsers.js';
 import { DEFAULTS } from '../config/defaults.js';
-
-/** pino's levels, listed so a typo is a usage error naming them, not pino's internal text. */
-export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
 
 interface ServeOptions {
   config: string;
@@ -54,13 +51,22 @@ export function registerServeCommand(program: Command): void {
         .default(DEFAULTS.shutdownGraceS),
     )
     .action(async (o: ServeOptions) => {
-      const [{ loadConfigFile }, { createLogger }, { startTracing }, { startKvgate }] = await Promise.all([
+      const [grpc, { loadConfigFile }, { createLogger }, { startTracing }, { startKvgate }] = await Promise.all([
+        import('@grpc/grpc-js'),
         import('../config/load.js'),
         import('../telemetry/logger.js'),
         import('../telemetry/tracing.js'),
         import('../app.js'),
       ]);
       const logger = createLogger(o.logLevel);
+      // gRPC's own diagnostics as log lines (it prints to stderr otherwise). A failed bind is
+      // reported by kvgate itself, naming the port and the flag that changes it.
+      grpc.setLogger({
+        error: (...args: unknown[]) => {
+          const text = args.map(String).join(' ');
+          if (!/No address added out of total/.test(text)) logger.warn({ source: 'grpc' }, text);
+        },
+      });
       const config = loadConfigFile(o.config);
       // Span export follows the standard OTEL_* variables; off when they are unset.
       const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
