@@ -95,6 +95,8 @@ export class AdminServer {
                     fb_free_mib: s?.fbFreeMiB,
                     age_ms: sig.record && Number.isFinite(sig.record.ageMs) ? Math.round(sig.record.ageMs) : null,
                     scrape_failures: sig.record?.failures ?? 0,
+                    // Why the last scrape failed (connection refused, a timeout, no engine series).
+                    ...(sig.record?.error ? { last_error: sig.record.error } : {}),
                   },
                 }
               : {}),

@@ -78,7 +78,7 @@ export function unreachableMessage(origin: string, err: unknown): string {
   if (code.startsWith('HPE_') || /parse error/i.test(cause?.message ?? '')) {
     return `${origin} does not answer HTTP/1.1: it looks like the gate's ext_proc gRPC port; the admin API is on the port of --admin-port (9090 by default; \`kvgate serve\` logs it as admin_port): pass that with --admin`;
   }
-  if (code === 'ECONNREFUSED') return `nothing is listening at ${origin}: is the gate running? Pass its admin address with --admin (its --admin-port, 9090 by default; \`kvgate serve\` logs it as admin_port)`;
+  if (code === 'ECONNREFUSED') return `nothing is listening at ${origin} (ECONNREFUSED): is the gate running? Pass its admin address with --admin (its --admin-port, 9090 by default; \`kvgate serve\` logs it as admin_port)`;
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve the host of ${origin}: check --admin`;
   return `cannot reach the admin API at ${origin}: ${code || cause?.message || (err as Error).message}`;
 }
@@ -93,16 +93,18 @@ export function formatStatus(body: { store?: unknown; readiness?: ReadinessView;
     id: String(w['id'] ?? '?') + (w['cluster'] !== undefined && w['cluster'] !== w['id'] ? ` (${String(w['cluster'])})` : ''),
     state: String(w['state'] ?? '?'),
     inflight: `${fmtCount(w['inflight'])}/${fmtCount(w['max_inflight'])}`,
-    // A worker without a metrics_url has no signals: its state is kvgate's own in-flight count
-    // and an operator's setting, not a measured load.
-    signals: signalsOf(w) || (w['signals'] === undefined && w['reasons'] === undefined ? '(no metrics_url: in-flight count only)' : ''),
+    signals: signalsOf(w),
   }));
+  // A worker without a metrics_url has no signals: its state is kvgate's own in-flight count and
+  // an operator's setting, not a measured load. Said once, under the table.
+  const unmeasured = body.workers.filter((w) => w['signals'] === undefined && w['reasons'] === undefined).length;
+  const note = unmeasured > 0 ? `${unmeasured === body.workers.length ? 'no worker has' : `${unmeasured} worker${unmeasured === 1 ? '' : 's'} without`} a metrics_url: healthy unless drained or down by an operator; load is kvgate's own in-flight count\n` : '';
   const pools = new Set(rows.map((r) => r.pool)).size > 1;
   const header: WorkerRow = { pool: 'POOL', id: 'WORKER', state: 'STATE', inflight: 'IN-FLIGHT', signals: 'SIGNALS' };
   const width = (k: keyof WorkerRow) => Math.max(...[header, ...rows].map((r) => r[k].length));
   const line = (r: WorkerRow) => `${pools ? `${r.pool.padEnd(width('pool'))}  ` : ''}${r.id.padEnd(width('id'))}  ${r.state.padEnd(width('state'))}  ${r.inflight.padEnd(width('inflight'))}  ${r.signals}`.trimEnd();
   const head = `${body.workers.length} worker${body.workers.length === 1 ? '' : 's'}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}${readinessOf(body.readiness)}`;
-  return `${head}\n${[header, ...rows].map(line).join('\n')}\n${problemOf(body.readiness)}`;
+  return `${head}\n${[header, ...rows].map(line).join('\n')}\n${note}${problemOf(body.readiness)}`;
 }
 
 interface ReadinessView {
