@@ -110,7 +110,8 @@ export class AdminServer {
     }
     if (req.method === 'GET' && url.pathname === '/debug/decisions') {
       const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20) || 20));
-      return send(res, 200, { decisions: gate.decisions.recent(limit) });
+      // The gate keeps explanations as its TypeScript types have them; the API speaks snake_case.
+      return send(res, 200, { decisions: snakeCaseKeys(gate.decisions.recent(limit)) });
     }
     const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
     if (m && (req.method === 'PUT' || req.method === 'POST')) {
@@ -128,6 +129,13 @@ export class AdminServer {
     }
     return send(res, 404, { error: 'not found' });
   }
+}
+
+/** A copy of plain JSON data with camelCase keys in snake_case (`totalBlocks` → `total_blocks`). */
+export function snakeCaseKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(snakeCaseKeys);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), snakeCaseKeys(v)]));
 }
 
 function send(res: http.ServerResponse, status: number, body: unknown): void {

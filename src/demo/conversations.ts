@@ -11,7 +11,7 @@ const SYSTEM_PROMPT_CHARS = 6000;
 /** ~100-200 tokens per user turn. */
 const USER_TURN_CHARS = [400, 800] as const;
 /** Tokens the model writes per turn: short, so turns are quick to watch. */
-export const ANSWER_TOKENS = 24;
+export const ANSWER_TOKENS = 64;
 
 export const SYSTEM_PROMPT_NAMES = ['A', 'B'] as const;
 
