@@ -49,9 +49,9 @@ function reach(entries: string[], dynamic: (file: string) => boolean): { files: 
 
 describe('production shape', () => {
   test('kvgate serve reaches only serving code and production dependencies', () => {
-    // main.ts loads subcommands other than `serve` lazily, so its dynamic imports are not followed;
+    // cli.ts loads subcommands other than `serve` lazily, so its dynamic imports are not followed;
     // everything `serve` itself imports (statically or in its action) is.
-    const { files, packages } = reach(['src/cli/main.ts'], (f) => !f.endsWith(path.join('cli', 'main.ts')));
+    const { files, packages } = reach(['src/cli/main.ts'], (f) => !f.endsWith(path.join('cli', 'cli.ts')));
     const rel = [...files].map((f) => path.relative(ROOT, f));
     assert.ok(rel.includes('src/app.ts'), 'the walk reaches the app');
     assert.ok(rel.includes('src/extproc/server.ts'));

@@ -14,6 +14,7 @@ import { parseConfig, loadConfigFile } from '../../src/config/load.js';
 import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
 import { loadEnvoyConfig } from '../harness/envoy-config.js';
+import { parseKvgate } from '../helpers/cli-parse.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const ENVOY_DIR = path.join(ROOT, 'envoy');
@@ -154,7 +155,7 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
   });
 
-  test('compose demo: the files it mounts exist and agree (Envoy clusters, kvgate workers, tracer)', () => {
+  test('compose demo: the files it mounts exist and agree (Envoy clusters, kvgate workers, tracer)', async () => {
     const dir = path.join(ENVOY_DIR, 'demo');
     const compose = obj(parse(readFileSync(path.join(dir, 'compose.yaml'), 'utf8')), 'compose');
     const services = obj(compose.services, 'services');
@@ -165,11 +166,26 @@ describe('deployment files', { concurrency: true }, () => {
         assert.ok(existsSync(path.join(dir, host)), `${name} mounts ${host}`);
       }
     }
-    assert.deepEqual(obj(services['worker-1'], 'w').command, ['fake-worker', '--port', '8000']);
     assert.ok(existsSync(path.join(dir, String(obj(obj(services.kvgate, 'k').build, 'b').context), 'Dockerfile')));
     const kv = loadConfigFile(path.join(dir, 'kvgate.yaml'));
     const envoy = loadEnvoyConfig(path.join(dir, 'envoy.yaml'));
     for (const w of kv.workers) assert.ok(envoy.clusters.has(w.cluster), `cluster ${w.cluster}`);
+    // Every command is one the kvgate command line accepts, and the fake workers listen where
+    // Envoy's clusters and kvgate's metrics_url look for them (all interfaces: 127.0.0.1 inside a
+    // container is unreachable from the others).
+    const serve = await parseKvgate(obj(services.kvgate, 'k').command as string[]);
+    assert.equal(serve.command, 'serve');
+    const envoyText = readFileSync(path.join(dir, 'envoy.yaml'), 'utf8');
+    for (const [i, w] of kv.workers.entries()) {
+      const service = `worker-${i + 1}`;
+      const fake = await parseKvgate(obj(services[service], service).command as string[]);
+      assert.equal(fake.command, 'fake-worker');
+      assert.equal(fake.options['host'], '0.0.0.0', `${service} listens on all interfaces`);
+      assert.equal(fake.options['id'], w.id, `${service} reports the worker id kvgate knows it by`);
+      assert.equal(w.metrics_url, `http://${service}:${String(fake.options['port'])}/metrics`, 'kvgate scrapes it');
+      assert.match(envoyText, new RegExp(`address: ${service}, port_value: ${String(fake.options['port'])}`), 'Envoy reaches it');
+    }
+    assert.doesNotMatch(readFileSync(path.join(dir, 'compose.yaml'), 'utf8'), /assumed/i, 'no stale notes');
     const text = readFileSync(path.join(dir, 'envoy.yaml'), 'utf8');
     assert.match(text, /envoy\.tracers\.opentelemetry/);
     assert.match(text, /address: jaeger, port_value: 4317/);
