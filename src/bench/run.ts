@@ -79,7 +79,16 @@ export interface BenchReport {
   wall_s: number;
 }
 
-export type Progress = (line: string) => void;
+/** Called as each step starts, with how long it is planned to take (for a time-left estimate). */
+export type Progress = (line: string, plannedMs: number) => void;
+
+/** The steps runBench will take (each one `progress` call) and their planned time in all. */
+export function benchPlan(opts: Pick<BenchOptions, 'sizes' | 'stores' | 'rounds' | 'durationMs' | 'warmupMs' | 'halfSaturation'>): { steps: number; plannedMs: number } {
+  const servers = 1 + opts.stores.length;
+  const perSize = servers * (1 + opts.rounds + (opts.halfSaturation ? 1 : 0));
+  const perSizeMs = servers * (Math.max(1, opts.warmupMs) + opts.rounds * (RAMP_MS + opts.durationMs) + (opts.halfSaturation ? RAMP_MS + opts.durationMs * opts.rounds : 0));
+  return { steps: opts.sizes.length * perSize, plannedMs: opts.sizes.length * perSizeMs };
+}
 
 /** Each measured run first ramps up its streams unmeasured for this long. */
 const RAMP_MS = 200;
@@ -131,13 +140,13 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         ...(s.routingHeader ? { expectHeader: s.routingHeader } : {}),
       });
       for (const s of servers) {
-        progress(`${size}: warming up ${s.name}`);
+        progress(`${size}: warming up ${s.name}`, Math.max(1, opts.warmupMs));
         await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: 0, durationMs: Math.max(1, opts.warmupMs) });
       }
       const rounds = new Map<ServerUnderTest, Array<{ w: WindowResult; gate: GateCounts | null }>>(servers.map((s) => [s, []]));
       for (let round = 1; round <= opts.rounds; round++) {
         for (const s of servers) {
-          progress(`${size}: ${s.name} at saturation, round ${round}/${opts.rounds}`);
+          progress(`${size}: ${s.name} at saturation, round ${round}/${opts.rounds}`, RAMP_MS + opts.durationMs);
           s.window();
           const w = await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
           rounds.get(s)!.push({ w, gate: s.window() ?? null });
@@ -173,7 +182,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const rate = capacity / 2;
         // Room for the bursts of Poisson arrivals, without letting a stuck server pile up streams forever.
         const cap = Math.max(opts.concurrency * 4, 256);
-        progress(`${size}: ${s.name} at half of saturation, ${Math.round(rate)}/s`);
+        progress(`${size}: ${s.name} at half of saturation, ${Math.round(rate)}/s`, RAMP_MS + opts.durationMs * opts.rounds);
         s.window();
         const w = await pool.run({ ...base(s), mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
         runs.push(row(s.name, size, 'half', cap, Math.round(rate), w, s.window() ?? null));
