@@ -18,7 +18,19 @@ export interface StepProgress {
 
 const seconds = (ms: number) => (ms >= 60_000 ? `${Math.floor(ms / 60_000)} min ${Math.round((ms % 60_000) / 1000)} s` : `${Math.round(ms / 1000)} s`);
 
-export function stepProgress(prefix: string, totalSteps: number, totalPlannedMs: number, sink: ProgressSink, now: () => number = () => performance.now()): StepProgress {
+/**
+ * `totalPlanned` and each step's plan are milliseconds, or any unit of work when `plannedIsTime`
+ * is false (requests, say): then the time left is known once the first step has finished.
+ */
+export function stepProgress(
+  prefix: string,
+  totalSteps: number,
+  totalPlanned: number,
+  sink: ProgressSink,
+  now: () => number = () => performance.now(),
+  plannedIsTime = true,
+): StepProgress {
+  const totalPlannedMs = totalPlanned;
   const started = now();
   let index = 0;
   let plannedDone = 0;
@@ -30,11 +42,12 @@ export function stepProgress(prefix: string, totalSteps: number, totalPlannedMs:
       lastPlanned = plannedMs;
       index++;
       const elapsed = now() - started;
-      // Before any step has finished, the plan is all there is to go by.
-      const pace = plannedDone > 0 ? Math.max(1, elapsed / plannedDone) : 1;
+      // Before any step has finished, the plan is all there is to go by (when it is in time).
+      const pace = plannedDone > 0 ? (plannedIsTime ? Math.max(1, elapsed / plannedDone) : elapsed / plannedDone) : 1;
       const left = Math.max(0, totalPlannedMs - plannedDone) * pace;
       const width = String(totalSteps).length;
-      const line = `${prefix} [${String(index).padStart(width)}/${totalSteps}] ${label} · ${seconds(elapsed)} elapsed, ~${seconds(left)} left`;
+      const eta = plannedDone === 0 && !plannedIsTime ? 'time left known after this step' : `~${seconds(left)} left`;
+      const line = `${prefix} [${String(index).padStart(width)}/${totalSteps}] ${label} · ${seconds(elapsed)} elapsed, ${eta}`;
       if (sink.isTTY) {
         sink.write(`\r\x1b[2K${line}`);
         drawn = true;

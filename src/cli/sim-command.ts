@@ -3,9 +3,11 @@
  * real routing (through `Gate`) and under the baselines users would otherwise pick, and prints one
  * row per policy (or `--json`), optionally writing a markdown report with charts.
  */
+import { accessSync, constants, existsSync, mkdirSync, statSync } from 'node:fs';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
+import { stepProgress } from '../bench/progress.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { initHashing } from '../request/hashing.js';
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
@@ -73,12 +75,13 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS})`).argParser(positiveInt))
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
-    .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR (created if missing)').argParser(reportDir))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
       const workload = loadWorkload(o);
-      const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
+      // On a terminal a bar with the time left; piped, a line as each policy starts.
+      const bar = o.json ? undefined : process.stderr.isTTY ? progressBar(workload, o.policies) : progressLines(workload, o.policies);
       let report;
       try {
         report = await runSimulation(
@@ -121,6 +124,21 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     });
 }
 
+/**
+ * `--report` is checked before the run (which can take minutes), not after it: a path that is a
+ * file, or a directory that cannot be created, fails at once.
+ */
+function reportDir(value: string): string {
+  if (existsSync(value) && !statSync(value).isDirectory()) throw new InvalidArgumentError(`${value} is a file: name a directory (report.md and the charts go into it)`);
+  try {
+    mkdirSync(value, { recursive: true });
+    accessSync(value, constants.W_OK);
+  } catch (err) {
+    throw new InvalidArgumentError(`cannot write into ${value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message}`);
+  }
+  return value;
+}
+
 function loadWorkload(o: SimFlags): Workload {
   const common = { rateScale: o.rateScale, ...(o.requests !== undefined ? { maxRequests: o.requests } : {}) };
   if (o.trace !== undefined) return loadTrace(o.trace, common);
@@ -129,12 +147,28 @@ function loadWorkload(o: SimFlags): Workload {
   return syntheticWorkload(name, { requests: o.requests ?? DEFAULT_SYNTHETIC_REQUESTS, seed: o.seed, rateScale: o.rateScale });
 }
 
+/** Not a terminal: a line on stderr as each policy starts, with the time left. */
+function progressLines(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
+  const simulated = policies.filter((p) => p !== POOLED_BOUND);
+  const n = w.requests.length;
+  const lines = stepProgress('sim', simulated.length, simulated.length * n, process.stderr, undefined, false);
+  let current: string | undefined;
+  return {
+    update: (policy) => {
+      if (policy === current) return;
+      current = policy;
+      lines.step(`${policy}: ${n.toLocaleString('en-US')} requests`, n);
+    },
+    stop: () => lines.done(),
+  };
+}
+
 /** One bar across all policies, on stderr, redrawn at most every 1% of a policy's requests. */
 function progressBar(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
   const simulated = policies.filter((p) => p !== POOLED_BOUND);
   const n = w.requests.length;
   const bar = new cliProgress.SingleBar(
-    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted}', hideCursor: true, clearOnComplete: true },
+    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted} elapsed, ~{eta_formatted} left', hideCursor: true, clearOnComplete: true },
     cliProgress.Presets.shades_classic,
   );
   bar.start(simulated.length * n, 0, { policy: simulated[0] ?? '' });

@@ -12,7 +12,7 @@ import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 async function bench(args: string[]): Promise<string> {
   const chunks: string[] = [];
   const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {} });
-  registerBenchCommand(program, { write: (s) => chunks.push(s) });
+  registerBenchCommand(program, { write: (s) => chunks.push(s) }, { write: () => {} });
   await program.parseAsync(['bench', ...args], { from: 'user' });
   return chunks.join('');
 }
