@@ -3,6 +3,7 @@
  * trail of workers), redrawn in place. Elsewhere (a pipe, a log, CI): one plain line per answered
  * turn. Both end with the same summary.
  */
+import { SYSTEM_PROMPT_NAMES } from './conversations.js';
 import type { DemoEvent, DemoState, DemoSummary } from './run.js';
 
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
@@ -21,7 +22,7 @@ function short(id: string): string {
 export function headerLines(state: DemoState): string[] {
   const o = state.options;
   return [
-    `kvgate demo: ${state.workers.length} ${state.external ? 'clusters' : 'fake workers'}, ${o.sessions} sessions × ${o.turns} turns (at most ${o.durationS} s), 2 shared system prompts`,
+    `kvgate demo: ${state.workers.length} ${state.external ? 'clusters' : 'fake workers'}, ${o.sessions} sessions × ${o.turns} turns (at most ${o.durationS} s), ${SYSTEM_PROMPT_NAMES.length} shared system prompts`,
     state.external
       ? `gate: the running one at ${state.grpcTarget} (admin ${state.adminUrl}); its clusters: ${state.workers.map((w) => `${w.id} → ${w.worker.url}`).join(', ')}`
       : `gate: ext_proc ${state.grpcTarget}, admin ${state.adminUrl} (while it runs: kvgate status --admin ${state.adminUrl})`,

@@ -30,7 +30,7 @@ describe('kvgate demo', () => {
     assert.doesNotMatch(out, /\x1b\[/, 'no terminal control codes in plain output');
     assert.match(out, /^kvgate demo: 2 fake workers, 4 sessions × 3 turns/m);
     assert.match(out, /admin http:\/\/127\.0\.0\.1:\d+/);
-    const turns = out.split('\n').filter((l) => /^\[\s*[\d.]+s\] s\d+ \(prompt [AB]\) turn \d → worker_\d (placed|stayed|MOVED)/.test(l));
+    const turns = out.split('\n').filter((l) => /^\[\s*[\d.]+s\] s\d+ \(prompt [ABC]\) turn \d → worker_\d (placed|stayed|MOVED)/.test(l));
     assert.equal(turns.length, 12);
     for (const s of ['s01', 's02', 's03', 's04']) {
       const workers = new Set(turns.filter((l) => l.includes(` ${s} `)).map((l) => /→ (worker_\d)/.exec(l)![1]));
@@ -62,9 +62,10 @@ describe('kvgate demo', () => {
   });
 
   test('its gate scrapes the fake workers, and sessions spread over all three workers', async () => {
-    // Without the workers' metrics the gate saw only its own in-flight counts, which end at each
-    // request's first token: the fair-share term never saw the decoding conversations, and the
-    // two system prompts' sessions all followed them to two workers, leaving the third idle.
+    // It used to leave one of three workers idle in every run: two system prompts for three
+    // workers, and a gate without the workers' metrics, whose own in-flight counts end at each
+    // request's first token, so the fair-share term never saw the decoding conversations and
+    // every session followed its prompt to one of two workers.
     let seen: Promise<Array<{ signals?: { running?: number } }>> | undefined;
     const sum = await runDemo({
       workers: 3,
