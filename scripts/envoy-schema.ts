@@ -45,6 +45,9 @@ export const ENVOY_SCHEMA_PROTOS: readonly string[] = [
   'envoy/extensions/filters/http/header_mutation/v3/header_mutation.proto',
   'envoy/extensions/filters/http/health_check/v3/health_check.proto',
   'envoy/extensions/filters/http/set_metadata/v3/set_metadata.proto',
+  // HCM early_header_mutation_extensions: strips client copies of routing headers before the
+  // route is picked (the extension's mutations are config.common.mutation_rules.v3.HeaderMutation).
+  'envoy/extensions/http/early_header_mutation/header_mutation/v3/header_mutation.proto',
   'envoy/extensions/upstreams/http/v3/http_protocol_options.proto',
   'envoy/config/trace/v3/opentelemetry.proto',
   // Common in deployment configs (access logs, TLS to and from Envoy).

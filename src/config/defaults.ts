@@ -43,8 +43,11 @@ export const DEFAULTS = {
   /** Common header for conversation ids (AIBrix and llm-d use the same name). */
   sessionHeader: 'x-session-id',
   sessionCookie: 'kvgate-session',
-  /** The OpenAI-compatible endpoints whose bodies carry `user` / `metadata.session_id` and prompts. */
-  sessionPaths: ['/v1/chat/completions', '/v1/completions'],
+  /**
+   * The endpoints whose bodies carry session fields and prompts: OpenAI chat and completions,
+   * Anthropic Messages and OpenAI Responses (vLLM and SGLang serve all four).
+   */
+  sessionPaths: ['/v1/chat/completions', '/v1/completions', '/v1/messages', '/v1/responses'],
   /** The usual estimate for English text with Llama/GPT tokenizers; only sizes blocks and caches. */
   charsPerToken: 4,
   /**
@@ -101,6 +104,13 @@ export const DEFAULTS = {
 
   /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
   affinityTtlS: 3600,
+  /**
+   * A stored response outlives its KV cache: vLLM keeps it in memory until it restarts, and a
+   * continuation sent elsewhere fails instead of running slower. A day covers agent runs and a
+   * user's pause overnight; an entry is one small key (about 150 bytes in Redis), so a million
+   * responses a day cost about 150 MB.
+   */
+  responseTtlS: 86_400,
   /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
   maxInflight: 16,
   /**

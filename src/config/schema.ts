@@ -21,6 +21,39 @@ export const headerName = z
   .min(1)
   .regex(/^[a-z0-9!#$%&'*+.^_`|~-]+$/, 'must be a lower-case HTTP header name');
 
+/**
+ * Headers Envoy's ext_proc filter will not let kvgate set under its default mutation rules
+ * (Envoy's mutation_rules.cc, Checker::isAllowed): the routing headers `host`, `:authority`,
+ * `:method` and `:scheme` (unless allow_all_routing), and anything under the `x-envoy` prefix
+ * (unless allow_envoy). Envoy drops such a mutation silently, so the route would never follow
+ * kvgate's answer: refused here, where the operator sees why.
+ */
+export const ENVOY_REFUSED_ROUTING_HEADERS: readonly string[] = ['host', ':authority', ':method', ':scheme'];
+export const ENVOY_RESERVED_PREFIX = 'x-envoy';
+
+/** The header kvgate names the cluster in: an ordinary header Envoy lets ext_proc set. */
+export const routingHeaderName = z.string().superRefine((name, ctx) => {
+  const lower = name.toLowerCase();
+  if (ENVOY_REFUSED_ROUTING_HEADERS.includes(lower)) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `"${name}" cannot be the routing header: Envoy's default ext_proc mutation rules refuse to let kvgate set ${lower} (a header Envoy itself routes on), so the route would never follow kvgate's answer; use an ordinary header such as ${DEFAULTS.routingHeader}`,
+      abort: true,
+    });
+    return;
+  }
+  if (lower.startsWith(ENVOY_RESERVED_PREFIX)) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `"${name}" cannot be the routing header: Envoy's default ext_proc mutation rules refuse x-envoy-* headers, so the route would never follow kvgate's answer; use an ordinary header such as ${DEFAULTS.routingHeader}`,
+      abort: true,
+    });
+    return;
+  }
+  const parsed = headerName.safeParse(name);
+  if (!parsed.success) ctx.addIssue({ code: 'custom', message: parsed.error.issues[0]?.message ?? 'must be a lower-case HTTP header name' });
+});
+
 /** Prefix block size in characters: below 16 the index explodes, above 64k a block never completes. */
 export const blockChars = z.number().int().min(16).max(65536);
 
@@ -78,7 +111,7 @@ const configObject = z.strictObject({
   routing: z
     .strictObject({
       protocol: z.enum(['cluster_header', 'endpoint_picker']).default(DEFAULTS.routingProtocol),
-      header: headerName.default(DEFAULTS.routingHeader),
+      header: routingHeaderName.default(DEFAULTS.routingHeader),
       shed_status: z.union([z.literal(429), z.literal(503)]).default(DEFAULTS.shedStatus),
       retry_after_s: z.number().int().nonnegative().default(DEFAULTS.retryAfterS),
       request_body_mode: z.enum(['buffered', 'streamed', 'none']).default(DEFAULTS.requestBodyMode),
@@ -116,6 +149,8 @@ const configObject = z.strictObject({
   affinity: z
     .strictObject({
       ttl_s: z.number().int().positive().default(DEFAULTS.affinityTtlS),
+      /** How long kvgate remembers which worker stored a Responses API response. */
+      response_ttl_s: z.number().int().positive().default(DEFAULTS.responseTtlS),
       max_inflight_per_session: z.number().int().positive().default(DEFAULTS.maxInflightPerSession),
     })
     .prefault({}),

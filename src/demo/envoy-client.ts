@@ -70,7 +70,8 @@ export class EnvoyLikeClient {
   async route(req: ClientRequest): Promise<RouteAnswer> {
     const stream = new ReplyQueue(this.client.Process(), this.messageTimeoutMs);
     const headers: Record<string, string> = { ...req.headers };
-    // Envoy's header_mutation filter runs first: a client never chooses its own worker.
+    // Envoy's early header mutation strips it before the route is picked: a client never
+    // chooses its own worker.
     delete headers[this.routingHeader];
     const pseudo = { ':method': req.method, ':path': req.path, ':scheme': 'http', ':authority': req.authority };
     const failOpen = (): RouteAnswer => {

@@ -15,9 +15,16 @@ export function routeTo(routingHeader: string, cluster: string): CommonResponse 
   return { status: 'CONTINUE', header_mutation: { set_headers: setHeader(routingHeader, cluster) }, clear_route_cache: true };
 }
 
-/** Continue untouched, except that client-sent routing headers (`spoofed`: those present) never survive. */
+/**
+ * Continue untouched, except that client-sent routing headers (`spoofed`: those present) never
+ * survive. Removing them is not enough on its own: Envoy picked the route before ext_proc ran,
+ * possibly on the spoofed header, so the reply also clears the route cache and the route is
+ * picked again without it. Every request-path reply that mutates headers clears the cache.
+ */
 export function continueStripping(spoofed: readonly string[]): CommonResponse {
-  return spoofed.length > 0 ? { status: 'CONTINUE', header_mutation: { remove_headers: [...spoofed] } } : { status: 'CONTINUE' };
+  return spoofed.length > 0
+    ? { status: 'CONTINUE', header_mutation: { remove_headers: [...spoofed] }, clear_route_cache: true }
+    : { status: 'CONTINUE' };
 }
 
 export const CONTINUE: CommonResponse = { status: 'CONTINUE' };

@@ -36,6 +36,8 @@ import { forwardedNamespace, metadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
+import { readableResponse, ResponseIdReader } from './response-id.js';
+import { promptApiOf } from '../request/prompt.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
@@ -51,8 +53,9 @@ export interface StreamHooks {
   onKnobProblems?(problems: readonly KnobProblem[]): void;
 }
 
-/** What was chosen, kept for the response path (served-endpoint feedback). */
+/** What was chosen, kept for the response path (served-endpoint feedback, stored response ids). */
 interface Chosen {
+  pool: string;
   worker: string;
   endpoint: string | undefined;
   key: RoutingKey | undefined;
@@ -74,6 +77,10 @@ export class ExtProcStream {
   private requestMetadata: MetadataContext | null | undefined;
   private chosen: Chosen | undefined;
   private servedSeen = false;
+  /** A Responses API answer whose id is still to be read from its body (see response-id.ts). */
+  private responseIds: ResponseIdReader | undefined;
+  /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
+  private servedBy: string | undefined;
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
@@ -144,11 +151,13 @@ export class ExtProcStream {
         this.advance('response', 'headers');
         this.noteServed(msg.metadata_context);
         if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
+        this.watchResponseId(msg);
         return this.reply({ response_headers: { response: CONTINUE } });
       case 'response_body':
         this.advance('response', 'body');
         this.noteServed(msg.metadata_context);
         if (msg.response_body?.end_of_stream) this.releaseLease();
+        if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
         return this.reply({ response_body: { response: CONTINUE } });
       case 'response_trailers':
         this.advance('response', 'trailers');
@@ -225,7 +234,7 @@ export class ExtProcStream {
       }
       this.lease = result.lease;
       if (!this.endpointPicker) {
-        this.chosen = { worker: result.worker, endpoint: undefined, key: result.key };
+        this.chosen = { pool: result.pool, worker: result.worker, endpoint: undefined, key: result.key };
         this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
         t.decided(result, facts);
         return;
@@ -240,7 +249,7 @@ export class ExtProcStream {
         t.fallback(new KvgateError('internal', `worker ${result.worker} has no address`));
         return;
       }
-      this.chosen = { worker: result.worker, endpoint, key: result.key };
+      this.chosen = { pool: result.pool, worker: result.worker, endpoint, key: result.key };
       // The header and the envoy.lb metadata carry the same endpoint: the protocol forbids them to differ.
       this.replyCommon(phase, this.removingSpoofed(routeTo(DESTINATION_HEADER, endpoint)), destinationMetadata(endpoint));
       t.decided(result, { ...facts, endpoint });
@@ -290,8 +299,36 @@ export class ExtProcStream {
       return;
     }
     this.hooks.telemetry.served('other');
+    this.servedBy = worker.id;
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
     if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+  }
+
+  /**
+   * A routed Responses API request with a successful, readable answer: its id is read from the
+   * body chunks Envoy sends when the route's response body mode is STREAMED (the shipped configs
+   * set it for that path only). With no body mode, nothing is sent and nothing is learned.
+   */
+  private watchResponseId(msg: ProcessingRequest): void {
+    const path = this.request?.path;
+    if (!this.chosen || path === undefined || msg.response_headers?.end_of_stream) return;
+    if (promptApiOf(path) !== 'responses' || !this.config.keys.session_paths.includes(path)) return;
+    if (readableResponse(headerMapToMap(msg.response_headers?.headers))) this.responseIds = new ResponseIdReader();
+  }
+
+  /**
+   * Records the id → worker before this chunk's reply: Envoy holds the chunk until then, so the
+   * client cannot hold the id (and continue from it) before every replica can find its worker.
+   */
+  private async learnResponseId(chunk: Uint8Array | undefined): Promise<void> {
+    const read = this.responseIds!.feed(chunk);
+    if (read === 'more') return;
+    this.responseIds = undefined;
+    if (read === 'none' || !this.chosen) return;
+    // The response is stored where it was produced: the endpoint the proxy reports, if another.
+    const served = this.servedBy === undefined ? undefined : this.gate.pools.poolOfWorker(this.servedBy);
+    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id);
+    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
   }
 
   /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */

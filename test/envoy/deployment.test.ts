@@ -98,6 +98,16 @@ describe('deployment files', { concurrency: true }, () => {
     const svc = ofKind(k8s(), 'Service').find((s) => obj(s.metadata, 'metadata').name === 'kvgate')!;
     const grpcPort = arr(obj(svc.spec, 'spec').ports, 'ports').map((p) => obj(p, 'port')).find((p) => p.name === 'grpc')!;
     assert.match(stringify(patches), new RegExp(`outbound\\|${String(grpcPort.port)}\\|\\|kvgate\\.kvgate\\.svc\\.cluster\\.local`));
+    // The gateway's HCM strips the client's routing header before routing (an HTTP filter would
+    // run after the route was picked on it).
+    const early = patches.map((p) => obj(p, 'patch')).filter((p) => p.applyTo === 'NETWORK_FILTER');
+    assert.equal(early.length, 1);
+    const hcmValue = obj(obj(obj(early[0]!.patch, 'patch').value, 'value').typed_config, 'typed_config');
+    const earlyExt = obj(arr(hcmValue.early_header_mutation_extensions, 'early_header_mutation_extensions')[0], 'extension');
+    assert.deepEqual(obj(earlyExt.typed_config, 'typed_config').mutations, [{ remove: 'x-kvgate-cluster' }]);
+    const rules = await validateEnvoyPgvText(stringify(earlyExt), { type: 'envoy.config.core.v3.TypedExtensionConfig', label: 'istio early strip' });
+    assert.ok(rules.ok, rules.message);
+    assert.ok(!patches.some((p) => JSON.stringify(p).includes('filters.http.header_mutation')), 'no strip by an HTTP filter');
     // The patched route exists in the VirtualService, and the header it matches is kvgate's.
     const vs = ofKind(all, 'VirtualService')[0]!;
     const routes = arr(obj(vs.spec, 'spec').http, 'http').map((r) => obj(r, 'route'));
@@ -128,6 +138,17 @@ describe('deployment files', { concurrency: true }, () => {
     assert.deepEqual(arr(proc.backendRefs, 'backendRefs'), [{ name: 'kvgate', namespace: 'kvgate', port: 9002 }]);
     assert.deepEqual(obj(proc.processingMode, 'processingMode'), { request: { body: 'Buffered' }, response: {} });
     assert.deepEqual(obj(proc.metadata, 'metadata').writableNamespaces, ['envoy.lb']);
+    // The client's destination header goes before routing, on the Gateway the patches target;
+    // the ORIGINAL_DST cluster reads kvgate's metadata, not the header.
+    const [ctp] = ofKind(all, 'ClientTrafficPolicy');
+    const ctpSpec = obj(ctp!.spec, 'spec');
+    assert.deepEqual(obj(obj(ctpSpec.headers, 'headers').earlyRequestHeaders, 'earlyRequestHeaders').remove, ['x-gateway-destination-endpoint']);
+    const gatewayRef = obj(obj(patchPolicy!.spec, 'spec').targetRef, 'targetRef');
+    assert.ok(arr(ctpSpec.targetRefs, 'targetRefs').some((t) => obj(t, 'ref').kind === 'Gateway' && obj(t, 'ref').name === gatewayRef.name));
+    const cluster = arr(obj(patchPolicy!.spec, 'spec').jsonPatches, 'jsonPatches').map((p) => obj(obj(p, 'p').operation, 'op').value as Obj)
+      .find((v) => v?.type === 'ORIGINAL_DST');
+    assert.deepEqual(obj(cluster?.original_dst_lb_config, 'lb').metadata_key, { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] });
+    assert.equal(obj(cluster?.original_dst_lb_config, 'lb').use_http_header, undefined);
   });
 
   test('Kubernetes: the embedded config is valid, and ports, probes and store agree', () => {

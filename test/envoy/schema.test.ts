@@ -47,6 +47,12 @@ function httpFilter(config: Node, name: string): Node {
   return obj(filter?.typed_config, `${name} typed_config`);
 }
 
+/** The typed_config of the HCM's first early header mutation extension. */
+function earlyMutation(config: Node): Node {
+  const ext = obj(list(hcm(config).early_header_mutation_extensions, 'early_header_mutation_extensions')[0], 'early mutation');
+  return obj(ext.typed_config, 'early mutation typed_config');
+}
+
 function firstRoute(config: Node): Node {
   const vhost = obj(list(obj(hcm(config).route_config, 'route_config').virtual_hosts, 'virtual_hosts')[0], 'vhost');
   return obj(obj(list(vhost.routes, 'routes')[0], 'route').route, 'route action');
@@ -126,13 +132,53 @@ describe('Envoy schema validation', { concurrency: true }, () => {
   });
 
   test('rejects an @type that is not in the schema image', async () => {
-    const type = 'envoy.extensions.filters.http.header_mutation.v3.HeaderMutaton';
+    const type = 'envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutaton';
     const result = await validateMutated('unknown-type', (config) => {
-      httpFilter(config, 'envoy.filters.http.header_mutation')['@type'] = `type.googleapis.com/${type}`;
+      earlyMutation(config)['@type'] = `type.googleapis.com/${type}`;
     });
     assert.equal(result.ok, false);
     assert.match(result.message, /proto:\s+not found/); // Go may put U+00A0 after "proto:"
     assert.ok(result.message.includes(`type ${type} is not in the Envoy schema image`), result.message);
+  });
+
+  test('the early header mutation extension is checked field by field (schema and PGV)', async () => {
+    const typo = await validateMutated('early-typo', (config) => {
+      list(earlyMutation(config).mutations, 'mutations')[0] = { remvoe: 'x-kvgate-cluster' };
+    });
+    assert.equal(typo.ok, false);
+    assert.match(typo.message, /unknown field "remvoe", expected one of \[remove append/);
+    const both = await validateMutated('early-oneof', (config) => {
+      list(earlyMutation(config).mutations, 'mutations')[0] = { remove: 'x-kvgate-cluster', append: { header: { key: 'x-kvgate-cluster', value: 'worker_1' } } };
+    });
+    assert.equal(both.ok, false);
+    assert.match(both.message, /already set for oneof action/);
+    const empty = await validateMutatedPgv('early-empty', (config) => {
+      earlyMutation(config).mutations = [];
+    });
+    assert.equal(empty.ok, false);
+    assert.match(empty.message, /mutations: must (?:contain|have) at least 1/);
+  });
+
+  test('PGV: an ORIGINAL_DST metadata_key needs a namespace and a path', async () => {
+    const picker = await readFile(path.join(REPO_ROOT, 'envoy', 'endpoint-picker', 'envoy.yaml'), 'utf8');
+    const lbConfig = (config: Node): Node => {
+      const cluster = list(obj(config.static_resources, 'static_resources').clusters, 'clusters').map((c) => obj(c, 'cluster'))
+        .find((c) => c.name === 'original_destination_cluster');
+      return obj(obj(cluster, 'cluster').original_dst_lb_config, 'original_dst_lb_config');
+    };
+    for (const [name, mutate, expected] of [
+      ['md-no-path', (c: Node) => { obj(lbConfig(c).metadata_key, 'metadata_key').path = []; }, /metadata_key\.path: must (?:contain|have) at least 1/],
+      ['md-no-key', (c: Node) => { obj(lbConfig(c).metadata_key, 'metadata_key').key = ''; }, /metadata_key\.key: must be at least 1 characters/],
+      ['md-typo', (c: Node) => { lbConfig(c).metadata_kye = lbConfig(c).metadata_key; delete lbConfig(c).metadata_key; }, /unknown field "metadata_kye"/],
+    ] as const) {
+      const config = obj(parse(picker), 'endpoint-picker envoy.yaml');
+      mutate(config);
+      const file = path.join(tmp, `${name}.yaml`);
+      await writeFile(file, stringify(config));
+      const result = await validateEnvoyPgv(file);
+      assert.equal(result.ok, false, name);
+      assert.match(result.message, expected, name);
+    }
   });
 
   test('rejects cluster and cluster_header on one route (oneof)', async () => {

@@ -65,18 +65,20 @@ describe('endpoint-picker mode', () => {
     assert.equal(endpointOf(await h.request(chat({ session: 'same' }))), endpoint);
   });
 
-  test('a client-sent destination never survives (header_mutation strips it, kvgate overwrites it)', async () => {
+  test('a client-sent destination never survives (stripped before routing; kvgate overwrites it)', async () => {
     const { h, g } = await setup();
     const honest = endpointOf(await h.request(chat({ session: 'spoof' })));
     const liar = [A, B, C].find((e) => e !== honest)!;
     const out = await h.request(chat({ session: 'spoof', headers: { [HEADER]: liar } }));
     assert.equal(endpointOf(out), honest);
-    // Even without Envoy's header_mutation in front, kvgate's answer overwrites it.
+    // Even without Envoy's early strip in front, kvgate's answer overwrites it, and the
+    // ORIGINAL_DST cluster connects to kvgate's metadata, not to the client's header.
     const cfg = loadEnvoyConfig(EPP_ENVOY);
-    const bare = harness(g.target, { config: { ...cfg, httpFilters: cfg.httpFilters.filter((f) => f.kind !== 'header_mutation') } });
+    const bare = harness(g.target, { config: { ...cfg, earlyHeaderMutations: [] } });
     try {
       const raw = await bare.request(chat({ session: 'spoof', headers: { [HEADER]: liar } }));
       assert.deepEqual(raw.requestHeaders.getAll(HEADER), [honest]);
+      assert.equal(endpointOf(raw), honest);
     } finally {
       bare.close();
     }
@@ -112,6 +114,20 @@ describe('endpoint-picker mode', () => {
     assert.ok(held);
     const hinted = await h2.request({ ...chat({ session: 'probe' }), metadata: subset(held) });
     assert.equal(hinted.kind === 'local' && hinted.status, 429);
+  });
+
+  test('a subset that excludes the endpoint holding a deeper prefix is still served, not shed', async () => {
+    const { h } = await setup();
+    const system = 'You are the ACME support assistant. Follow the refund policy below exactly. '.repeat(40);
+    // The first request teaches the prefix index that A holds this long system prompt.
+    assert.equal(endpointOf(await h.request({ ...chat({ system, text: 'first' }), metadata: subset(A) })), A);
+    // B and C hold nothing and are idle: the request must go to one of them, not be shed because
+    // the store saw a deeper match on A, which this request may not use.
+    for (let i = 0; i < 3; i++) {
+      const out = await h.request({ ...chat({ system, text: `next ${i}` }), metadata: subset(B, C) });
+      assert.equal(out.kind, 'upstream', out.kind === 'local' ? `${out.status} ${out.body.toString()}` : '');
+      assert.ok([B, C].includes(endpointOf(out)!));
+    }
   });
 
   test('the subset hint is honoured: only its endpoints, and an affinity outside it moves into it', async () => {

@@ -99,12 +99,18 @@ export interface SetMetadataEntry {
 
 /**
  * ExtProcPerRoute (typed_per_filter_config[<ext_proc filter name>] on a virtual host or route),
- * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata and
- * the forwarding namespaces.
+ * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata, the
+ * forwarding namespaces and the processing mode.
  */
 export interface ExtProcPerRoute {
   disabled: boolean;
   grpcInitialMetadata: Array<[string, string]>;
+  /**
+   * overrides.processing_mode: replaces the filter's whole mode for both directions (unset fields
+   * take their defaults, not the filter's: FilterConfigPerRoute keeps the message as written, and
+   * mergePerRouteConfig hands it to setProcessingMode of the decoding and encoding states).
+   */
+  processingMode?: ProcessingMode;
   /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
   forwardingNamespaces?: string[];
 }
@@ -174,12 +180,35 @@ export interface ParsedEnvoyConfig {
    * first value names the upstream address (default x-envoy-original-dst-host).
    */
   originalDstHeaders: ReadonlyMap<string, string>;
+  /** Every ORIGINAL_DST cluster and where its load balancer looks for the host. */
+  originalDstClusters: ReadonlyMap<string, OriginalDstLb>;
+  /**
+   * HCM early_header_mutation_extensions (header_mutation only), applied to the request headers
+   * in ActiveStream::decodeHeaders before the route is picked and before any HTTP filter runs.
+   */
+  earlyHeaderMutations: RequestMutation[];
+}
+
+/**
+ * cluster.v3.Cluster.OriginalDstLbConfig as OriginalDstCluster::LoadBalancer::chooseHost uses it
+ * (original_dst_cluster.cc): filter state (not imitated), then `metadata_key` in the request's
+ * dynamic metadata, then the `use_http_header` header, then the downstream connection's restored
+ * local address (never, in the harness: no original_dst listener filter). No host: 503.
+ */
+export interface OriginalDstLb {
+  /** use_http_header: the header (default x-envoy-original-dst-host); absent when off. */
+  header?: string;
+  /** metadata_key: namespace (`key`) and path into it. */
+  metadataKey?: { key: string; path: string[] };
+  /** upstream_port_override. */
+  portOverride?: number;
 }
 
 const HCM_TYPE = 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager';
 const EXT_PROC_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor';
 const HEADER_MUTATION_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation';
 const ROUTER_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.router.v3.Router';
+const EARLY_HEADER_MUTATION_TYPE = 'type.googleapis.com/envoy.extensions.http.early_header_mutation.header_mutation.v3.HeaderMutation';
 const SET_METADATA_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config';
 const EXT_PROC_PER_ROUTE_TYPE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
 
@@ -439,9 +468,10 @@ export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute
     return { disabled: true, grpcInitialMetadata: [] };
   }
   const o = obj(c.overrides, `${where}.overrides`);
-  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options');
+  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options' && k !== 'processing_mode');
   if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
   const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
+  if (o.processing_mode !== undefined) out.processingMode = normalizeProcessingMode(o.processing_mode, `${where}.overrides.processing_mode`);
   const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
   if (fwd !== undefined) out.forwardingNamespaces = fwd;
   return out;
@@ -482,8 +512,31 @@ function parseHeaderMutationFilter(name: string, raw: unknown): RequestMutation[
   if (mutations.query_parameter_mutations !== undefined || mutations.parameter_mutations !== undefined) {
     throw new Error(`${name}: query parameter mutations are not supported by the harness`);
   }
-  return list(mutations.request_mutations, `${name}.request_mutations`).map((m, i): RequestMutation => {
-    const where = `${name}.request_mutations[${i}]`;
+  return parseMutationList(mutations.request_mutations, `${name}.request_mutations`);
+}
+
+/**
+ * HttpConnectionManager.early_header_mutation_extensions: only the header_mutation extension
+ * (envoy.http.early_header_mutation.header_mutation) is imitated; its `mutations` are the same
+ * config.common.mutation_rules.v3.HeaderMutation list as the header_mutation filter's.
+ */
+function parseEarlyHeaderMutations(v: unknown): RequestMutation[] {
+  return list(v, 'early_header_mutation_extensions').flatMap((e, i) => {
+    const where = `early_header_mutation_extensions[${i}]`;
+    const ext = obj(e, where);
+    const tc = obj(ext.typed_config, `${where}.typed_config`);
+    if (tc['@type'] !== EARLY_HEADER_MUTATION_TYPE) {
+      throw new Error(`${where}: only ${EARLY_HEADER_MUTATION_TYPE} is supported by the harness (got ${String(tc['@type'])})`);
+    }
+    const mutations = parseMutationList(tc.mutations, `${where}.mutations`);
+    if (mutations.length === 0) throw new Error(`${where}.mutations: at least one mutation (PGV min_items 1)`);
+    return mutations;
+  });
+}
+
+function parseMutationList(v: unknown, at: string): RequestMutation[] {
+  return list(v, at).map((m, i): RequestMutation => {
+    const where = `${at}[${i}]`;
     const mm = obj(m, where);
     if (mm.remove !== undefined) return { kind: 'remove', name: str(mm.remove, `${where}.remove`).toLowerCase() };
     if (mm.remove_on_match !== undefined) {
@@ -631,12 +684,30 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
   const clusterDefs = list(sr.clusters, 'static_resources.clusters').map((c, i) => obj(c, `clusters[${i}]`));
   const clusters = new Set(clusterDefs.map((c, i) => str(c.name, `clusters[${i}].name`)));
   const originalDstHeaders = new Map<string, string>();
+  const originalDstClusters = new Map<string, OriginalDstLb>();
   for (const c of clusterDefs) {
     if (c.type !== 'ORIGINAL_DST') continue;
-    const lb = obj(c.original_dst_lb_config, `${String(c.name)}.original_dst_lb_config`);
+    const where = `${String(c.name)}.original_dst_lb_config`;
+    const lb = obj(c.original_dst_lb_config, where);
+    const unknown = Object.keys(lb).filter((k) => !['use_http_header', 'http_header_name', 'metadata_key', 'upstream_port_override'].includes(k));
+    if (unknown.length > 0) throw new Error(`${where}: ${unknown.join(', ')} not supported by the harness`);
+    const out: OriginalDstLb = {};
     if (bool(lb.use_http_header, 'use_http_header')) {
-      originalDstHeaders.set(String(c.name), typeof lb.http_header_name === 'string' ? lb.http_header_name.toLowerCase() : 'x-envoy-original-dst-host');
+      // An empty http_header_name means the default header (OriginalDstCluster's constructor).
+      out.header = typeof lb.http_header_name === 'string' && lb.http_header_name !== '' ? lb.http_header_name.toLowerCase() : 'x-envoy-original-dst-host';
+      originalDstHeaders.set(String(c.name), out.header);
+    } else if (typeof lb.http_header_name === 'string' && lb.http_header_name !== '') {
+      // OriginalDstClusterFactory::createClusterImpl rejects this combination.
+      throw new Error(`${where}: http_header_name is set but use_http_header is false`);
     }
+    if (lb.metadata_key !== undefined) {
+      const mk = obj(lb.metadata_key, `${where}.metadata_key`);
+      const path = list(mk.path, `${where}.metadata_key.path`).map((seg, i) => str(obj(seg, `${where}.metadata_key.path[${i}]`).key, `${where}.metadata_key.path[${i}].key`));
+      if (path.length === 0) throw new Error(`${where}.metadata_key.path: at least one segment (PGV min_items 1)`);
+      out.metadataKey = { key: str(mk.key, `${where}.metadata_key.key`), path };
+    }
+    if (lb.upstream_port_override !== undefined) out.portOverride = uint32Value(lb.upstream_port_override, `${where}.upstream_port_override`, 0);
+    originalDstClusters.set(String(c.name), out);
   }
 
   return {
@@ -648,6 +719,8 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     routeConfig: parseRouteConfig(hcm.route_config, extProc?.filterName),
     clusters,
     originalDstHeaders,
+    originalDstClusters,
+    earlyHeaderMutations: parseEarlyHeaderMutations(hcm.early_header_mutation_extensions),
   };
 }
 

@@ -6,7 +6,26 @@
  * done: which cluster the request reached, or which local reply the client got.
  *
  * It imitates Envoy's ext_proc filter as of about Envoy 1.35+ (reference:
- * /work/shared/reference/envoy-ext-proc.md §3, §5.1). Deliberate simplifications:
+ * /work/shared/reference/envoy-ext-proc.md §3, §5.1, §7). Each rule names the Envoy source it
+ * follows where it is implemented; read from envoyproxy/envoy, not run. The routing rules:
+ *  - HCM ConnectionManagerImpl::ActiveStream::decodeHeaders (source/common/http/conn_manager_impl.cc):
+ *    early header mutations (HttpConnectionManager.early_header_mutation_extensions; the
+ *    header_mutation extension, source/extensions/http/early_header_mutation/header_mutation)
+ *    run first, then refreshCachedRoute() picks and caches the route, then the HTTP filters run
+ *    (request-run.ts, RequestRun constructor). A cluster_header route reads its header then
+ *    (routing.ts, RouteEntryImplBase::clusterEntry);
+ *  - the route is picked again only after a filter clears the cache: ext_proc's
+ *    DecodingProcessorState::clearRouteCache (processor_state.cc), needing a header_mutation in the
+ *    same reply, per route_cache_action; the header_mutation HTTP filter never clears it
+ *    (HeaderMutation::decodeHeaders, source/extensions/filters/http/header_mutation/header_mutation.cc);
+ *  - ORIGINAL_DST host: OriginalDstCluster::LoadBalancer::chooseHost
+ *    (source/extensions/clusters/original_dst/original_dst_cluster.cc): metadata_key, then the
+ *    use_http_header header, each parsed as ip:port; none → the router's 503 no_healthy_upstream;
+ *  - header mutations from ext_proc: Checker::isAllowed (source/extensions/filters/common/
+ *    mutation_rules/mutation_rules.cc) and MutationUtils (ext_proc/mutation_utils.cc), mutations.ts;
+ *  - the stream is closed right after the last reply Envoy needs: Filter::
+ *    closeGrpcStreamIfLastRespReceived (ext_proc/ext_proc.cc), ext-proc-session.ts.
+ * Deliberate simplifications:
  *  - the request path finishes before the response path starts (Envoy may interleave them);
  *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
  *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
@@ -16,8 +35,15 @@
  *    are forwarded in metadata_context for the untyped forwarding namespaces (the filter's, or a
  *    per-route override's); a reply's dynamic_metadata is applied for the filter's untyped
  *    receiving namespaces; no connection metadata fallback;
- *  - ORIGINAL_DST clusters: the endpoint is the first value of the use_http_header header,
- *    reported as is (no address validation, no fallback to the connection's destination);
+ *  - ORIGINAL_DST clusters: no filter-state override and no fallback to the downstream
+ *    connection's restored destination (no original_dst listener filter is imitated); the host is
+ *    reported as its ip:port, not connected to;
+ *  - early header mutations: the header_mutation extension only, literal values (no
+ *    substitution formatters), and no other HCM request-header sanitising (internal_only_headers,
+ *    x-envoy-* stripping of external requests);
+ *  - stream close: closed at once, not gracefully (ext_proc_graceful_grpc_close); a BUFFERED body
+ *    reply never closes (as in Envoy); the extra close at encodeHeaders when the response path
+ *    sends nothing is covered by the close at the end of the request;
  *  - ExtProcPerRoute on virtual hosts and routes: `disabled`, `grpc_initial_metadata` and
  *    `metadata_options` only (other overrides are config errors in the harness), merged once
  *    on the route matched when ext_proc starts, as Envoy does;

@@ -150,6 +150,9 @@ export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined
     const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
     const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
     if (fwd) next.forwardingNamespaces = fwd;
+    // mergeProcessingMode: a disabled more specific config has none; else the more specific one's, else the other's.
+    const mode = c.disabled ? undefined : (c.processingMode ?? merged.processingMode);
+    if (mode) next.processingMode = mode;
     merged = next;
   }
   return merged;
@@ -179,6 +182,8 @@ export class ExtProcSession {
   /** The request's dynamic metadata (shared with its RequestRun), read at each send like Envoy's stream info. */
   metadata = new DynamicMetadata();
   private stream: RawStream | undefined;
+  /** ProcessorState::hasNoBody per direction: the headers message carried end_of_stream. */
+  private readonly noBody = { decoding: false, encoding: false };
   /** The gRPC initial metadata the stream opens with (per-route overrides merged in). */
   grpcMetadata: Array<[string, string]>;
   /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
@@ -213,7 +218,7 @@ export class ExtProcSession {
 
   /**
    * Filter::mergePerRouteConfig, applied once before the first message: `disabled` turns every
-   * phase off; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
+   * phase off; a processing_mode replaces the filter's for both directions; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
    * added); forwarding namespaces, when overridden, replace the filter's.
    */
   applyPerRoute(merged: ExtProcPerRoute): void {
@@ -228,6 +233,7 @@ export class ExtProcSession {
       });
       return;
     }
+    if (merged.processingMode) this.setProcessingMode(merged.processingMode);
     this.grpcMetadata = mergeByKey(this.grpcMetadata, merged.grpcInitialMetadata);
     if (merged.forwardingNamespaces) this.forwardingNamespaces = [...merged.forwardingNamespaces];
   }
@@ -249,6 +255,8 @@ export class ExtProcSession {
     }
     const record: MessageRecord = { sent: kind, reply: 'none' };
     if (endOfStream !== undefined) record.endOfStream = endOfStream;
+    if (kind === 'request_headers') this.noBody.decoding = endOfStream === true;
+    if (kind === 'response_headers') this.noBody.encoding = endOfStream === true;
     this.messages.push(record);
     // Envoy attaches metadata_context: the forwarding namespaces (the filter's, or a per-route
     // override's) of the request's dynamic metadata (empty unless configured), as they stand
@@ -297,6 +305,7 @@ export class ExtProcSession {
       if (kind === p.kind) {
         this.stats.streamMsgsReceived++;
         this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
+        this.closeIfLastResponse(p, resp);
         return { type: 'match', response: resp };
       }
       if (kind === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
@@ -339,6 +348,52 @@ export class ExtProcSession {
       return this.onSpurious(kind === 'unknown' ? 'unhandled message' : 'spurious message');
     }
     return undefined;
+  }
+
+  /**
+   * Filter::closeGrpcStreamIfLastRespReceived (ext_proc.cc, runtime guard
+   * ext_proc_stream_close_optimization, on by default), evaluated after the reply is handled:
+   * Envoy closes the stream (END_STREAM, then reset) as soon as the reply just received is the
+   * last one it will need. Request headers: the request has no body, or body mode NONE without
+   * trailers, and nothing on the response is processed (EncodingProcessorState::noExternalProcess:
+   * header SKIP, body NONE, trailers not SEND). Request body: the last body reply
+   * (isLastBodyResponse: STREAMED when the chunk answered carried end_of_stream; never in BUFFERED
+   * or BUFFERED_PARTIAL) and nothing on the response. Request trailers: nothing on the response.
+   * Response headers: no response body, or body NONE without trailers. Response body: the last
+   * body reply. Response trailers: always. After this the server is never heard again
+   * (stream_ is gone), which the harness marks as processing complete.
+   */
+  private closeIfLastResponse(p: Pending, resp: WireResponse): void {
+    if (!this.stream) return;
+    const enc = this.encoding;
+    const noResponseProcessing = !enc.sendHeaders && !enc.sendTrailers && enc.bodyMode === 'NONE';
+    // handleHeadersResponse has already run in Envoy: CONTINUE_AND_REPLACE ends the direction's body and trailers.
+    const replaced = (d: 'request_headers' | 'response_headers'): boolean => resp[d]?.response?.status === 'CONTINUE_AND_REPLACE';
+    const lastBody = (dir: DirectionState): boolean => dir.bodyMode === 'STREAMED' && p.record.endOfStream === true;
+    const dec = this.decoding;
+    let last = false;
+    switch (p.kind) {
+      case 'request_headers':
+        last = (this.noBody.decoding || replaced('request_headers') || (dec.bodyMode === 'NONE' && !dec.sendTrailers)) && noResponseProcessing;
+        break;
+      case 'request_body':
+        last = lastBody(dec) && noResponseProcessing;
+        break;
+      case 'request_trailers':
+        last = noResponseProcessing;
+        break;
+      case 'response_headers':
+        last = this.noBody.encoding || replaced('response_headers') || (enc.bodyMode === 'NONE' && !enc.sendTrailers);
+        break;
+      case 'response_body':
+        last = lastBody(enc);
+        break;
+      case 'response_trailers':
+        last = true;
+        break;
+    }
+    if (!last) return;
+    this.finish();
   }
 
   /** An error from applying a reply (bad mutation etc.): always a local reply (not fail-open). */

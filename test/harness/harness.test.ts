@@ -15,6 +15,7 @@ import type {
   ProcessingRequest,
   ProcessingResponse,
 } from '../../src/extproc/messages.js';
+import { toPbStruct } from './dynamic-metadata.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyConfig, withExtProc, type ParsedEnvoyConfig } from './envoy-config.js';
 import {
   EnvoyHarness,
@@ -155,11 +156,9 @@ describe('envoy-config', () => {
   test('reads envoy/envoy.yaml: chain, ext_proc settings, routes, clusters, buffer limit', () => {
     assert.deepEqual(
       envoy.httpFilters.map((f) => f.kind),
-      ['header_mutation', 'ext_proc', 'router'],
+      ['ext_proc', 'router'],
     );
-    const hm = envoy.httpFilters[0];
-    assert.ok(hm?.kind === 'header_mutation');
-    assert.deepEqual(hm.requestMutations, [{ kind: 'remove', name: 'x-kvgate-cluster' }]);
+    assert.deepEqual(envoy.earlyHeaderMutations, [{ kind: 'remove', name: 'x-kvgate-cluster' }]);
     const ep = envoy.extProc;
     assert.ok(ep);
     assert.equal(ep.failureModeAllow, true);
@@ -181,8 +180,14 @@ describe('envoy-config', () => {
       [
         { kind: 'cluster_header', header: 'x-kvgate-cluster', clusterNotFoundStatus: 503 },
         { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
+        { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
       ],
     );
+    // The Responses route's fallback sends response bodies (the ids kvgate learns); the rest do not.
+    assert.equal(routes[1]?.match.path, '/v1/responses');
+    assert.equal(routes[1]?.extProcPerRoute?.processingMode?.response_body_mode, 'STREAMED');
+    assert.equal(routes[1]?.extProcPerRoute?.processingMode?.request_body_mode, 'BUFFERED');
+    assert.equal(routes[2]?.extProcPerRoute, undefined);
     for (const c of ['worker_1', 'worker_2', 'worker_3', 'kvgate_fallback', 'kvgate_ext_proc']) {
       assert.ok(envoy.clusters.has(c), c);
     }
@@ -337,13 +342,37 @@ describe('routing (cluster_header + clear_route_cache)', () => {
     });
   });
 
-  test('a client-sent x-kvgate-cluster is stripped by header_mutation before ext_proc sees it', async () => {
+  test('a client-sent x-kvgate-cluster is stripped by the early header mutation before the route is picked', async () => {
     await withHarness(passThrough, async (h, srv) => {
       const o = asUpstream(await h.request({ ...GET, headers: { ...GET.headers, 'x-kvgate-cluster': 'worker_3' } }));
       assert.equal(header(srv.received[0], 'x-kvgate-cluster'), undefined);
       assert.equal(o.cluster, 'kvgate_fallback');
       assert.equal(o.requestHeaders.has('x-kvgate-cluster'), false);
     });
+  });
+
+  // conn_manager_impl.cc ActiveStream::decodeHeaders: refreshCachedRoute() before the filter chain;
+  // header_mutation.cc HeaderMutation::decodeHeaders never clears the route cache.
+  test('an HTTP header_mutation filter does not change the route already picked on the client header', async () => {
+    const filterStrip: ParsedEnvoyConfig = {
+      ...envoy,
+      earlyHeaderMutations: [],
+      httpFilters: [{ kind: 'header_mutation', name: 'strip', requestMutations: [{ kind: 'remove', name: 'x-kvgate-cluster' }] }, ...envoy.httpFilters],
+    };
+    await withHarness(passThrough, async (h, srv) => {
+      const o = asUpstream(await h.request({ ...GET, headers: { ...GET.headers, 'x-kvgate-cluster': 'worker_3' } }));
+      assert.equal(header(srv.received[0], 'x-kvgate-cluster'), undefined, 'the filter removed the header before ext_proc');
+      assert.equal(o.cluster, 'worker_3', 'but the route was picked on it, before any HTTP filter');
+      assert.equal(o.requestHeaders.has('x-kvgate-cluster'), false);
+    }, { config: filterStrip });
+    // A reply that removes it and clears the cache re-picks the route without it.
+    const strip: Script = (m, call) =>
+      call.write(replyTo(m, m.request === 'request_headers' ? { header_mutation: { remove_headers: ['x-kvgate-cluster'] }, clear_route_cache: true } : {}));
+    await withHarness(strip, async (h) => {
+      const o = asUpstream(await h.request({ ...GET, headers: { ...GET.headers, 'x-kvgate-cluster': 'worker_3' } }));
+      assert.equal(o.cluster, 'kvgate_fallback');
+      assert.equal(o.routeCleared, true);
+    }, { config: { ...envoy, earlyHeaderMutations: [] } });
   });
 
   test('an unknown cluster name is a 503 local reply, which still passes ext_proc response_headers', async () => {
@@ -754,9 +783,138 @@ describe('message order', () => {
   });
 });
 
+// ---- ORIGINAL_DST host selection -------------------------------------------------------------
+
+/** A listener whose one route goes to ORIGINAL_DST cluster `od`, configured by `lb`. */
+function originalDstConfig(lb: string): ParsedEnvoyConfig {
+  return parseEnvoyConfig(`
+static_resources:
+  listeners:
+  - name: l
+    filter_chains:
+    - filters:
+      - name: envoy.filters.network.http_connection_manager
+        typed_config:
+          "@type": type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager
+          route_config:
+            virtual_hosts:
+            - { name: v, domains: ["*"], routes: [ { match: { prefix: "/" }, route: { cluster: od } } ] }
+          http_filters:
+          - name: envoy.filters.http.ext_proc
+            typed_config:
+              "@type": type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor
+              grpc_service: { envoy_grpc: { cluster_name: gate } }
+              message_timeout: 2s
+              processing_mode: { response_header_mode: SKIP }
+              metadata_options: { receiving_namespaces: { untyped: [envoy.lb] } }
+          - name: envoy.filters.http.router
+            typed_config: { "@type": type.googleapis.com/envoy.extensions.filters.http.router.v3.Router }
+  clusters:
+  - { name: gate, type: STATIC }
+  - name: od
+    type: ORIGINAL_DST
+    lb_policy: CLUSTER_PROVIDED
+    original_dst_lb_config: ${lb}
+`);
+}
+
+/** Answers the request headers with `metadata` in envoy.lb (when given). */
+const writeLb = (value: unknown): Script => (m, call) =>
+  call.write({ ...replyTo(m), ...(value === undefined ? {} : { dynamic_metadata: toPbStruct({ 'envoy.lb': { dst: value } }) }) });
+
+// OriginalDstCluster::LoadBalancer::chooseHost (original_dst_cluster.cc): filter state, then
+// metadata_key, then the use_http_header header, then the connection; none → no host → 503.
+describe('ORIGINAL_DST host selection', () => {
+  const both = originalDstConfig('{ metadata_key: { key: envoy.lb, path: [ { key: dst } ] }, use_http_header: true, http_header_name: x-dst }');
+  const metadataOnly = originalDstConfig('{ metadata_key: { key: envoy.lb, path: [ { key: dst } ] } }');
+  const withDst = { ...GET, headers: { ...GET.headers, 'x-dst': '10.0.0.9:8000' } };
+
+  test('metadata first, then the header; a list gives its first element; an invalid value is skipped', async () => {
+    await withHarness(writeLb('10.0.0.1:8000'), async (h) => {
+      assert.equal(asUpstream(await h.request(withDst)).endpoint, '10.0.0.1:8000');
+    }, { config: both });
+    await withHarness(writeLb(['[::1]:9000', '10.0.0.2:8000']), async (h) => {
+      assert.equal(asUpstream(await h.request(withDst)).endpoint, '[::1]:9000');
+    }, { config: both });
+    await withHarness(writeLb('worker-1:8000'), async (h) => {
+      assert.equal(asUpstream(await h.request(withDst)).endpoint, '10.0.0.9:8000', 'not ip:port: the header is next');
+    }, { config: both });
+    await withHarness(writeLb(undefined), async (h) => {
+      assert.equal(asUpstream(await h.request(withDst)).endpoint, '10.0.0.9:8000');
+    }, { config: both });
+  });
+
+  test('metadata_key alone: no metadata is no host (503 no_healthy_upstream), whatever the headers say', async () => {
+    await withHarness(writeLb(undefined), async (h) => {
+      const o = asLocal(await h.request(withDst));
+      assert.equal(o.status, 503);
+      assert.equal(o.details, 'no_healthy_upstream');
+    }, { config: metadataOnly });
+    await withHarness(writeLb('10.0.0.1:8000'), async (h) => {
+      assert.equal(asUpstream(await h.request(withDst)).endpoint, '10.0.0.1:8000');
+    }, { config: metadataOnly });
+  });
+
+  test('upstream_port_override replaces the port', async () => {
+    const cfg = originalDstConfig('{ metadata_key: { key: envoy.lb, path: [ { key: dst } ] }, upstream_port_override: 7000 }');
+    await withHarness(writeLb('10.0.0.1:8000'), async (h) => {
+      assert.equal(asUpstream(await h.request(GET)).endpoint, '10.0.0.1:7000');
+    }, { config: cfg });
+  });
+
+  test('http_header_name without use_http_header is a config error, as in Envoy', () => {
+    assert.throws(() => originalDstConfig('{ http_header_name: x-dst }'), /use_http_header is false/);
+  });
+});
+
 // ---- the stream itself -----------------------------------------------------------------------
 
 describe('stream lifecycle', () => {
+  // ext_proc.cc Filter::closeGrpcStreamIfLastRespReceived (ext_proc_stream_close_optimization).
+  test('Envoy closes the stream right after the last reply it needs, before the upstream answers', async () => {
+    const requestOnly = { processingModeOverride: { response_header_mode: 'SKIP' as const } };
+    // Headers only (GET, no body): closed after the request-headers reply.
+    await withHarness(passThrough, async (h, srv) => {
+      let closedBeforeUpstream = false;
+      asUpstream(await h.request(GET, async () => {
+        await eventually(() => srv.events.includes('half-close'), 1000).then(() => (closedBeforeUpstream = true), () => {});
+        return { status: 200 };
+      }));
+      assert.equal(closedBeforeUpstream, true);
+    }, requestOnly);
+    // STREAMED: closed after the reply to the chunk that carried end_of_stream.
+    await withHarness(passThrough, async (h, srv) => {
+      let closedBeforeUpstream = false;
+      asUpstream(await h.request({ ...POST, chunks: [Buffer.from('{"a":'), Buffer.from('1}')] }, async () => {
+        await eventually(() => srv.events.includes('half-close'), 1000).then(() => (closedBeforeUpstream = true), () => {});
+        return { status: 200 };
+      }));
+      assert.equal(closedBeforeUpstream, true);
+    }, { processingModeOverride: { response_header_mode: 'SKIP', request_body_mode: 'STREAMED' } });
+    // BUFFERED: never after the body reply (isLastBodyResponse: not for BUFFERED); at the end.
+    await withHarness(passThrough, async (h, srv) => {
+      let closedBeforeUpstream = true;
+      asUpstream(await h.request(POST, async () => {
+        await new Promise((r) => setTimeout(r, 100));
+        closedBeforeUpstream = srv.events.includes('half-close');
+        return { status: 200 };
+      }));
+      assert.equal(closedBeforeUpstream, false);
+      await eventually(() => srv.events.includes('half-close'));
+    }, { processingModeOverride: { response_header_mode: 'SKIP', request_body_mode: 'BUFFERED' } });
+    // Response headers sent, no response body or trailers (envoy.yaml): after that reply, and a
+    // server message after it is never read (the stream is gone, not a spurious reply).
+    await withHarness((m, call) => {
+      call.write(replyTo(m));
+      if (m.request === 'response_headers') call.write(replyTo(m));
+    }, async (h, srv) => {
+      const o = asUpstream(await h.request(GET, { status: 200, body: 'tokens' }));
+      assert.deepEqual(kinds(srv.received), ['request_headers', 'response_headers']);
+      assert.equal(o.spurious, false);
+      await eventually(() => srv.events.includes('half-close'));
+    });
+  });
+
   test('after processing Envoy half-closes, then cancels; metadata and authority are sent', async () => {
     await withHarness(
       passThrough,

@@ -5,8 +5,9 @@
  * Envoy's ext_proc filter (ext_proc.cc onHeaders/onData/onTrailers, processor_state.cc).
  */
 import { randomUUID } from 'node:crypto';
+import { isIP } from 'node:net';
 import type { CommonResponse } from '../../src/extproc/messages.js';
-import type { HttpFilter, ParsedEnvoyConfig } from './envoy-config.js';
+import type { HttpFilter, OriginalDstLb, ParsedEnvoyConfig } from './envoy-config.js';
 import type {
   HarnessRequest,
   Outcome,
@@ -54,6 +55,14 @@ type BodyMutation = NonNullable<CommonResponse['body_mutation']> & { mutation?: 
 
 const MISMATCH = 'mismatch between content length and the length of the mutated body';
 
+/** Network::Utility::parseInternetAddressAndPortNoThrow: "a.b.c.d:port" or "[v6]:port", else undefined. */
+function parseIpPort(s: string): string | undefined {
+  const m = /^(?:\[([^\]]+)\]|([^:[\]]+)):(\d{1,5})$/.exec(s);
+  if (!m || Number(m[3]) > 65535) return undefined;
+  const ip = m[1] ?? m[2] ?? '';
+  return isIP(ip) === (m[1] !== undefined ? 6 : 4) ? s : undefined;
+}
+
 function toBuffer(b: Buffer | string | undefined): Buffer {
   return b === undefined ? Buffer.alloc(0) : Buffer.isBuffer(b) ? Buffer.from(b) : Buffer.from(b, 'utf8');
 }
@@ -74,8 +83,9 @@ function mutatedSize(bm: BodyMutation): number {
 
 /**
  * The request headers as the HCM hands them to the first filter: HTTP/1 `host` becomes
- * `:authority`, pseudo-headers first, keys lower-case; the HCM adds x-forwarded-proto and
- * x-request-id when absent, and a fixed-length body carries content-length.
+ * `:authority` (the HTTP/1 codec), pseudo-headers first, keys lower-case; the HCM adds
+ * x-forwarded-proto and x-request-id when absent (ConnectionManagerUtility::mutateRequestHeaders,
+ * conn_manager_utility.cc), and a fixed-length body carries content-length.
  */
 export function buildRequestHeaders(req: HarnessRequest): HeaderList {
   const input = HeaderList.from(req.headers);
@@ -129,6 +139,15 @@ export class RequestRun {
     this.afterExtProc = extIdx >= 0 ? chain.slice(extIdx + 1) : [];
     this.metadata = new DynamicMetadata(structuredClone(req.metadata ?? {}));
     if (session) session.metadata = this.metadata;
+    // HCM ConnectionManagerImpl::ActiveStream::decodeHeaders (conn_manager_impl.cc): the early
+    // header mutation extensions run on the request headers first ("before any routing, tracing,
+    // or any filter processing": http_connection_manager.proto, envoy/http/early_header_mutation.h;
+    // header_mutation extension: early_header_mutation/header_mutation/header_mutation.cc
+    // HeaderMutation::mutate), then refreshCachedRoute() picks and caches the route, and only then
+    // does the first HTTP filter see the headers. A cluster_header route takes the header's value
+    // here. From now on the route changes only when a filter clears the cache.
+    applyRequestMutations(config.earlyHeaderMutations, this.headers);
+    this.resolveRouteIfNeeded();
   }
 
   async run(upstream: UpstreamSpec | undefined): Promise<Outcome> {
@@ -148,7 +167,8 @@ export class RequestRun {
       }
       return this.outcome(await this.encode(draft), cluster);
     } finally {
-      // Whatever happened, Envoy closes its side at the end (half-close, then reset).
+      // Whatever happened, Envoy closes its side at the end (half-close, then reset):
+      // Filter::onDestroy → closeStream (ext_proc.cc).
       this.session?.finish();
     }
   }
@@ -158,14 +178,16 @@ export class RequestRun {
   private async decode(): Promise<Flow> {
     for (const f of this.config.httpFilters) {
       if (f.kind === 'header_mutation') {
+        // HeaderMutation::decodeHeaders (filters/http/header_mutation/header_mutation.cc) mutates
+        // the headers and reads its per-route config from the route already cached; it never
+        // clears the route cache, so the route picked at HCM decodeHeaders stands (the filter's
+        // docs: it influences routing only if a later filter clears the cache).
         applyRequestMutations(f.requestMutations, this.headers);
-        // The filter then looks up per-route config, which resolves and caches the route
-        // with the headers as they are now (HeaderMutation::decodeHeaders).
         this.resolveRouteIfNeeded();
       } else if (f.kind === 'set_metadata') {
         applySetMetadata(this.metadata, f.entries);
       } else if (f.kind === 'ext_proc') {
-        this.resolveRouteIfNeeded(); // mergePerRouteConfig() resolves the route too
+        this.resolveRouteIfNeeded(); // mergePerRouteConfig() reads the cached route
         if (this.session) {
           // Merged once, on the route matched now; a later route change does not re-merge.
           const merged = this.route ? mergePerRoute([this.route.vhost.extProcPerRoute, this.route.route.extProcPerRoute]) : undefined;
@@ -230,7 +252,8 @@ export class RequestRun {
 
   private async requestBodyBuffered(s: ExtProcSession, hasTrailers: boolean): Promise<Flow> {
     // The filter manager buffers the body for ext_proc; past the listener's buffer limit it
-    // answers 413 itself, without the server ever seeing the body.
+    // answers 413 itself, without the server ever seeing the body
+    // (ActiveStreamDecoderFilter::requestDataTooLarge, filter_manager.cc).
     if (this.body.length > this.config.bufferLimitBytes) {
       return { type: 'local', reply: localReply(413, Buffer.from('Payload Too Large'), 'request_payload_too_large') };
     }
@@ -279,7 +302,7 @@ export class RequestRun {
     return { type: 'continue' };
   }
 
-  /** Applies a headers reply's CommonResponse (handleHeadersResponse). */
+  /** Applies a headers reply's CommonResponse (ProcessorState::handleHeadersResponse, processor_state.cc). */
   private applyCommon(
     s: ExtProcSession,
     cr: CommonResponse | null | undefined,
@@ -362,7 +385,11 @@ export class RequestRun {
     if (this.route === undefined) this.route = resolveRoute(this.config.routeConfig, this.headers);
   }
 
-  /** The headers continue past ext_proc: later filters run, then the router reads the route. */
+  /**
+   * The headers continue past ext_proc: later filters run, then the router reads the cached route
+   * (Router::Filter::decodeHeaders, router.cc: callbacks_->route()), re-picking it only if the
+   * cache was cleared.
+   */
   private release(): void {
     if (this.released) return;
     this.released = true;
@@ -370,6 +397,8 @@ export class RequestRun {
       if (f.kind === 'router') break;
       if (f.kind === 'header_mutation') {
         applyRequestMutations(f.requestMutations, this.headers);
+        // Its per-route lookup re-picks the route only if ext_proc cleared the cache
+        // (ActiveStream::route → refreshCachedRoute when no route is cached).
         this.resolveRouteIfNeeded();
       }
     }
@@ -377,6 +406,11 @@ export class RequestRun {
     this.decision = this.route ?? null;
   }
 
+  /**
+   * Router::Filter::decodeHeaders (router.cc): no route → 404 route_not_found; a direct_response
+   * route answers itself; an unknown cluster → cluster_not_found_response_code; then the
+   * cluster's load balancer chooses the host.
+   */
   private routeDecision(): { type: 'upstream'; cluster: string } | { type: 'local'; reply: LocalReply } {
     const d = this.decision;
     if (!d) return { type: 'local', reply: localReply(404, Buffer.alloc(0), 'route_not_found') };
@@ -387,15 +421,45 @@ export class RequestRun {
     if (!this.config.clusters.has(d.cluster)) {
       return { type: 'local', reply: localReply(a.clusterNotFoundStatus, Buffer.alloc(0), 'cluster_not_found') };
     }
+    const lb = this.config.originalDstClusters.get(d.cluster);
+    if (lb) {
+      const host = this.chooseOriginalDstHost(lb);
+      // Router::Filter: the cluster's load balancer chose no host → sendNoHealthyUpstreamResponse.
+      if (host === undefined) return { type: 'local', reply: localReply(503, Buffer.from('no healthy upstream'), 'no_healthy_upstream') };
+      this.endpoint = host;
+    }
     return { type: 'upstream', cluster: d.cluster };
+  }
+
+  /**
+   * OriginalDstCluster::LoadBalancer::chooseHost (original_dst_cluster.cc): filter state (not
+   * imitated), then metadataOverrideHost (the request's dynamic metadata at metadata_key; a list
+   * gives its first element; only a string counts), then requestOverrideHost (the first value of
+   * the use_http_header header), then the downstream connection's restored local address (never
+   * here: no original_dst listener filter). Each candidate must parse as ip:port
+   * (parseInternetAddressAndPortNoThrow), else it is skipped as invalid. upstream_port_override
+   * replaces the port. undefined: no host.
+   */
+  private chooseOriginalDstHost(lb: OriginalDstLb): string | undefined {
+    let host: string | undefined;
+    if (lb.metadataKey) {
+      let v: unknown = this.metadata.toJSON()[lb.metadataKey.key];
+      for (const seg of lb.metadataKey.path) v = v !== null && typeof v === 'object' && !Array.isArray(v) ? (v as Record<string, unknown>)[seg] : undefined;
+      if (Array.isArray(v) && v.length > 0) v = v[0];
+      if (typeof v === 'string') host = parseIpPort(v);
+    }
+    if (host === undefined && lb.header !== undefined) {
+      const value = this.headers.get(lb.header);
+      if (value !== undefined) host = parseIpPort(value);
+    }
+    if (host !== undefined && lb.portOverride !== undefined) host = host.replace(/:\d+$/, `:${lb.portOverride}`);
+    return host;
   }
 
   private async callUpstream(cluster: string, spec: UpstreamSpec | undefined): Promise<ResponseDraft> {
     const req: UpstreamRequest = { cluster, headers: this.headers.clone(), body: Buffer.from(this.body) };
-    // ORIGINAL_DST reads its header at host selection, after routing: whatever ext_proc set.
-    const dstHeader = this.config.originalDstHeaders.get(cluster);
-    const endpoint = dstHeader === undefined ? undefined : this.headers.get(dstHeader);
-    if (endpoint !== undefined) req.endpoint = this.endpoint = endpoint;
+    // ORIGINAL_DST chose its host at routeDecision (host selection, after routing).
+    if (this.endpoint !== undefined) req.endpoint = this.endpoint;
     if (this.trailers) req.trailers = this.trailers.clone();
     const res: UpstreamResponse = typeof spec === 'function' ? await spec(req) : (spec ?? { status: 200 });
     for (const [ns, values] of Object.entries(res.metadata ?? {})) this.metadata.merge(ns, values);

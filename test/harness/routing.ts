@@ -40,6 +40,7 @@ function findVirtualHost(rc: RouteConfig, authority: string): VirtualHost | unde
   return best?.vh ?? prefixBest?.vh ?? fallback;
 }
 
+/** HeaderUtility::matchHeaders (source/common/http/header_utility.cc). */
 function headerMatches(m: HeaderMatcher, headers: HeaderList): boolean {
   const values = headers.getAll(m.name);
   if (m.present !== undefined) return ((values.length > 0) === m.present) !== m.invert;
@@ -49,6 +50,7 @@ function headerMatches(m: HeaderMatcher, headers: HeaderList): boolean {
   return (m.string ? stringMatches(m.string, joined) : true) !== m.invert;
 }
 
+/** The route entries' matchesPath: PrefixRouteEntryImpl, PathRouteEntryImpl, RegexRouteEntryImpl (source/common/router/config_impl.cc). */
 function pathMatches(route: Route, rawPath: string): boolean {
   const { match } = route;
   const path = match.caseSensitive ? rawPath : rawPath.toLowerCase();
@@ -61,7 +63,10 @@ function pathMatches(route: Route, rawPath: string): boolean {
   return false;
 }
 
-/** Resolves the route for these headers, or null (Envoy: 404 route_not_found). */
+/**
+ * Resolves the route for these headers, or null (Envoy: 404 route_not_found):
+ * RouteMatcher::route → VirtualHostImpl::getRouteFromEntries (config_impl.cc), first match wins.
+ */
 export function resolveRoute(rc: RouteConfig, headers: HeaderList): RouteDecision | null {
   const vh = findVirtualHost(rc, headers.get(':authority') ?? headers.get('host') ?? '');
   if (!vh) return null;

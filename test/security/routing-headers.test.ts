@@ -5,8 +5,10 @@
  * hidden behind a header flood, and with the gate down. The request must reach the worker kvgate
  * chose (or none), and the header must arrive upstream only as kvgate set it.
  *
- * It runs twice: with envoy/envoy.yaml as shipped (its header_mutation filter removes spoofs before
- * ext_proc) and with that filter taken out, so kvgate's own stripping is tested on its own.
+ * It runs twice: with envoy/envoy.yaml as shipped (its HCM early header mutation removes spoofs
+ * before the route is picked) and with that removal taken out, so kvgate's own stripping is
+ * tested on its own: then Envoy has picked the route on the spoofed header, and only a reply that
+ * removes it *and* clears the route cache keeps the request off the named worker.
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
@@ -16,6 +18,7 @@ import type { GateResult } from '../../src/gate/gate.js';
 import type { HarnessRequest, Outcome } from '../harness/envoy-harness.js';
 import type { ParsedEnvoyConfig } from '../harness/envoy-config.js';
 import { chat, envoyConfig, harness, holdRequest } from '../helpers/envoy.js';
+import { startExtProcProxy, type ExtProcProxy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { FALLBACK_CLUSTER } from '../helpers/load.js';
 import { freePort } from '../helpers/ports.js';
@@ -37,7 +40,7 @@ const MODES = [
 ] as const;
 
 const SHIPPED = envoyConfig();
-const WITHOUT_FILTER: ParsedEnvoyConfig = { ...SHIPPED, httpFilters: SHIPPED.httpFilters.filter((f) => f.kind !== 'header_mutation') };
+const WITHOUT_EARLY_STRIP: ParsedEnvoyConfig = { ...SHIPPED, earlyHeaderMutations: [] };
 
 type Scenario = { name: string; request: (h: string) => HarnessRequest };
 const SCENARIOS: Scenario[] = [
@@ -61,6 +64,8 @@ function check(out: Outcome, header: string, results: GateResult[], outputs: str
     if (out.kind === 'upstream' && header === 'x-kvgate-cluster') assert.equal(out.cluster, routed.cluster, 'reached the worker kvgate chose');
   } else {
     assert.deepEqual(values, [], `${header} never reaches upstream when kvgate did not route`);
+    // Not routed by kvgate: the route picked without any routing header, never the spoof's.
+    if (out.kind === 'upstream') assert.equal(out.cluster, FALLBACK_CLUSTER, `${header}: the fallback route, not the spoofed worker`);
   }
   // Whatever the gate added to the request is one of its declared routing outputs.
   for (const [name] of out.requestHeaders.entries()) {
@@ -74,21 +79,35 @@ describe('a client cannot choose its worker', () => {
     describe(`body mode ${mode.name}`, () => {
       let g: TestGate;
       let outputs: string[];
+      /** Every gate reply passes through here on its way to Envoy, so each can be checked. */
+      let proxy: ExtProcProxy;
+      const replies = { mutating: 0, withoutRouteClear: [] as string[] };
       before(async () => {
         const raw = { routing: mode.routing, workers: FLEET };
         outputs = routingOutputHeaders(parseConfig(raw));
         g = await startTestGate(raw);
+        proxy = await startExtProcProxy(g.target, (r) => {
+          // A request-path reply that changes headers must also clear the route cache: Envoy
+          // picked the route before ext_proc, possibly on a client's routing header.
+          const common = r.request_headers?.response ?? r.request_body?.response;
+          if (common?.header_mutation) {
+            replies.mutating++;
+            if (common.clear_route_cache !== true) replies.withoutRouteClear.push(JSON.stringify(common.header_mutation));
+          }
+          return r;
+        });
       });
       after(async () => {
+        proxy.close();
         await g.close(100);
       });
 
       for (const [envoyName, envoy] of [
         ['envoy.yaml as shipped', SHIPPED],
-        ['without Envoy’s header_mutation filter', WITHOUT_FILTER],
+        ['without Envoy’s early header mutation', WITHOUT_EARLY_STRIP],
       ] as const) {
         test(`${envoyName}: every routing header, every scenario`, async () => {
-          const h = harness(g.target, { config: envoy, processingModeOverride: { request_body_mode: mode.envoyMode } });
+          const h = harness(proxy.target, { config: envoy, processingModeOverride: { request_body_mode: mode.envoyMode } });
           try {
             for (const header of outputs) {
               for (const s of SCENARIOS) {
@@ -106,15 +125,17 @@ describe('a client cannot choose its worker', () => {
           } finally {
             h.close();
           }
+          assert.ok(replies.mutating > 0, 'the gate answered with header mutations');
+          assert.deepEqual(replies.withoutRouteClear, [], 'every request-path reply that mutates headers clears the route cache');
         });
       }
     });
   }
 
-  test('gate down (fail-open): the shipped header_mutation filter removes every routing header kvgate can emit', async () => {
+  test('gate down (fail-open): the shipped early header mutation removes every routing header kvgate can emit', async () => {
     const example = loadConfigFile(path.resolve(import.meta.dirname, '../../envoy/kvgate.yaml'));
     const outputs = new Set([...routingOutputHeaders(example), ...MODES.flatMap((m) => routingOutputHeaders(parseConfig({ routing: m.routing, workers: FLEET })))]);
-    const removed = SHIPPED.httpFilters.flatMap((f) => (f.kind === 'header_mutation' ? f.requestMutations : [])).flatMap((m) => (m.kind === 'remove' ? [m.name] : []));
+    const removed = SHIPPED.earlyHeaderMutations.flatMap((m) => (m.kind === 'remove' ? [m.name] : []));
     for (const header of outputs) assert.ok(removed.includes(header), `envoy.yaml removes ${header}`);
     const h = harness(`127.0.0.1:${await freePort()}`); // nothing listens: every ext_proc call fails
     try {

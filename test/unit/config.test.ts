@@ -29,6 +29,24 @@ describe('config', () => {
     );
   });
 
+  test('a routing header Envoy will not let kvgate set is refused, with the reason', () => {
+    const withHeader = (header: string) => () => parseConfig({ routing: { header }, workers: [{ id: 'a', cluster: 'a' }] });
+    // Envoy's default ext_proc mutation rules (mutation_rules.cc) skip these silently: the route
+    // would never follow kvgate's answer.
+    for (const header of ['host', ':authority', ':method', ':scheme']) {
+      assert.throws(withHeader(header), (err: Error) => {
+        assert.match(err.message, /routing\.header: .* cannot be the routing header: Envoy's default ext_proc mutation rules refuse/);
+        assert.match(err.message, /a header Envoy itself routes on/);
+        return true;
+      }, header);
+    }
+    for (const header of ['x-envoy-original-dst-host', 'X-Envoy-Upstream-Alt', 'x-envoyish']) {
+      assert.throws(withHeader(header), /refuse x-envoy-\* headers/, header);
+    }
+    assert.throws(withHeader('Not A Header'), /routing\.header: must be a lower-case HTTP header name/);
+    assert.equal(parseConfig({ routing: { header: 'x-llm-worker' }, workers: [{ id: 'a', cluster: 'a' }] }).routing.header, 'x-llm-worker');
+  });
+
   test('no workers is an error', () => {
     assert.throws(() => parseConfig({}), /workers/);
     assert.throws(() => parseConfig({ workers: [] }), /at least one worker/);
