@@ -103,7 +103,7 @@ describe('the command line', () => {
       KVGATE_TLS_CLIENT_CA: certs.caCert,
     });
     try {
-      assert.equal(gate.lines.find((l) => l['msg'] === 'kvgate serving')?.['grpcTls'], 'mtls');
+      assert.equal(gate.lines.find((l) => l['msg'] === 'kvgate serving')?.['grpc_tls'], 'mtls');
       assert.equal(await attempt(gate.target, clientCreds({ ca: certs.caCert, cert: certs.clientCert, key: certs.clientKey })), 'ok');
       assert.equal('refused', await attempt(gate.target, clientCreds({ ca: certs.caCert })), 'ok');
     } finally {
