@@ -83,7 +83,7 @@ export async function buildCli(argv: readonly string[] = process.argv): Promise<
   return program;
 }
 
-async function loadSubcommand(name: string, sub: Subcommand): Promise<(program: Command) => void> {
+export async function loadSubcommand(name: string, sub: Subcommand): Promise<(program: Command) => void> {
   try {
     return await sub.register();
   } catch (err) {

@@ -45,6 +45,21 @@ describe('exit status and usage', () => {
     assert.match(r.stderr, /^kvgate: nothing is listening at/m);
   });
 
+  test('a subcommand whose development dependency is missing says so and what to do', async () => {
+    const { loadSubcommand } = await import('../../src/cli/cli.js');
+    const missing = Object.assign(new Error("Cannot find package 'vega-lite' imported from /app/dist/sim/report.js"), { code: 'ERR_MODULE_NOT_FOUND' });
+    await assert.rejects(
+      loadSubcommand('sim', { description: '', register: () => Promise.reject(missing) }),
+      /^KvgateError: kvgate sim needs vega-lite, which a production install leaves out: run it from a checkout after `npm ci`/,
+    );
+  });
+
+  test('kvgate --help lists every subcommand (their modules load only when one is run)', () => {
+    const r = kvgate('--help');
+    assert.equal(r.status, 0);
+    for (const sub of ['serve', 'try', 'status', 'demo', 'fake-worker', 'sim', 'bench']) assert.match(r.stdout, new RegExp(`^  ${sub}\\b`, 'm'));
+  });
+
   test('a config value outside a closed set names the allowed values and the value found', () => {
     assert.throws(
       () => parseConfig({ routing: { shed_status: 430, policy: 'sesion' }, workers: [{ id: 'a', cluster: 'a' }] }),
