@@ -60,9 +60,10 @@ export function packageVersion(): string {
   }
 }
 
-/** The subcommand argv names (the first argument that is not an option), if any. */
+/** The subcommand argv names (the first argument that is not an option; `help SUB` names SUB), if any. */
 function subcommandOf(argv: readonly string[]): string | undefined {
-  return argv.slice(2).find((a) => !a.startsWith('-'));
+  const words = argv.slice(2).filter((a) => !a.startsWith('-'));
+  return words[0] === 'help' ? words[1] : words[0];
 }
 
 export async function buildCli(argv: readonly string[] = process.argv): Promise<Command> {
