@@ -29,6 +29,8 @@ COPY --from=build /app/node_modules ./node_modules
 COPY --from=build /app/dist ./dist
 COPY package.json ./
 COPY bin ./bin
+# The ext_proc service is loaded from these protos at start (src/extproc/proto.ts).
+COPY proto ./proto
 COPY envoy/kvgate.yaml /etc/kvgate/kvgate.yaml
 USER node
 EXPOSE 9002 9090
