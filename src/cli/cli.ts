@@ -109,6 +109,11 @@ export function exitCodeOf(err: unknown): number {
 }
 
 export async function main(argv: string[]): Promise<void> {
+  // `kvgate status | head -3`: a reader that stops early is not a failure of ours.
+  process.stdout.on('error', (err: NodeJS.ErrnoException) => {
+    if (err.code === 'EPIPE') process.exit(EXIT.ok);
+    throw err;
+  });
   try {
     await (await buildCli(argv)).parseAsync(argv);
   } catch (err) {
