@@ -73,6 +73,18 @@ describe('production shape', () => {
     }
   });
 
+  test("the in-process store allocates nothing for entries it may hold one day (a gate's start-up)", async () => {
+    // lru-cache allocates `max` slots at construction; the store's million-entry bounds did that
+    // for tens of megabytes and ~0.15 s of every start. Bounded by maxSize, they grow with use.
+    const { MemoryStore } = await import('../../src/state/memory-store.js');
+    new MemoryStore(); // modules loaded, caches warm
+    const before = process.memoryUsage().heapUsed;
+    const store = new MemoryStore();
+    const grown = process.memoryUsage().heapUsed - before;
+    await store.close();
+    assert.ok(grown < 4 * 1024 * 1024, `a new MemoryStore took ${(grown / 1048576).toFixed(1)} MB of heap`);
+  });
+
   test('development tools are not production dependencies', () => {
     for (const tool of ['tsx', 'typescript', 'tinybench', 'cli-progress', '@datastructures-js/priority-queue', 'vega', 'vega-lite', 'fast-check', '@bufbuild/buf']) {
       assert.ok(!(tool in pkg.dependencies), `${tool} is a production dependency`);
