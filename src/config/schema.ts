@@ -107,6 +107,46 @@ const poolSchema = z.strictObject({
   workers: workersSchema,
 });
 
+/** Class names go into metrics labels and the 429 body: short, plain. */
+export const CLASS_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/;
+const className = z.string().regex(CLASS_NAME, 'lower-case letters, digits, _ and - only (at most 32)');
+
+/**
+ * Classes of service (src/routing/class-share.ts): highest first, each with the share of a
+ * worker's in-flight limit its requests may fill. The top class uses the whole limit.
+ */
+const classesSchema = z
+  .strictObject({
+    levels: z
+      .array(z.strictObject({ name: className, share: z.number().gt(0).max(1) }))
+      .min(1)
+      .default(DEFAULTS.classes.map((c) => ({ ...c }))),
+    /** The class of requests that no knob or header classifies. */
+    default: className.default(DEFAULTS.defaultClass),
+    /** The request header naming a request's class (on routes whose `class` knob is unset). */
+    header: headerName.default(DEFAULTS.classHeader),
+    /** Endpoint-picker mode: InferenceObjective names (`x-gateway-inference-objective`) → class. */
+    objectives: z.record(z.string().min(1).max(253), className).default({}),
+  })
+  .superRefine((c, ctx) => {
+    const names = new Set<string>();
+    for (const [i, l] of c.levels.entries()) {
+      if (names.has(l.name)) ctx.addIssue({ code: 'custom', path: ['levels', i, 'name'], message: `duplicate class "${l.name}"` });
+      names.add(l.name);
+    }
+    if (c.levels[0] && c.levels[0].share !== 1) {
+      ctx.addIssue({ code: 'custom', path: ['levels', 0, 'share'], message: 'the top class uses the whole limit (share 1): it is never shed while any worker could take it' });
+    }
+    for (const [i, l] of c.levels.entries()) {
+      const above = c.levels[i - 1];
+      if (above && l.share > above.share) ctx.addIssue({ code: 'custom', path: ['levels', i, 'share'], message: `a lower class may not use more than the class above it ("${above.name}": ${above.share})` });
+    }
+    if (!names.has(c.default)) ctx.addIssue({ code: 'custom', path: ['default'], message: `no class named "${c.default}" (classes: ${[...names].join(', ')})` });
+    for (const [objective, cls] of Object.entries(c.objectives)) {
+      if (!names.has(cls)) ctx.addIssue({ code: 'custom', path: ['objectives', objective], message: `no class named "${cls}" (classes: ${[...names].join(', ')})` });
+    }
+  });
+
 const configObject = z.strictObject({
   routing: z
     .strictObject({
@@ -162,6 +202,7 @@ const configObject = z.strictObject({
       stream_idle_s: z.number().positive().default(DEFAULTS.streamIdleS),
     })
     .prefault({}),
+  classes: classesSchema.prefault({}),
   leases: z.strictObject({ ttl_s: z.number().int().min(3).default(DEFAULTS.leaseTtlS) }).prefault({}),
   store: z
     .strictObject({

@@ -17,6 +17,7 @@
  * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
+import { admitLimit } from './class-share.js';
 import { rendezvousScore } from './rendezvous.js';
 import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
@@ -24,25 +25,25 @@ import type { CandidateExplanation, Decision, DecisionInput, Explanation, Precon
 const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 const TAKES: readonly WorkerState[] = ['healthy'];
 
-/** Can keep serving the keys it already holds. */
-export function keepsSessions(w: WorkerView): boolean {
-  return KEEPS.includes(w.state) && w.inflight < w.maxInflight;
+/** Can keep serving the keys it already holds (below its limit, or its class's share of it). */
+export function keepsSessions(w: WorkerView, classShare?: number): boolean {
+  return KEEPS.includes(w.state) && w.inflight < admitLimit(w, classShare);
 }
 
-/** Can take a key it does not hold. */
-export function takesNewSessions(w: WorkerView): boolean {
-  return w.state === 'healthy' && w.inflight < w.maxInflight;
+/** Can take a key it does not hold (below its limit, or its class's share of it). */
+export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
+  return w.state === 'healthy' && w.inflight < admitLimit(w, classShare);
 }
 
 export function decide(input: DecisionInput): Decision {
-  const { workers, keyHash, mode } = input;
+  const { workers, keyHash, mode, classShare } = input;
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
-  const spilled = affine !== undefined && keepsSessions(affine) && input.keyInflight >= input.maxInflightPerSession;
+  const spilled = affine !== undefined && keepsSessions(affine, classShare) && input.keyInflight >= input.maxInflightPerSession;
   const usePrefix = (mode === 'both' || mode === 'prefix') && input.totalBlocks > 0;
 
-  if (affine && keepsSessions(affine) && !spilled) {
+  if (affine && keepsSessions(affine, classShare) && !spilled) {
     return {
       kind: 'route',
       worker: affine.id,
@@ -50,7 +51,7 @@ export function decide(input: DecisionInput): Decision {
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
-        below: [{ worker: affine.id, limit: affine.maxInflight }],
+        below: [{ worker: affine.id, limit: admitLimit(affine, classShare) }],
         atOrAbove: [],
         states: [{ worker: affine.id, in: KEEPS }],
       },
@@ -68,7 +69,7 @@ export function decide(input: DecisionInput): Decision {
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
   const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
   for (const w of workers) {
-    if (!takesNewSessions(w)) continue;
+    if (!takesNewSessions(w, classShare)) continue;
     const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
@@ -87,7 +88,7 @@ export function decide(input: DecisionInput): Decision {
       preconditions: {
         affinity,
         below: [],
-        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: w.maxInflight })),
+        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: admitLimit(w, classShare) })),
         states: [],
       },
       explanation: explain(input, 'shed', spilled, scores),
@@ -96,9 +97,10 @@ export function decide(input: DecisionInput): Decision {
 
   const preconditions: Preconditions = {
     affinity,
-    below: [{ worker: best.id, limit: best.maxInflight }],
+    below: [{ worker: best.id, limit: admitLimit(best, classShare) }],
     // A move away from a live, merely full worker is only right while it is still full.
-    atOrAbove: affine && KEEPS.includes(affine.state) && affine.inflight >= affine.maxInflight ? [{ worker: affine.id, limit: affine.maxInflight }] : [],
+    atOrAbove:
+      affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [],
     states: [
       { worker: best.id, in: TAKES },
       // Leaving a dead or drained worker is only right while it still is.
@@ -154,6 +156,8 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
     candidates: input.workers.map((w): CandidateExplanation => {
       const c: CandidateExplanation = { worker: w.id, state: w.state, inflight: w.inflight, maxInflight: w.maxInflight, prefixBlocks: w.prefixBlocks };
       if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
+      const limit = admitLimit(w, input.classShare);
+      if (limit !== w.maxInflight) c.classLimit = limit;
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;

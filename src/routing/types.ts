@@ -69,6 +69,11 @@ export interface DecisionInput {
   balanceFloor: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
+  /**
+   * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
+   * for the top class.
+   */
+  classShare?: number;
 }
 
 export type RouteOutcome =
@@ -91,6 +96,8 @@ export interface CandidateExplanation {
   maxInflight: number;
   prefixBlocks: number;
   kvUsage?: number;
+  /** The in-flight bound this request's class is held to on this worker, when below its limit. */
+  classLimit?: number;
   /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
   work?: number;
   /** Undefined for workers that could not take the request. */
