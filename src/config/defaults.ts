@@ -88,6 +88,14 @@ export const DEFAULTS = {
    */
   balanceWeight: 1,
   /**
+   * LoRA adapter affinity (src/routing/filters/adapter.ts): a worker already running or queueing
+   * the request's adapter scores this much more. Half the load range: loading an adapter from host
+   * memory stalls a batch for tens of milliseconds, about what a few queued prefills cost, so a
+   * worker with the adapter wins until it is half a limit busier than one without. Workers whose
+   * adapter slots are all taken are filtered out (while another can serve), not merely scored.
+   */
+  adapterWeight: 0.5,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead: with one, a fleet averaging under one request per worker is not judged on
    * one-request differences. Larger floors kept too many sessions on their prefix's worker in

@@ -211,6 +211,7 @@ export class Gate {
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
         ...(cls.share < 1 ? { classShare: cls.share } : {}),
+        ...(model !== undefined && isAdapter(model, pool, views) ? { adapter: { name: model, weight: cfg.scoring.adapter_weight } } : {}),
       });
       const decision = pinned !== undefined ? pinnedDecision(decided, pinned) : eligible ? subsetDecision(decided) : decided;
       if (decision.kind === 'shed') {
@@ -323,6 +324,10 @@ export class Gate {
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
+      const lora = s?.lora;
+      if (lora && Array.isArray(lora.running) && Array.isArray(lora.waiting) && Number.isFinite(lora.maxLora)) {
+        view.adapters = { names: lora.waiting.length === 0 ? lora.running : [...new Set([...lora.running, ...lora.waiting])], max: lora.maxLora };
+      }
       return view;
     });
   }
@@ -519,6 +524,16 @@ function subsetDecision(d: Decision): Decision {
 }
 
 const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
+
+/**
+ * A request's model is a LoRA adapter when its pool declares it, or when a worker of the pool
+ * reports it among its adapters (vLLM names adapters by their served name, the request's `model`).
+ */
+function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boolean {
+  if (pool.adapters.has(model)) return true;
+  if (pool.models?.has(model)) return false;
+  return views.some((v) => v.adapters !== undefined && v.adapters.names.includes(model));
+}
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {

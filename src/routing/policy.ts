@@ -18,6 +18,7 @@
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
 import { admitLimit } from './class-share.js';
+import { adapterFit, adapterScore, excludedForAdapter } from './filters/adapter.js';
 import { rendezvousScore } from './rendezvous.js';
 import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
@@ -36,7 +37,10 @@ export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
 }
 
 export function decide(input: DecisionInput): Decision {
-  const { workers, keyHash, mode, classShare } = input;
+  const { keyHash, mode, classShare, adapter } = input;
+  // Filters: a worker a rule excludes is invisible to the rest of the decision.
+  const excluded = adapter ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
+  const workers = excluded && excluded.size > 0 ? input.workers.filter((w) => !excluded.has(w.id)) : input.workers;
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
@@ -67,10 +71,11 @@ export function decide(input: DecisionInput): Decision {
   // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
   // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
-  const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
+  const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   for (const w of workers) {
     if (!takesNewSessions(w, classShare)) continue;
-    const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    const base = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    const s = adapter ? base + adapterScore(w, adapter.name, adapter.weight) : base;
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
       best = w;
@@ -78,17 +83,18 @@ export function decide(input: DecisionInput): Decision {
     }
   }
   // The deepest match any worker has: a replica that knows of a deeper one must re-decide.
-  const prefixAtMost = usePrefix ? Math.max(0, ...workers.map((w) => w.prefixBlocks)) : undefined;
+  // Over every worker, excluded ones too: the store checks the bound over the whole pool.
+  const prefixAtMost = usePrefix ? Math.max(0, ...input.workers.map((w) => w.prefixBlocks)) : undefined;
 
   if (!best) {
-    const anyUp = workers.some((w) => KEEPS.includes(w.state));
+    const anyUp = input.workers.some((w) => KEEPS.includes(w.state));
     return {
       kind: 'shed',
       reason: anyUp ? 'overloaded' : 'no_healthy_workers',
       preconditions: {
         affinity,
         below: [],
-        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: admitLimit(w, classShare) })),
+        atOrAbove: input.workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: admitLimit(w, classShare) })),
         states: [],
       },
       explanation: explain(input, 'shed', spilled, scores),
@@ -158,6 +164,7 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
       if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
       const limit = admitLimit(w, input.classShare);
       if (limit !== w.maxInflight) c.classLimit = limit;
+      if (input.adapter) c.adapter = adapterFit(w, input.adapter.name);
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;

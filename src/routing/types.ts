@@ -41,6 +41,11 @@ export interface WorkerView {
    * gate's own in-flight count ends at the first token, so this is the only view of decode work.
    */
   running?: number;
+  /**
+   * LoRA adapters the worker reported (vLLM `vllm:lora_requests_info`): those of its running and
+   * waiting requests, and how many one batch may hold. Absent when it reports none.
+   */
+  adapters?: { names: readonly string[]; max: number };
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */
@@ -74,6 +79,8 @@ export interface DecisionInput {
    * for the top class.
    */
   classShare?: number;
+  /** The LoRA adapter the request names, and the weight of having it loaded (./filters/adapter.ts). */
+  adapter?: { name: string; weight: number };
 }
 
 export type RouteOutcome =
@@ -98,6 +105,8 @@ export interface CandidateExplanation {
   kvUsage?: number;
   /** The in-flight bound this request's class is held to on this worker, when below its limit. */
   classLimit?: number;
+  /** What the worker offers the request's LoRA adapter (./filters/adapter.ts), for adapter requests. */
+  adapter?: 'has' | 'slot' | 'full' | 'unknown';
   /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
   work?: number;
   /** Undefined for workers that could not take the request. */
