@@ -145,9 +145,17 @@ interface PromptFacts {
   storedResponse?: string;
 }
 
+/**
+ * Whether the decision for a request on this path reads its body (session fields, model, prompt
+ * prefix). When it does not, the transport can decide on the headers without waiting for the body.
+ */
+export function readsBody(req: Pick<RequestInfo, 'path'>, cfg: Config): boolean {
+  return cfg.keys.session_paths.includes(req.path);
+}
+
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
 function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
-  if (req.body === undefined || !cfg.keys.session_paths.includes(req.path)) return { model: undefined, blocks: [], api: 'openai' };
+  if (req.body === undefined || !readsBody(req, cfg)) return { model: undefined, blocks: [], api: 'openai' };
   const api = promptApiOf(req.path);
   if (req.body.length > cfg.limits.max_body_bytes) {
     throw new KvgateError('body_too_large', `request body of ${req.body.length} bytes exceeds limits.max_body_bytes`, {

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 
 export type HeaderSendMode = 'SEND' | 'SKIP';
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED';
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'FULL_DUPLEX_STREAMED';
 
 /**
  * ext_proc.v3.ProcessingMode after Envoy's defaults (field names as in the proto, like the YAML
@@ -67,6 +67,16 @@ export interface ExtProcConfig {
   forwardingNamespaces: string[];
   /** metadata_options.receiving_namespaces.untyped: namespaces a reply's dynamic_metadata may write. */
   receivingNamespaces: string[];
+  /**
+   * Whether this Envoy sends protocol_config on a stream's first message (Envoy 1.35+,
+   * ext_proc.cc Filter::encodeProtocolConfig). Set false to play an older Envoy.
+   */
+  sendsProtocolConfig: boolean;
+  /**
+   * The HCM's stream_idle_timeout (default 5 min, conn_manager_impl.cc): in FULL_DUPLEX_STREAMED
+   * the only bound on a wait for the server (ServerWaitTooLongBeforeSendRespDuplexStreamed: 504).
+   */
+  streamIdleTimeoutMs: number;
 }
 
 /** One action of envoy.filters.http.header_mutation's request_mutations. */
@@ -294,8 +304,8 @@ function headerMode(v: unknown, dflt: HeaderSendMode, where: string): HeaderSend
 
 function bodyMode(v: unknown, where: string): BodySendMode {
   if (v === undefined || v === null || v === 'NONE') return 'NONE';
-  if (v === 'STREAMED' || v === 'BUFFERED') return v;
-  // BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED, GRPC have their own message rules; not imitated.
+  if (v === 'STREAMED' || v === 'BUFFERED' || v === 'FULL_DUPLEX_STREAMED') return v;
+  // BUFFERED_PARTIAL and GRPC have their own message rules; not imitated.
   throw new Error(`${where}: body mode ${String(v)} is not supported by the harness`);
 }
 
@@ -411,7 +421,17 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
     ),
     statusOnError: httpStatusCode(c.status_on_error, 'status_on_error', 500),
     ...parseMetadataOptions(c.metadata_options, name),
+    sendsProtocolConfig: true,
+    streamIdleTimeoutMs: 300_000,
   };
+  // FULL_DUPLEX_STREAMED needs the trailers (they tell the server the body is complete): Envoy
+  // rejects the config otherwise (ext_proc config.cc / FilterConfig processing-mode checks).
+  const pm = config.processingMode;
+  for (const [body, trailers] of [['request_body_mode', 'request_trailer_mode'], ['response_body_mode', 'response_trailer_mode']] as const) {
+    if (pm[body] === 'FULL_DUPLEX_STREAMED' && pm[trailers] !== 'SEND') {
+      throw new Error(`${name}: processing_mode.${body} FULL_DUPLEX_STREAMED requires ${trailers}: SEND`);
+    }
+  }
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;

@@ -12,8 +12,8 @@ import { extProcServiceDefinition } from '../../src/extproc/proto.js';
 import type {
   CommonResponse,
   HeaderValueOption,
-  ProcessingRequest,
   ProcessingResponse,
+  ReceivedProcessingRequest as ProcessingRequest,
 } from '../../src/extproc/messages.js';
 import { toPbStruct } from './dynamic-metadata.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyConfig, withExtProc, type ParsedEnvoyConfig } from './envoy-config.js';
@@ -252,9 +252,10 @@ static_resources:
 
   test('refuses config the harness cannot imitate', () => {
     const withMode = (mode: string): string =>
-      readFileSync(ENVOY_YAML, 'utf8').replace('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
-    assert.throws(() => parseEnvoyConfig(withMode('FULL_DUPLEX_STREAMED')), /not supported/);
+      readFileSync(ENVOY_YAML, 'utf8').replaceAll('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
     assert.throws(() => parseEnvoyConfig(withMode('BUFFERED_PARTIAL')), /not supported/);
+    // Envoy itself refuses FULL_DUPLEX_STREAMED without trailer mode SEND.
+    assert.throws(() => parseEnvoyConfig(withMode('FULL_DUPLEX_STREAMED')), /requires request_trailer_mode: SEND/);
     assert.doesNotThrow(() => parseEnvoyConfig(withMode('STREAMED')));
   });
 });

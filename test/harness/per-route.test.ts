@@ -10,7 +10,7 @@ import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { stringify } from 'yaml';
 import { forwardedNamespace } from '../../src/extproc/knob-source.js';
-import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
+import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../../src/extproc/messages.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
 import { parseEnvoyConfig } from './envoy-config.js';
 import { EnvoyHarness, type HarnessRequest } from './envoy-harness.js';
