@@ -139,6 +139,28 @@ describe('classes of service through the gate', () => {
     assert.equal(stays.kind, 'route');
   });
 
+  test("endpoint-picker mode: the GIE objective header classifies through classes.objectives; in cluster-header mode it means nothing", async () => {
+    const picker = parseConfig(
+      {
+        routing: { protocol: 'endpoint_picker' },
+        workers: [{ id: 'w1', address: '10.0.0.1:8000' }],
+        limits: { max_inflight: 2 },
+        classes: { ...CLASSES, objectives: { 'chat-prod': 'critical' } },
+      },
+      'test',
+    );
+    const gate = new Gate(picker, new MemoryStore(), silentLogger());
+    const leases: Lease[] = [];
+    routedTo(await gate.route(req('sheddable')), leases);
+    // One of two places taken: sheddable (half) and standard (three quarters of 2 = 1) are at their bound.
+    assert.equal(shed(await gate.route(req())).class, 'standard');
+    const prod = await gate.route(req(undefined, { [DEFAULTS.objectiveHeader]: 'chat-prod' }));
+    assert.equal(prod.kind === 'route' && prod.class, 'critical');
+    const plain = new Gate(config({ classes: { ...CLASSES, objectives: { 'chat-prod': 'critical' } } }), new MemoryStore(), silentLogger());
+    const r = await plain.route(req(undefined, { [DEFAULTS.objectiveHeader]: 'chat-prod' }));
+    assert.equal(r.kind === 'route' && r.class, 'standard');
+  });
+
   test('with the default classes, unclassified traffic uses the whole limit, as before classes existed', async () => {
     const gate = new Gate(parseConfig({ workers: [{ id: 'w1', cluster: 'gpu_1' }], limits: { max_inflight: 3 } }, 'test'), new MemoryStore(), silentLogger());
     const leases: Lease[] = [];
