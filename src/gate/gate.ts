@@ -422,6 +422,7 @@ export class Gate {
       ...(decision.from !== undefined ? { from: decision.from } : {}),
       attempts,
       degraded,
+      class: cls.name,
       explanation: decision.explanation,
     };
     this.decisions.push(record);
@@ -473,7 +474,7 @@ export class Gate {
         : cls.share < 1
           ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
           : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
-    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
+    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
