@@ -11,6 +11,7 @@ import type { EnvoyHarness, LocalOutcome, Outcome } from '../harness/envoy-harne
 import { isClosed, isTimedOut, type RawStream } from '../harness/raw-stream.js';
 import { chat, harness, headersMsg, routedCluster } from '../helpers/envoy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
+import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const FLEET = {
   workers: [
@@ -40,10 +41,12 @@ describe('classes of service through ext_proc', () => {
   const gates: TestGate[] = [];
   const harnesses: EnvoyHarness[] = [];
   const streams: RawStream[] = [];
+  let redis: TestRedis | undefined;
   after(async () => {
     for (const s of streams) s.end();
     for (const h of harnesses) h.close();
     for (const g of gates) await g.close(100);
+    await redis?.stop();
   });
 
   test('sheddable fills half of each worker, then 429 naming its class; critical still gets a cluster', async () => {
@@ -80,5 +83,26 @@ describe('classes of service through ext_proc', () => {
     const out = local(await h.request(chat({ text: longText('claims critical'), headers: { [DEFAULTS.classHeader]: 'critical' } })));
     assert.equal(out.status, 429);
     assert.equal((JSON.parse(out.body.toString()) as { error: { class: string } }).error.class, 'sheddable');
+  });
+
+  test('two replicas on one Redis: what one holds counts against the class share on the other', async () => {
+    redis = await startRedis();
+    const a = await startTestGate(FLEET, { store: `${redis.url}/1` });
+    const b = await startTestGate(FLEET, { store: `${redis.url}/1` });
+    const ha = harness(a.target);
+    const hb = harness(b.target);
+    gates.push(a, b);
+    harnesses.push(ha, hb);
+    // Replica b reads the fleet idle first, so its cached view is stale when a fills it.
+    const warm = await hb.request(chat({ text: longText('warm-up') }));
+    assert.equal(warm.kind, 'upstream');
+    const held = [await hold(ha, 'sheddable', 'r1'), await hold(ha, 'sheddable', 'r2')];
+    streams.push(...held.map((x) => x.stream));
+    assert.deepEqual(held.map((x) => x.cluster).sort(), ['worker_1', 'worker_2']);
+    const out = local(await hb.request(chat({ text: longText('batch on b'), headers: { [DEFAULTS.classHeader]: 'sheddable' } })));
+    assert.equal(out.status, 429);
+    assert.equal((JSON.parse(out.body.toString()) as { error: { class: string } }).error.class, 'sheddable');
+    const critical = await hb.request(chat({ text: longText('pager on b'), headers: { [DEFAULTS.classHeader]: 'critical' } }));
+    assert.equal(critical.kind, 'upstream');
   });
 });
