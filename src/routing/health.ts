@@ -11,8 +11,32 @@
  * is normal there; KV-cache use and the queue are what approach out-of-memory.
  * An operator's state (draining, down, …) overrides all of this.
  */
-import type { WorkerSignals } from '../signals/parse.js';
 import type { WorkerState } from './types.js';
+
+/** What one scrape says about a worker. Absent fields were not reported (or were invalid). */
+export interface WorkerSignals {
+  running?: number;
+  waiting?: number;
+  /** KV-cache use in [0, 1]. */
+  kvUsage?: number;
+  /** GPU framebuffer used / free, MiB (DCGM). */
+  fbUsedMiB?: number;
+  fbFreeMiB?: number;
+  /** GPU temperature, °C (DCGM). */
+  gpuTempC?: number;
+  blockSize?: number;
+  numGpuBlocks?: number;
+  /** LoRA adapters (vLLM `vllm:lora_requests_info`), when the engine reports them. */
+  lora?: LoraSignals;
+}
+
+/** The adapters a worker has: those of running requests, those of waiting ones, and how many fit at once. */
+export interface LoraSignals {
+  running: string[];
+  waiting: string[];
+  /** Most adapters one batch may hold (vLLM `--max-loras`). */
+  maxLora: number;
+}
 
 export interface HealthThresholds {
   kvPressure: number;

@@ -4,32 +4,11 @@
  * true (NaN, negative counts, KV use outside [0, 1]). Never throws: a scrape is untrusted input.
  */
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
+import type { LoraSignals, WorkerSignals } from '../routing/health.js';
 import { DCGM, ENGINE_METRICS, type Engine, type EngineMetrics, type Selector } from './metric-names.js';
 
-/** What one scrape says about a worker. Absent fields were not reported (or were invalid). */
-export interface WorkerSignals {
-  running?: number;
-  waiting?: number;
-  /** KV-cache use in [0, 1]. */
-  kvUsage?: number;
-  /** GPU framebuffer used / free, MiB (DCGM). */
-  fbUsedMiB?: number;
-  fbFreeMiB?: number;
-  /** GPU temperature, °C (DCGM). */
-  gpuTempC?: number;
-  blockSize?: number;
-  numGpuBlocks?: number;
-  /** LoRA adapters (vLLM `vllm:lora_requests_info`), when the engine reports them. */
-  lora?: LoraSignals;
-}
-
-/** The adapters a worker has: those of running requests, those of waiting ones, and how many fit at once. */
-export interface LoraSignals {
-  running: string[];
-  waiting: string[];
-  /** Most adapters one batch may hold (vLLM `--max-loras`). */
-  maxLora: number;
-}
+/** What one scrape says about a worker: defined where health is judged from it. */
+export type { LoraSignals, WorkerSignals } from '../routing/health.js';
 
 /** Adapter names kept per list: a scrape is untrusted, and a real engine holds a handful. */
 const MAX_ADAPTERS = 256;

@@ -55,7 +55,7 @@ describe('vllm:lora_requests_info → signals', () => {
 });
 
 function w(id: string, inflight: number, adapters?: { names: string[]; max: number }, maxInflight = 8): WorkerView {
-  return { id, cluster: `c_${id}`, state: 'healthy', inflight, maxInflight, prefixBlocks: 0, ...(adapters ? { adapters } : {}) };
+  return { id, state: 'healthy', inflight, maxInflight, prefixBlocks: 0, ...(adapters ? { adapters } : {}) };
 }
 
 function input(workers: WorkerView[], p: Partial<DecisionInput> = {}): DecisionInput {
@@ -101,9 +101,9 @@ describe('adapter filter and scorer in the policy', () => {
     assert.equal(d.kind === 'route' && d.worker, 'quiet');
     assert.equal(d.kind === 'route' && d.outcome, 'migrated');
     assert.deepEqual(d.explanation.candidates.map((c) => c.adapter), ['full', 'unknown']);
-    // The deepest prefix match is bounded over every worker, excluded ones too (the store checks the whole pool).
+    // The prefix bound covers the workers the decision weighed: a deeper match on an excluded one cannot make it stale.
     const p = decide(input([{ ...full, prefixBlocks: 9 }, w('quiet', 3)], { totalBlocks: 10 }));
-    assert.equal(p.kind === 'route' && p.preconditions.prefixAtMost, 9);
+    assert.deepEqual(p.kind === 'route' && p.preconditions.prefix, { atMost: 0, over: ['quiet'] });
   });
 });
 

@@ -182,7 +182,7 @@ describe('classes: the pure pieces', () => {
   });
 
   test('decide() holds a class to its share and the commit checks that bound', () => {
-    const w = (id: string, inflight: number): WorkerView => ({ id, cluster: `c_${id}`, state: 'healthy', inflight, maxInflight: 10, prefixBlocks: 0 });
+    const w = (id: string, inflight: number): WorkerView => ({ id, state: 'healthy', inflight, maxInflight: 10, prefixBlocks: 0 });
     const base: DecisionInput = {
       keyHash: 'k',
       session: false,
