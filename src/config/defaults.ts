@@ -146,9 +146,10 @@ export const DEFAULTS = {
   /** The class of a request nothing classifies: the GIE's unset criticality is treated as Standard too. */
   defaultClass: 'standard',
   /**
-   * The request header that names a request's class. Clients can set it: on routes where they are
-   * not trusted, Envoy strips it (or the route's `class` knob, which wins, fixes the class). Not
-   * `x-kvgate-class`: that is the knob's gRPC metadata key, a different channel.
+   * The request header that names a request's class. Clients set it by design (as they set the
+   * GIE objective header): the shipped configs keep it. On routes where clients are not trusted,
+   * the route's `class` knob wins over it, or the HCM's early header mutation can remove it as it
+   * removes the routing header. Not `x-kvgate-class`: that is the knob's gRPC metadata key.
    */
   classHeader: 'x-kvgate-request-class',
   /**
