@@ -123,6 +123,12 @@ export const DEFAULTS = {
   /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
   maxInflight: 16,
   /**
+   * Past `maxInflight`, a worker whose engine reports room (healthy: KV below `kvPressure`, queue
+   * at most `maxQueue`) still takes work, up to this many times its limit (src/routing/overflow.ts);
+   * 0 or 1 makes the limit hard. PLACEHOLDER-REASON
+   */
+  overflowFactor: 4,
+  /**
    * Longest body kvgate reads. 8 MiB holds a ~1M-token prompt's text with room to spare and matches
    * the per_connection_buffer_limit_bytes in envoy/envoy.yaml; past it Envoy itself answers 413.
    */

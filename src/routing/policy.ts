@@ -10,7 +10,10 @@
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes "best" is the least loaded.
- * 3. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
+ * 3. Otherwise, past the limits, queue on a worker whose engine reports room (./overflow.ts): the
+ *    session's own worker first, else the best score. The limit spreads work; the engines say
+ *    when the fleet is full.
+ * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.
  *
@@ -18,6 +21,7 @@
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
 import { rendezvousScore } from './rendezvous.js';
+import { chooseOverflow, keepsOverLimit } from './overflow.js';
 import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
 
@@ -57,6 +61,9 @@ export function decide(input: DecisionInput): Decision {
       explanation: explain(input, 'sticky', false, new Map()),
     };
   }
+  // Past its limit, a session's worker whose engine reports room competes to keep it: its queue
+  // against the prefill a move would recompute (overflow.ts).
+  const home = affine && !spilled && usePrefix ? keepsOverLimit(affine, input) : undefined;
 
   const scores = new Map<string, number>();
   let best: WorkerView | undefined;
@@ -68,8 +75,10 @@ export function decide(input: DecisionInput): Decision {
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
   const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
   for (const w of workers) {
-    if (!takesNewSessions(w)) continue;
-    const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    const atHome = home !== undefined && w === affine;
+    if (!atHome && !takesNewSessions(w)) continue;
+    // Staying is no new placement: no fair-share term, and the load counts past the limit.
+    const s = usePrefix ? score(w, input.totalBlocks, input.weights, atHome ? undefined : fleet, atHome) : -(w.inflight / w.maxInflight);
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
       best = w;
@@ -78,6 +87,24 @@ export function decide(input: DecisionInput): Decision {
   }
   // The deepest match any worker has: a replica that knows of a deeper one must re-decide.
   const prefixAtMost = usePrefix ? Math.max(0, ...workers.map((w) => w.prefixBlocks)) : undefined;
+
+  // Every healthy worker at its limit: queue where an engine reports room (overflow.ts).
+  let rule: Explanation['rule'] = 'scored';
+  let limit = best?.maxInflight ?? 0;
+  let keptIn = TAKES;
+  if (best !== undefined && home !== undefined && best === affine) {
+    limit = home.limit;
+    keptIn = home.in;
+    rule = 'overflow';
+  }
+  const over = best ? undefined : chooseOverflow(input, spilled ? undefined : affine, usePrefix, fleet);
+  if (over) {
+    best = over.worker;
+    limit = over.limit;
+    keptIn = KEEPS;
+    rule = 'overflow';
+    for (const [id, s] of over.scores) scores.set(id, s);
+  }
 
   if (!best) {
     const anyUp = workers.some((w) => KEEPS.includes(w.state));
@@ -96,11 +123,11 @@ export function decide(input: DecisionInput): Decision {
 
   const preconditions: Preconditions = {
     affinity,
-    below: [{ worker: best.id, limit: best.maxInflight }],
+    below: [{ worker: best.id, limit }],
     // A move away from a live, merely full worker is only right while it is still full.
     atOrAbove: affine && KEEPS.includes(affine.state) && affine.inflight >= affine.maxInflight ? [{ worker: affine.id, limit: affine.maxInflight }] : [],
     states: [
-      { worker: best.id, in: TAKES },
+      { worker: best.id, in: keptIn },
       // Leaving a dead or drained worker is only right while it still is.
       ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
     ],
@@ -124,7 +151,7 @@ export function decide(input: DecisionInput): Decision {
     outcome,
     ...(moved ? { from: affinity } : {}),
     preconditions,
-    explanation: explain(input, 'scored', spilled, scores),
+    explanation: explain(input, rule, spilled, scores),
   };
 }
 

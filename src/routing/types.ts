@@ -41,6 +41,12 @@ export interface WorkerView {
    * gate's own in-flight count ends at the first token, so this is the only view of decode work.
    */
   running?: number;
+  /**
+   * The engine's last scrape says it has the memory for more work (KV and memory below pressure,
+   * not too hot), however long its queue. Only set for workers with engine metrics; past its
+   * in-flight limit only such a worker takes work (overflow.ts).
+   */
+  engineRoom?: boolean;
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */
@@ -69,6 +75,11 @@ export interface DecisionInput {
   balanceFloor: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
+  /**
+   * Past its in-flight limit a worker whose engine reports room still takes work, up to this many
+   * times the limit (overflow.ts); 0 or 1: the limit is hard, as for a worker without metrics.
+   */
+  overflowFactor?: number;
 }
 
 export type RouteOutcome =
@@ -101,7 +112,7 @@ export interface Explanation {
   mode: PolicyMode;
   totalBlocks: number;
   /** How the choice was made. */
-  rule: 'sticky' | 'scored' | 'shed';
+  rule: 'sticky' | 'scored' | 'overflow' | 'shed';
   /** The session had too many requests in flight on its worker and spilled to scoring. */
   spilled: boolean;
   candidates: CandidateExplanation[];

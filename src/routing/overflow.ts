@@ -1,0 +1,94 @@
+/**
+ * What happens when every healthy worker is at its in-flight limit: queue at an engine that says
+ * it has room, instead of refusing.
+ *
+ * The in-flight limit counts requests between routing and first token. It is the right signal for
+ * spreading (below it, policy.ts scores and spills as before) but a poor definition of "full": 16
+ * queued requests of 175 tokens are 0.3 s of prefill, 16 of 8k tokens are five seconds. Refusing
+ * at a request count shed work the engines could have served within any latency target
+ * (`kvgate sim --sweep`, agent-session traces: 330 of 2,000 requests shed at 1.4 of capacity while
+ * every engine's queue was a fraction of a second long), and every shed session lost its cache.
+ *
+ * So past the limit the engine's own word decides. A worker keeps taking work while its last
+ * scrape says it has the memory for it (health.ts `hasEngineRoom`: KV use below
+ * `thresholds.kv_pressure`, memory and temperature below theirs). A queue past
+ * `thresholds.max_queue` still stops new sessions below the limit, but past it a queue is
+ * latency, which the score weighs, not a lack of room: counted in requests, it cannot tell 32
+ * chat turns (half a second) from 32 long documents. Shedding stays for a fleet that is truly
+ * full: every worker out of memory, down or draining, or past `overflowLimit` in flight from
+ * this fleet of gates (the bound that holds while a scrape is on its way).
+ *
+ * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
+ * hard one, as before.
+ *
+ * Where the overflow goes: a session to its own worker when that one can take it (it holds the
+ * conversation's KV cache, and every worker is queued anyway); anything else to the worker whose
+ * score is best with the load term counted past the limit (score.ts `overLimit`), so the queue
+ * grows where it is shortest relative to what the prompt saves.
+ */
+import { rendezvousScore } from './rendezvous.js';
+import { score, type FleetLoad } from './score.js';
+import type { DecisionInput, WorkerState, WorkerView } from './types.js';
+
+/** Can take a request past its in-flight limit: its engine reports room, and the hard bound holds. */
+export function takesOverflow(w: WorkerView, overflowLimit: number): boolean {
+  return (w.state === 'healthy' || w.state === 'pressured') && w.engineRoom === true && w.inflight < overflowLimit;
+}
+
+/** The hard in-flight bound of one worker: `overflowFactor` × its limit (0 or 1: no overflow). */
+export function overflowLimitOf(w: WorkerView, factor: number): number {
+  return factor > 1 ? Math.floor(w.maxInflight * factor) : w.maxInflight;
+}
+
+/**
+ * A session's own worker, at or past its in-flight limit, keeps the session while its engine
+ * reports room: moving would recompute the conversation's prompt elsewhere to skip a queue the
+ * engine itself says is short. The session must not have `maxInflightPerSession` requests
+ * running there (fan-out spreads, as below the limit). Undefined: it does not.
+ */
+export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limit: number; in: readonly WorkerState[] } | undefined {
+  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0);
+  if (limit <= affine.maxInflight || input.keyInflight >= input.maxInflightPerSession) return undefined;
+  return takesOverflow(affine, limit) ? { limit, in: KEEPS } : undefined;
+}
+
+const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
+
+export interface OverflowChoice {
+  worker: WorkerView;
+  limit: number;
+  /** Scores of the candidates, for the explanation. */
+  scores: Map<string, number>;
+}
+
+/**
+ * The worker an over-limit request queues on, or undefined when none can take it (shed).
+ * `affine` is the session's worker when it is sticky and not spilled.
+ */
+export function chooseOverflow(input: DecisionInput, affine: WorkerView | undefined, usePrefix: boolean, fleet: FleetLoad | undefined): OverflowChoice | undefined {
+  const factor = input.overflowFactor ?? 0;
+  if (factor <= 1) return undefined;
+  const scores = new Map<string, number>();
+  if (affine && takesOverflow(affine, overflowLimitOf(affine, factor))) {
+    return { worker: affine, limit: overflowLimitOf(affine, factor), scores };
+  }
+  let best: WorkerView | undefined;
+  let bestScore = -Infinity;
+  for (const w of input.workers) {
+    const limit = overflowLimitOf(w, factor);
+    if (!takesOverflow(w, limit)) continue;
+    const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet, true) : -(w.inflight / w.maxInflight);
+    scores.set(w.id, s);
+    if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, input.keyHash ?? ''))) {
+      best = w;
+      bestScore = s;
+    }
+  }
+  return best ? { worker: best, limit: overflowLimitOf(best, factor), scores } : undefined;
+}
+
+/** As policy.ts: the lower in-flight count, then rendezvous hashing on the key. */
+function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
+  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
+  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
+}
