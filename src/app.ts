@@ -13,6 +13,7 @@ import type { Config } from './config/schema.js';
 import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
+import type { Pool } from './gate/pools.js';
 import { Readiness } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
@@ -62,7 +63,7 @@ export interface RunningKvgate {
   gate: Gate;
   store: RoutingStore;
   extproc: ExtProcServer;
-  collector: SignalCollector;
+  collector: SignalCollector<Pool>;
   metrics: Metrics;
   readiness: Readiness;
   /** Re-reads the config file now (no-op 'unchanged' without one). */
@@ -125,7 +126,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     await store.close();
     throw err;
   }
-  const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
+  const collector = new SignalCollector<Pool>({ gate, store, logger: logger.child({ component: 'signals' }) });
   const reloader = opts.configFile
     ? new ConfigReloader({
         file: opts.configFile,

@@ -79,7 +79,7 @@ export class AdminServer {
           out.push({
             id: w.id,
             pool: pool.name,
-            cluster: w.cluster,
+            cluster: pool.workers.get(w.id)?.cluster,
             state: w.state,
             inflight: w.inflight,
             max_inflight: w.maxInflight,

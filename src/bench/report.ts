@@ -87,7 +87,7 @@ export function formatReport(report: BenchReport): string {
     '',
     formatRuns(report.runs),
     '',
-    'targets (issue 5):',
+    'targets:',
     formatTargets(report.targets),
   ];
   const notes = anomalies(report);

@@ -6,7 +6,7 @@
  * same machine, with the same client.
  */
 import { describeMachine, type Machine } from './machine.js';
-import { LoadPool, type Percentiles, type WindowResult } from './load-pool.js';
+import { LoadPool, type WindowResult } from './load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from './redis-server.js';
 import { startServer, type GateCounts, type ServerUnderTest, type TargetName } from './servers.js';
 import { sizeLabel } from './bodies.js';
@@ -36,45 +36,9 @@ export interface BenchOptions {
   seed: number;
 }
 
-export interface RunRow {
-  target: TargetName;
-  /** The request body mode the load played; ratios compare with the no-op in the same mode. */
-  body_mode: BenchBodyMode;
-  size: string;
-  body_bytes: number;
-  load: 'saturation' | 'half';
-  /** Saturation: streams in flight; half: the most outstanding before arrivals are dropped. */
-  concurrency: number;
-  /** Half: the arrival rate, half of the median saturation round. */
-  rate_per_s: number | null;
-  window_s: number;
-  /**
-   * Requests answered per second (for kvgate: routing decisions; for the no-op: CONTINUEs). At
-   * saturation: the median round; `rounds_per_s` lists every round.
-   */
-  decisions_per_s: number;
-  rounds_per_s: number[];
-  /** Median over rounds of this server's decisions/s over the no-op's in the same round. */
-  ratio_to_noop: number | null;
-  /** Lowest and highest per-round ratio: how much the machine's noise moved it. */
-  ratio_range: [number, number] | null;
-  /** Main-thread busy time per answered request (event-loop utilization × window / answered). */
-  server_busy_us: number;
-  completed: number;
-  routed: number;
-  shed: number;
-  errors: number;
-  error_samples: string[];
-  dropped: number;
-  added: Percentiles;
-  decision: Percentiles;
-  schedule_lag: Percentiles | null;
-  server_elu: number;
-  client_elu: number;
-  rss_peak_mb: number;
-  heap_mb: number;
-  gate: GateCounts | null;
-}
+import type { RunRow } from './run-row.js';
+
+export type { RunRow };
 
 export interface BenchReport {
   tool: 'kvgate bench';

@@ -50,7 +50,6 @@ export function decide(input: DecisionInput): Decision {
     return {
       kind: 'route',
       worker: affine.id,
-      cluster: affine.cluster,
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
@@ -85,8 +84,9 @@ export function decide(input: DecisionInput): Decision {
       bestScore = s;
     }
   }
-  // The deepest match any worker has: a replica that knows of a deeper one must re-decide.
-  const prefixAtMost = usePrefix ? Math.max(0, ...workers.map((w) => w.prefixBlocks)) : undefined;
+  // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
+  // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
+  const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
 
   // Every healthy worker at its limit: queue where an engine reports room (overflow.ts).
   let rule: Explanation['rule'] = 'scored';
@@ -131,7 +131,7 @@ export function decide(input: DecisionInput): Decision {
       // Leaving a dead or drained worker is only right while it still is.
       ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
     ],
-    ...(prefixAtMost !== undefined ? { prefixAtMost } : {}),
+    ...(prefix !== undefined ? { prefix } : {}),
   };
   // An affinity whose worker is gone from the config moves too: that is still a migration.
   const moved = affinity !== undefined && affinity !== best.id;
@@ -147,7 +147,6 @@ export function decide(input: DecisionInput): Decision {
   return {
     kind: 'route',
     worker: best.id,
-    cluster: best.cluster,
     outcome,
     ...(moved ? { from: affinity } : {}),
     preconditions,

@@ -16,37 +16,38 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { WorkerConfig } from '../config/schema.js';
-import type { Gate } from '../gate/gate.js';
 import type { HealthVerdict, SignalRecord } from '../routing/health.js';
 import { rendezvousScore } from '../routing/rendezvous.js';
 import type { RoutingStore } from '../state/store.js';
+import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
 import { parseSignals, type WorkerSignals } from './parse.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;
 
-export interface CollectorOptions {
-  gate: Gate;
+export interface CollectorOptions<P extends FleetPool> {
+  /** The gate (./fleet.ts: what the loops read from it and feed it). */
+  gate: Fleet<P>;
   store: RoutingStore;
   logger: Logger;
   /** This replica's id in the store's live-gate set. */
   gateId?: string;
 }
 
-export class SignalCollector {
+export class SignalCollector<P extends FleetPool> {
   readonly gateId: string;
   private owned = new Set<string>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private readonly loops: NodeJS.Timeout[] = [];
   private previous = new Map<string, HealthVerdict['state']>();
-  private readonly migrator: Migrator;
+  private readonly migrator: Migrator<P>;
   private stopped = false;
   private started = false;
   private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
 
-  constructor(private readonly opts: CollectorOptions) {
+  constructor(private readonly opts: CollectorOptions<P>) {
     this.gateId = opts.gateId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.migrator = new Migrator(opts.gate, opts.store, opts.logger);
   }

@@ -6,9 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
-import type { SignalRecord } from '../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
 import { PrefixIndex } from './prefix-index.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
@@ -68,7 +67,7 @@ export class MemoryStore implements RoutingStore {
       affinity,
       inflight,
       states: new Map(this.states.get(q.pool) ?? []),
-      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks) ?? new Map()) : new Map(),
+      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks, new Set(q.workers)) ?? new Map()) : new Map(),
       keyInflight,
     };
   }
@@ -92,9 +91,9 @@ export class MemoryStore implements RoutingStore {
 
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
   commitSync(req: CommitRequest): CommitResult {
-    // The prefix match is only needed for the prefixAtMost check (a sticky hit has none), and
-    // for the snapshot a failed commit returns to decide again on.
-    const matchPrefix = req.preconditions.prefixAtMost !== undefined;
+    // The prefix match is only needed for the prefix check (a sticky hit has none), and for the
+    // snapshot a failed commit returns to decide again on.
+    const matchPrefix = req.preconditions.prefix !== undefined;
     const before = this.cachedSnapshot(matchPrefix ? req : { ...req, blocks: [] });
     if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: matchPrefix ? before : this.cachedSnapshot(req) };
     if (req.key !== undefined) {

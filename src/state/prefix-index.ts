@@ -36,9 +36,11 @@ export class PrefixIndex {
 
   /**
    * For each worker, how many leading blocks of the chain it holds (the longest consecutive run
-   * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds.
+   * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds. With
+   * `among`, only those workers count (the pool's configured ones: a removed worker's blocks stay
+   * until they expire, and nothing may weigh them).
    */
-  match(blocks: readonly string[]): Map<string, number> {
+  match(blocks: readonly string[], among?: ReadonlySet<string>): Map<string, number> {
     const depth = new Map<string, number>();
     const now = this.now();
     let alive: string[] | undefined;
@@ -47,7 +49,7 @@ export class PrefixIndex {
       if (!h) break;
       const next: string[] = [];
       if (alive === undefined) {
-        for (const [w, at] of h) if (now - at <= this.ttlMs) next.push(w);
+        for (const [w, at] of h) if (now - at <= this.ttlMs && (among === undefined || among.has(w))) next.push(w);
       } else {
         for (const w of alive) {
           const at = h.get(w);
