@@ -21,10 +21,14 @@
  * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
  * hard one, as before.
  *
- * Where the overflow goes: a session to its own worker when that one can take it (it holds the
- * conversation's KV cache, and every worker is queued anyway); anything else to the worker whose
- * score is best with the load term counted past the limit (score.ts `overLimit`), so the queue
- * grows where it is shortest relative to what the prompt saves.
+ * Where the work goes: a session whose worker is at its limit is not moved at once; that worker
+ * competes with the others (policy.ts), scored with its load counted past the limit (score.ts
+ * `overLimit`), so holding the whole conversation it keeps the session until its queue is about
+ * one limit deeper than the best alternative's: the queue it would skip against the prefill a
+ * move recomputes. (Keeping every session home while its engine had room, the first try, held
+ * sessions behind deep queues while other workers idled: it lost goodput on held-out chat and
+ * agent sweeps.) When every worker is at its limit, a session queues on its own worker if that
+ * one has room, anything else on the best score with the load counted past the limit.
  */
 import { rendezvousScore } from './rendezvous.js';
 import { score, type FleetLoad } from './score.js';
