@@ -51,7 +51,17 @@ export interface BenchReport {
   wall_s: number;
 }
 
-export type Progress = (line: string) => void;
+/** Called as each step starts, with how long it is planned to take (for a time-left estimate). */
+export type Progress = (line: string, plannedMs: number) => void;
+
+/** The steps runBench will take (each one `progress` call) and their planned time in all. */
+export function benchPlan(opts: Pick<BenchOptions, 'sizes' | 'stores' | 'rounds' | 'durationMs' | 'warmupMs' | 'halfSaturation' | 'bodyModes'>): { steps: number; plannedMs: number } {
+  const servers = 1 + opts.stores.length;
+  const cases = opts.sizes.length * (opts.bodyModes?.length ?? 1);
+  const perCase = servers * (1 + opts.rounds + (opts.halfSaturation ? 1 : 0));
+  const perCaseMs = servers * (Math.max(1, opts.warmupMs) + opts.rounds * (RAMP_MS + opts.durationMs) + (opts.halfSaturation ? RAMP_MS + opts.durationMs * opts.rounds : 0));
+  return { steps: cases * perCase, plannedMs: cases * perCaseMs };
+}
 
 /** Each measured run first ramps up its streams unmeasured for this long. */
 const RAMP_MS = 200;
@@ -105,13 +115,13 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         ...(s.routingHeader ? { expectHeader: s.routingHeader } : {}),
       });
       for (const s of servers) {
-        progress(`${label}: warming up ${s.name}`);
+        progress(`${label}: warming up ${s.name}`, Math.max(1, opts.warmupMs));
         await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: 0, durationMs: Math.max(1, opts.warmupMs) });
       }
       const rounds = new Map<ServerUnderTest, Array<{ w: WindowResult; gate: GateCounts | null }>>(servers.map((s) => [s, []]));
       for (let round = 1; round <= opts.rounds; round++) {
         for (const s of servers) {
-          progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`);
+          progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`, RAMP_MS + opts.durationMs);
           s.window();
           const w = await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
           rounds.get(s)!.push({ w, gate: s.window() ?? null });
@@ -147,7 +157,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const rate = capacity / 2;
         // Room for the bursts of Poisson arrivals, without letting a stuck server pile up streams forever.
         const cap = Math.max(opts.concurrency * 4, 256);
-        progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`);
+        progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`, RAMP_MS + opts.durationMs * opts.rounds);
         s.window();
         const w = await pool.run({ ...base(s), mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
         runs.push(row(s.name, bodyMode, size, 'half', cap, Math.round(rate), w, s.window() ?? null));

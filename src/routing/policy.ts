@@ -20,6 +20,8 @@
  * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
+import { admitLimit } from './class-share.js';
+import { adapterFit, adapterScore, excludedForAdapter } from './filters/adapter.js';
 import { rendezvousScore } from './rendezvous.js';
 import { chooseOverflow, keepsOverLimit } from './overflow.js';
 import { score, work, type FleetLoad } from './score.js';
@@ -28,32 +30,35 @@ import type { CandidateExplanation, Decision, DecisionInput, Explanation, Precon
 const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 const TAKES: readonly WorkerState[] = ['healthy'];
 
-/** Can keep serving the keys it already holds. */
-export function keepsSessions(w: WorkerView): boolean {
-  return KEEPS.includes(w.state) && w.inflight < w.maxInflight;
+/** Can keep serving the keys it already holds (below its limit, or its class's share of it). */
+export function keepsSessions(w: WorkerView, classShare?: number): boolean {
+  return KEEPS.includes(w.state) && w.inflight < admitLimit(w, classShare);
 }
 
-/** Can take a key it does not hold. */
-export function takesNewSessions(w: WorkerView): boolean {
-  return w.state === 'healthy' && w.inflight < w.maxInflight;
+/** Can take a key it does not hold (below its limit, or its class's share of it). */
+export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
+  return w.state === 'healthy' && w.inflight < admitLimit(w, classShare);
 }
 
 export function decide(input: DecisionInput): Decision {
-  const { workers, keyHash, mode } = input;
+  const { keyHash, mode, classShare, adapter } = input;
+  // Filters: a worker a rule excludes is invisible to the rest of the decision.
+  const excluded = adapter ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
+  const workers = excluded && excluded.size > 0 ? input.workers.filter((w) => !excluded.has(w.id)) : input.workers;
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
-  const spilled = affine !== undefined && keepsSessions(affine) && input.keyInflight >= input.maxInflightPerSession;
+  const spilled = affine !== undefined && keepsSessions(affine, classShare) && input.keyInflight >= input.maxInflightPerSession;
   const usePrefix = (mode === 'both' || mode === 'prefix') && input.totalBlocks > 0;
 
-  if (affine && keepsSessions(affine) && !spilled) {
+  if (affine && keepsSessions(affine, classShare) && !spilled) {
     return {
       kind: 'route',
       worker: affine.id,
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
-        below: [{ worker: affine.id, limit: affine.maxInflight }],
+        below: [{ worker: affine.id, limit: admitLimit(affine, classShare) }],
         atOrAbove: [],
         states: [{ worker: affine.id, in: KEEPS }],
       },
@@ -72,12 +77,13 @@ export function decide(input: DecisionInput): Decision {
   // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
   // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
-  const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
+  const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   for (const w of workers) {
     const atHome = home !== undefined && w === affine;
-    if (!atHome && !takesNewSessions(w)) continue;
+    if (!atHome && !takesNewSessions(w, classShare)) continue;
     // Staying is no new placement: no fair-share term, and the load counts past the limit.
-    const s = usePrefix ? score(w, input.totalBlocks, input.weights, atHome ? undefined : fleet, atHome) : -(w.inflight / w.maxInflight);
+    const base = usePrefix ? score(w, input.totalBlocks, input.weights, atHome ? undefined : fleet, atHome) : -(w.inflight / w.maxInflight);
+    const s = adapter ? base + adapterScore(w, adapter.name, adapter.weight) : base;
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
       best = w;
@@ -90,14 +96,14 @@ export function decide(input: DecisionInput): Decision {
 
   // Every healthy worker at its limit: queue where an engine reports room (overflow.ts).
   let rule: Explanation['rule'] = 'scored';
-  let limit = best?.maxInflight ?? 0;
+  let limit = best ? admitLimit(best, classShare) : 0;
   let keptIn = TAKES;
   if (best !== undefined && home !== undefined && best === affine) {
     limit = home.limit;
     keptIn = home.in;
     rule = 'overflow';
   }
-  const over = best ? undefined : chooseOverflow(input, spilled ? undefined : affine, usePrefix, fleet);
+  const over = best ? undefined : chooseOverflow(input, workers, spilled ? undefined : affine, usePrefix, fleet);
   if (over) {
     best = over.worker;
     limit = over.limit;
@@ -107,14 +113,14 @@ export function decide(input: DecisionInput): Decision {
   }
 
   if (!best) {
-    const anyUp = workers.some((w) => KEEPS.includes(w.state));
+    const anyUp = input.workers.some((w) => KEEPS.includes(w.state));
     return {
       kind: 'shed',
       reason: anyUp ? 'overloaded' : 'no_healthy_workers',
       preconditions: {
         affinity,
         below: [],
-        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: w.maxInflight })),
+        atOrAbove: input.workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: admitLimit(w, classShare) })),
         states: [],
       },
       explanation: explain(input, 'shed', spilled, scores),
@@ -125,7 +131,8 @@ export function decide(input: DecisionInput): Decision {
     affinity,
     below: [{ worker: best.id, limit }],
     // A move away from a live, merely full worker is only right while it is still full.
-    atOrAbove: affine && KEEPS.includes(affine.state) && affine.inflight >= affine.maxInflight ? [{ worker: affine.id, limit: affine.maxInflight }] : [],
+    atOrAbove:
+      affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [],
     states: [
       { worker: best.id, in: keptIn },
       // Leaving a dead or drained worker is only right while it still is.
@@ -180,6 +187,9 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
     candidates: input.workers.map((w): CandidateExplanation => {
       const c: CandidateExplanation = { worker: w.id, state: w.state, inflight: w.inflight, maxInflight: w.maxInflight, prefixBlocks: w.prefixBlocks };
       if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
+      const limit = admitLimit(w, input.classShare);
+      if (limit !== w.maxInflight) c.classLimit = limit;
+      if (input.adapter) c.adapter = adapterFit(w, input.adapter.name);
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;

@@ -42,6 +42,11 @@ export interface WorkerView {
    * in-flight limit only such a worker takes work (overflow.ts).
    */
   engineRoom?: boolean;
+  /**
+   * LoRA adapters the worker reported (vLLM `vllm:lora_requests_info`): those of its running and
+   * waiting requests, and how many one batch may hold. Absent when it reports none.
+   */
+  adapters?: { names: readonly string[]; max: number };
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */
@@ -75,6 +80,13 @@ export interface DecisionInput {
    * times the limit (overflow.ts); 0 or 1: the limit is hard, as for a worker without metrics.
    */
   overflowFactor?: number;
+  /**
+   * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
+   * for the top class.
+   */
+  classShare?: number;
+  /** The LoRA adapter the request names, and the weight of having it loaded (./filters/adapter.ts). */
+  adapter?: { name: string; weight: number };
 }
 
 export type RouteOutcome =
@@ -97,6 +109,10 @@ export interface CandidateExplanation {
   maxInflight: number;
   prefixBlocks: number;
   kvUsage?: number;
+  /** The in-flight bound this request's class is held to on this worker, when below its limit. */
+  classLimit?: number;
+  /** What the worker offers the request's LoRA adapter (./filters/adapter.ts), for adapter requests. */
+  adapter?: 'has' | 'slot' | 'full' | 'unknown';
   /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
   work?: number;
   /** Undefined for workers that could not take the request. */

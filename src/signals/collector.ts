@@ -249,7 +249,12 @@ export class SignalCollector<P extends FleetPool> {
 }
 
 async function fetchText(url: string, timeoutMs: number): Promise<string> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+  } catch (err) {
+    throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
+  }
   if (!res.ok) {
     await res.body?.cancel();
     throw new Error(`HTTP ${res.status} from ${url}`);
@@ -262,4 +267,19 @@ async function fetchText(url: string, timeoutMs: number): Promise<string> {
   const text = await res.text();
   if (text.length > MAX_METRICS_BYTES) throw new Error('metrics page is too large');
   return text;
+}
+
+/**
+ * A failed fetch in words: fetch's own message is "fetch failed", with the reason (the OS's error
+ * code) only in its cause.
+ */
+export function fetchFailure(url: string, timeoutMs: number, err: unknown): string {
+  const name = (err as Error).name;
+  if (name === 'TimeoutError' || name === 'AbortError') return `no answer from ${url} in ${timeoutMs} ms (signals.timeout_ms)`;
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? '';
+  if (code === 'ECONNREFUSED') return `nothing listening at ${url} (ECONNREFUSED): is the worker up, and is its metrics_url right?`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve the host of ${url} (${code}): check the worker's metrics_url`;
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return `${url} closed the connection (${code})`;
+  return `cannot fetch ${url}: ${[code, cause?.message].filter(Boolean).join(' ') || (err as Error).message}`;
 }

@@ -47,6 +47,9 @@ import {
   type StateQuery,
 } from './store.js';
 
+/** At most one line per this while Redis keeps failing (see logFailure). */
+const FAILURE_LOG_INTERVAL_MS = 60_000;
+
 export interface RedisStoreOptions {
   url: string;
   keyPrefix: string;
@@ -100,7 +103,8 @@ export class RedisStore implements RoutingStore {
   /** The affinity TTL of the latest commit: what restored affinities get. */
   private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
-  private lastErrorLog = 0;
+  private lastErrorLog = -Infinity;
+  private failuresNotLogged = 0;
   private readonly events = new EventEmitter();
   private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
   private closed = false;
@@ -570,11 +574,18 @@ export class RedisStore implements RoutingStore {
   }
 
   private logFailure(msg: string, err: unknown): void {
-    // One line a second at most: a Redis outage must not flood the logs at request rate.
+    // A Redis outage fails every reconnect attempt (one a second) and every request: the first
+    // failure is logged at once, then one line a minute at most while it lasts, counting the
+    // failures it left out. Readiness logs the recovery ("store reachable again").
     const now = Date.now();
-    if (now - this.lastErrorLog < 1000) return;
+    if (now - this.lastErrorLog < FAILURE_LOG_INTERVAL_MS) {
+      this.failuresNotLogged++;
+      return;
+    }
     this.lastErrorLog = now;
-    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err) }, msg);
+    const skipped = this.failuresNotLogged;
+    this.failuresNotLogged = 0;
+    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
   }
 
   private affinityCacheKey(pool: string, key: string): string {

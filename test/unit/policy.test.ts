@@ -193,6 +193,15 @@ describe('routing policy', () => {
       assert.equal(home.kind === 'route' && home.worker, 'b', 'no engine word: the session moves, as before');
     });
 
+    test('a lower class of service is held to its share: it never goes past the limit', () => {
+      const top = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 10), m('b', 10)] }));
+      assert.equal(top.kind === 'route' && top.explanation.rule, 'overflow');
+      const low = decide(input({ keyHash: 'k', overflowFactor: 4, classShare: 0.5, workers: [m('a', 10), m('b', 10)] }));
+      assert.equal(low.kind === 'shed' && low.reason, 'overloaded');
+      const home = decide(input({ keyHash: 'k', affinity: 'a', totalBlocks: 20, overflowFactor: 4, classShare: 0.5, workers: [m('a', 6, 'healthy', 20), m('b', 0)] }));
+      assert.equal(home.kind === 'route' && home.worker, 'b', 'past its class share at home, the session moves');
+    });
+
     test('factor 0 or 1 turns overflow off', () => {
       for (const overflowFactor of [0, 1]) {
         const d = decide(input({ keyHash: 'k', overflowFactor, workers: [m('a', 10), m('b', 10)] }));
