@@ -10,9 +10,11 @@
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes "best" is the least loaded.
- * 3. Otherwise, past the limits, queue on a worker whose engine reports room (./overflow.ts): the
- *    session's own worker first, else the best score. The limit spreads work; the engines say
- *    when the fleet is full.
+ * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
+ *    session's worker at its limit is scored with the others, its load counted past the limit,
+ *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
+ *    when every worker is at its limit, work queues on the session's worker, else the best
+ *    score. The limit spreads work; the engines say when the fleet is full.
  * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.
