@@ -11,8 +11,8 @@ import { parse as parseCookies } from 'cookie';
 import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import { objectField, parseJsonBody, stringField, type ParsedBody } from './body.js';
-import { chainedBlockHashes, hashSessionId, hashText, seedFor } from './hashing.js';
-import { canonicalPrompt } from './prompt.js';
+import { hashSessionId, seedFor } from './hashing.js';
+import { promptBlocks } from './prompt-blocks.js';
 import type { RequestInfo } from './request.js';
 
 export type KeySource = 'header' | 'cookie' | 'body_user' | 'body_metadata' | 'prompt_prefix';
@@ -87,12 +87,13 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   }
   const body = parsed.value;
   const model = stringField(body, 'model');
-  // Only the blocks that are hashed need rendering: a 400 KB prompt is cut at max_blocks blocks.
-  const text = canonicalPrompt(body, cfg.prefix.block_chars * cfg.prefix.max_blocks);
-  if (!text) return { model, blocks: [], body };
   const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
-  const chain = chainedBlockHashes(text, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
-  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashText(text, seed);
+  // One pass over the body's strings, no prompt text built; the same hashes as
+  // chainedBlockHashes(canonicalPrompt(...)) (prompt-blocks.ts; the tests hold it to that).
+  const hashed = promptBlocks(body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
+  if (!hashed) return { model, blocks: [], body };
+  const chain = hashed.chain;
+  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashed.short!;
   return {
     model,
     body,
