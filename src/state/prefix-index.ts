@@ -41,23 +41,36 @@ export class PrefixIndex {
   match(blocks: readonly string[]): Map<string, number> {
     const depth = new Map<string, number>();
     const now = this.now();
-    let alive: string[] | undefined;
-    for (let i = 0; i < blocks.length; i++) {
+    // Two reused lists instead of one per block; a worker's depth is written when it drops out
+    // (or at the end), not at every block. Block 0's holders are inserted first, in the same
+    // order as always, so callers iterating the map see what they always saw.
+    let alive: string[] = [];
+    let next: string[] = [];
+    let i = 0;
+    for (; i < blocks.length; i++) {
       const h = this.holders.get(blocks[i]!);
       if (!h) break;
-      const next: string[] = [];
-      if (alive === undefined) {
-        for (const [w, at] of h) if (now - at <= this.ttlMs) next.push(w);
+      next.length = 0;
+      if (i === 0) {
+        for (const [w, at] of h) {
+          if (now - at <= this.ttlMs) {
+            next.push(w);
+            depth.set(w, 1);
+          }
+        }
       } else {
         for (const w of alive) {
           const at = h.get(w);
           if (at !== undefined && now - at <= this.ttlMs) next.push(w);
+          else depth.set(w, i);
         }
       }
-      if (next.length === 0) break;
-      for (const w of next) depth.set(w, i + 1);
+      if (next.length === 0) return depth;
+      const t = alive;
       alive = next;
+      next = t;
     }
+    for (const w of alive) depth.set(w, i);
     return depth;
   }
 

@@ -123,9 +123,12 @@ export class RequestTelemetry {
       }
       const span = this.span;
       if (!span || this.ended) return;
-      span.setAttributes(decisionAttributes(result, outcome, facts));
-      span.setAttributes(this.storeAttributes());
-      for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+      // With no exporter the span is non-recording and would drop every attribute: none is built.
+      if (span.isRecording()) {
+        span.setAttributes(decisionAttributes(result, outcome, facts));
+        span.setAttributes(this.storeAttributes());
+        for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+      }
       this.endSpan();
     });
   }
@@ -136,7 +139,7 @@ export class RequestTelemetry {
       this.metrics.decisions.inc({ outcome: 'fallback' });
       const span = this.span;
       if (!span || this.ended) return;
-      span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
+      if (span.isRecording()) span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
       span.recordException(err);
       span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
       this.endSpan();

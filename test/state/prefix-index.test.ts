@@ -59,3 +59,32 @@ describe('PrefixIndex', () => {
     assert.equal(ix.match(chain('a', 5)).size, 0);
   });
 });
+
+describe('PrefixIndex.match against a per-worker reference', () => {
+  test('any records, expiries and chains: the same depths, in the same map order', async () => {
+    const { default: fc } = await import('fast-check');
+    const block = fc.constantFrom('a0', 'a1', 'a2', 'a3', 'b0', 'b1', 'x');
+    const op = fc.record({ worker: fc.constantFrom('w1', 'w2', 'w3', 'w4'), blocks: fc.array(block, { maxLength: 6 }), advance: fc.integer({ min: 0, max: 40 }) });
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 12 }), fc.array(block, { maxLength: 8 }), (ops, query) => {
+        let now = 0;
+        const ix = new PrefixIndex(50, () => now);
+        for (const o of ops) {
+          now += o.advance;
+          ix.record(o.worker, o.blocks);
+        }
+        // Reference: the first block's live holders, in the index's order, each walked alone.
+        const got = [...ix.match(query)];
+        const first = query.length > 0 ? ix.match(query.slice(0, 1)) : new Map<string, number>();
+        const want: Array<[string, number]> = [];
+        for (const w of first.keys()) {
+          let d = 0;
+          while (d < query.length && ix.match(query.slice(d, d + 1)).has(w)) d++;
+          want.push([w, d]);
+        }
+        assert.deepEqual(got, want);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
