@@ -13,6 +13,8 @@ RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
 COPY tsconfig.json ./
 COPY bin ./bin
 COPY src ./src
+# The ext_proc service is loaded from these protos at start (src/extproc/proto.ts).
+COPY proto ./proto
 COPY envoy/kvgate.yaml /etc/kvgate/kvgate.yaml
 
 USER node

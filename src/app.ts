@@ -37,6 +37,8 @@ export interface StartOptions {
   adminHost: string;
   adminPort: number;
   onResult?: (result: GateResult) => void;
+  /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs; tests shorten it). */
+  fullDuplexBodyWaitMs?: number;
   /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
   processMetrics?: boolean;
   /**
@@ -102,6 +104,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     metrics,
     credentials,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
+    ...(opts.fullDuplexBodyWaitMs !== undefined ? { fullDuplexBodyWaitMs: opts.fullDuplexBodyWaitMs } : {}),
   });
   const readiness = new Readiness({
     store,

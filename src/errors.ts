@@ -14,6 +14,16 @@ export const ERROR_CODES = [
    * before any worker is chosen, never sent to a worker of another model.
    */
   'model_not_found',
+  /**
+   * A Responses request continues a stored response (`previous_response_id`) whose worker is no
+   * longer in the request's pool: no worker can serve it, so none is asked.
+   */
+  'previous_response_not_found',
+  /**
+   * The worker holding a continued response is down or draining: it is the only one that can
+   * serve the request, so the client is told to retry rather than sent where it would fail.
+   */
+  'previous_response_unavailable',
   /** Every eligible worker is at its in-flight limit: shed now instead of queueing. */
   'overloaded',
   /** No worker can take requests at all (all down or draining). */

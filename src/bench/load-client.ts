@@ -1,8 +1,13 @@
 /**
  * A lean Envoy stand-in for load: each HTTP request is one ext_proc stream carrying the messages
- * Envoy sends in BUFFERED mode, one at a time, each after the previous reply:
+ * Envoy sends in the run's request body mode:
  *
- *   request_headers → reply → request_body (whole body) → reply → response_headers → reply → half-close
+ *   buffered (one at a time, each after the previous reply):
+ *     request_headers → reply → request_body (whole body) → reply → response_headers → reply → half-close
+ *   full_duplex (Envoy 1.35+ FULL_DUPLEX_STREAMED, as behind Istio's InferencePool):
+ *     request_headers (+ protocol_config) and every body chunk (64 KiB) at once, without waiting →
+ *     headers reply (the routing decision) → streamed body replies up to end_of_stream →
+ *     response_headers → reply → half-close
  *
  * Messages are encoded once up front and written as bytes, so the client's own cost per request
  * is the gRPC transport and nothing else; the test harness (test/harness/) is the faithful, slow
@@ -15,7 +20,7 @@
  */
 import { createHistogram, performance, type RecordableHistogram } from 'node:perf_hooks';
 import * as grpc from '@grpc/grpc-js';
-import type { ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
+import type { ProcessingRequest, ReceivedProcessingResponse as ProcessingResponse } from '../extproc/messages.js';
 import { extProcServiceDefinition } from '../extproc/proto.js';
 import { Rng } from '../sim/rng.js';
 import { benchRequests, RESPONSE_HEADERS, type BenchRequest } from './bodies.js';
@@ -31,6 +36,8 @@ export interface LoadPlan {
   /** open: arrivals per second from this client. */
   ratePerS?: number;
   bodyBytes: number;
+  /** The request body mode the stream plays (default buffered). */
+  bodyMode?: BenchBodyMode;
   /** A header the body reply must set (the gate's routing header); none for the no-op server. */
   expectHeader?: string;
   /** Seeds the bodies (equal for every client thread, so all send the same request set). */
@@ -64,11 +71,17 @@ export interface LoadResult {
   clientElu: number;
 }
 
+export type BenchBodyMode = 'buffered' | 'full_duplex';
+
 interface Prepared {
   headers: Buffer;
-  body: Buffer;
+  /** buffered: one message; full_duplex: the chunks, the last with end_of_stream. */
+  body: Buffer[];
   bodyBytes: number;
 }
+
+/** Full duplex: the body is sent in pieces of this size, a common read size for Envoy's codecs. */
+const DUPLEX_CHUNK_BYTES = 64 * 1024;
 
 /** 1 µs to 10 min at 3 significant digits. */
 export function newHistogram(): RecordableHistogram {
@@ -109,15 +122,33 @@ export class LoadClient {
     });
   }
 
-  private requests(bodyBytes: number, seed: number): Prepared[] {
-    const key = `${bodyBytes}:${seed}`;
+  private requests(bodyBytes: number, seed: number, mode: BenchBodyMode): Prepared[] {
+    const key = `${bodyBytes}:${seed}:${mode}`;
     let list = this.prepared.get(key);
     if (!list) {
-      list = benchRequests(bodyBytes, requestCount(bodyBytes), seed).map((r: BenchRequest) => ({
-        headers: this.serialize({ request: 'request_headers', request_headers: { headers: headerMap(r.headers), end_of_stream: false } }),
-        body: this.serialize({ request: 'request_body', request_body: { body: r.body, end_of_stream: true } }),
-        bodyBytes: r.body.length,
-      }));
+      list = benchRequests(bodyBytes, requestCount(bodyBytes), seed).map((r: BenchRequest) => {
+        if (mode === 'buffered') {
+          return {
+            headers: this.serialize({ request: 'request_headers', request_headers: { headers: headerMap(r.headers), end_of_stream: false } }),
+            body: [this.serialize({ request: 'request_body', request_body: { body: r.body, end_of_stream: true } })],
+            bodyBytes: r.body.length,
+          };
+        }
+        const chunks: Buffer[] = [];
+        for (let at = 0; at < r.body.length; at += DUPLEX_CHUNK_BYTES) {
+          const end = Math.min(r.body.length, at + DUPLEX_CHUNK_BYTES);
+          chunks.push(this.serialize({ request: 'request_body', request_body: { body: r.body.subarray(at, end), end_of_stream: end === r.body.length } }));
+        }
+        return {
+          headers: this.serialize({
+            request: 'request_headers',
+            request_headers: { headers: headerMap(r.headers), end_of_stream: false },
+            protocol_config: { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' },
+          }),
+          body: chunks,
+          bodyBytes: r.body.length,
+        };
+      });
       this.prepared.set(key, list);
     }
     return list;
@@ -128,7 +159,8 @@ export class LoadClient {
    * The promise resolves with the window's result once the streams still open have finished.
    */
   start(plan: LoadPlan): { mark(): void; stop(): Promise<LoadResult> } {
-    const reqs = this.requests(plan.bodyBytes, plan.seed);
+    const mode = plan.bodyMode ?? 'buffered';
+    const reqs = this.requests(plan.bodyBytes, plan.seed, mode);
     const rng = new Rng(plan.seed * 7919 + plan.thread + 1);
     const expect = plan.expectHeader;
     let added = newHistogram();
@@ -169,10 +201,16 @@ export class LoadClient {
       let t0 = 0;
       let tBody = 0;
       let tBodyReply = 0;
+      /** Full duplex: when the headers reply (the decision) came; buffered: the body reply. */
+      let tDecided = 0;
       let tResp = 0;
       let tRespReply = 0;
       let routed = expect === undefined;
       let shed = false;
+      /** Full duplex: body bytes streamed back so far. */
+      let echoed = 0;
+      const routes = (m: { header_mutation?: { set_headers?: Array<{ header?: { key?: string } | null }> } | null } | null | undefined) =>
+        expect === undefined || (m?.header_mutation?.set_headers?.some((h) => h.header?.key === expect) ?? false);
       const call = client.makeBidiStreamRequest(PROCESS_PATH, (b: Buffer) => b, this.deserialize, new grpc.Metadata(), {});
       open.set(call, () => {
         // Cut at the end of the run: counted there, once.
@@ -195,7 +233,7 @@ export class LoadClient {
             if (routed) counters.routed++;
             else fail('body reply did not set the routing header');
             added.record(Math.max(1, Math.round((tBodyReply - t0 + (tRespReply - tResp)) * 1000)));
-            decision.record(Math.max(1, Math.round((tBodyReply - tBody) * 1000)));
+            decision.record(Math.max(1, Math.round(((mode === 'full_duplex' ? tDecided : tBodyReply) - tBody) * 1000)));
           }
         }
         finished();
@@ -209,13 +247,38 @@ export class LoadClient {
           return;
         }
         const now = performance.now();
+        if (mode === 'full_duplex') {
+          if (step === 0 && res.response === 'request_headers') {
+            // The headers reply is the decision: it waited for the whole body.
+            tDecided = now;
+            routed = routes(res.request_headers?.response);
+            step = 1;
+          } else if (step === 1 && res.response === 'request_body' && res.request_body?.response?.body_mutation?.streamed_response) {
+            const sr = res.request_body.response.body_mutation.streamed_response;
+            echoed += sr.body.length;
+            if (sr.end_of_stream) {
+              if (echoed !== r.bodyBytes) return end(`echoed ${echoed} of ${r.bodyBytes} body bytes`);
+              tBodyReply = now;
+              step = 2;
+              tResp = performance.now();
+              call.write(this.responseHeaders);
+            }
+          } else if (step === 2 && res.response === 'response_headers') {
+            tRespReply = now;
+            step = 3;
+            call.end();
+          } else {
+            end(`unexpected ${res.response ?? 'empty'} reply at step ${step}`);
+          }
+          return;
+        }
         if (step === 0 && res.response === 'request_headers') {
           step = 1;
           tBody = now;
-          call.write(r.body);
+          for (const b of r.body) call.write(b);
         } else if (step === 1 && res.response === 'request_body') {
           tBodyReply = now;
-          if (expect !== undefined) routed = res.request_body?.response?.header_mutation?.set_headers?.some((h) => h.header.key === expect) ?? false;
+          routed = routes(res.request_body?.response);
           step = 2;
           tResp = performance.now();
           call.write(this.responseHeaders);
@@ -236,6 +299,11 @@ export class LoadClient {
       });
       t0 = performance.now();
       call.write(r.headers);
+      if (mode === 'full_duplex') {
+        // Envoy sends the chunks as they arrive, without waiting for the headers reply.
+        for (const b of r.body) call.write(b);
+        tBody = performance.now();
+      }
     };
 
     let timer: NodeJS.Timeout | undefined;

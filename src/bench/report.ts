@@ -10,6 +10,7 @@ const COLUMNS: Array<{ head: string; cell: (r: RunRow) => string; left?: boolean
   { head: 'server', cell: (r) => r.target, left: true },
   { head: 'body', cell: (r) => r.size, left: true },
   { head: 'load', cell: (r) => (r.load === 'saturation' ? `${r.concurrency} streams` : `${int(r.rate_per_s ?? 0)}/s`), left: true },
+  { head: 'body mode', cell: (r) => r.body_mode, left: true },
   { head: 'decisions/s', cell: (r) => int(r.decisions_per_s) },
   { head: '× no-op', cell: (r) => (r.ratio_to_noop === null ? '-' : r.ratio_to_noop.toFixed(2)) },
   { head: 'range', cell: (r) => (r.ratio_range === null ? '-' : `${r.ratio_range[0].toFixed(2)}-${r.ratio_range[1].toFixed(2)}`) },

@@ -11,9 +11,15 @@ import { findRedisServer, startBenchRedis, type BenchRedis } from './redis-serve
 import { startServer, type GateCounts, type ServerUnderTest, type TargetName } from './servers.js';
 import { sizeLabel } from './bodies.js';
 import { evaluateTargets, type TargetCheck } from './targets.js';
+import type { BenchBodyMode } from './load-client.js';
 
 export interface BenchOptions {
   sizes: number[];
+  /**
+   * Request body modes to play: buffered (Envoy's BUFFERED, one body message) and full_duplex
+   * (FULL_DUPLEX_STREAMED, chunks without waiting, body echoed back). Default: buffered.
+   */
+  bodyModes?: BenchBodyMode[];
   stores: Array<'memory' | 'redis'>;
   /** Measured time of each saturation round; the half-saturation run lasts `rounds` times this. */
   durationMs: number;
@@ -32,6 +38,8 @@ export interface BenchOptions {
 
 export interface RunRow {
   target: TargetName;
+  /** The request body mode the load played; ratios compare with the no-op in the same mode. */
+  body_mode: BenchBodyMode;
   size: string;
   body_bytes: number;
   load: 'saturation' | 'half';
@@ -122,22 +130,24 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
       // The gate's own warnings (Redis timeouts) would drown the output; the report counts them.
       servers.push(await startServer(name, { workers: opts.workers, logLevel: 'error', ...(redisUrl ? { redisUrl } : {}) }));
     }
-    for (const bytes of opts.sizes) {
+    for (const bytes of opts.sizes) for (const bodyMode of opts.bodyModes ?? ['buffered']) {
       const size = sizeLabel(bytes);
+      const label = bodyMode === 'buffered' ? size : `${size} ${bodyMode}`;
       const base = (s: ServerUnderTest) => ({
         target: s.target,
         bodyBytes: bytes,
+        bodyMode,
         seed: opts.seed,
         ...(s.routingHeader ? { expectHeader: s.routingHeader } : {}),
       });
       for (const s of servers) {
-        progress(`${size}: warming up ${s.name}`);
+        progress(`${label}: warming up ${s.name}`);
         await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: 0, durationMs: Math.max(1, opts.warmupMs) });
       }
       const rounds = new Map<ServerUnderTest, Array<{ w: WindowResult; gate: GateCounts | null }>>(servers.map((s) => [s, []]));
       for (let round = 1; round <= opts.rounds; round++) {
         for (const s of servers) {
-          progress(`${size}: ${s.name} at saturation, round ${round}/${opts.rounds}`);
+          progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`);
           s.window();
           const w = await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
           rounds.get(s)!.push({ w, gate: s.window() ?? null });
@@ -150,7 +160,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const perS = rs.map((r) => r.w.perS);
         // The round whose throughput is the median stands for the server; its latencies are shown.
         const mid = rs.find((r) => r.w.perS === median(perS)) ?? [...rs].sort((a, b) => a.w.perS - b.w.perS)[rs.length >> 1]!;
-        const r = row(s.name, size, 'saturation', opts.concurrency, null, mid.w, sumGate(rs.map((x) => x.gate)));
+        const r = row(s.name, bodyMode, size, 'saturation', opts.concurrency, null, mid.w, sumGate(rs.map((x) => x.gate)));
         r.decisions_per_s = Math.round(median(perS));
         r.rounds_per_s = perS;
         r.errors = rs.reduce((n, x) => n + x.w.errors, 0);
@@ -173,10 +183,10 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const rate = capacity / 2;
         // Room for the bursts of Poisson arrivals, without letting a stuck server pile up streams forever.
         const cap = Math.max(opts.concurrency * 4, 256);
-        progress(`${size}: ${s.name} at half of saturation, ${Math.round(rate)}/s`);
+        progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`);
         s.window();
         const w = await pool.run({ ...base(s), mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
-        runs.push(row(s.name, size, 'half', cap, Math.round(rate), w, s.window() ?? null));
+        runs.push(row(s.name, bodyMode, size, 'half', cap, Math.round(rate), w, s.window() ?? null));
       }
     }
   } finally {
@@ -190,7 +200,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
 
   for (const r of runs) {
     if (r.target === 'noop' || r.load !== 'half') continue;
-    const noop = runs.find((n) => n.target === 'noop' && n.size === r.size && n.load === 'half');
+    const noop = runs.find((n) => n.target === 'noop' && n.body_mode === r.body_mode && n.size === r.size && n.load === 'half');
     // At half load each server runs at its own rate; the ratio compares the rates served.
     r.ratio_to_noop = noop && noop.decisions_per_s > 0 ? round3(r.decisions_per_s / noop.decisions_per_s) : null;
   }
@@ -220,6 +230,7 @@ function sumGate(parts: ReadonlyArray<GateCounts | null>): GateCounts | null {
 
 function row(
   target: TargetName,
+  bodyMode: BenchBodyMode,
   size: string,
   load: RunRow['load'],
   concurrency: number,
@@ -229,6 +240,7 @@ function row(
 ): RunRow {
   return {
     target,
+    body_mode: bodyMode,
     size,
     body_bytes: w.meanBodyBytes,
     load,

@@ -9,6 +9,7 @@ import { positiveInt, secondsUpTo } from './arg-parsers.js';
 import { parseSize } from '../bench/bodies.js';
 import { formatReport } from '../bench/report.js';
 import { runBench, type BenchOptions } from '../bench/run.js';
+import type { BenchBodyMode } from '../bench/load-client.js';
 
 /**
  * The default run takes about 70 s: 3 sizes × 3 servers × (0.5 s warm-up + 3 rounds of 1.2 s +
@@ -34,6 +35,14 @@ function sizeList(value: string): number[] {
   }
 }
 
+function bodyModeList(value: string): BenchBodyMode[] {
+  const parts = [...new Set(value.split(',').map((s) => s.trim()).filter(Boolean))];
+  const bad = parts.filter((p) => p !== 'buffered' && p !== 'full_duplex');
+  if (bad.length > 0) throw new InvalidArgumentError(`unknown body modes: ${bad.join(', ')} (buffered, full_duplex)`);
+  if (parts.length === 0) throw new InvalidArgumentError('name at least one body mode');
+  return parts as BenchBodyMode[];
+}
+
 function storeList(value: string): Array<'memory' | 'redis'> {
   const parts = value.split(',').map((s) => s.trim()).filter(Boolean);
   const bad = parts.filter((p) => p !== 'memory' && p !== 'redis');
@@ -49,6 +58,7 @@ function redisUrl(value: string): string {
 
 interface BenchFlags {
   sizes: number[];
+  bodyModes: BenchBodyMode[];
   stores: Array<'memory' | 'redis'>;
   duration: number;
   warmup: number;
@@ -72,6 +82,11 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
     .command('bench')
     .description('measure what the gate costs per request: ext_proc load against kvgate (memory, Redis) and a no-op ceiling')
     .addOption(new Option('--sizes <list>', 'request body sizes, comma-separated (e.g. 2k,32k,400k)').argParser(sizeList).default(sizeList(DEFAULT_SIZES), DEFAULT_SIZES))
+    .addOption(
+      new Option('--body-modes <list>', 'Envoy request body modes to play: buffered, full_duplex (FULL_DUPLEX_STREAMED)')
+        .argParser(bodyModeList)
+        .default(['buffered'], 'buffered'),
+    )
     .addOption(new Option('--stores <list>', 'kvgate stores to load: memory, redis').argParser(storeList).default(['memory', 'redis'], 'memory,redis'))
     .addOption(new Option('--duration <s>', 'measured seconds per saturation round (the half-load run lasts rounds × this)').argParser(secondsUpTo(3600)).default(DEFAULT_DURATION_S))
     .addOption(new Option('--warmup <s>', 'unmeasured seconds of load on each server at each size before measuring').argParser(secondsUpTo(3600)).default(DEFAULT_WARMUP_S))
@@ -87,6 +102,7 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
       if (o.duration <= 0) throw new InvalidArgumentError('--duration must be above 0');
       const opts: BenchOptions = {
         sizes: o.sizes,
+        bodyModes: o.bodyModes,
         stores: o.stores,
         durationMs: Math.round(o.duration * 1000),
         warmupMs: Math.round(o.warmup * 1000),

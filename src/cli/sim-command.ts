@@ -6,12 +6,17 @@
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
+import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
+import { parseConfig, readConfigText } from '../config/load.js';
 import { initHashing } from '../request/hashing.js';
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
 import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
+import { hasSessions } from '../sim/scale.js';
+import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, goodputs, runSweep } from '../sim/sweep.js';
+import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
 import { loadTrace } from '../sim/workloads/trace.js';
@@ -19,6 +24,8 @@ import { isSyntheticName, SYNTHETIC_DESCRIPTIONS, SYNTHETIC_WORKLOADS, synthetic
 
 /** Requests a synthetic run generates unless `--requests` says otherwise: seconds on two cores. */
 const DEFAULT_SYNTHETIC_REQUESTS = 2000;
+/** Requests measured at each load of a sweep unless `--requests` says otherwise. */
+const DEFAULT_SWEEP_REQUESTS = 2000;
 
 function policyList(value: string): string[] {
   const names = value.split(',').map((s) => s.trim()).filter(Boolean);
@@ -46,6 +53,16 @@ interface SimFlags {
   seed: number;
   json?: boolean;
   report?: string;
+  sweep?: boolean;
+  gateConfig?: string;
+  loads: number[];
+  sloTtft: number;
+}
+
+function loadList(value: string): number[] {
+  const loads = value.split(',').map((s) => Number(s.trim()));
+  if (loads.length === 0 || loads.some((x) => !(x > 0) || !Number.isFinite(x))) throw new InvalidArgumentError('must be a comma-separated list of positive numbers');
+  return [...new Set(loads)].sort((a, b) => a - b);
 }
 
 /** Where results go: stdout in the CLI; tests pass their own sink. */
@@ -70,13 +87,20 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--max-inflight <n>', "kvgate's limits.max_inflight per worker").argParser(positiveInt).default(DEFAULTS.maxInflight))
     .addOption(new Option('--prefill-tok-s <n>', 'prefill throughput per worker, uncached tokens/s').argParser(positiveNumber).default(DEFAULT_COST_MODEL.prefillTokensPerS))
     .addOption(new Option('--rate-scale <x>', 'speed up arrivals by this factor (0.5 = half the rate)').argParser(positiveNumber).default(1))
-    .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS})`).argParser(positiveInt))
+    .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS}); with --sweep, the requests measured at each load (default ${DEFAULT_SWEEP_REQUESTS})`).argParser(positiveInt))
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
     .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .addOption(new Option('--gate-config <file>', "kvgate config YAML for the simulated gate (routing weights, thresholds, signals); the simulator sets its workers and limits.max_inflight"))
+    .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
+    .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
+    .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
+      const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
+      if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');
+      if (o.sweep) return sweep(o, out, gateConfig);
       const workload = loadWorkload(o);
       const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
       let report;
@@ -94,6 +118,7 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
             cost: { prefillTokensPerS: o.prefillTokS },
             seed: o.seed,
             maxInflight: o.maxInflight,
+            ...(gateConfig ? { gateConfig } : {}),
           },
           bar?.update,
         );
@@ -119,6 +144,56 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
         process.stderr.write(`report: ${files.markdown}\n`);
       }
     });
+}
+
+/** The YAML of `--gate-config`, checked as `kvgate serve` would check it. */
+function readGateConfig(file: string): Record<string, unknown> {
+  const raw = parseYaml(readConfigText(file)) as unknown;
+  if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new InvalidArgumentError(`${file}: not a kvgate config (a YAML mapping)`);
+  const cfg = raw as Record<string, unknown>;
+  if ('workers' in cfg || 'pools' in cfg) throw new InvalidArgumentError(`${file}: the simulator sets the workers; remove workers/pools`);
+  // Checked now, with one stand-in worker, so a typo fails before any simulation runs.
+  parseConfig({ ...cfg, workers: [{ id: 'w0', cluster: 'sim_w0' }] }, file);
+  return cfg;
+}
+
+async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unknown> | undefined): Promise<void> {
+  const n = o.requests ?? DEFAULT_SWEEP_REQUESTS;
+  // A session trace is loaded whole and replicated up to the load (scale.ts); anything else is
+  // cut to its first N requests and re-timed.
+  let base: Workload;
+  let copySessions = false;
+  if (o.trace !== undefined) {
+    base = loadTrace(o.trace);
+    copySessions = hasSessions(base);
+    if (!copySessions) base = loadTrace(o.trace, { maxRequests: n });
+  } else {
+    const name = o.workload ?? 'mixed';
+    if (!isSyntheticName(name)) throw new InvalidArgumentError(`unknown workload ${name}`);
+    base = syntheticWorkload(name, { requests: n, seed: o.seed });
+  }
+  const report = await runSweep(base, {
+    policies: o.policies,
+    fleet: { workers: o.workers, cacheTokens: o.cacheTokens, offloadTokens: o.offloadTokens, maxBatch: o.maxBatch },
+    cost: { prefillTokensPerS: o.prefillTokS },
+    seed: o.seed,
+    maxInflight: o.maxInflight,
+    ...(gateConfig ? { gateConfig } : {}),
+    loads: o.loads,
+    sloTtftS: o.sloTtft,
+    requests: n,
+    copySessions,
+  });
+  if (o.json) {
+    const good = new Map(goodputs(report.rows, [...new Set(report.rows.map((r) => r.policy))], report.capacity.capacityRps).map((g) => [g.policy, g.load]));
+    out.write(`${JSON.stringify(report.rows.map((r) => ({ ...r, goodput_load: good.get(r.policy) ?? 0 })))}\n`);
+  } else {
+    out.write(formatSweep(report));
+  }
+  if (o.report !== undefined) {
+    const files = await writeSweepReport(o.report, report, `kvgate ${process.argv.slice(2).join(' ')}`);
+    process.stderr.write(`report: ${files.markdown}\n`);
+  }
 }
 
 function loadWorkload(o: SimFlags): Workload {

@@ -29,8 +29,9 @@ export const DEFAULTS = {
   retryAfterS: 1,
   /**
    * When the routing decision is made: with `buffered` Envoy holds the headers until kvgate answers
-   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Must match the
-   * filter's `request_body_mode` in Envoy.
+   * the body, so keys from the body (OpenAI `user`, prompt prefix) can steer routing. Envoy 1.35+
+   * declares its filter's mode on every stream (`protocol_config`) and kvgate follows that; this is
+   * the fallback for older Envoys and must then match the filter's `request_body_mode`.
    */
   requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none',
   /**
@@ -43,8 +44,11 @@ export const DEFAULTS = {
   /** Common header for conversation ids (AIBrix and llm-d use the same name). */
   sessionHeader: 'x-session-id',
   sessionCookie: 'kvgate-session',
-  /** The OpenAI-compatible endpoints whose bodies carry `user` / `metadata.session_id` and prompts. */
-  sessionPaths: ['/v1/chat/completions', '/v1/completions'],
+  /**
+   * The endpoints whose bodies carry session fields and prompts: OpenAI chat and completions,
+   * Anthropic Messages and OpenAI Responses (vLLM and SGLang serve all four).
+   */
+  sessionPaths: ['/v1/chat/completions', '/v1/completions', '/v1/messages', '/v1/responses'],
   /** The usual estimate for English text with Llama/GPT tokenizers; only sizes blocks and caches. */
   charsPerToken: 4,
   /**
@@ -79,19 +83,27 @@ export const DEFAULTS = {
   loadWeight: 1,
   kvWeight: 0.5,
   /**
-   * The fair-share term for new sessions (src/routing/score.ts): at weight 1 a worker's prefix
-   * advantage is gone once it does twice the fleet's mean work, so the sessions of a shared
-   * system prompt spread instead of piling onto the first worker that held it. 0 turns it off.
+   * The fair-share term for new sessions (src/routing/score.ts): at weight 3 a worker's prefix
+   * advantage is gone once it does a third more than the fleet's mean work, so the sessions of a
+   * shared system prompt spread instead of piling onto the first worker that held it. 0 turns it
+   * off. Weight 1 (gone at twice the mean) was enough at light load but not near saturation,
+   * where a busy worker's queue costs more than the shared prefix saves. Tuned with
+   * `kvgate sim --sweep` on held-out seeds (101, 102; chat and agent; docs/BENCHMARKS.md):
+   * goodput at a 2 s p99 TTFT summed over the four went from 4.2 loads (weight 1, floor 1) to
+   * 4.6 (weight 3, floor 1) and 4.8 (weight 3, floor 3); chat seed 101 at load 0.8 went from
+   * p99 1.1 s to 0.11 s; hit rates at the workloads' own rates moved by 0.1-0.2 points.
    */
-  balanceWeight: 1,
+  balanceWeight: 3,
   /**
    * Mean work (running + queued requests) below which excess is counted against this figure
-   * instead: with one, a fleet averaging under one request per worker is not judged on
-   * one-request differences. Larger floors kept too many sessions on their prefix's worker in
-   * `kvgate sim` (chat and agent workloads, seeds 1-4: imbalance 1.15-1.26 and 1.45-1.58 at 1;
-   * 1.18-1.36 and 1.70-2.26 at 4; 1.56-1.70 and 2.20-2.55 at 8).
+   * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
+   * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than
+   * most of a shared prompt is worth. Under load the mean is far above it and it stops mattering.
+   * With weight 1, floors above 1 kept too many sessions on their prefix's worker at the
+   * workloads' own rates (chat and agent seeds 1-4: imbalance 1.15-1.26 and 1.45-1.58 at 1;
+   * 1.18-1.36 and 1.70-2.26 at 4); with weight 3 the sweep above preferred 3.
    */
-  balanceFloor: 1,
+  balanceFloor: 3,
   /**
    * A session with this many requests in flight on its worker spills to scoring. Agent loops send
    * one call at a time and chats rarely overlap; four concurrent calls is fan-out, which gains more
@@ -101,6 +113,13 @@ export const DEFAULTS = {
 
   /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
   affinityTtlS: 3600,
+  /**
+   * A stored response outlives its KV cache: vLLM keeps it in memory until it restarts, and a
+   * continuation sent elsewhere fails instead of running slower. A day covers agent runs and a
+   * user's pause overnight; an entry is one small key (about 150 bytes in Redis), so a million
+   * responses a day cost about 150 MB.
+   */
+  responseTtlS: 86_400,
   /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
   maxInflight: 16,
   /**
@@ -130,6 +149,14 @@ export const DEFAULTS = {
    * under load); it exists to reclaim streams whose peer vanished without a reset reaching us.
    */
   streamIdleS: 600,
+  /**
+   * FULL_DUPLEX_STREAMED: the longest kvgate waits for a request body to end before it decides on
+   * the headers alone and lets the body flow. Envoy runs no message timer in that mode (only the
+   * HCM's stream idle timeout), so kvgate keeps its own: a client that uploads slowly, or never
+   * finishes, then costs a request its body-based affinity, never its answer, and kvgate stops
+   * holding its body. An LLM request body arrives in milliseconds; 5 s is far beyond that.
+   */
+  fullDuplexBodyWaitMs: 5000,
   /**
    * Not ready while the shared store is unreachable: Envoy and Kubernetes then prefer replicas that
    * can see the shared placements. Set true to stay ready and route on local state (deliberately

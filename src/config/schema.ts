@@ -149,6 +149,8 @@ const configObject = z.strictObject({
   affinity: z
     .strictObject({
       ttl_s: z.number().int().positive().default(DEFAULTS.affinityTtlS),
+      /** How long kvgate remembers which worker stored a Responses API response. */
+      response_ttl_s: z.number().int().positive().default(DEFAULTS.responseTtlS),
       max_inflight_per_session: z.number().int().positive().default(DEFAULTS.maxInflightPerSession),
     })
     .prefault({}),

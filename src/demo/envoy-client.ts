@@ -14,7 +14,7 @@
  */
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
-import type { HeaderMutation, ProcessingRequest, ProcessingResponse } from '../extproc/messages.js';
+import type { ProcessingRequest, ReceivedHeaderMutation as HeaderMutation, ReceivedProcessingResponse as ProcessingResponse } from '../extproc/messages.js';
 import { EXT_PROC_PROTO, extProcClientConstructor, PROTO_LOADER_OPTIONS } from '../extproc/proto.js';
 
 /** envoy/envoy.yaml's `message_timeout`. */
@@ -184,9 +184,9 @@ function headerValue(h: { value?: string; raw_value?: Buffer | Uint8Array }): st
   return h.raw_value && h.raw_value.length > 0 ? Buffer.from(h.raw_value).toString('latin1') : (h.value ?? '');
 }
 
-function applyMutation(headers: Record<string, string>, m: HeaderMutation | undefined): void {
+function applyMutation(headers: Record<string, string>, m: HeaderMutation | null | undefined): void {
   for (const name of m?.remove_headers ?? []) delete headers[name.toLowerCase()];
-  for (const s of m?.set_headers ?? []) headers[s.header.key.toLowerCase()] = headerValue(s.header);
+  for (const s of m?.set_headers ?? []) if (s.header) headers[s.header.key.toLowerCase()] = headerValue(s.header);
 }
 
 let statusByName: Map<string, number> | undefined;

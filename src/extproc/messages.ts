@@ -1,113 +1,53 @@
 /**
- * TypeScript shapes of the ext_proc messages as proto-loader decodes them with the options in
- * ./proto.ts (snake_case fields, enums as strings, oneof case in a virtual property).
- * Only the fields kvgate reads or writes are declared; decoding keeps the rest.
- * Protocol reference: envoy/service/ext_proc/v3/external_processor.proto.
+ * The ext_proc messages as TypeScript types, generated from proto/ (npm run gen:proto) for the
+ * loader options of ./proto.ts (snake_case fields, enums as their names, bytes as Buffers, the set
+ * oneof case named in a virtual property). This module only gives them the names kvgate uses:
+ *
+ *  - the plain names (ProcessingRequest, ProcessingResponse, CommonResponse, ...) are the shapes a
+ *    sender writes (every field optional, bytes as Buffer, Uint8Array or string);
+ *  - `Received*` and the read-side helpers (HeaderMap, PbStruct, MetadataContext) are what the
+ *    receiving side gets after decoding (defaults filled in, bytes always a Buffer).
+ *
+ * Nothing here is written by hand: change proto/ and regenerate.
  */
+import type { HeaderMap__Output } from '../generated/proto/envoy/config/core/v3/HeaderMap.js';
+import type { HeaderValue__Output } from '../generated/proto/envoy/config/core/v3/HeaderValue.js';
+import type { Metadata__Output } from '../generated/proto/envoy/config/core/v3/Metadata.js';
+import type { _envoy_extensions_filters_http_ext_proc_v3_ProcessingMode_BodySendMode__Output as BodySendMode__Output } from '../generated/proto/envoy/extensions/filters/http/ext_proc/v3/ProcessingMode.js';
+import type { Struct__Output } from '../generated/proto/google/protobuf/Struct.js';
+import type { Value__Output } from '../generated/proto/google/protobuf/Value.js';
+import type { ProcessingRequest as GenProcessingRequest, ProcessingRequest__Output } from '../generated/proto/envoy/service/ext_proc/v3/ProcessingRequest.js';
+import type { ProcessingResponse as GenProcessingResponse, ProcessingResponse__Output } from '../generated/proto/envoy/service/ext_proc/v3/ProcessingResponse.js';
 
-export interface HeaderValue {
-  key: string;
-  value?: string;
-  /** Envoy sends and reads header values here (bytes); `value` is ignored by Envoy. */
-  raw_value?: Buffer | Uint8Array;
-}
+export type { CommonResponse, CommonResponse__Output as ReceivedCommonResponse } from '../generated/proto/envoy/service/ext_proc/v3/CommonResponse.js';
+export type { HeaderMutation, HeaderMutation__Output as ReceivedHeaderMutation } from '../generated/proto/envoy/service/ext_proc/v3/HeaderMutation.js';
+export type { ImmediateResponse, ImmediateResponse__Output as ReceivedImmediateResponse } from '../generated/proto/envoy/service/ext_proc/v3/ImmediateResponse.js';
+export type { BodyMutation, BodyMutation__Output as ReceivedBodyMutation } from '../generated/proto/envoy/service/ext_proc/v3/BodyMutation.js';
+export type { StreamedBodyResponse } from '../generated/proto/envoy/service/ext_proc/v3/StreamedBodyResponse.js';
+export type { ProtocolConfiguration__Output as ProtocolConfiguration } from '../generated/proto/envoy/service/ext_proc/v3/ProtocolConfiguration.js';
+export type { StatusCode as HttpStatusCode } from '../generated/proto/envoy/type/v3/StatusCode.js';
+export type { HeaderValueOption } from '../generated/proto/envoy/config/core/v3/HeaderValueOption.js';
+export type { HeaderMap as HeaderMapInput } from '../generated/proto/envoy/config/core/v3/HeaderMap.js';
+export type { Metadata as MetadataContextInput } from '../generated/proto/envoy/config/core/v3/Metadata.js';
+export type { Struct as PbStructInput } from '../generated/proto/google/protobuf/Struct.js';
+export type { ProcessingMode as ProcessingModeInput } from '../generated/proto/envoy/extensions/filters/http/ext_proc/v3/ProcessingMode.js';
 
-export interface HeaderMap {
-  headers: HeaderValue[];
-}
+/** A ProcessingRequest as a sender (Envoy, the harness, the bench client) writes it. */
+export type ProcessingRequest = GenProcessingRequest;
+/** A ProcessingRequest as kvgate receives it. */
+export type ReceivedProcessingRequest = ProcessingRequest__Output;
+/** A ProcessingResponse as kvgate writes it. */
+export type ProcessingResponse = GenProcessingResponse;
+/** A ProcessingResponse as Envoy's side (the harness, the bench client) receives it. */
+export type ReceivedProcessingResponse = ProcessingResponse__Output;
 
-export interface HttpHeaders {
-  headers: HeaderMap | null;
-  end_of_stream: boolean;
-}
+export type HeaderValue = HeaderValue__Output;
+export type HeaderMap = HeaderMap__Output;
+/** google.protobuf.Struct / Value as decoded: `kind` names the member that is set. */
+export type PbStruct = Struct__Output;
+export type PbValue = Value__Output;
+export type MetadataContext = Metadata__Output;
+/** A body mode by name ('NONE', 'STREAMED', 'BUFFERED', 'BUFFERED_PARTIAL', 'FULL_DUPLEX_STREAMED', 'GRPC'). */
+export type BodySendMode = BodySendMode__Output;
 
-export interface HttpBody {
-  body: Buffer;
-  end_of_stream: boolean;
-}
-
-export interface HttpTrailers {
-  trailers: HeaderMap | null;
-}
-
-/**
- * google.protobuf.Struct as proto-loader decodes it. protobufjs brings its own copy of the
- * well-known types, so these fields are camelCase even with `keepCase`, and `kind` names the one
- * that is set.
- */
-export interface PbStruct {
-  fields: Record<string, PbValue>;
-}
-export interface PbValue {
-  kind?: 'nullValue' | 'numberValue' | 'stringValue' | 'boolValue' | 'structValue' | 'listValue';
-  nullValue?: string | number;
-  numberValue?: number;
-  stringValue?: string;
-  boolValue?: boolean;
-  structValue?: PbStruct;
-  listValue?: { values: PbValue[] };
-}
-
-export interface MetadataContext {
-  filter_metadata: Record<string, PbStruct>;
-}
-
-export type ProcessingRequestKind =
-  | 'request_headers'
-  | 'response_headers'
-  | 'request_body'
-  | 'response_body'
-  | 'request_trailers'
-  | 'response_trailers';
-
-export interface ProcessingRequest {
-  request?: ProcessingRequestKind;
-  request_headers?: HttpHeaders | null;
-  response_headers?: HttpHeaders | null;
-  request_body?: HttpBody | null;
-  response_body?: HttpBody | null;
-  request_trailers?: HttpTrailers | null;
-  response_trailers?: HttpTrailers | null;
-  metadata_context?: MetadataContext | null;
-  attributes?: Record<string, PbStruct>;
-  observability_mode?: boolean;
-}
-
-export interface HeaderValueOption {
-  header: HeaderValue;
-  /** Envoy's ext_proc honours only this deprecated BoolValue; false (default) overwrites. */
-  append?: { value: boolean };
-}
-
-export interface HeaderMutation {
-  set_headers?: HeaderValueOption[];
-  remove_headers?: string[];
-}
-
-export interface CommonResponse {
-  status?: 'CONTINUE' | 'CONTINUE_AND_REPLACE';
-  header_mutation?: HeaderMutation;
-  body_mutation?: { body?: Buffer; clear_body?: boolean };
-  clear_route_cache?: boolean;
-}
-
-export interface ImmediateResponse {
-  status: { code: number | string };
-  headers?: HeaderMutation;
-  /** bytes: always a Buffer (a JS string would be read as base64). */
-  body?: Buffer;
-  details?: string;
-}
-
-export interface ProcessingResponse {
-  request_headers?: { response?: CommonResponse };
-  response_headers?: { response?: CommonResponse };
-  request_body?: { response?: CommonResponse };
-  response_body?: { response?: CommonResponse };
-  request_trailers?: { header_mutation?: HeaderMutation };
-  response_trailers?: { header_mutation?: HeaderMutation };
-  immediate_response?: ImmediateResponse;
-  dynamic_metadata?: PbStruct;
-  /** Set by proto-loader on decode (oneofs: true): which reply this is. */
-  response?: string;
-}
+export type ProcessingRequestKind = NonNullable<ProcessingRequest__Output['request']>;

@@ -4,7 +4,7 @@
  * error); `append` must be explicit and false to overwrite; `clear_route_cache` only works on a
  * request-path reply that also carries a header mutation.
  */
-import type { CommonResponse, HeaderMutation, ProcessingResponse } from './messages.js';
+import type { CommonResponse, HeaderMutation, HttpStatusCode, ProcessingResponse } from './messages.js';
 
 export function setHeader(name: string, value: string): HeaderMutation['set_headers'] {
   return [{ header: { key: name, raw_value: Buffer.from(value, 'latin1') }, append: { value: false } }];
@@ -43,7 +43,8 @@ export function immediate(
   }
   return {
     immediate_response: {
-      status: { code: status },
+      // The enum's numbers are the HTTP status codes.
+      status: { code: status as HttpStatusCode },
       headers: { set_headers: headers },
       body: Buffer.from(JSON.stringify({ error: body })),
       // Shows up as %RESPONSE_CODE_DETAILS% in Envoy's access log.

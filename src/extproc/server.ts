@@ -16,8 +16,9 @@ import type { Gate, GateResult } from '../gate/gate.js';
 import { LogThrottle } from '../telemetry/log-throttle.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
-import type { ProcessingRequest, ProcessingResponse } from './messages.js';
+import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
+import type { BodyModes } from './body-mode.js';
 import { ExtProcStream } from './stream.js';
 
 export interface ExtProcServerOptions {
@@ -28,6 +29,8 @@ export interface ExtProcServerOptions {
   credentials?: grpc.ServerCredentials;
   onResult?: (result: GateResult) => void;
   metrics: Metrics;
+  /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs). */
+  fullDuplexBodyWaitMs?: number;
 }
 
 /** Health service names that report readiness; `liveness` is separate. */
@@ -53,6 +56,8 @@ export class ExtProcServer {
   private nextStreamId = 1;
   private readonly sweeper: NodeJS.Timeout;
   private readonly knobLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
+  /** Body-mode mismatches already logged: each distinct one once per process, not per request. */
+  private readonly modeMismatches = new Set<string>();
 
   constructor(private readonly opts: ExtProcServerOptions) {
     this.server = new grpc.Server({
@@ -134,9 +139,25 @@ export class ExtProcServer {
       telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders),
       onClose: () => this.streams.delete(stream),
       onKnobProblems: (problems) => this.logKnobProblems(problems),
+      onModeMismatch: (modes, configured) => this.logModeMismatch(modes, configured),
+      duplexBodyWaitMs: this.opts.fullDuplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs,
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
     });
     this.streams.add(stream);
+  }
+
+  /**
+   * Envoy's filter declares other body modes than routing.request_body_mode: kvgate follows Envoy
+   * (it knows how it sends), and says so once so the config can be brought in line.
+   */
+  private logModeMismatch(modes: BodyModes, configured: string): void {
+    const key = `${modes.declared?.request}\u0000${modes.declared?.response}\u0000${configured}`;
+    if (this.modeMismatches.has(key)) return;
+    this.modeMismatches.add(key);
+    this.opts.logger.warn(
+      { declared_request_body_mode: modes.declared?.request, declared_response_body_mode: modes.declared?.response, request_body_mode: configured, following: modes.request },
+      'Envoy declares a different request body mode than routing.request_body_mode; following Envoy (logged once)',
+    );
   }
 
   /** A bad knob is a config mistake in Envoy, repeated on every request of its route: warn once a minute per mistake. */

@@ -26,6 +26,14 @@ export function httpAnswerFor(code: ErrorCode, routing: Pick<Config['routing'], 
     // the message; 400 would read as a malformed request, and the request is well formed.
     case 'model_not_found':
       return { status: 404, type: 'invalid_request_error' };
+    // What an engine answers for a stored response it does not hold (vLLM: 404), without
+    // spending a worker's slot to hear it.
+    case 'previous_response_not_found':
+      return { status: 404, type: 'invalid_request_error' };
+    // The one worker that holds the response may come back (a missed scrape, an operator's
+    // drain); any other worker would fail the request, so: retry later.
+    case 'previous_response_unavailable':
+      return { status: 503, retryAfterS: routing.retry_after_s, type: 'service_unavailable' };
     case 'body_too_large':
       return { status: 413, type: 'invalid_request_error' };
     case 'overloaded':

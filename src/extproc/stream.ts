@@ -5,11 +5,23 @@
  *   request:  start → headers → body* → trailers → done
  *   response: start → headers → body* → trailers → done
  *
- * Every message gets exactly one reply of the matching type, in arrival order (messages are handled
- * one at a time through a promise chain, so a slow decision never lets a later reply overtake it).
- * When the decision is made depends on `routing.request_body_mode`: with `buffered` it waits for
- * the body (Envoy holds the headers until the body reply, so the routing header set there still
- * applies); otherwise it decides on the request headers.
+ * Messages are handled one at a time through a promise chain, so a slow decision never lets a
+ * later reply overtake it. When the decision is made depends on the stream's request body mode
+ * (./body-mode.ts: what Envoy declares in `protocol_config`, else `routing.request_body_mode`):
+ *
+ *  - BUFFERED: wait for the body (Envoy holds the headers until the body reply, so the routing
+ *    header set there still applies); every message gets exactly one reply of its type;
+ *  - STREAMED / NONE: decide on the request headers;
+ *  - FULL_DUPLEX_STREAMED: Envoy sends body chunks without waiting. kvgate keeps them (up to
+ *    `limits.max_body_bytes`) until the body ends (end_of_stream, or the trailers), then answers
+ *    the *headers* with the routing mutation, and sends the body back unchanged as
+ *    `streamed_response` chunks, the last with end_of_stream (or none, when trailers end it);
+ *    then the trailers. A path whose decision does not read the body is decided on the headers
+ *    and its chunks echoed as they come. Envoy runs no message timer in this mode, so kvgate waits
+ *    at most DEFAULTS.fullDuplexBodyWaitMs for the body before deciding on the headers alone.
+ *    Response body chunks are echoed at once, unchanged.
+ *
+ * Sheds and bad input are an immediate response in every mode.
  *
  * The in-flight lease is released exactly once: at the response headers (or the response's end,
  * per `routing.release_on`), or when the stream ends, is cancelled or fails, whichever is first.
@@ -26,16 +38,19 @@ import { readKnobs, type KnobProblem } from '../config/knobs.js';
 import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import type { Gate, GateResult, RouteOptions } from '../gate/gate.js';
-import type { RoutingKey } from '../request/keys.js';
+import { readsBody, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
+import { type BodyModes, bodyModes, modeMismatch, streamedChunks } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, metadataEntries } from './knob-source.js';
-import type { CommonResponse, MetadataContext, PbStruct, ProcessingRequest, ProcessingResponse } from './messages.js';
+import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
+import { readableResponse, ResponseIdReader } from './response-id.js';
+import { promptApiOf } from '../request/prompt.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
@@ -49,10 +64,15 @@ export interface StreamHooks {
   telemetry: RequestTelemetry;
   /** Knobs from Envoy that were unknown or invalid and were ignored (the caller logs them). */
   onKnobProblems?(problems: readonly KnobProblem[]): void;
+  /** Envoy declared body modes that differ from the config's fallback (the caller logs it once). */
+  onModeMismatch?(modes: BodyModes, configured: Config['routing']['request_body_mode']): void;
+  /** FULL_DUPLEX_STREAMED: the longest wait for a request body before deciding on the headers. */
+  duplexBodyWaitMs?: number;
 }
 
-/** What was chosen, kept for the response path (served-endpoint feedback). */
+/** What was chosen, kept for the response path (served-endpoint feedback, stored response ids). */
 interface Chosen {
+  pool: string;
   worker: string;
   endpoint: string | undefined;
   key: RoutingKey | undefined;
@@ -74,6 +94,10 @@ export class ExtProcStream {
   private requestMetadata: MetadataContext | null | undefined;
   private chosen: Chosen | undefined;
   private servedSeen = false;
+  /** A Responses API answer whose id is still to be read from its body (see response-id.ts). */
+  private responseIds: ResponseIdReader | undefined;
+  /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
+  private servedBy: string | undefined;
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
@@ -86,6 +110,13 @@ export class ExtProcStream {
   lastActivity = Date.now();
   /** Messages received and not yet answered: while kvgate owes a reply, the peer is not idle. */
   private unanswered = 0;
+  /** This stream's body modes, fixed by its first message. */
+  private modes: BodyModes | undefined;
+  /** FULL_DUPLEX_STREAMED: the headers reply waits for the body (its chunks are kept here). */
+  private duplexWaiting = false;
+  private duplexBody: Buffer[] = [];
+  private duplexBytes = 0;
+  private duplexTimer: NodeJS.Timeout | undefined;
 
   constructor(
     private readonly call: Call,
@@ -101,13 +132,10 @@ export class ExtProcStream {
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
       this.unanswered++;
-      this.queue = this.queue
-        .then(() => t.run(() => this.handle(msg)))
-        .catch((err: unknown) => t.run(() => this.fail(err)))
-        .finally(() => {
-          this.unanswered--;
-          this.lastActivity = Date.now();
-        });
+      this.enqueue(() => this.handle(msg), () => {
+        this.unanswered--;
+        this.lastActivity = Date.now();
+      });
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => {
@@ -116,6 +144,19 @@ export class ExtProcStream {
     call.on('cancelled', () => t.run(() => this.finish(false)));
     call.on('error', () => t.run(() => this.finish(false)));
     call.on('close', () => t.run(() => this.finish(false)));
+  }
+
+  /** Runs `step` after everything queued before it, inside the request's trace context. */
+  private enqueue(step: () => Promise<void> | void, after?: () => void): void {
+    const t = this.hooks.telemetry;
+    this.queue = this.queue
+      .then(() => t.run(step))
+      .catch((err: unknown) => t.run(() => this.fail(err)))
+      .finally(() => after?.());
+  }
+
+  private get duplexWaitMs(): number {
+    return this.hooks.duplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs;
   }
 
   private get endpointPicker(): boolean {
@@ -129,6 +170,8 @@ export class ExtProcStream {
 
   private async handle(msg: ProcessingRequest): Promise<void> {
     if (this.finished || this.answeredImmediately) return;
+    // Envoy declares its body modes on a stream's first message only.
+    this.modes ??= this.readModes(msg);
     if (msg.request === 'request_headers' || msg.request === 'request_body') {
       this.knobContext = forwardedNamespace(msg.metadata_context, DEFAULTS.knobNamespace) ?? this.knobContext;
     }
@@ -138,18 +181,25 @@ export class ExtProcStream {
       case 'request_body':
         return this.onRequestBody(msg);
       case 'request_trailers':
-        this.advance('request', 'trailers');
-        return this.reply({ request_trailers: {} });
+        return this.onRequestTrailers();
       case 'response_headers':
         this.advance('response', 'headers');
         this.noteServed(msg.metadata_context);
         if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
+        this.watchResponseId(msg);
         return this.reply({ response_headers: { response: CONTINUE } });
-      case 'response_body':
+      case 'response_body': {
         this.advance('response', 'body');
         this.noteServed(msg.metadata_context);
-        if (msg.response_body?.end_of_stream) this.releaseLease();
+        const eos = msg.response_body?.end_of_stream === true;
+        if (eos) this.releaseLease();
+        // A stored-response id is recorded before the chunk carrying it goes on, so a client never
+        // holds an id kvgate does not know yet; only the chunks up to the id wait (one store write).
+        if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
+        // Full duplex: tokens must not wait on kvgate beyond that; each chunk goes straight back, unchanged.
+        if (this.modes?.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
         return this.reply({ response_body: { response: CONTINUE } });
+      }
       case 'response_trailers':
         this.advance('response', 'trailers');
         this.noteServed(msg.metadata_context);
@@ -168,12 +218,20 @@ export class ExtProcStream {
     this.hooks.telemetry.begin(headers, this.request);
     this.spoofed = spoofedRoutingHeaders(msg.request_headers?.headers, this.config);
     const noBody = msg.request_headers?.end_of_stream === true;
-    if (noBody || this.config.routing.request_body_mode !== 'buffered') {
-      // Inside the span begun just now.
-      return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
+    const mode = this.modes?.request ?? this.config.routing.request_body_mode;
+    if (!noBody && mode === 'buffered') {
+      // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
+      return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
     }
-    // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
-    return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
+    if (!noBody && mode === 'full_duplex' && readsBody(this.request, this.gate.currentConfig)) {
+      // The headers reply waits for the body; the chunks keep coming meanwhile.
+      this.duplexWaiting = true;
+      this.duplexTimer = setTimeout(() => this.enqueue(() => this.onDuplexDeadline()), this.duplexWaitMs);
+      this.duplexTimer.unref();
+      return;
+    }
+    // Inside the span begun just now.
+    return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
   }
 
   private async onRequestBody(msg: ProcessingRequest): Promise<void> {
@@ -182,6 +240,7 @@ export class ExtProcStream {
     }
     this.advance('request', 'body');
     if (msg.metadata_context && Object.keys(msg.metadata_context.filter_metadata ?? {}).length > 0) this.requestMetadata = msg.metadata_context;
+    if (this.modes?.request === 'full_duplex') return this.onDuplexBody(msg.request_body?.body ?? Buffer.alloc(0), msg.request_body?.end_of_stream === true);
     if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
     // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
     // follow), so the first body message is the one to decide on.
@@ -189,6 +248,83 @@ export class ExtProcStream {
     const body = msg.request_body?.body ?? Buffer.alloc(0);
     this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
     return this.decideAndReply('request_body');
+  }
+
+  /**
+   * FULL_DUPLEX_STREAMED request body chunk: kept while the headers reply waits for the body,
+   * else sent straight back.
+   */
+  private async onDuplexBody(chunk: Buffer, eos: boolean): Promise<void> {
+    if (!this.duplexWaiting) {
+      this.reply({ request_body: { response: streamedBody(chunk, eos) } });
+      return;
+    }
+    this.duplexBody.push(chunk);
+    this.duplexBytes += chunk.length;
+    if (this.duplexBytes > this.config.limits.max_body_bytes) {
+      const bytes = this.duplexBytes;
+      this.endDuplexWait();
+      return this.rejectNow(new KvgateError('body_too_large', `request body of at least ${bytes} bytes exceeds limits.max_body_bytes`, {
+        details: { bytes, limit: this.config.limits.max_body_bytes },
+      }));
+    }
+    if (eos) return this.decideDuplex('end_of_stream');
+  }
+
+  private async onRequestTrailers(): Promise<void> {
+    this.advance('request', 'trailers');
+    // Full duplex: the trailers end the body.
+    if (this.duplexWaiting) await this.decideDuplex('trailers');
+    if (this.finished || this.answeredImmediately) return;
+    this.reply({ request_trailers: {} });
+  }
+
+  /** The body did not end in time: decide on the headers alone and let the body flow. */
+  private async onDuplexDeadline(): Promise<void> {
+    if (!this.duplexWaiting || this.finished || this.answeredImmediately) return;
+    this.logger.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
+    return this.decideDuplex('deadline');
+  }
+
+  /**
+   * Full duplex: answers the headers (routing mutation, or an immediate response), then sends the
+   * kept body back unchanged. Only a body that ended with end_of_stream ends with it: when the
+   * trailers end the body, the trailers reply does (as in Envoy's own full-duplex tests), and
+   * after the deadline more chunks are still to come.
+   */
+  private async decideDuplex(ended: 'end_of_stream' | 'trailers' | 'deadline'): Promise<void> {
+    const body = Buffer.concat(this.duplexBody, this.duplexBytes);
+    this.endDuplexWait();
+    if (ended !== 'deadline') this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    await this.decideAndReply('request_headers');
+    if (this.finished || this.answeredImmediately) return;
+    const chunks = streamedChunks(body);
+    if (chunks.length === 0 && ended === 'end_of_stream') chunks.push(body);
+    chunks.forEach((c, i) => this.reply({ request_body: { response: streamedBody(c, ended === 'end_of_stream' && i === chunks.length - 1) } }));
+  }
+
+  private endDuplexWait(): void {
+    this.duplexWaiting = false;
+    this.duplexBody = [];
+    this.duplexBytes = 0;
+    if (this.duplexTimer) clearTimeout(this.duplexTimer);
+    this.duplexTimer = undefined;
+  }
+
+  private readModes(msg: ProcessingRequest): BodyModes {
+    const configured = this.config.routing.request_body_mode;
+    const modes = bodyModes(msg.protocol_config, configured);
+    if (modeMismatch(modes, configured)) this.hooks.onModeMismatch?.(modes, configured);
+    return modes;
+  }
+
+  /** Answers with an immediate response for a request-level error found before any decision. */
+  private rejectNow(error: KvgateError): void {
+    this.decided = true;
+    this.hooks.telemetry.deciding();
+    const result: GateResult = { kind: 'reject', error, key: undefined };
+    this.hooks.onResult?.(result);
+    this.answer('request_headers', result, {});
   }
 
   /** Decides once, and answers the current message with the routing mutation or an immediate response. */
@@ -215,7 +351,13 @@ export class ExtProcStream {
       return;
     }
     this.hooks.onResult?.(result);
-    const facts = options.eligible ? { subsetSize: options.eligible.size } : {};
+    this.answer(phase, result, options.eligible ? { subsetSize: options.eligible.size } : {});
+  }
+
+  /** Replies with what the decision (or an early rejection) says. */
+  private answer(phase: 'request_headers' | 'request_body', result: GateResult, facts: { subsetSize?: number }): void {
+    const t = this.hooks.telemetry;
+    const strip = () => continueStripping(this.spoofed);
     if (result.kind === 'route') {
       // A stream that ended while the store answered must not keep the lease.
       if (this.finished) {
@@ -225,7 +367,7 @@ export class ExtProcStream {
       }
       this.lease = result.lease;
       if (!this.endpointPicker) {
-        this.chosen = { worker: result.worker, endpoint: undefined, key: result.key };
+        this.chosen = { pool: result.pool, worker: result.worker, endpoint: undefined, key: result.key };
         this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
         t.decided(result, facts);
         return;
@@ -240,7 +382,7 @@ export class ExtProcStream {
         t.fallback(new KvgateError('internal', `worker ${result.worker} has no address`));
         return;
       }
-      this.chosen = { worker: result.worker, endpoint, key: result.key };
+      this.chosen = { pool: result.pool, worker: result.worker, endpoint, key: result.key };
       // The header and the envoy.lb metadata carry the same endpoint: the protocol forbids them to differ.
       this.replyCommon(phase, this.removingSpoofed(routeTo(DESTINATION_HEADER, endpoint)), destinationMetadata(endpoint));
       t.decided(result, { ...facts, endpoint });
@@ -290,8 +432,36 @@ export class ExtProcStream {
       return;
     }
     this.hooks.telemetry.served('other');
+    this.servedBy = worker.id;
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
     if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+  }
+
+  /**
+   * A routed Responses API request with a successful, readable answer: its id is read from the
+   * body chunks Envoy sends when the route's response body mode is STREAMED (the shipped configs
+   * set it for that path only). With no body mode, nothing is sent and nothing is learned.
+   */
+  private watchResponseId(msg: ProcessingRequest): void {
+    const path = this.request?.path;
+    if (!this.chosen || path === undefined || msg.response_headers?.end_of_stream) return;
+    if (promptApiOf(path) !== 'responses' || !this.config.keys.session_paths.includes(path)) return;
+    if (readableResponse(headerMapToMap(msg.response_headers?.headers))) this.responseIds = new ResponseIdReader();
+  }
+
+  /**
+   * Records the id → worker before this chunk's reply: Envoy holds the chunk until then, so the
+   * client cannot hold the id (and continue from it) before every replica can find its worker.
+   */
+  private async learnResponseId(chunk: Uint8Array | undefined): Promise<void> {
+    const read = this.responseIds!.feed(chunk);
+    if (read === 'more') return;
+    this.responseIds = undefined;
+    if (read === 'none' || !this.chosen) return;
+    // The response is stored where it was produced: the endpoint the proxy reports, if another.
+    const served = this.servedBy === undefined ? undefined : this.gate.pools.poolOfWorker(this.servedBy);
+    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id);
+    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
   }
 
   /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */
@@ -342,6 +512,7 @@ export class ExtProcStream {
   }
 
   private fail(err: unknown, kind: 'error' | 'deadline' = 'error'): void {
+    this.endDuplexWait();
     const e = KvgateError.from(err);
     this.logger.warn({ code: e.code, err: e.message }, 'ending ext_proc stream');
     this.releaseLease();
@@ -360,6 +531,7 @@ export class ExtProcStream {
 
   private finish(graceful: boolean): void {
     this.releaseLease();
+    this.endDuplexWait();
     if (this.finished) return;
     this.finished = true;
     if (graceful) {
@@ -372,4 +544,9 @@ export class ExtProcStream {
     this.hooks.telemetry.close();
     this.hooks.onClose();
   }
+}
+
+/** A FULL_DUPLEX_STREAMED body reply: the chunk, unchanged. */
+function streamedBody(body: Buffer | undefined, eos: boolean): CommonResponse {
+  return { body_mutation: { streamed_response: { body: body ?? Buffer.alloc(0), end_of_stream: eos } } };
 }

@@ -4,6 +4,8 @@
  *
  *   POST /v1/chat/completions   chat completion; SSE stream with `"stream": true`
  *   POST /v1/completions        text completion; SSE stream with `"stream": true`
+ *   POST /v1/messages           Anthropic Messages; Anthropic's named SSE events with `"stream": true`
+ *   POST /v1/responses          OpenAI Responses, stored in memory (`previous_response_id` continues one); SSE events
  *   GET  /v1/models             the one model served
  *   GET  /health                200 (or what the `health` hook says)
  *   GET  /metrics               Prometheus text (or what the `metrics` hook says)
@@ -25,6 +27,20 @@ import { EngineRefusal, FakeEngine } from './engine.js';
 import { CONTENT_TYPE, GARBAGE_TEXT, truncated, WorkerMetrics, withTimestamps } from './metrics.js';
 import { chunkBody, completionBody, completionId, errorBody, sse, usage, usageChunk, type FinishReason } from './openai.js';
 import { parseCompletionRequest, type Endpoint } from './request.js';
+import {
+  anthropicError,
+  messageBody,
+  messageDeltaEvent,
+  messageEndEvents,
+  messageStartEvents,
+  namedEvent,
+  newId,
+  parseMessagesRequest,
+  parseResponsesRequest,
+  ResponseStore,
+  responseBody,
+  type Outcome as ApiOutcome,
+} from './apis.js';
 
 /** `/control` bodies are a handful of fields. */
 const MAX_CONTROL_BODY = 64 * 1024;
@@ -168,6 +184,65 @@ export async function startFakeWorker(options: StartFakeWorkerOptions = {}): Pro
     }
   };
 
+  const stored = new ResponseStore();
+
+  /** Anthropic Messages and OpenAI Responses: the same engine, each API's bodies and events. */
+  const serveApi = async (api: 'messages' | 'responses', req: http.IncomingMessage, res: http.ServerResponse) => {
+    const fail = (status: number, message: string, param?: string) =>
+      sendJson(res, status, api === 'messages' ? anthropicError(status, message) : errorBody(status, message, param), status === 413);
+    const body = await readBody(req, opts.maxBodyBytes);
+    if (body === undefined) return fail(413, `the request body is larger than ${opts.maxBodyBytes} bytes`);
+    const parsed = api === 'messages' ? parseMessagesRequest(body) : parseResponsesRequest(body, stored);
+    if (!parsed.ok) {
+      logger.debug({ api, err: parsed.message }, 'bad request');
+      return fail(parsed.status, parsed.message, parsed.param);
+    }
+    const r = parsed.value;
+    const outcome: ApiOutcome = { id: newId(api === 'messages' ? 'msg' : 'resp'), model: r.model ?? opts.model, text: '', promptTokens: 0, cachedTokens: 0, completionTokens: 0, truncated: false };
+    const abort = new AbortController();
+    inFlight.add(abort);
+    res.on('close', () => {
+      if (!res.writableFinished) abort.abort();
+    });
+    let seq = 0;
+    const event = (type: string, data: Record<string, unknown>) => namedEvent(type, { type, sequence_number: seq++, ...data });
+    let started = false;
+    const startStream = () => {
+      if (started) return;
+      started = true;
+      res.writeHead(200, { 'content-type': 'text/event-stream', 'cache-control': 'no-cache' });
+      res.write(api === 'messages' ? messageStartEvents(outcome.id, outcome.model) : event('response.created', { response: responseBody(outcome, 'in_progress', r.previousResponseId) }));
+    };
+    try {
+      const result = await engine.generate({
+        prompt: r.prompt,
+        maxTokens: r.maxTokens ?? opts.defaultOutputTokens,
+        signal: abort.signal,
+        onToken: r.stream
+          ? (text) => {
+              if (res.writableEnded || res.destroyed) return;
+              res.write(api === 'messages' ? messageDeltaEvent(text) : event('response.output_text.delta', { item_id: `msg_${outcome.id.slice(5)}`, output_index: 0, content_index: 0, delta: text }));
+            }
+          : undefined,
+        ...(r.stream ? { onAccepted: startStream } : {}),
+      });
+      if (result.aborted) return;
+      Object.assign(outcome, { text: result.output, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, completionTokens: result.completionTokens, truncated: r.maxTokens !== undefined });
+      if (api === 'responses' && r.store) stored.set(outcome.id, [...r.turns, { role: 'assistant', content: result.output }]);
+      if (r.stream) {
+        startStream();
+        res.end(api === 'messages' ? messageEndEvents(outcome) : event('response.completed', { response: responseBody(outcome, 'completed', r.previousResponseId) }));
+      } else {
+        sendJson(res, 200, api === 'messages' ? messageBody(outcome) : responseBody(outcome, 'completed', r.previousResponseId));
+      }
+    } catch (err) {
+      if (err instanceof EngineRefusal) return fail(err.reason === 'too_long' ? 400 : 503, err.message);
+      throw err;
+    } finally {
+      inFlight.delete(abort);
+    }
+  };
+
   const handle = async (req: http.IncomingMessage, res: http.ServerResponse) => {
     res.setHeader('x-fake-worker-id', opts.id);
     const url = new URL(req.url ?? '/', 'http://fake-worker');
@@ -178,6 +253,10 @@ export async function startFakeWorker(options: StartFakeWorkerOptions = {}): Pro
         return serveCompletion('chat', req, res);
       case 'POST /v1/completions':
         return serveCompletion('completions', req, res);
+      case 'POST /v1/messages':
+        return serveApi('messages', req, res);
+      case 'POST /v1/responses':
+        return serveApi('responses', req, res);
       case 'GET /v1/models':
         return sendJson(res, 200, {
           object: 'list',
@@ -206,7 +285,7 @@ export async function startFakeWorker(options: StartFakeWorkerOptions = {}): Pro
         return sendJson(res, 200, next);
       }
       default: {
-        const known = ['/v1/chat/completions', '/v1/completions', '/v1/models', '/health', '/metrics', '/control'].includes(path);
+        const known = ['/v1/chat/completions', '/v1/completions', '/v1/messages', '/v1/responses', '/v1/models', '/health', '/metrics', '/control'].includes(path);
         return known ? sendJson(res, 405, errorBody(405, `${req.method} is not allowed on ${path}`)) : sendJson(res, 404, errorBody(404, `no route for ${path}`));
       }
     }

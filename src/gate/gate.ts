@@ -9,11 +9,11 @@ import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
-import { understand, type RoutingKey } from '../request/keys.js';
+import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
-import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerView } from '../routing/types.js';
+import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../telemetry/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
@@ -124,11 +124,13 @@ export class Gate {
     let key: RoutingKey | undefined;
     let blocks: string[];
     let model: string | undefined;
+    let storedResponse: string | undefined;
     try {
       const u = understand(req, cfg);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
+      storedResponse = u.storedResponse;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -172,24 +174,37 @@ export class Gate {
       }
     };
 
+    // A continued stored response can only be served where it was stored: that worker alone.
+    const pinned = storedResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, storedResponse));
+    if (pinned !== undefined) {
+      this.logger.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
+      const unservable = pinnedProblem(pinned, pool, eligible);
+      if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
+    }
+
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
     let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
       const all = this.views(snap, pool, knobs.max_inflight, cfg.limits.max_inflight);
-      views = eligible ? all.filter((w) => eligible.has(w.id)) : all;
-      const decision = decide({
+      views = pinned !== undefined ? all.filter((w) => w.id === pinned) : eligible ? all.filter((w) => eligible.has(w.id)) : all;
+      if (pinned !== undefined && (views[0]?.state === 'down' || views[0]?.state === 'draining')) {
+        const error = new KvgateError('previous_response_unavailable', `the worker holding the previous response is ${views[0].state}`, { details: { worker: pinned } });
+        return { kind: 'reject', error, key, views, routing: answer };
+      }
+      const decided = decide({
         keyHash: key?.hash,
         session,
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
-        workers: views,
+        workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
       });
+      const decision = pinned !== undefined ? pinnedDecision(decided, pinned) : eligible ? subsetDecision(decided) : decided;
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
@@ -254,6 +269,20 @@ export class Gate {
     } catch (err) {
       this.logger.warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
       return false;
+    }
+  }
+
+  /**
+   * Records that `worker` (of `pool`) produced the stored response `responseId` (read from its
+   * response), so that a request continuing it reaches that worker. Never throws.
+   */
+  async recordResponse(pool: string, worker: string, responseId: string): Promise<void> {
+    try {
+      const hash = responseIdHash(responseId);
+      await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000);
+      this.logger.debug({ pool, worker, response_hash: hash }, 'stored response learned');
+    } catch (err) {
+      this.logger.warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }
   }
 
@@ -418,6 +447,52 @@ export class Gate {
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing };
   }
 }
+
+/**
+ * Why a pinned worker (the one holding a continued response) cannot be asked at all: it left the
+ * pool (its stored responses went with it), or the proxy's endpoint subset excludes it.
+ */
+function pinnedProblem(worker: string, pool: Pool, eligible: ReadonlySet<string> | undefined): KvgateError | undefined {
+  if (!pool.workerIds.includes(worker)) {
+    return new KvgateError('previous_response_not_found', 'the previous response was stored on a worker that is no longer in the pool', { details: { worker } });
+  }
+  if (eligible && !eligible.has(worker)) {
+    return new KvgateError('previous_response_unavailable', "the worker holding the previous response is outside the request's endpoint subset", { details: { worker } });
+  }
+  return undefined;
+}
+
+/**
+ * A continued response is its conversation's next turn, and a pressured worker keeps serving its
+ * conversations: the pinned worker is shown to the policy as able to take it (the policy lets
+ * only healthy workers take keys they do not hold), and the commit checks the states that keep
+ * conversations instead.
+ */
+function servingPin(w: WorkerView): WorkerView {
+  return w.state === 'pressured' ? { ...w, state: 'healthy' } : w;
+}
+
+function pinnedDecision(d: Decision, pinned: string): Decision {
+  const s = subsetDecision(d);
+  if (s.kind !== 'route') return s;
+  const states = [...s.preconditions.states.filter((x) => x.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
+  return { ...s, preconditions: { ...s.preconditions, states } };
+}
+
+/**
+ * The policy saw only some of the pool's workers (a pin, or the proxy's endpoint subset): its
+ * "no deeper prefix match anywhere" precondition covers those, while the store checks it over
+ * the whole pool. A deeper match on a worker the request may not use then failed every commit
+ * and shed the request (429) with idle candidates. The bound is dropped: what the excluded
+ * workers hold cannot make this choice stale.
+ */
+function subsetDecision(d: Decision): Decision {
+  if (d.kind !== 'route' || d.preconditions.prefixAtMost === undefined) return d;
+  const { prefixAtMost: _unused, ...preconditions } = d.preconditions;
+  return { ...d, preconditions };
+}
+
+const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {

@@ -1,11 +1,17 @@
 /**
  * Routing keys. A request's key says which cached KV state it would reuse:
- *  1. a session id from the configured header, else the configured cookie, else the OpenAI body
- *     fields `user` / `metadata.session_id` (only on the configured OpenAI paths);
- *  2. otherwise a hash of the first blocks of the canonical prompt, seeded with the model, so
+ *  1. a session id from the configured header, else the configured cookie, else the body's own
+ *     session fields (only on the configured paths, by API): OpenAI chat and completions `user`,
+ *     `metadata.session_id`; Responses `conversation` first (one thread, where `user` may span
+ *     many), then the same two; Anthropic Messages `metadata.user_id`;
+ *  2. else `prompt_cache_key` (OpenAI chat, completions and Responses): the client's own name for
+ *     "requests that should share a cache", kept sticky like a session but never mixed up with one;
+ *  3. otherwise a hash of the first blocks of the canonical prompt, seeded with the model, so
  *     requests sharing a system prompt share a key;
- *  3. otherwise none: the request is routed by load alone.
- * Raw session ids never leave this module: keys carry only their hash.
+ *  4. otherwise none: the request is routed by load alone.
+ * Raw session ids never leave this module: keys carry only their hash. A Responses request's
+ * `previous_response_id` is not a key but a pin (the gate sends it to the worker that stored that
+ * response); it is hashed here like a session id.
  */
 import { parse as parseCookies } from 'cookie';
 import type { Config } from '../config/schema.js';
@@ -13,9 +19,18 @@ import { KvgateError } from '../errors.js';
 import { objectField, parseJsonBody, stringField, type ParsedBody } from './body.js';
 import { hashSessionId, seedFor } from './hashing.js';
 import { promptBlocks } from './prompt-blocks.js';
+import { promptApiOf, type PromptApi } from './prompt.js';
 import type { RequestInfo } from './request.js';
 
-export type KeySource = 'header' | 'cookie' | 'body_user' | 'body_metadata' | 'prompt_prefix';
+export type KeySource =
+  | 'header'
+  | 'cookie'
+  | 'body_user'
+  | 'body_metadata'
+  | 'body_conversation'
+  | 'body_metadata_user_id'
+  | 'prompt_cache_key'
+  | 'prompt_prefix';
 
 export interface RoutingKey {
   kind: 'session' | 'prefix';
@@ -35,6 +50,12 @@ export interface Understanding {
   blocks: string[];
   /** Why the body gave no key, when it was read and unusable (for logs and metrics). */
   bodyProblem?: Exclude<ParsedBody, { ok: true }>['reason'];
+  /**
+   * The stored response this request needs, hashed like a session id: a Responses request's
+   * `previous_response_id`, or the id in a `/v1/responses/{id}` path (retrieve, delete, cancel,
+   * input items). It lives on the worker that produced it, so the gate sends the request there.
+   */
+  storedResponse?: string;
 }
 
 /** Longest session id accepted; longer values are hashed only up to here (they are still unique enough). */
@@ -43,6 +64,8 @@ const MAX_SESSION_ID_CHARS = 1024;
 export function understand(req: RequestInfo, cfg: Config): Understanding {
   const k = cfg.keys;
   const prompt = readPrompt(req, cfg);
+  const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths) : undefined;
+  if (byPath !== undefined) prompt.storedResponse = byPath;
   const fromHeader = req.headers.get(k.session_header);
   if (fromHeader) return { ...prompt, key: sessionKey(fromHeader, 'header') };
 
@@ -52,25 +75,89 @@ export function understand(req: RequestInfo, cfg: Config): Understanding {
     if (fromCookie) return { ...prompt, key: sessionKey(fromCookie, 'cookie') };
   }
   if (prompt.body && k.body_session_fields) {
-    const user = stringField(prompt.body, 'user');
-    if (user) return { ...prompt, key: sessionKey(user, 'body_user') };
-    const metaSession = stringField(objectField(prompt.body, 'metadata') ?? {}, 'session_id');
-    if (metaSession) return { ...prompt, key: sessionKey(metaSession, 'body_metadata') };
+    const fromBody = bodyKey(prompt.body, prompt.api);
+    if (fromBody) return { ...prompt, key: fromBody };
   }
   return { ...prompt, key: prompt.prefixKey };
 }
 
+/** The body's own session or cache key, by API, in the order of this module's comment. */
+function bodyKey(body: Record<string, unknown>, api: PromptApi): RoutingKey | undefined {
+  const metadata = objectField(body, 'metadata');
+  if (api === 'messages') {
+    const userId = metadata && stringField(metadata, 'user_id');
+    return userId ? sessionKey(userId, 'body_metadata_user_id') : undefined;
+  }
+  if (api === 'responses') {
+    const conversation = conversationId(body['conversation']);
+    if (conversation) return sessionKey(conversation, 'body_conversation');
+  }
+  const user = stringField(body, 'user');
+  if (user) return sessionKey(user, 'body_user');
+  const metaSession = metadata && stringField(metadata, 'session_id');
+  if (metaSession) return sessionKey(metaSession, 'body_metadata');
+  const cacheKey = stringField(body, 'prompt_cache_key');
+  // Its own namespace: a cache key "abc" and a session "abc" are different things.
+  if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key');
+  return undefined;
+}
+
+/**
+ * `/v1/responses/{id}` and what hangs below it (`/cancel`, `/input_items`), for each configured
+ * Responses path: the id's hash, else undefined. Cheap for every other path: one suffix test per
+ * configured path, only when the path is longer than it.
+ */
+function responseOfPath(path: string, paths: readonly string[]): string | undefined {
+  for (const p of paths) {
+    if (path.length <= p.length + 1 || path.charCodeAt(p.length) !== 0x2f || !path.startsWith(p) || promptApiOf(p) !== 'responses') continue;
+    const end = path.indexOf('/', p.length + 1);
+    const id = path.slice(p.length + 1, end < 0 ? undefined : end);
+    return id ? responseIdHash(decodeSegment(id)) : undefined;
+  }
+  return undefined;
+}
+
+/** A percent-encoded path segment as the client meant it; left as is when it does not decode. */
+function decodeSegment(s: string): string {
+  try {
+    return decodeURIComponent(s);
+  } catch {
+    return s;
+  }
+}
+
+/** Responses' `conversation`: an id, or an object carrying one. */
+function conversationId(v: unknown): string | undefined {
+  if (typeof v === 'string') return v || undefined;
+  if (v !== null && typeof v === 'object' && !Array.isArray(v)) return stringField(v as Record<string, unknown>, 'id') || undefined;
+  return undefined;
+}
+
+/** Prefix of a `prompt_cache_key` before hashing (a control character no header or cookie carries). */
+const CACHE_KEY_NAMESPACE = 'prompt_cache_key\u0000';
+
 interface PromptFacts {
   model: string | undefined;
   blocks: string[];
+  api: PromptApi;
   body?: Record<string, unknown>;
   prefixKey?: RoutingKey;
   bodyProblem?: Understanding['bodyProblem'];
+  storedResponse?: string;
+}
+
+/**
+ * Whether the decision for a request on this path reads its body (session fields, model, prompt
+ * prefix). When it does not, the transport can decide on the headers without waiting for the body.
+ */
+export function readsBody(req: Pick<RequestInfo, 'path'>, cfg: Config): boolean {
+  return cfg.keys.session_paths.includes(req.path);
 }
 
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
 function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
-  if (req.body === undefined || !cfg.keys.session_paths.includes(req.path)) return { model: undefined, blocks: [] };
+  if (req.body === undefined || !readsBody(req, cfg)) return { model: undefined, blocks: [], api: 'openai' };
+  const api = promptApiOf(req.path);
   if (req.body.length > cfg.limits.max_body_bytes) {
     throw new KvgateError('body_too_large', `request body of ${req.body.length} bytes exceeds limits.max_body_bytes`, {
       details: { bytes: req.body.length, limit: cfg.limits.max_body_bytes },
@@ -83,23 +170,36 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
         details: { reason: parsed.reason },
       });
     }
-    return { model: undefined, blocks: [], bodyProblem: parsed.reason };
+    return { model: undefined, blocks: [], api, bodyProblem: parsed.reason };
   }
   const body = parsed.value;
   const model = stringField(body, 'model');
+  const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
+  const storedResponse = previous ? responseIdHash(previous) : undefined;
   const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
-  // One pass over the body's strings, no prompt text built; the same hashes as
-  // chainedBlockHashes(canonicalPrompt(...)) (prompt-blocks.ts; the tests hold it to that).
-  const hashed = promptBlocks(body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
-  if (!hashed) return { model, blocks: [], body };
+  // One pass over the body's strings, no prompt text built, only the first max_blocks blocks: the
+  // same hashes as chainedBlockHashes of prompt.ts's text (prompt-blocks.ts; the tests hold it to that).
+  const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
+  if (!hashed) return { model, blocks: [], api, body, ...(storedResponse ? { storedResponse } : {}) };
   const chain = hashed.chain;
   const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashed.short!;
   return {
     model,
     body,
+    api,
     blocks: chain.map(hex),
     prefixKey: { kind: 'prefix', source: 'prompt_prefix', hash: hex(keyBlock) },
+    ...(storedResponse ? { storedResponse } : {}),
   };
+}
+
+/**
+ * A Responses response id as stored and logged: hashed like a session id (an id lets whoever holds
+ * it read the stored response, so it is not kept in the clear). The same function reads a
+ * request's `previous_response_id` and the id a worker's response carries.
+ */
+export function responseIdHash(id: string): string {
+  return hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS));
 }
 
 function hex(h: bigint): string {

@@ -2,7 +2,27 @@
  * Canonical prompt text: the prompt as the model will see it, flattened to one string, so that two
  * requests whose prompts begin alike produce text that begins alike. Roles and message boundaries
  * are kept (a system prompt and a user message with the same words are different prefixes).
+ *
+ * Three request shapes, one rendering: tools first (chat templates render them ahead of the
+ * conversation), then the system prompt as a `system` part, then each turn as `role, content`. So
+ * the same conversation sent as OpenAI chat, Anthropic Messages (`system` + `messages`) or OpenAI
+ * Responses (`instructions` + `input`) gives the same text after the tools, as the engine's chat
+ * template gives it the same tokens. A field of the wrong type is left out (the engine answers its
+ * own 400); nothing here throws.
  */
+
+/** Which request shape a path carries; decided once per request from the path's last segment(s). */
+export type PromptApi = 'openai' | 'messages' | 'responses';
+
+/**
+ * `…/messages` is Anthropic's Messages API, `…/responses` OpenAI's Responses API, anything else an
+ * OpenAI chat or completions body. By suffix, so a route prefix (`/openai/v1/responses`) keeps it.
+ */
+export function promptApiOf(path: string): PromptApi {
+  if (path.endsWith('/messages')) return 'messages';
+  if (path.endsWith('/responses')) return 'responses';
+  return 'openai';
+}
 
 /**
  * Between parts: ASCII RS (record separator), which prompts rarely carry and which only needs to be
@@ -44,7 +64,87 @@ export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infini
   return parts.length > 0 ? parts.join(SEP) : undefined;
 }
 
-/** Message content: a string, or an array of parts of which text parts count (images by reference). */
+/**
+ * Canonical text of an Anthropic Messages body: `tools`, `system` (a string or text blocks), then
+ * `messages` (content a string or blocks), rendered as `canonicalPrompt` renders chat.
+ */
+export function messagesPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
+  const parts = new Parts(maxChars);
+  if (parts.tools(body['tools'])) return parts.text();
+  const system = body['system'];
+  if ((typeof system === 'string' && system.length > 0) || Array.isArray(system)) {
+    if (parts.add(`system${SEP}${contentText(system)}`)) return parts.text();
+  }
+  if (Array.isArray(body['messages'])) parts.turns(body['messages']);
+  return parts.text();
+}
+
+/**
+ * Canonical text of an OpenAI Responses body: `tools`, `instructions` (the system prompt), then
+ * `input`: a string (one user turn) or items; an item with a `role` is a turn, any other item
+ * (function calls and their outputs, reasoning, references) is its type and its JSON.
+ */
+export function responsesPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
+  const parts = new Parts(maxChars);
+  if (parts.tools(body['tools'])) return parts.text();
+  const instructions = body['instructions'];
+  if (typeof instructions === 'string' && instructions.length > 0 && parts.add(`system${SEP}${instructions}`)) return parts.text();
+  const input = body['input'];
+  if (typeof input === 'string') parts.add(`user${SEP}${input}`);
+  else if (Array.isArray(input)) {
+    for (const item of input) {
+      if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
+      const it = item as Record<string, unknown>;
+      const role = it['role'];
+      const full =
+        typeof role === 'string'
+          ? parts.add(`${role}${SEP}${contentText(it['content'])}`)
+          : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
+      if (full) break;
+    }
+  }
+  return parts.text();
+}
+
+/** Parts joined by SEP, that stop accepting once `maxChars` characters are in (keys read only a prefix). */
+class Parts {
+  private readonly parts: string[] = [];
+  private length = 0;
+  constructor(private readonly maxChars: number) {}
+
+  /** Adds a part; true when the text is now long enough. */
+  add(part: string): boolean {
+    this.parts.push(part);
+    this.length += part.length + SEP.length;
+    return this.length >= this.maxChars;
+  }
+
+  /** Tool definitions, when the field is a non-empty list; true when the text is long enough. */
+  tools(tools: unknown): boolean {
+    return Array.isArray(tools) && tools.length > 0 && this.add(`tools${SEP}${stableJson(tools)}`);
+  }
+
+  /** Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped. */
+  turns(messages: readonly unknown[]): void {
+    for (const m of messages) {
+      if (m === null || typeof m !== 'object') continue;
+      const msg = m as Record<string, unknown>;
+      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
+      if (this.add(`${role}${SEP}${contentText(msg['content'])}`)) return;
+    }
+  }
+
+  text(): string | undefined {
+    return this.parts.length > 0 ? this.parts.join(SEP) : undefined;
+  }
+}
+
+/**
+ * Message content: a string, or an array of parts (OpenAI content parts, Anthropic content blocks,
+ * Responses input parts) of which text parts count by their text, others (images, tool calls and
+ * results) by their JSON. Anthropic's `cache_control` marks where the client wants a cache
+ * breakpoint, not what the model reads, so it never changes the text.
+ */
 function contentText(content: unknown): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
@@ -53,9 +153,15 @@ function contentText(content: unknown): string {
       if (part === null || typeof part !== 'object') return typeof part === 'string' ? part : '';
       const p = part as Record<string, unknown>;
       if (typeof p['text'] === 'string') return p['text'];
-      return stableJson(p);
+      return stableJson(withoutCacheControl(p));
     })
     .join('');
+}
+
+function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
+  if (!('cache_control' in p)) return p;
+  const { cache_control: _ignored, ...rest } = p;
+  return rest;
 }
 
 /** JSON.stringify that never throws (bodies came from JSON.parse, so no cycles or BigInts). */

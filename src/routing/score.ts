@@ -16,8 +16,9 @@
  * for four. Without this term every new session that shares a system prompt follows it to the
  * one worker holding it, and a four-app chat fleet ends up with four busy workers and four idle
  * ones (imbalance 2.2 in `kvgate sim --workload chat`; 1.2 with it). With it, a worker's prefix
- * advantage fades as it pulls ahead of the fleet and is gone at twice the mean; the floor keeps
- * a nearly idle fleet from being judged on one-request differences.
+ * advantage fades as it pulls ahead of the fleet (at the default weight of 3 it is gone a third
+ * above the mean); the floor keeps a nearly idle fleet from being judged on one-request
+ * differences.
  *
  * Each term is in [0, 1], so a weight reads as "how much of the whole range this signal may
  * swing the choice". With the defaults (src/config/defaults.ts): a worker holding the whole

@@ -20,6 +20,8 @@ export interface SimConfig {
   /** kvgate's `limits.max_inflight` for the simulated gate. */
   maxInflight?: number;
   sampleIntervalS?: number;
+  /** kvgate config for the simulated gate (`--gate-config`). */
+  gateConfig?: Record<string, unknown>;
 }
 
 export interface SimReport {
@@ -57,6 +59,8 @@ export async function runSimulation(workload: Workload, cfg: SimConfig, progress
       blockTokens: workload.blockTokens,
       seed,
       maxInflight,
+      cacheTokens: fleet.cacheTokens,
+      ...(cfg.gateConfig ? { gateConfig: cfg.gateConfig } : {}),
     });
     try {
       const run = await simulate(workload, policy, {

@@ -3,6 +3,7 @@
  * by the workers, and every request's timeline is recorded for metrics.ts.
  */
 import type { CostModel, FleetOptions } from './cost-model.js';
+import { DEFAULTS } from '../config/defaults.js';
 import { EventLoop } from './event-loop.js';
 import type { RouterPolicy } from './policies/policy.js';
 import { SimWorker, type Job, type WorkerHooks } from './worker.js';
@@ -15,6 +16,25 @@ export interface SimOptions {
   sampleIntervalS?: number;
   /** Called after each routed (or shed) request with how many have been. */
   onProgress?: (routed: number) => void;
+  /** How engine metrics reach policies that read them; default: kvgate's production cadence. */
+  signals?: SignalCadence;
+}
+
+/**
+ * How model-server metrics reach a router, in simulated milliseconds. In production kvgate's
+ * collector (src/signals/collector.ts) scrapes each worker every `signals.interval_ms` and its
+ * read loop hands the gate the latest scrape of every worker every min(250, max(20, 2 × interval))
+ * ms, aged by when the scrape was taken. The simulator does the same for every policy that reads
+ * engine metrics (kvgate, dynamo-cost, llm-d), so all of them decide on data of the same age.
+ */
+export interface SignalCadence {
+  scrapeIntervalMs: number;
+  readIntervalMs: number;
+}
+
+/** kvgate's defaults (src/config/defaults.ts `scrapeIntervalMs`) and the collector's read cadence. */
+export function defaultSignalCadence(scrapeIntervalMs: number = DEFAULTS.scrapeIntervalMs): SignalCadence {
+  return { scrapeIntervalMs, readIntervalMs: Math.max(20, Math.min(250, scrapeIntervalMs * 2)) };
 }
 
 export interface RequestOutcome {
@@ -79,7 +99,8 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
       settled++;
       return policy.completed?.(job.req, job.worker, loop.now);
     },
-    pressure: (worker, pressured) => policy.workerPressure?.(worker, pressured, loop.now),
+    // No policy is told of pressure the instant it happens: they learn it from scraped KV use.
+    pressure: () => undefined,
   };
   const workers = Array.from(
     { length: opts.fleet.workers },
@@ -129,15 +150,30 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
   };
   loop.at(every, sample);
 
-  // A metrics scrape every 50 ms of simulated time (kvgate's signals.interval_ms), only for
-  // policies that read model-server metrics.
+  // Engine metrics, only for policies that read them: each worker is scraped every scrape
+  // interval (the snapshot is what its /metrics says at that instant), and every read interval
+  // the policy gets the latest scrape of every worker with its age, as kvgate's collector hands
+  // them to the gate. Nothing reaches a policy between reads.
   if (policy.observe) {
-    const scrapeS = 0.05;
+    const cadence = opts.signals ?? defaultSignalCadence();
+    const scrapeS = cadence.scrapeIntervalMs / 1000;
+    const readS = cadence.readIntervalMs / 1000;
+    let latest: { t: number; obs: ReturnType<SimWorker['observe']>[] } = { t: 0, obs: workers.map((w) => w.observe()) };
+    // Times are k × interval (not sums, which drift); a read due at the instant of a scrape may
+    // run before it, as in production where the two loops are not synchronised.
+    let scrapes = 0;
+    let reads = 0;
     const scrape = (): void => {
-      policy.observe!(workers.map((w) => w.observe()), loop.now);
-      if (settled < reqs.length) loop.at(loop.now + scrapeS, scrape);
+      latest = { t: loop.now, obs: workers.map((w) => w.observe()) };
+      if (settled < reqs.length) loop.at(++scrapes * scrapeS, scrape);
+    };
+    const read = (): void => {
+      const ageS = Math.max(0, loop.now - latest.t);
+      policy.observe!(latest.obs.map((o) => ({ ...o, ageS })), loop.now);
+      if (settled < reqs.length) loop.at(++reads * readS, read);
     };
     loop.at(0, scrape);
+    loop.at(0, read);
   }
 
   await loop.run();

@@ -10,6 +10,7 @@ import type { SignalRecord } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
 import type { WorkerSignals } from '../signals/parse.js';
 import { PrefixIndex } from './prefix-index.js';
+import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
   preconditionsHold,
   sessionHash,
@@ -39,6 +40,7 @@ export class MemoryStore implements RoutingStore {
   private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
   private readonly events = new EventEmitter();
   private readonly locks = new Map<string, number>();
+  private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
 
   constructor(opts: MemoryStoreOptions = {}) {
     this.affinities = new LRUCache<string, string>({
@@ -73,6 +75,15 @@ export class MemoryStore implements RoutingStore {
 
   snapshot(q: StateQuery): Promise<Snapshot> {
     return Promise.resolve(this.cachedSnapshot(q));
+  }
+
+  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
+    this.responses.record(pool, responseHash, worker, ttlMs);
+    return Promise.resolve();
+  }
+
+  responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
+    return Promise.resolve(this.responses.worker(pool, responseHash));
   }
 
   commit(req: CommitRequest): Promise<CommitResult> {

@@ -25,6 +25,7 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import { PrefixIndex } from './prefix-index.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
 import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
@@ -111,6 +112,7 @@ export class RedisStore implements RoutingStore {
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = 0;
   private readonly events = new EventEmitter();
+  private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -291,6 +293,26 @@ export class RedisStore implements RoutingStore {
       this.events.emit('offload', e);
     }
     return events;
+  }
+
+  // Stored responses (Responses API): one plain key per response id, written once with its TTL.
+  // Kept in this process as well, so what this replica learned survives Redis being away.
+  async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
+    this.responses.record(pool, responseHash, worker, ttlMs);
+    try {
+      await this.redis.set(this.responseKey(pool, responseHash), worker, 'PX', ttlMs);
+    } catch (err) {
+      this.logFailure('redis write of a response id failed; kept on this replica only', err);
+    }
+  }
+
+  async responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
+    try {
+      return (await this.redis.get(this.responseKey(pool, responseHash))) ?? this.responses.worker(pool, responseHash);
+    } catch (err) {
+      this.logFailure('redis read of a response id failed; using this replica\'s own', err);
+      return this.responses.worker(pool, responseHash);
+    }
   }
 
   async tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
@@ -614,6 +636,9 @@ export class RedisStore implements RoutingStore {
   }
   private inflightKey(pool: string, worker: string): string {
     return `${this.tag(pool)}:f:${worker}`;
+  }
+  private responseKey(pool: string, responseHash: string): string {
+    return `${this.tag(pool)}:r:${responseHash}`;
   }
   private markerKey(pool: string): string {
     return `${this.tag(pool)}:alive`;

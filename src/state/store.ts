@@ -111,6 +111,14 @@ export interface RoutingStore {
    * replica, not several, runs a migration round while ownership of a worker changes hands.
    */
   tryLock(pool: string, name: string, ttlMs: number): Promise<boolean>;
+  /**
+   * Records that `worker` produced the stored response whose id hashes to `responseHash` (Responses
+   * API), for `ttlMs`. Shared by every replica; never throws (an unreachable shared store keeps it
+   * in this process only).
+   */
+  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void>;
+  /** The worker that produced a stored response, or undefined when unknown or expired. Never throws. */
+  responseWorker(pool: string, responseHash: string): Promise<string | undefined>;
   /** Calls `listener` for each offload event this store records; returns an unsubscribe function. */
   onOffload(listener: (e: OffloadEvent) => void): () => void;
   /** Resolves when the shared store answers; rejects with KvgateError('store_unavailable') otherwise. */

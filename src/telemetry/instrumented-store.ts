@@ -65,6 +65,14 @@ export class InstrumentedStore implements RoutingStore {
     return this.time('set_state', () => this.inner.setWorkerState(pool, worker, state));
   }
 
+  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
+    return this.time('record_response', () => this.inner.recordResponse(pool, responseHash, worker, ttlMs));
+  }
+
+  responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
+    return this.time('response_worker', () => this.inner.responseWorker(pool, responseHash));
+  }
+
   // Background work (the collector and the migrator), not on a request's path: passed through
   // untimed, so store metrics describe what requests wait for.
   publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {

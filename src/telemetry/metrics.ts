@@ -27,7 +27,7 @@ export type DecisionOutcome = (typeof DECISION_OUTCOMES)[number];
 export type StreamErrorReason = 'protocol_violation' | 'idle_timeout' | 'internal' | 'write_failed';
 
 /** Store operations that are timed (label of the store metrics). */
-export type StoreOperation = 'commit' | 'snapshot' | 'release' | 'set_state' | 'ping';
+export type StoreOperation = 'commit' | 'snapshot' | 'release' | 'set_state' | 'ping' | 'record_response' | 'response_worker';
 
 /**
  * Decision latency: from the message that triggers the decision to the reply being written.

@@ -88,7 +88,30 @@ describe('kvgate bench', () => {
     );
   });
 
+  test('--body-modes buffered,full_duplex: the same load in FULL_DUPLEX_STREAMED, each body echoed back whole, ratios to the no-op in the same mode', async () => {
+    const report = JSON.parse(await bench([...TINY, '--stores', 'memory', '--no-half', '--body-modes', 'buffered,full_duplex', '--json'])) as BenchReport;
+    assert.deepEqual(
+      report.runs.map((r) => `${r.target}/${r.body_mode}`),
+      ['noop/buffered', 'memory/buffered', 'noop/full_duplex', 'memory/full_duplex'],
+    );
+    for (const r of report.runs.filter((x) => x.body_mode === 'full_duplex')) {
+      const what = `${r.target} full_duplex`;
+      assert.ok(r.completed > 0, `${what}: requests completed`);
+      // An error is also a body not echoed byte for byte in length, or a reply out of order.
+      assert.equal(r.errors, 0, `${what}: ${r.error_samples.join('; ')}`);
+      assert.equal(r.routed, r.completed, `${what}: every headers reply carried the routing decision`);
+      if (r.target === 'memory') {
+        assert.equal(typeof r.ratio_to_noop, 'number');
+        assert.ok(r.gate && Object.values(r.gate.outcomes).reduce((n, v) => n + v, 0) >= r.completed, `${what}: the gate decided them`);
+      }
+    }
+    // The issue's targets stay about BUFFERED: one ratio for memory, not two.
+    assert.equal(report.targets.filter((t) => t.store === 'memory' && t.unit === 'ratio').length, 1);
+    assert.match(formatReport(report), /^memory\s+2k\s+8 streams\s+full_duplex/m);
+  });
+
   test('bad flags are refused', async () => {
+    await assert.rejects(bench(['--body-modes', 'streamed']), /unknown body modes: streamed/);
     await assert.rejects(bench(['--stores', 'memory,postgres']), /unknown stores: postgres/);
     await assert.rejects(bench(['--sizes', '2k,12']), /too small/);
     await assert.rejects(bench(['--sizes', 'big']), /not a size/);

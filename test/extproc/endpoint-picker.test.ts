@@ -116,6 +116,20 @@ describe('endpoint-picker mode', () => {
     assert.equal(hinted.kind === 'local' && hinted.status, 429);
   });
 
+  test('a subset that excludes the endpoint holding a deeper prefix is still served, not shed', async () => {
+    const { h } = await setup();
+    const system = 'You are the ACME support assistant. Follow the refund policy below exactly. '.repeat(40);
+    // The first request teaches the prefix index that A holds this long system prompt.
+    assert.equal(endpointOf(await h.request({ ...chat({ system, text: 'first' }), metadata: subset(A) })), A);
+    // B and C hold nothing and are idle: the request must go to one of them, not be shed because
+    // the store saw a deeper match on A, which this request may not use.
+    for (let i = 0; i < 3; i++) {
+      const out = await h.request({ ...chat({ system, text: `next ${i}` }), metadata: subset(B, C) });
+      assert.equal(out.kind, 'upstream', out.kind === 'local' ? `${out.status} ${out.body.toString()}` : '');
+      assert.ok([B, C].includes(endpointOf(out)!));
+    }
+  });
+
   test('the subset hint is honoured: only its endpoints, and an affinity outside it moves into it', async () => {
     const { h, g } = await setup();
     for (let i = 0; i < 6; i++) {

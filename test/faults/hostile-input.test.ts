@@ -7,7 +7,7 @@
 import assert from 'node:assert/strict';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { after, before, describe, test } from 'node:test';
-import type { ProcessingResponse } from '../../src/extproc/messages.js';
+import type { ReceivedProcessingResponse as ProcessingResponse } from '../../src/extproc/messages.js';
 import { isClosed, isTimedOut, type EnvoyHarness } from '../harness/envoy-harness.js';
 import { HOSTILE_CASES, type Answer, type HostileCase } from '../fixtures/hostile-requests.js';
 import { chat, harness, routedCluster, waitFor } from '../helpers/envoy.js';

@@ -12,7 +12,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 
 export type HeaderSendMode = 'SEND' | 'SKIP';
-export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED';
+export type BodySendMode = 'NONE' | 'STREAMED' | 'BUFFERED' | 'FULL_DUPLEX_STREAMED';
 
 /**
  * ext_proc.v3.ProcessingMode after Envoy's defaults (field names as in the proto, like the YAML
@@ -67,6 +67,16 @@ export interface ExtProcConfig {
   forwardingNamespaces: string[];
   /** metadata_options.receiving_namespaces.untyped: namespaces a reply's dynamic_metadata may write. */
   receivingNamespaces: string[];
+  /**
+   * Whether this Envoy sends protocol_config on a stream's first message (Envoy 1.35+,
+   * ext_proc.cc Filter::encodeProtocolConfig). Set false to play an older Envoy.
+   */
+  sendsProtocolConfig: boolean;
+  /**
+   * The HCM's stream_idle_timeout (default 5 min, conn_manager_impl.cc): in FULL_DUPLEX_STREAMED
+   * the only bound on a wait for the server (ServerWaitTooLongBeforeSendRespDuplexStreamed: 504).
+   */
+  streamIdleTimeoutMs: number;
 }
 
 /** One action of envoy.filters.http.header_mutation's request_mutations. */
@@ -99,12 +109,18 @@ export interface SetMetadataEntry {
 
 /**
  * ExtProcPerRoute (typed_per_filter_config[<ext_proc filter name>] on a virtual host or route),
- * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata and
- * the forwarding namespaces.
+ * the parts the harness imitates: `disabled`, and from `overrides` the gRPC initial metadata, the
+ * forwarding namespaces and the processing mode.
  */
 export interface ExtProcPerRoute {
   disabled: boolean;
   grpcInitialMetadata: Array<[string, string]>;
+  /**
+   * overrides.processing_mode: replaces the filter's whole mode for both directions (unset fields
+   * take their defaults, not the filter's: FilterConfigPerRoute keeps the message as written, and
+   * mergePerRouteConfig hands it to setProcessingMode of the decoding and encoding states).
+   */
+  processingMode?: ProcessingMode;
   /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
   forwardingNamespaces?: string[];
 }
@@ -288,8 +304,8 @@ function headerMode(v: unknown, dflt: HeaderSendMode, where: string): HeaderSend
 
 function bodyMode(v: unknown, where: string): BodySendMode {
   if (v === undefined || v === null || v === 'NONE') return 'NONE';
-  if (v === 'STREAMED' || v === 'BUFFERED') return v;
-  // BUFFERED_PARTIAL, FULL_DUPLEX_STREAMED, GRPC have their own message rules; not imitated.
+  if (v === 'STREAMED' || v === 'BUFFERED' || v === 'FULL_DUPLEX_STREAMED') return v;
+  // BUFFERED_PARTIAL and GRPC have their own message rules; not imitated.
   throw new Error(`${where}: body mode ${String(v)} is not supported by the harness`);
 }
 
@@ -405,7 +421,17 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
     ),
     statusOnError: httpStatusCode(c.status_on_error, 'status_on_error', 500),
     ...parseMetadataOptions(c.metadata_options, name),
+    sendsProtocolConfig: true,
+    streamIdleTimeoutMs: 300_000,
   };
+  // FULL_DUPLEX_STREAMED needs the trailers (they tell the server the body is complete): Envoy
+  // rejects the config otherwise (ext_proc config.cc / FilterConfig processing-mode checks).
+  const pm = config.processingMode;
+  for (const [body, trailers] of [['request_body_mode', 'request_trailer_mode'], ['response_body_mode', 'response_trailer_mode']] as const) {
+    if (pm[body] === 'FULL_DUPLEX_STREAMED' && pm[trailers] !== 'SEND') {
+      throw new Error(`${name}: processing_mode.${body} FULL_DUPLEX_STREAMED requires ${trailers}: SEND`);
+    }
+  }
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;
@@ -462,9 +488,10 @@ export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute
     return { disabled: true, grpcInitialMetadata: [] };
   }
   const o = obj(c.overrides, `${where}.overrides`);
-  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options');
+  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options' && k !== 'processing_mode');
   if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
   const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
+  if (o.processing_mode !== undefined) out.processingMode = normalizeProcessingMode(o.processing_mode, `${where}.overrides.processing_mode`);
   const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
   if (fwd !== undefined) out.forwardingNamespaces = fwd;
   return out;

@@ -28,8 +28,13 @@
  * Deliberate simplifications:
  *  - the request path finishes before the response path starts (Envoy may interleave them);
  *  - the message timer runs per message from its send (Envoy keeps one timer per direction);
- *  - body modes NONE, BUFFERED, STREAMED only (no BUFFERED_PARTIAL / FULL_DUPLEX_STREAMED);
- *  - no protocol_config or attributes (the npm proto copy predates protocol_config);
+ *  - body modes NONE, BUFFERED, STREAMED and FULL_DUPLEX_STREAMED (request-run.ts `duplex`,
+ *    after processor_state.cc); no BUFFERED_PARTIAL; FULL_DUPLEX_STREAMED with header mode SKIP
+ *    is refused;
+ *  - protocol_config on the first message as Envoy 1.35+ sends it (`sendsProtocolConfig: false`
+ *    plays an older Envoy); no attributes;
+ *  - FULL_DUPLEX_STREAMED waits are bounded by the HCM stream idle timeout (5 min, not read from
+ *    the config);
  *  - dynamic metadata (dynamic-metadata.ts): what a request brings (`HarnessRequest.metadata`),
  *    set_metadata filters (untyped, static values) and an upstream's (`UpstreamResponse.metadata`)
  *    are forwarded in metadata_context for the untyped forwarding namespaces (the filter's, or a

@@ -8,11 +8,11 @@ import * as protoLoader from '@grpc/proto-loader';
 import * as grpc from '@grpc/grpc-js';
 import { EXT_PROC_PROTO, PROTO_LOADER_OPTIONS } from '../../src/extproc/proto.js';
 import type {
-  HeaderMutation,
-  ImmediateResponse,
   ProcessingRequest,
   ProcessingRequestKind,
-  ProcessingResponse,
+  ReceivedHeaderMutation as HeaderMutation,
+  ReceivedImmediateResponse as ImmediateResponse,
+  ReceivedProcessingResponse as ProcessingResponse,
 } from '../../src/extproc/messages.js';
 import { DynamicMetadata } from './dynamic-metadata.js';
 import type { BodySendMode, ExtProcConfig, ExtProcPerRoute, HeaderSendMode, ProcessingMode } from './envoy-config.js';
@@ -75,14 +75,24 @@ export interface DirectionState {
   sendHeaders: boolean;
   bodyMode: BodySendMode;
   sendTrailers: boolean;
+  /** ProcessorState::bodyReceived: a body message went out in this direction. */
+  bodySent?: boolean;
 }
 
-interface Pending {
+export interface Pending {
   kind: ProcessingRequestKind;
   record: MessageRecord;
   deadline: number;
   timeoutOverridden: boolean;
+  /**
+   * No message timer: FULL_DUPLEX_STREAMED (ProcessorState::onStartProcessorCall skips it);
+   * `deadline` is then the HCM's stream idle timeout.
+   */
+  noTimer: boolean;
 }
+
+/** What the server sent while a FULL_DUPLEX_STREAMED exchange waits (ExtProcSession.receive). */
+export type Received = { type: 'message'; response: WireResponse } | Handled;
 
 let statusByName: Map<string, number> | undefined;
 
@@ -150,6 +160,9 @@ export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined
     const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
     const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
     if (fwd) next.forwardingNamespaces = fwd;
+    // mergeProcessingMode: a disabled more specific config has none; else the more specific one's, else the other's.
+    const mode = c.disabled ? undefined : (c.processingMode ?? merged.processingMode);
+    if (mode) next.processingMode = mode;
     merged = next;
   }
   return merged;
@@ -179,6 +192,8 @@ export class ExtProcSession {
   /** The request's dynamic metadata (shared with its RequestRun), read at each send like Envoy's stream info. */
   metadata = new DynamicMetadata();
   private stream: RawStream | undefined;
+  /** Filter::encodeProtocolConfig: sent once, on the stream's first message. */
+  private protocolConfigSent = false;
   /** ProcessorState::hasNoBody per direction: the headers message carried end_of_stream. */
   private readonly noBody = { decoding: false, encoding: false };
   /** The gRPC initial metadata the stream opens with (per-route overrides merged in). */
@@ -215,7 +230,7 @@ export class ExtProcSession {
 
   /**
    * Filter::mergePerRouteConfig, applied once before the first message: `disabled` turns every
-   * phase off; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
+   * phase off; a processing_mode replaces the filter's for both directions; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
    * added); forwarding namespaces, when overridden, replace the filter's.
    */
   applyPerRoute(merged: ExtProcPerRoute): void {
@@ -230,13 +245,26 @@ export class ExtProcSession {
       });
       return;
     }
+    if (merged.processingMode) this.setProcessingMode(merged.processingMode);
     this.grpcMetadata = mergeByKey(this.grpcMetadata, merged.grpcInitialMetadata);
     if (merged.forwardingNamespaces) this.forwardingNamespaces = [...merged.forwardingNamespaces];
   }
 
   /** Modes where Envoy drops content-length because the server may change the body size. */
   shouldRemoveContentLength(dir: DirectionState): boolean {
-    return dir.bodyMode === 'STREAMED' || (dir.bodyMode === 'BUFFERED' && !dir.sendHeaders);
+    return (
+      dir.bodyMode === 'STREAMED' || dir.bodyMode === 'FULL_DUPLEX_STREAMED' || (dir.bodyMode === 'BUFFERED' && !dir.sendHeaders)
+    );
+  }
+
+  /**
+   * Filter::failureModeAllow (ext_proc.cc): failure_mode_allow, except that it is forced off once
+   * a FULL_DUPLEX_STREAMED direction has sent body data (Envoy no longer holds that body).
+   */
+  get failureModeAllow(): boolean {
+    const duplexBody = (d: DirectionState): boolean => d.bodyMode === 'FULL_DUPLEX_STREAMED' && d.bodySent === true;
+    if (duplexBody(this.decoding) || duplexBody(this.encoding)) return false;
+    return this.config.failureModeAllow;
   }
 
   countRejected = (): void => {
@@ -254,13 +282,33 @@ export class ExtProcSession {
     if (kind === 'request_headers') this.noBody.decoding = endOfStream === true;
     if (kind === 'response_headers') this.noBody.encoding = endOfStream === true;
     this.messages.push(record);
+    const dir = kind.startsWith('request') ? this.decoding : this.encoding;
+    const duplex = dir.bodyMode === 'FULL_DUPLEX_STREAMED';
+    if (kind === 'request_body' || kind === 'response_body') dir.bodySent = true;
+    // Filter::encodeProtocolConfig (Envoy 1.35+): the first message carries the filter's body
+    // modes (after per-route overrides) and send_body_without_waiting_for_header_response.
+    let sent: ProcessingRequest = payload;
+    if (!this.protocolConfigSent && this.config.sendsProtocolConfig) {
+      this.protocolConfigSent = true;
+      sent = {
+        ...payload,
+        protocol_config: {
+          request_body_mode: this.decoding.bodyMode,
+          response_body_mode: this.encoding.bodyMode,
+          send_body_without_waiting_for_header_response: false,
+        },
+      };
+    }
     // Envoy attaches metadata_context: the forwarding namespaces (the filter's, or a per-route
     // override's) of the request's dynamic metadata (empty unless configured), as they stand
     // when this message is sent.
     // (A write after the server already closed is dropped; the close is read as the reply.)
     const metadata_context = this.metadata.context(this.forwardingNamespaces);
-    if (this.stream.write({ metadata_context, ...payload })) this.stats.streamMsgsSent++;
-    return { kind, record, deadline: Date.now() + this.config.messageTimeoutMs, timeoutOverridden: false };
+    if (this.stream.write({ metadata_context, ...sent })) this.stats.streamMsgsSent++;
+    // ProcessorState::onStartProcessorCall starts no message timer in FULL_DUPLEX_STREAMED; only
+    // the HCM's stream idle timeout bounds the wait.
+    const wait = duplex ? this.config.streamIdleTimeoutMs : this.config.messageTimeoutMs;
+    return { kind, record, deadline: Date.now() + wait, timeoutOverridden: false, noTimer: duplex };
   }
 
   /** send + awaitReply, for the one-message-at-a-time phases. */
@@ -280,7 +328,7 @@ export class ExtProcSession {
       if (this.complete) return { type: 'continue' };
       if (isTimedOut(ev)) {
         p.record.reply = 'timeout';
-        return this.onTimeout();
+        return p.noTimer ? this.onStreamIdle() : this.onTimeout();
       }
       if (isClosed(ev)) {
         p.record.reply = 'closed';
@@ -293,7 +341,8 @@ export class ExtProcSession {
         this.onNewTimeout(p, resp.override_message_timeout);
         continue;
       }
-      if (this.config.allowModeOverride && isHeadersKind(p.kind) && resp.mode_override) {
+      // mode_override is ignored when the filter is configured FULL_DUPLEX_STREAMED.
+      if (this.config.allowModeOverride && !this.duplexConfigured && isHeadersKind(p.kind) && resp.mode_override) {
         this.applyModeOverride(resp.mode_override);
       }
       const kind = (resp.response ?? 'unknown') as ReplyKind;
@@ -317,6 +366,61 @@ export class ExtProcSession {
             : 'spurious message',
       );
     }
+  }
+
+  /**
+   * FULL_DUPLEX_STREAMED: the next thing the server sends, with Envoy's stream-level rules applied
+   * (close, stream idle timeout, override_message_timeout, immediate_response); any other message
+   * is handed back for the caller's callback state to judge (ProcessorState::handle*Response).
+   */
+  async receive(p: Pending): Promise<Received> {
+    const stream = this.stream;
+    for (;;) {
+      if (this.complete || !stream) return { type: 'continue' };
+      const ev = await stream.next(p.deadline - Date.now());
+      if (this.complete) return { type: 'continue' };
+      if (isTimedOut(ev)) return p.noTimer ? this.onStreamIdle() : this.onTimeout();
+      if (isClosed(ev)) return this.onClose(ev.status);
+      const resp = ev as WireResponse;
+      if (resp.override_message_timeout) {
+        // restartMessageTimer: no timer is running in this mode, so the message is ignored.
+        if (p.noTimer) this.stats.overrideMessageTimeoutIgnored++;
+        else this.onNewTimeout(p, resp.override_message_timeout);
+        continue;
+      }
+      if (resp.response === 'immediate_response' && !this.config.disableImmediateResponse && resp.immediate_response) {
+        this.stats.streamMsgsReceived++;
+        this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
+        return this.onImmediate(resp.immediate_response);
+      }
+      return { type: 'message', response: resp };
+    }
+  }
+
+  /** A FULL_DUPLEX_STREAMED reply that its callback state accepts: counted, metadata applied. */
+  accept(resp: WireResponse): void {
+    this.stats.streamMsgsReceived++;
+    this.metadata.receive(resp.dynamic_metadata, this.config.receivingNamespaces);
+  }
+
+  /** A reply its callback state rejects (FailedPrecondition "spurious message"). */
+  rejectSpurious(message: string): Handled {
+    return this.onSpurious(message);
+  }
+
+  private get duplexConfigured(): boolean {
+    const m = this.config.processingMode;
+    return m.request_body_mode === 'FULL_DUPLEX_STREAMED' || m.response_body_mode === 'FULL_DUPLEX_STREAMED';
+  }
+
+  /**
+   * HCM stream_idle_timeout (ConnectionManagerImpl::ActiveStream::onIdleTimeout): the only bound
+   * in FULL_DUPLEX_STREAMED; 504 for a request Envoy has fully received
+   * (ServerWaitTooLongBeforeSendRespDuplexStreamed).
+   */
+  private onStreamIdle(): Handled {
+    this.finish();
+    return { type: 'local', reply: localReply(504, Buffer.from('stream timeout'), 'stream_idle_timeout') };
   }
 
   /**
@@ -359,13 +463,23 @@ export class ExtProcSession {
    * body reply. Response trailers: always. After this the server is never heard again
    * (stream_ is gone), which the harness marks as processing complete.
    */
+  /** closeIfLastResponse for a FULL_DUPLEX_STREAMED reply of `kind`, accepted outside awaitReply. */
+  closeIfLast(kind: ProcessingRequestKind, resp: WireResponse): void {
+    this.closeIfLastResponse({ kind, record: { sent: kind, reply: kind }, deadline: 0, timeoutOverridden: false, noTimer: true }, resp);
+  }
+
   private closeIfLastResponse(p: Pending, resp: WireResponse): void {
     if (!this.stream) return;
     const enc = this.encoding;
     const noResponseProcessing = !enc.sendHeaders && !enc.sendTrailers && enc.bodyMode === 'NONE';
     // handleHeadersResponse has already run in Envoy: CONTINUE_AND_REPLACE ends the direction's body and trailers.
     const replaced = (d: 'request_headers' | 'response_headers'): boolean => resp[d]?.response?.status === 'CONTINUE_AND_REPLACE';
-    const lastBody = (dir: DirectionState): boolean => dir.bodyMode === 'STREAMED' && p.record.endOfStream === true;
+    // isLastBodyResponse: STREAMED when the chunk answered ended the body; FULL_DUPLEX_STREAMED
+    // when the streamed_response just received carries end_of_stream.
+    const lastBody = (dir: DirectionState): boolean =>
+      (dir.bodyMode === 'STREAMED' && p.record.endOfStream === true) ||
+      (dir.bodyMode === 'FULL_DUPLEX_STREAMED' &&
+        (p.kind === 'request_body' ? resp.request_body : resp.response_body)?.response?.body_mutation?.streamed_response?.end_of_stream === true);
     const dec = this.decoding;
     let last = false;
     switch (p.kind) {
@@ -407,7 +521,7 @@ export class ExtProcSession {
   private onTimeout(): Handled {
     this.stats.messageTimeouts++;
     this.finish();
-    if (this.config.failureModeAllow) {
+    if (this.failureModeAllow) {
       this.stats.failureModeAllowed++;
       return { type: 'continue' };
     }
@@ -420,7 +534,7 @@ export class ExtProcSession {
     // A clean close (OK) means "stop consulting me", even with failure_mode_allow: false.
     if (status.code === grpc.status.OK) return { type: 'continue' };
     this.stats.streamsFailed++;
-    if (this.config.failureModeAllow) {
+    if (this.failureModeAllow) {
       this.stats.failureModeAllowed++;
       return { type: 'continue' };
     }
@@ -433,7 +547,7 @@ export class ExtProcSession {
   private onSpurious(message: string): Handled {
     this.stats.spuriousMsgsReceived++;
     this.spurious = true;
-    if (this.config.failureModeAllow) {
+    if (this.failureModeAllow) {
       this.stats.failureModeAllowed++;
       this.finish();
       return { type: 'continue' };

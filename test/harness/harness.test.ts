@@ -12,8 +12,8 @@ import { extProcServiceDefinition } from '../../src/extproc/proto.js';
 import type {
   CommonResponse,
   HeaderValueOption,
-  ProcessingRequest,
   ProcessingResponse,
+  ReceivedProcessingRequest as ProcessingRequest,
 } from '../../src/extproc/messages.js';
 import { toPbStruct } from './dynamic-metadata.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyConfig, withExtProc, type ParsedEnvoyConfig } from './envoy-config.js';
@@ -180,8 +180,14 @@ describe('envoy-config', () => {
       [
         { kind: 'cluster_header', header: 'x-kvgate-cluster', clusterNotFoundStatus: 503 },
         { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
+        { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
       ],
     );
+    // The Responses route's fallback sends response bodies (the ids kvgate learns); the rest do not.
+    assert.equal(routes[1]?.match.path, '/v1/responses');
+    assert.equal(routes[1]?.extProcPerRoute?.processingMode?.response_body_mode, 'STREAMED');
+    assert.equal(routes[1]?.extProcPerRoute?.processingMode?.request_body_mode, 'BUFFERED');
+    assert.equal(routes[2]?.extProcPerRoute, undefined);
     for (const c of ['worker_1', 'worker_2', 'worker_3', 'kvgate_fallback', 'kvgate_ext_proc']) {
       assert.ok(envoy.clusters.has(c), c);
     }
@@ -246,9 +252,10 @@ static_resources:
 
   test('refuses config the harness cannot imitate', () => {
     const withMode = (mode: string): string =>
-      readFileSync(ENVOY_YAML, 'utf8').replace('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
-    assert.throws(() => parseEnvoyConfig(withMode('FULL_DUPLEX_STREAMED')), /not supported/);
+      readFileSync(ENVOY_YAML, 'utf8').replaceAll('request_body_mode: BUFFERED', `request_body_mode: ${mode}`);
     assert.throws(() => parseEnvoyConfig(withMode('BUFFERED_PARTIAL')), /not supported/);
+    // Envoy itself refuses FULL_DUPLEX_STREAMED without trailer mode SEND.
+    assert.throws(() => parseEnvoyConfig(withMode('FULL_DUPLEX_STREAMED')), /requires request_trailer_mode: SEND/);
     assert.doesNotThrow(() => parseEnvoyConfig(withMode('STREAMED')));
   });
 });

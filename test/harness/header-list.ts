@@ -7,7 +7,7 @@
  *  - replaceAll: remove every occurrence, then add — what setReferenceKey does (header_mutation's
  *    OVERWRITE_IF_EXISTS_OR_ADD).
  */
-import type { HeaderMap } from '../../src/extproc/messages.js';
+import type { HeaderMapInput as HeaderMap } from '../../src/extproc/messages.js';
 
 export type HeaderInputValue = string | Buffer;
 export type HeaderInput = Record<string, HeaderInputValue | HeaderInputValue[]>;
@@ -30,7 +30,7 @@ export class HeaderList {
   /** Reads a proto HeaderMap the way Envoy does: `raw_value` only (`value` is ignored). */
   static fromProto(map: HeaderMap | null | undefined): HeaderList {
     const list = new HeaderList();
-    for (const h of map?.headers ?? []) list.add(h.key, Buffer.from(h.raw_value ?? Buffer.alloc(0)));
+    for (const h of map?.headers ?? []) list.add(h.key ?? '', Buffer.from(h.raw_value ?? Buffer.alloc(0)));
     return list;
   }
 

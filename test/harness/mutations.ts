@@ -4,7 +4,7 @@
  *  - `applyExtProcHeaderMutation` mirrors ext_proc's MutationUtils::applyHeaderMutations;
  *  - `applyRequestMutations` mirrors the envoy.filters.http.header_mutation filter.
  */
-import type { HeaderMutation } from '../../src/extproc/messages.js';
+import type { ReceivedHeaderMutation as HeaderMutation } from '../../src/extproc/messages.js';
 import type { MutationRules, RequestMutation, StringMatcher } from './envoy-config.js';
 import type { HeaderList } from './header-list.js';
 

@@ -10,10 +10,11 @@ import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { stringify } from 'yaml';
 import { forwardedNamespace } from '../../src/extproc/knob-source.js';
-import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
+import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../../src/extproc/messages.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
 import { parseEnvoyConfig } from './envoy-config.js';
 import { EnvoyHarness, type HarnessRequest } from './envoy-harness.js';
+import { mergePerRoute } from './ext-proc-session.js';
 
 const PER_ROUTE = 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExtProcPerRoute';
 
@@ -203,10 +204,32 @@ describe('harness: per-route ext_proc config and forwarded metadata', () => {
           },
         }),
       );
-    assert.throws(() => withOverride(perRoute({ processing_mode: { request_body_mode: 'BUFFERED' } })), /processing_mode not supported/);
+    assert.throws(() => withOverride(perRoute({ grpc_service: { envoy_grpc: { cluster_name: 'a' } } })), /grpc_service not supported/);
+    const mode = withOverride(perRoute({ processing_mode: { response_body_mode: 'STREAMED' } })).routeConfig.virtualHosts[0]!.routes[0]!.extProcPerRoute!.processingMode;
+    // The override is a whole ProcessingMode: unset fields take the message's defaults, not the filter's.
+    assert.deepEqual(mode, { request_header_mode: 'SEND', response_header_mode: 'SEND', request_body_mode: 'NONE', response_body_mode: 'STREAMED', request_trailer_mode: 'SKIP', response_trailer_mode: 'SKIP' });
+    assert.throws(() => withOverride(perRoute({ processing_mode: { response_body_mode: 'SOMETIMES' } })), /response_body_mode/);
     assert.throws(() => withOverride({ 'envoy.filters.http.cors': { '@type': 'x' } }), /per-route config for envoy.filters.http.cors/);
     assert.throws(() => withOverride({ 'envoy.filters.http.ext_proc': { '@type': PER_ROUTE, disabled: false } }), /disabled must be true/);
     assert.throws(() => withOverride(perRoute({ grpc_initial_metadata: md({ 'x-kvgate-pool': '%REQ(x-pool)%' }) })), /format commands/);
     assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })));
+  });
+});
+
+describe('ExtProcPerRoute processing_mode (mergeProcessingMode in ext_proc.cc)', () => {
+  const mode = (response_body_mode: 'NONE' | 'STREAMED') => ({
+    request_header_mode: 'SEND' as const,
+    response_header_mode: 'SEND' as const,
+    request_body_mode: 'BUFFERED' as const,
+    response_body_mode,
+    request_trailer_mode: 'SKIP' as const,
+    response_trailer_mode: 'SKIP' as const,
+  });
+  test('the more specific mode wins whole; a route without one keeps the virtual host’s; disabled has none', () => {
+    const vhost = { disabled: false, grpcInitialMetadata: [], processingMode: mode('NONE') };
+    const route = { disabled: false, grpcInitialMetadata: [], processingMode: mode('STREAMED') };
+    assert.equal(mergePerRoute([vhost, route])?.processingMode?.response_body_mode, 'STREAMED');
+    assert.equal(mergePerRoute([vhost, { disabled: false, grpcInitialMetadata: [] }])?.processingMode?.response_body_mode, 'NONE');
+    assert.equal(mergePerRoute([route, { disabled: true, grpcInitialMetadata: [] }])?.processingMode, undefined);
   });
 });

@@ -5,7 +5,7 @@
  * script wrong phase orders, half-closes and cancels.
  */
 import type * as grpc from '@grpc/grpc-js';
-import type { ProcessingRequest, ProcessingResponse } from '../../src/extproc/messages.js';
+import type { ProcessingRequest, ReceivedProcessingResponse as ProcessingResponse } from '../../src/extproc/messages.js';
 
 /** The server ended the call (OK = clean close; anything else = gRPC error). */
 export interface StreamClosed {

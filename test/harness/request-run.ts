@@ -6,7 +6,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { isIP } from 'node:net';
-import type { CommonResponse } from '../../src/extproc/messages.js';
+import type { ReceivedCommonResponse as CommonResponse } from '../../src/extproc/messages.js';
 import type { HttpFilter, OriginalDstLb, ParsedEnvoyConfig } from './envoy-config.js';
 import type {
   HarnessRequest,
@@ -21,6 +21,7 @@ import {
   type ExtProcSession,
   type Handled,
   type LocalReply,
+  type MessageRecord,
   localReply,
   mergePerRoute,
 } from './ext-proc-session.js';
@@ -44,6 +45,22 @@ interface ResponseDraft {
 }
 
 type Flow = { type: 'continue' } | { type: 'local'; reply: LocalReply };
+
+/** One direction of a FULL_DUPLEX_STREAMED exchange (RequestRun.duplex). */
+interface DuplexSide {
+  direction: 'request' | 'response';
+  dir: DirectionState;
+  headers: HeaderList;
+  chunks: Buffer[];
+  bodyPresent: boolean;
+  trailers: HeaderList | undefined;
+  /** Applies the headers reply's CommonResponse; an error message fails the request. */
+  applyHeaders(cr: CommonResponse | null | undefined): string | undefined;
+}
+
+type DuplexResult =
+  | { type: 'done'; body: Buffer }
+  | { type: 'local'; reply: LocalReply; headersReleased: boolean };
 
 type Encoded =
   | { type: 'response'; draft: ResponseDraft }
@@ -208,6 +225,7 @@ export class RequestRun {
     const dec = s.decoding;
     const hasTrailers = this.trailers !== undefined;
     const eos = !this.bodyPresent && !hasTrailers;
+    if (dec.bodyMode === 'FULL_DUPLEX_STREAMED') return this.requestDuplex(s);
 
     if (dec.sendHeaders) {
       const p = s.send('request_headers', { request_headers: { headers: this.headers.toProto(), end_of_stream: eos } }, eos);
@@ -248,6 +266,125 @@ export class RequestRun {
       }
     }
     return { type: 'continue' };
+  }
+
+  /** FULL_DUPLEX_STREAMED on the request path: the server's streamed body is what goes upstream. */
+  private async requestDuplex(s: ExtProcSession): Promise<Flow> {
+    const r = await this.duplex(s, {
+      direction: 'request',
+      dir: s.decoding,
+      headers: this.headers,
+      chunks: this.chunks,
+      bodyPresent: this.bodyPresent,
+      trailers: this.trailers,
+      applyHeaders: (cr) => this.applyCommon(s, cr, s.decoding, this.headers),
+    });
+    if (r.type === 'local') return r;
+    if (this.bodyPresent && !this.bodyReplaced) this.body = r.body;
+    this.release();
+    return { type: 'continue' };
+  }
+
+  /**
+   * One direction in FULL_DUPLEX_STREAMED, after ext_proc.cc and processor_state.cc:
+   *  - the headers, every body chunk and the trailers go out as they arrive, without waiting for
+   *    any reply (Filter::handleDataStreamedModeBase: in this mode the data is drained, so only
+   *    what the server streams back travels on);
+   *  - the headers reply is expected first (callback state HeadersCallback; a body reply then is
+   *    spurious); after it, StreamedBodyCallback if body was sent, else TrailersCallback
+   *    (ProcessorState::getCallbackStateAfterHeaderResp);
+   *  - body replies must carry `streamed_response` (handleStreamedBodyCallback: a plain body
+   *    mutation is spurious in this mode); any number of them, the one with end_of_stream ends
+   *    the body (handleDuplexStreamedBodyResponse);
+   *  - a trailers reply is accepted in any callback state in this mode and lets the message
+   *    continue (handleTrailersResponse);
+   *  - no message timer (onStartProcessorCall); fail-open is off once a body was sent
+   *    (Filter::failureModeAllow).
+   */
+  private async duplex(s: ExtProcSession, side: DuplexSide): Promise<DuplexResult> {
+    const req = side.direction === 'request';
+    const kinds = req
+      ? ({ headers: 'request_headers', body: 'request_body', trailers: 'request_trailers' } as const)
+      : ({ headers: 'response_headers', body: 'response_body', trailers: 'response_trailers' } as const);
+    if (!side.dir.sendHeaders) throw new Error(`harness: FULL_DUPLEX_STREAMED with ${side.direction} header mode SKIP is not imitated`);
+    const hasTrailers = side.trailers !== undefined;
+    const eos = !side.bodyPresent && !hasTrailers;
+    const hp = s.send(kinds.headers, { [kinds.headers]: { headers: side.headers.toProto(), end_of_stream: eos } }, eos);
+    if (s.shouldRemoveContentLength(side.dir)) side.headers.remove('content-length');
+    const bodyRecords: MessageRecord[] = [];
+    if (side.bodyPresent) {
+      const chunks = hasTrailers ? side.chunks.filter((c) => c.length > 0) : side.chunks;
+      chunks.forEach((c, i) => {
+        const ceos = i === chunks.length - 1 && !hasTrailers;
+        bodyRecords.push(s.send(kinds.body, { [kinds.body]: { body: c, end_of_stream: ceos } }, ceos).record);
+      });
+    }
+    const trailersSent = side.trailers !== undefined && side.dir.sendTrailers;
+    const trailersRecord = trailersSent ? s.send(kinds.trailers, { [kinds.trailers]: { trailers: side.trailers!.toProto() } }).record : undefined;
+
+    let state: 'headers' | 'body' | 'trailers' | 'idle' = 'headers';
+    let headersDone = false;
+    let bodyDone = !side.bodyPresent || bodyRecords.length === 0;
+    let trailersDone = !trailersSent;
+    const out: Buffer[] = [];
+    let replies = 0;
+    const local = (h: Handled, headersReleased: boolean): DuplexResult =>
+      h.type === 'local' ? { type: 'local', reply: h.reply, headersReleased } : { type: 'done', body: Buffer.concat(out) };
+    while (!(headersDone && bodyDone && trailersDone)) {
+      const r = await s.receive(hp);
+      // Processing complete (clean close, or a failure let through): the message continues with
+      // what was streamed back so far; the drained chunks are gone.
+      if (r.type !== 'message') return local(r, headersDone);
+      const resp = r.response;
+      const kind = resp.response;
+      if (kind === kinds.headers) {
+        if (state !== 'headers') return local(s.rejectSpurious('spurious message'), headersDone);
+        s.accept(resp);
+        hp.record.reply = kind;
+        const cr = (req ? resp.request_headers : resp.response_headers)?.response;
+        const err = side.applyHeaders(cr);
+        if (err) return local(s.processingError(err), headersDone);
+        headersDone = true;
+        s.closeIfLast(kinds.headers, resp);
+        if (cr?.status === 'CONTINUE_AND_REPLACE') return { type: 'done', body: Buffer.alloc(0) };
+        state = bodyRecords.length > 0 ? 'body' : trailersSent ? 'trailers' : 'idle';
+      } else if (kind === kinds.body) {
+        // isValidBodyCallbackState: not before the headers reply, nor after the body ended.
+        if (state !== 'body') return local(s.rejectSpurious('spurious message'), headersDone);
+        const cr = (req ? resp.request_body : resp.response_body)?.response;
+        const streamed = cr?.body_mutation?.streamed_response;
+        if (!streamed) {
+          return local(
+            s.rejectSpurious('spurious message: Normal body mutation response is received while body_mode_ is FULL_DUPLEX_STREAMED'),
+            headersDone,
+          );
+        }
+        s.accept(resp);
+        const rec = bodyRecords[replies++];
+        if (rec) rec.reply = kind;
+        if (cr && req) this.clearRouteCache(s, cr);
+        out.push(Buffer.from(streamed.body ?? Buffer.alloc(0)));
+        if (streamed.end_of_stream) {
+          bodyDone = true;
+          state = 'idle';
+        }
+        s.closeIfLast(kinds.body, resp);
+      } else if (kind === kinds.trailers) {
+        s.accept(resp);
+        if (trailersRecord) trailersRecord.reply = kind;
+        const tm = (req ? resp.request_trailers : resp.response_trailers)?.header_mutation;
+        // A trailers reply for a message without trailers changes nothing (DuplexStreamedServerResponseWithSynthesizedTrailer).
+        const err = tm && side.trailers ? this.mutateHeaders(s, tm, side.trailers, false, false) : undefined;
+        if (err) return local(s.processingError(err), headersDone);
+        // continueIfNecessary: the message goes on with the body streamed back so far.
+        trailersDone = bodyDone = true;
+        if (!headersDone) headersDone = true;
+        s.closeIfLast(kinds.trailers, resp);
+      } else {
+        return local(s.rejectSpurious(kind ? 'spurious message' : 'unhandled message'), headersDone);
+      }
+    }
+    return { type: 'done', body: Buffer.concat(out) };
   }
 
   private async requestBodyBuffered(s: ExtProcSession, hasTrailers: boolean): Promise<Flow> {
@@ -507,6 +644,21 @@ export class RequestRun {
     const hasTrailers = draft.trailers !== undefined;
     const eos = !draft.bodyPresent && !hasTrailers;
     const status = (): number => Number(draft.headers.get(':status'));
+
+    if (enc.bodyMode === 'FULL_DUPLEX_STREAMED') {
+      const r = await this.duplex(s, {
+        direction: 'response',
+        dir: enc,
+        headers: draft.headers,
+        chunks: draft.chunks,
+        bodyPresent: draft.bodyPresent,
+        trailers: draft.trailers,
+        applyHeaders: (cr) => this.applyCommon(s, cr, enc, draft.headers, draft),
+      });
+      if (r.type === 'local') return this.afterHeadersSent(r.reply, r.headersReleased, status());
+      if (draft.bodyPresent && !draft.replaced) draft.body = r.body;
+      return { type: 'response', draft };
+    }
 
     if (enc.sendHeaders) {
       const p = s.send('response_headers', { response_headers: { headers: draft.headers.toProto(), end_of_stream: eos } }, eos);

@@ -5,7 +5,7 @@ import path from 'node:path';
 import { isClosed, isTimedOut, type RawStream } from '../harness/envoy-harness.js';
 import { EnvoyHarness, type EnvoyHarnessOptions } from '../harness/envoy-harness.js';
 import { loadEnvoyConfig, type ParsedEnvoyConfig } from '../harness/envoy-config.js';
-import type { ProcessingResponse } from '../../src/extproc/messages.js';
+import type { ReceivedProcessingResponse as ProcessingResponse } from '../../src/extproc/messages.js';
 
 export const ENVOY_YAML = path.resolve(import.meta.dirname, '../../envoy/envoy.yaml');
 
@@ -53,8 +53,8 @@ export function headersMsg(headers: Record<string, string>, endOfStream: boolean
 /** The cluster a reply routes to (its x-kvgate-cluster set_header), if any. */
 export function routedCluster(reply: ProcessingResponse, header = 'x-kvgate-cluster'): string | undefined {
   const common = reply.request_headers?.response ?? reply.request_body?.response;
-  const h = common?.header_mutation?.set_headers?.find((s) => s.header.key === header);
-  return h?.header.raw_value ? Buffer.from(h.header.raw_value).toString() : undefined;
+  const h = common?.header_mutation?.set_headers?.find((s) => s.header?.key === header);
+  return h?.header?.raw_value ? Buffer.from(h.header.raw_value).toString() : undefined;
 }
 
 /**

@@ -44,6 +44,10 @@ const SHAPES: Record<string, () => RequestInfo> = {
   'containers just under the limit': () => chat(`{"tools":[${Array.from({ length: 99_000 }, () => '{"a":1}').join(',')}]}`),
   'millions of short strings': () => chat(fill('{"messages":[{"role":"user","content":[', '"a"', ',', ']}]}')),
   'invalid UTF-8 at the very end': () => chat(Buffer.concat([Buffer.from(fill('{"messages":[{"role":"user","content":"', 'a', '', '')), Buffer.from([0xff, 0x22, 0x7d, 0x5d, 0x7d])])),
+  'Messages: tiny system blocks': () => chat(fill('{"system":[', '{"type":"text","text":"x"}', ',', '],"messages":[]}'), {}, '/v1/messages'),
+  'Messages: tiny messages of tiny blocks': () => chat(fill('{"messages":[', '{"role":"user","content":[{"type":"text","text":"x"}]}', ',', ']}'), {}, '/v1/messages'),
+  'Responses: tiny input items': () => chat(fill('{"input":[', '{"type":"function_call","call_id":"c","arguments":"{}"}', ',', ']}'), {}, '/v1/responses'),
+  'Responses: a stored-response id of the whole body': () => chat(fill('{"input":"hi","previous_response_id":"', 'r', '', '"}'), {}, '/v1/responses'),
   'a cookie header of 100 000 cookies': () => ({ method: 'GET', path: '/', headers: new Map([['cookie', fill('', 'c=v', '; ', '; kvgate-session=s')]]) }),
 };
 

@@ -205,7 +205,7 @@ describe('reload pieces', () => {
         s: { kind: 'stringValue', stringValue: 'x' },
         n: { kind: 'numberValue', numberValue: 8 },
         b: { kind: 'boolValue', boolValue: true },
-        z: { kind: 'nullValue', nullValue: 0 },
+        z: { kind: 'nullValue', nullValue: 'NULL_VALUE' },
         l: { kind: 'listValue', listValue: { values: [{ kind: 'numberValue', numberValue: 1 }] } },
         none: {},
         deep,

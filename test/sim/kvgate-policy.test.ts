@@ -75,7 +75,7 @@ describe('the kvgate policy runs the real Gate', () => {
     assert.equal(p.gate.signalsOf('w0')?.verdict.state, 'healthy');
   });
 
-  test('the simulator hands the gate a scrape of every worker every 50 ms of simulated time', async () => {
+  test("the simulator hands the gate every worker's latest scrape every 100 ms of simulated time (its collector's read loop)", async () => {
     const p = await KvgatePolicy.create(ctx);
     const seen: Array<{ t: number; kv: number[] }> = [];
     const original = p.observe.bind(p);
@@ -88,7 +88,7 @@ describe('the kvgate policy runs the real Gate', () => {
     const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
     const at = run.outcomes[0]!.worker;
     assert.ok(seen.length > 2);
-    assert.ok(seen.every((s, i) => i === 0 || Math.abs(s.t - seen[i - 1]!.t - 0.05) < 1e-9), 'every 50 ms');
+    assert.ok(seen.every((s, i) => i === 0 || Math.abs(s.t - seen[i - 1]!.t - 0.1) < 1e-9), 'every 100 ms');
     assert.ok(seen.some((s) => (s.kv[at] ?? 0) >= 0.85), 'the pinned KV crossed 85% in a scrape');
   });
 

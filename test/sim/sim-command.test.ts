@@ -1,10 +1,11 @@
 import assert from 'node:assert/strict';
-import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { after, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
+import { simGateConfig } from '../../src/sim/policies/kvgate.js';
 
 /** Runs `kvgate sim …` in-process and returns what it wrote to stdout. */
 async function sim(args: string[]): Promise<string> {
@@ -21,7 +22,7 @@ describe('kvgate sim', () => {
     const rows = JSON.parse(out) as Array<Record<string, unknown>>;
     assert.deepEqual(
       rows.map((r) => r['policy']),
-      ['kvgate', 'round-robin', 'least-loaded', 'consistent-hash', 'article', 'sglang-cache-aware', 'dynamo-cost', 'pooled-bound'],
+      ['kvgate', 'round-robin', 'least-loaded', 'consistent-hash', 'article', 'sglang-cache-aware', 'dynamo-cost', 'llm-d', 'llm-d-session', 'pooled-bound'],
     );
     for (const r of rows) {
       for (const k of ['policy', 'hit_rate', 'ttft_p50_s', 'ttft_p99_s', 'throughput_tok_s', 'imbalance', 'migrations', 'shed']) {
@@ -45,6 +46,24 @@ describe('kvgate sim', () => {
       assert.ok(existsSync(join(dir, f)));
       assert.match(readFileSync(join(dir, f), 'utf8'), /^<svg/);
     }
+  });
+
+  test('--gate-config runs the simulated gate with a kvgate config; a typo in it is refused before any run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-gate-config-'));
+    after(() => rmSync(dir, { recursive: true, force: true }));
+    const file = join(dir, 'gate.yaml');
+    const run = async (): Promise<unknown> => JSON.parse(await sim(['--workload', 'chat', '--requests', '60', '--workers', '2', '--policies', 'kvgate', '--gate-config', file, '--json']));
+    writeFileSync(file, 'scoring:\n  balance_weight: 2\n');
+    assert.equal((await run() as unknown[]).length, 1);
+    writeFileSync(file, 'scoring:\n  balanse_weight: 2\n');
+    await assert.rejects(run(), /balanse_weight/);
+    writeFileSync(file, 'workers: [{id: a, cluster: b}]\n');
+    await assert.rejects(run(), /the simulator sets the workers/);
+    // What the gate is built with: the user's settings, the simulator's workers and limit.
+    const cfg = simGateConfig({ workers: 3, blockTokens: 16, seed: 1, maxInflight: 9, gateConfig: { scoring: { balance_weight: 2 }, limits: { max_inflight: 99 } } });
+    assert.equal(cfg.scoring.balance_weight, 2);
+    assert.equal(cfg.limits.max_inflight, 9);
+    assert.equal(cfg.workers.length, 3);
   });
 
   test('bad flags are refused', async () => {

@@ -32,6 +32,27 @@ storeContract('redis', async () => {
 });
 
 describe('redis store specifics', () => {
+  test('a response id one replica learned is read by another; Redis away, each keeps what it learned', async () => {
+    const redis = await startRedis();
+    const a = redisStore(redis.url);
+    const b = redisStore(redis.url);
+    try {
+      assert.ok(await a.waitReady(3000));
+      assert.ok(await b.waitReady(3000));
+      await a.recordResponse('p', 'resp-hash', 'w2', 60_000);
+      assert.equal(await b.responseWorker('p', 'resp-hash'), 'w2', 'shared through Redis');
+      await redis.stop();
+      await a.recordResponse('p', 'while-down', 'w1', 60_000);
+      assert.equal(await a.responseWorker('p', 'while-down'), 'w1', 'kept on the replica that learned it');
+      assert.equal(await a.responseWorker('p', 'resp-hash'), 'w2');
+      assert.equal(await b.responseWorker('p', 'while-down'), undefined, 'never shared: the other replica routes it by its other keys');
+    } finally {
+      await a.close();
+      await b.close();
+      await redis.stop();
+    }
+  });
+
   test('two store instances on one Redis see each other’s affinities and loads', async () => {
     const redis = await startRedis();
     const a = redisStore(redis.url);

@@ -256,6 +256,19 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.deepEqual((await store.coldSessions(p, 'w3', 10)).keys, ['s:y']);
     });
 
+    test('a stored response’s worker is recorded per pool, read back, and expires after its TTL', async () => {
+      const p = pool();
+      assert.equal(await store.responseWorker(p, 'r-unknown'), undefined);
+      await store.recordResponse(p, 'r1', 'w2', 60_000);
+      await store.recordResponse(p, 'r2', 'w3', 150);
+      assert.equal(await store.responseWorker(p, 'r1'), 'w2');
+      assert.equal(await store.responseWorker(p, 'r2'), 'w3');
+      assert.equal(await store.responseWorker(pool(), 'r1'), undefined, 'another pool does not see it');
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(await store.responseWorker(p, 'r2'), undefined, 'expired');
+      assert.equal(await store.responseWorker(p, 'r1'), 'w2');
+    });
+
     test('a lock is held by one taker until it lapses', async () => {
       const p = pool();
       assert.equal(await store.tryLock(p, 'x', 200), true);

@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { hashSessionId, initHashing } from '../../src/request/hashing.js';
-import { understand } from '../../src/request/keys.js';
+import { responseIdHash, understand } from '../../src/request/keys.js';
 import type { RequestInfo } from '../../src/request/request.js';
 
 before(() => initHashing());
@@ -122,5 +122,216 @@ describe('routing keys', () => {
     const withSession = understand(req({ 'x-session-id': 'z' }, body()), config);
     assert.deepEqual(withSession.blocks, a.blocks, 'sessions carry their prompt blocks too');
     assert.equal(understand(req({}, { model: 'm', prompt: 'short' }, '/v1/completions'), config).blocks.length, 0);
+  });
+});
+
+// A different system prompt that differs only after its first block but inside the key's blocks:
+// a key that ignored the system prompt (or read only its first block) would not tell them apart.
+const SYSTEM_B = SYSTEM.slice(0, 1000) + 'X' + SYSTEM.slice(1001);
+const LONG_USER = 'Please review the following diff line by line. '.repeat(40); // ~1.9 KB
+
+describe('prompt_cache_key', () => {
+  test('keys chat and completions between the session id and the prefix hash', () => {
+    const chat = (extra: object) => ({ model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hi' }], ...extra });
+    const a = understand(req({}, chat({ prompt_cache_key: 'tenant-a-agent' })), config);
+    assert.equal(a.key?.kind, 'session');
+    assert.equal(a.key?.source, 'prompt_cache_key');
+    assert.ok(a.blocks.length >= 10, 'the prompt is still cut into blocks for prefix matching');
+    // Same cache key, different prompts: one key. Different cache keys, same prompt: two keys.
+    const other = understand(req({}, { model: 'm', messages: [{ role: 'user', content: LONG_USER }], prompt_cache_key: 'tenant-a-agent' }), config);
+    assert.equal(other.key?.hash, a.key?.hash);
+    assert.notEqual(understand(req({}, chat({ prompt_cache_key: 'tenant-b-agent' })), config).key?.hash, a.key?.hash);
+    const completions = understand(req({}, { model: 'm', prompt: SYSTEM, prompt_cache_key: 'tenant-a-agent' }, '/v1/completions'), config);
+    assert.equal(completions.key?.source, 'prompt_cache_key');
+    assert.equal(completions.key?.hash, a.key?.hash);
+  });
+
+  test('a session id outranks it; it outranks the prefix hash', () => {
+    const body = { model: 'm', messages: [{ role: 'system', content: SYSTEM }], prompt_cache_key: 'k' };
+    assert.equal(understand(req({ 'x-session-id': 's' }, body), config).key?.source, 'header');
+    assert.equal(understand(req({}, { ...body, user: 'u' }), config).key?.source, 'body_user');
+    assert.equal(understand(req({}, { ...body, metadata: { session_id: 's' } }), config).key?.source, 'body_metadata');
+    assert.equal(understand(req({}, { ...body, prompt_cache_key: 7 }), config).key?.source, 'prompt_prefix', 'a non-string key is ignored');
+    assert.equal(understand(req({}, { ...body, prompt_cache_key: '' }), config).key?.source, 'prompt_prefix');
+  });
+
+  test('is hashed in its own namespace: never the same key as a session id of the same text', () => {
+    const body = { model: 'm', messages: [{ role: 'user', content: 'x' }] };
+    const cache = understand(req({}, { ...body, prompt_cache_key: 'same' }), config).key;
+    const session = understand(req({ 'x-session-id': 'same' }, body), config).key;
+    assert.notEqual(cache?.hash, session?.hash);
+    assert.notEqual(cache?.hash, hashSessionId('same'));
+    assert.match(cache?.hash ?? '', /^[0-9a-f]{32}$/);
+  });
+
+  test('is not read when body session fields are off', () => {
+    const off = parseConfig({ keys: { body_session_fields: false }, workers: [{ id: 'w', cluster: 'w' }] });
+    const u = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }], prompt_cache_key: 'k' }), off);
+    assert.equal(u.key?.source, 'prompt_prefix');
+  });
+});
+
+describe('Anthropic Messages API (/v1/messages)', () => {
+  const msgs = (body: object) => req({}, body, '/v1/messages');
+  const base = (system: unknown, user = 'hi') => ({ model: 'm', max_tokens: 64, system, messages: [{ role: 'user', content: user }] });
+
+  test('two requests sharing a long system prompt share a prefix key; another system prompt does not', () => {
+    const a = understand(msgs(base(SYSTEM, 'first question')), config);
+    const b = understand(msgs(base(SYSTEM, LONG_USER)), config);
+    const c = understand(msgs(base(SYSTEM_B, 'first question')), config);
+    assert.equal(a.key?.kind, 'prefix');
+    assert.ok(a.blocks.length >= 10, `${a.blocks.length} blocks`);
+    assert.equal(a.key?.hash, b.key?.hash);
+    assert.notEqual(a.key?.hash, c.key?.hash);
+    assert.deepEqual(a.blocks.slice(0, 3), c.blocks.slice(0, 3), 'the first blocks agree up to the difference');
+    assert.notEqual(a.blocks[5], c.blocks[5]);
+  });
+
+  test('system as a string or as text blocks (cache_control included) is the same prompt', () => {
+    const str = understand(msgs(base(SYSTEM)), config);
+    const blocks = understand(msgs(base([{ type: 'text', text: SYSTEM.slice(0, 1500) }, { type: 'text', text: SYSTEM.slice(1500), cache_control: { type: 'ephemeral' } }])), config);
+    assert.deepEqual(blocks.blocks, str.blocks);
+    assert.equal(blocks.key?.hash, str.key?.hash);
+  });
+
+  test('renders like the same conversation over chat completions (the engine sees the same tokens)', () => {
+    const m = understand(msgs({ model: 'm', system: SYSTEM, messages: [{ role: 'user', content: [{ type: 'text', text: LONG_USER }] }] }), config);
+    const chat = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: LONG_USER }] }), config);
+    assert.ok(m.blocks.length >= 18);
+    assert.deepEqual(m.blocks, chat.blocks);
+  });
+
+  test('tools come first and count; tool_use and tool_result blocks count by their JSON', () => {
+    const tool = (name: string) => [{ name, description: 'd'.repeat(600), input_schema: { type: 'object' } }];
+    const a = understand(msgs({ ...base(SYSTEM), tools: tool('search') }), config);
+    const b = understand(msgs({ ...base(SYSTEM), tools: tool('browse') }), config);
+    assert.notEqual(a.blocks[0], b.blocks[0]);
+    const turn = (result: string) => ({
+      model: 'm',
+      system: SYSTEM,
+      messages: [
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'search', input: { q: 'x' } }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: 't1', content: result.repeat(300) }] },
+      ],
+    });
+    const r1 = understand(msgs(turn('a')), config);
+    const r2 = understand(msgs(turn('b')), config);
+    assert.equal(r1.blocks.length, r2.blocks.length);
+    assert.deepEqual(r1.blocks.slice(0, 11), r2.blocks.slice(0, 11), 'the shared system prompt');
+    assert.notEqual(r1.blocks.at(-1), r2.blocks.at(-1), 'the tool result is part of the prompt');
+  });
+
+  test('session key from metadata.user_id, after the session header; chat-only fields are not read', () => {
+    const u = understand(msgs({ ...base(SYSTEM), metadata: { user_id: 'user-42' } }), config);
+    assert.deepEqual(u.key, { kind: 'session', source: 'body_metadata_user_id', hash: hashSessionId('user-42') });
+    assert.ok(u.blocks.length >= 10);
+    assert.equal(understand(req({ 'x-session-id': 'h' }, { ...base(SYSTEM), metadata: { user_id: 'user-42' } }, '/v1/messages'), config).key?.source, 'header');
+    // `user` and `prompt_cache_key` are OpenAI fields; a Messages body carrying them is keyed by its prompt.
+    assert.equal(understand(msgs({ ...base(SYSTEM), user: 'u', prompt_cache_key: 'k' }), config).key?.source, 'prompt_prefix');
+    assert.equal(understand(msgs({ ...base(SYSTEM), metadata: { user_id: 5 } }), config).key?.source, 'prompt_prefix');
+  });
+
+  test('malformed system blocks and wrong types never throw: the bad field is left out', () => {
+    const noSystem = understand(msgs({ model: 'm', messages: [{ role: 'user', content: LONG_USER }] }), config);
+    assert.equal(noSystem.key?.kind, 'prefix');
+    for (const system of [42, { text: SYSTEM }, true, null, '']) {
+      const u = understand(msgs({ model: 'm', system, messages: [{ role: 'user', content: LONG_USER }] }), config);
+      assert.deepEqual(u.blocks, noSystem.blocks, `system ${JSON.stringify(system)?.slice(0, 20)} is ignored`);
+    }
+    // Blocks without text: kept as their JSON, deterministically (the same body, the same key).
+    const odd = { model: 'm', system: [null, 3, { type: 'text' }, { type: 'image', source: {} }, 'loose'], messages: [{ role: 'user', content: LONG_USER }] };
+    assert.equal(understand(msgs(odd), config).key?.hash, understand(msgs(odd), config).key?.hash);
+    for (const body of [{ messages: 'nope' }, { messages: [null, 3, 'x', { role: 9, content: {} }] }, { system: [[[]]] }, { tools: 'x' }, { metadata: 'x' }]) {
+      const u = understand(msgs(body), config);
+      assert.ok(u.key === undefined || u.key.kind === 'prefix');
+    }
+  });
+
+  test('malformed JSON gets the same answers as on the OpenAI paths', () => {
+    assert.equal(understand(req({}, '{"system": [', '/v1/messages'), config).bodyProblem, 'not_json');
+    const strict = parseConfig({ limits: { malformed_body: 'reject' }, workers: [{ id: 'w', cluster: 'w' }] });
+    assert.throws(() => understand(req({}, '{nope', '/v1/messages'), strict), { code: 'bad_request' });
+  });
+});
+
+describe('OpenAI Responses API (/v1/responses)', () => {
+  const resp = (body: object, headers: Record<string, string> = {}) => req(headers, body, '/v1/responses');
+
+  test('instructions and a string input render like chat; a shared long instruction shares a key', () => {
+    const a = understand(resp({ model: 'm', instructions: SYSTEM, input: LONG_USER }), config);
+    const chat = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: LONG_USER }] }), config);
+    assert.ok(a.blocks.length >= 18);
+    assert.deepEqual(a.blocks, chat.blocks);
+    const b = understand(resp({ model: 'm', instructions: SYSTEM, input: 'another question' }), config);
+    assert.equal(a.key?.hash, b.key?.hash);
+    assert.notEqual(understand(resp({ model: 'm', instructions: SYSTEM_B, input: 'q' }), config).key?.hash, a.key?.hash);
+  });
+
+  test('input items: messages with input_text parts, function calls and their outputs', () => {
+    const items = (output: string) => [
+      { role: 'system', content: SYSTEM },
+      { type: 'message', role: 'user', content: [{ type: 'input_text', text: 'find it' }] },
+      { type: 'function_call', call_id: 'c1', name: 'search', arguments: '{"q":"x"}' },
+      { type: 'function_call_output', call_id: 'c1', output: output.repeat(600) },
+    ];
+    const a = understand(resp({ model: 'm', input: items('a') }), config);
+    const b = understand(resp({ model: 'm', input: items('b') }), config);
+    assert.ok(a.blocks.length >= 13);
+    assert.deepEqual(a.blocks.slice(0, 11), b.blocks.slice(0, 11));
+    assert.notEqual(a.blocks.at(-1), b.blocks.at(-1), 'a function output is part of the prompt');
+    const chatLike = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }] }), config);
+    assert.deepEqual(a.blocks.slice(0, 11), chatLike.blocks.slice(0, 11));
+  });
+
+  test('tools come first and count', () => {
+    const tools = (name: string) => [{ type: 'function', name, description: 'd'.repeat(600), parameters: {} }];
+    const a = understand(resp({ model: 'm', tools: tools('a'), instructions: SYSTEM, input: 'q' }), config);
+    const b = understand(resp({ model: 'm', tools: tools('b'), instructions: SYSTEM, input: 'q' }), config);
+    assert.notEqual(a.blocks[0], b.blocks[0]);
+  });
+
+  test('session keys: header, cookie, conversation (string or object), user, metadata.session_id, prompt_cache_key', () => {
+    const body = { model: 'm', instructions: SYSTEM, input: 'q' };
+    assert.equal(understand(resp({ ...body, conversation: 'conv_1', user: 'u' }, { 'x-session-id': 'h' }), config).key?.source, 'header');
+    const conv = understand(resp({ ...body, conversation: 'conv_1', user: 'u', prompt_cache_key: 'k' }), config);
+    assert.deepEqual(conv.key, { kind: 'session', source: 'body_conversation', hash: hashSessionId('conv_1') });
+    assert.equal(understand(resp({ ...body, conversation: { id: 'conv_1' } }), config).key?.hash, conv.key?.hash);
+    assert.equal(understand(resp({ ...body, conversation: 5, user: 'u' }), config).key?.source, 'body_user');
+    assert.equal(understand(resp({ ...body, conversation: {}, metadata: { session_id: 's' } }), config).key?.source, 'body_metadata');
+    assert.equal(understand(resp({ ...body, prompt_cache_key: 'k' }), config).key?.source, 'prompt_cache_key');
+    assert.equal(understand(resp(body), config).key?.source, 'prompt_prefix');
+  });
+
+  test('previous_response_id is read and hashed, never kept raw', () => {
+    const u = understand(resp({ model: 'm', previous_response_id: 'resp_abc123', input: 'next' }), config);
+    assert.equal(u.storedResponse, responseIdHash('resp_abc123'));
+    assert.match(u.storedResponse ?? '', /^[0-9a-f]{32}$/);
+    assert.equal(understand(resp({ model: 'm', previous_response_id: 7, input: 'x' }), config).storedResponse, undefined);
+    assert.equal(understand(req({}, { model: 'm', previous_response_id: 'resp_abc123', messages: [] }), config).storedResponse, undefined, 'only on Responses');
+  });
+
+  test('a /v1/responses/{id} path names its stored response (retrieve, delete, cancel, input items)', () => {
+    const get = (path: string): RequestInfo => ({ method: 'GET', path, headers: new Map() });
+    for (const path of ['/v1/responses/resp_abc123', '/v1/responses/resp_abc123/input_items', '/v1/responses/resp_abc123/cancel', '/v1/responses/resp%5Fabc123']) {
+      assert.equal(understand(get(path), config).storedResponse, responseIdHash('resp_abc123'), path);
+    }
+    for (const path of ['/v1/responses', '/v1/responses/', '/v1/responsesX/resp_1', '/v1/chat/completions/resp_1', '/v2/responses/resp_1']) {
+      assert.equal(understand(get(path), config).storedResponse, undefined, path);
+    }
+    assert.equal(understand(get('/v1/responses/%E0%A4%A'), config).storedResponse, responseIdHash('%E0%A4%A'), 'a bad escape is taken as sent');
+    const prefixed = parseConfig({ keys: { session_paths: ['/openai/v1/responses'] }, workers: [{ id: 'w', cluster: 'w' }] });
+    assert.equal(understand(get('/openai/v1/responses/resp_9'), prefixed).storedResponse, responseIdHash('resp_9'));
+    assert.equal(understand(get('/v1/responses/resp_9'), prefixed).storedResponse, undefined, 'only configured paths');
+  });
+
+  test('wrong types never throw: the bad field is left out', () => {
+    const plain = understand(resp({ model: 'm', instructions: SYSTEM }), config);
+    for (const input of [42, { role: 'user' }, null, true]) {
+      assert.deepEqual(understand(resp({ model: 'm', instructions: SYSTEM, input }), config).blocks, plain.blocks);
+    }
+    for (const body of [{ input: [null, 3, 'x', [], { type: 9 }] }, { instructions: ['x'] }, { tools: {} }, { conversation: [] }]) {
+      const u = understand(resp(body), config);
+      assert.ok(u.key === undefined || u.key.kind === 'prefix');
+    }
   });
 });

@@ -9,15 +9,17 @@ import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { chainedBlockHashes, hashText, initHashing } from '../../src/request/hashing.js';
-import { canonicalPrompt } from '../../src/request/prompt.js';
+import { canonicalPrompt, messagesPrompt, responsesPrompt, type PromptApi } from '../../src/request/prompt.js';
 import { promptBlocks } from '../../src/request/prompt-blocks.js';
 
 before(async () => {
   await initHashing();
 });
 
-function reference(body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint) {
-  const text = canonicalPrompt(body, blockChars * maxBlocks);
+const RENDER = { openai: canonicalPrompt, messages: messagesPrompt, responses: responsesPrompt } as const;
+
+function reference(body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint, api: PromptApi = 'openai') {
+  const text = RENDER[api](body, blockChars * maxBlocks);
   if (!text) return undefined;
   const chain = chainedBlockHashes(text, blockChars, maxBlocks, seed);
   return { chain, short: chain.length === 0 ? hashText(text, seed) : undefined };
@@ -47,11 +49,58 @@ const body = fc.record(
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
 
+const block = fc.oneof(
+  fc.record({ type: fc.constant('text'), text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type', 'text'] }),
+  fc.record({ type: fc.constant('image'), source: fc.record({ data: text }), cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
+  text,
+  anyJson,
+);
+/** Anthropic Messages bodies, fields possibly of the wrong type. */
+const messagesBody = fc.record(
+  {
+    system: fc.oneof(text, fc.array(block, { maxLength: 3 }), anyJson),
+    messages: fc.oneof({ weight: 4, arbitrary: fc.array(fc.oneof(fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.oneof(text, fc.array(block, { maxLength: 4 })) }), anyJson), { maxLength: 8 }) }, { weight: 1, arbitrary: anyJson }),
+    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+  },
+  { requiredKeys: [] },
+) as fc.Arbitrary<Record<string, unknown>>;
+/** OpenAI Responses bodies: instructions, input as a string or items (turns and typed items). */
+const responsesBody = fc.record(
+  {
+    instructions: fc.oneof(text, anyJson),
+    input: fc.oneof(
+      text,
+      fc.array(
+        fc.oneof(
+          fc.record({ role: fc.constantFrom('user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })) }),
+          fc.record({ type: fc.constantFrom('function_call', 'function_call_output', 'reasoning'), call_id: text, output: text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
+          anyJson,
+        ),
+        { maxLength: 8 },
+      ),
+      anyJson,
+    ),
+    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+  },
+  { requiredKeys: [] },
+) as fc.Arbitrary<Record<string, unknown>>;
+
 describe('promptBlocks gives exactly the reference hashes', () => {
+  for (const [api, arb] of [['messages', messagesBody], ['responses', responsesBody], ['openai', messagesBody], ['messages', body]] as const) {
+    test(`${api} path, ${arb === body ? 'OpenAI-shaped' : 'its own'} bodies, small blocks and caps`, () => {
+      fc.assert(
+        fc.property(arb, fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 40 }), (b, bc, mb) => {
+          assert.deepEqual(promptBlocks(api, b, bc, mb, 3n), reference(b, bc, mb, 3n, api));
+        }),
+        { numRuns: 1000 },
+      );
+    });
+  }
+
   test('any body, block sizes from 1 to 64 characters, any block cap', () => {
     fc.assert(
       fc.property(body, fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 40 }), fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }), (b, bc, mb, seed) => {
-        assert.deepEqual(promptBlocks(b, bc, mb, seed), reference(b, bc, mb, seed));
+        assert.deepEqual(promptBlocks('openai', b, bc, mb, seed), reference(b, bc, mb, seed));
       }),
       { numRuns: 2000 },
     );
@@ -65,7 +114,7 @@ describe('promptBlocks gives exactly the reference hashes', () => {
     }).map((r) => (r.tools === undefined ? { messages: r.messages } : r)) as fc.Arbitrary<Record<string, unknown>>;
     fc.assert(
       fc.property(chat, fc.integer({ min: 1, max: 600 }), (b, mb) => {
-        const got = promptBlocks(b, 256, mb, 7n);
+        const got = promptBlocks('openai', b, 256, mb, 7n);
         assert.deepEqual(got, reference(b, 256, mb, 7n));
         // Not vacuous: these bodies reach the hashing of many blocks.
         return got !== undefined;
@@ -94,9 +143,16 @@ describe('promptBlocks gives exactly the reference hashes', () => {
       { messages: 'nope', prompt: 'p'.repeat(1000) },
       { messages: [{ role: 'user', content: '\ud83d' }, { role: '\ude00', content: 'x'.repeat(600) }] },
       { tools: [], messages: [{ role: 'system', content: [{ type: 'text', text: 'a'.repeat(255) }, { type: 'image_url', image_url: { url: 'u' } }] }] },
+      { system: '', messages: [{ role: 'user', content: 'x'.repeat(300) }] },
+      { system: [{ type: 'text', text: 's'.repeat(600), cache_control: { type: 'ephemeral' } }], messages: [{ role: 'user', content: [{ type: 'image', source: {}, cache_control: {} }] }] },
+      { instructions: '', input: 'u'.repeat(300) },
+      { instructions: 'i'.repeat(260), input: [{ type: 'function_call', call_id: 'c', cache_control: {} }, [1], null, { role: 'user', content: 'q' }] },
+      { input: 7, tools: [1, 2] },
     ];
     for (const c of cases) for (const [bc, mb] of [[256, 512], [4, 3], [1, 1], [255, 2]] as const) {
-      assert.deepEqual(promptBlocks(c, bc, mb, 1n), reference(c, bc, mb, 1n), JSON.stringify(c).slice(0, 80));
+      for (const api of ['openai', 'messages', 'responses'] as const) {
+        assert.deepEqual(promptBlocks(api, c, bc, mb, 1n), reference(c, bc, mb, 1n, api), `${api} ${JSON.stringify(c).slice(0, 80)}`);
+      }
     }
   });
 });

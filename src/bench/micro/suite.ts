@@ -96,9 +96,26 @@ function bodiesBySize(bytes: number): { header: RequestInfo; user: RequestInfo; 
   return { header: request(header!), user: request(user!), prefix: request(prefix!), raw: prefix!.body };
 }
 
+/**
+ * The prefix-keyed chat body's conversation as an Anthropic Messages body (`system` + `messages`)
+ * and as an OpenAI Responses body (`instructions` + `input` items): the same prompt through the
+ * other two parsers, so their cost reads against chat's in the same group.
+ */
+function otherApis(chat: RequestInfo): { messages: RequestInfo; responses: RequestInfo } {
+  const body = JSON.parse(chat.body!.toString('utf8')) as { model: string; messages: Array<{ role: string; content: string }> };
+  const system = body.messages.filter((m) => m.role === 'system').map((m) => m.content).join('\n');
+  const turns = body.messages.filter((m) => m.role !== 'system');
+  const as = (path: string, b: object): RequestInfo => ({ ...chat, path, body: Buffer.from(JSON.stringify(b)) });
+  return {
+    messages: as('/v1/messages', { model: body.model, max_tokens: 256, system, messages: turns }),
+    responses: as('/v1/responses', { model: body.model, instructions: system, input: turns.map((t) => ({ type: 'message', ...t })) }),
+  };
+}
+
 function keyingGroups(cfg: Config, sizes: readonly number[]): GroupSpec[] {
   return sizes.map((bytes) => {
     const b = bodiesBySize(bytes);
+    const other = otherApis(b.prefix);
     return {
       group: `keying/${sizeLabel(bytes)}`,
       perKb: b.raw.length / 1024,
@@ -107,6 +124,8 @@ function keyingGroups(cfg: Config, sizes: readonly number[]): GroupSpec[] {
         { name: 'understand: no session (prompt prefix key)', ops: 1, fn: () => understand(b.prefix, cfg) },
         { name: 'understand: session in body (user)', ops: 1, fn: () => understand(b.user, cfg) },
         { name: 'understand: session header', ops: 1, fn: () => understand(b.header, cfg) },
+        { name: 'understand: the same prompt as a Messages body', ops: 1, fn: () => understand(other.messages, cfg) },
+        { name: 'understand: the same prompt as a Responses body', ops: 1, fn: () => understand(other.responses, cfg) },
       ],
     };
   });
@@ -139,7 +158,7 @@ function hashingGroups(cfg: Config, sizes: readonly number[]): GroupSpec[] {
         {
           name: `from the parsed body: one pass, no prompt text (the request path)`,
           ops: 1,
-          fn: () => promptBlocks(parsed.value, blockChars, cfg.prefix.max_blocks, seed),
+          fn: () => promptBlocks('openai', parsed.value, blockChars, cfg.prefix.max_blocks, seed),
         },
       ],
     };

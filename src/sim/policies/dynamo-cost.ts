@@ -10,18 +10,27 @@
  *  - cost(w) = overlap_score_weight × prefill_blocks(w) + decode_blocks(w), lowest wins, with
  *    prefill_blocks = (w's active prefill tokens + this request's uncached tokens on w) / block size
  *    and decode_blocks = w's active blocks + this request's blocks not already active there;
- *  - temperature 0: argmin; ties go to the smallest tree, then to a (seeded) random pick.
+ *  - temperature 0: argmin; ties go to the smallest tree, then to a (seeded) random pick;
+ *  - engine metrics: workers publish their KV blocks in use; a worker whose active blocks exceed
+ *    `active_decode_blocks_threshold` of its total is busy and gets no new request, and when
+ *    every worker is busy the request is refused with 503 (Dynamo docs
+ *    `fault_tolerance/request_rejection.md`; the threshold is opt-in there, 0.85 is its example
+ *    and the pressure level kvgate uses). The router sees those figures at the same scrape cadence
+ *    and age as every other policy (simulator.ts). Dynamo's queue view is router-local (active
+ *    prefill tokens, above); the engine's waiting count is delivered but its cost has no term for it.
  */
 import type { BlockId } from '../blocks.js';
 import { Rng } from '../rng.js';
 import type { SimRequest } from '../workload.js';
-import type { PolicyContext, RouteChoice, RouterPolicy } from './policy.js';
+import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policy.js';
 
 export interface DynamoParams {
   overlapScoreWeight: number;
   ttlS: number;
   maxTreeBlocks: number;
   pruneTargetRatio: number;
+  /** `--active-decode-blocks-threshold`: KV blocks in use over total past which a worker is busy; undefined: off. */
+  busyKvThreshold: number | undefined;
 }
 
 export const DYNAMO_DEFAULTS: Readonly<DynamoParams> = Object.freeze({
@@ -29,6 +38,7 @@ export const DYNAMO_DEFAULTS: Readonly<DynamoParams> = Object.freeze({
   ttlS: 120,
   maxTreeBlocks: 1_048_576,
   pruneTargetRatio: 0.8,
+  busyKvThreshold: 0.85,
 });
 
 /** Per worker, the blocks routed there and when each expires; insertion order is expiry order. */
@@ -105,6 +115,8 @@ export class DynamoCostPolicy implements RouterPolicy {
   private readonly activePrefill: number[];
   private readonly active = new Map<number, Active>();
   private readonly rng: Rng;
+  /** Workers whose last published KV use is past the busy threshold. */
+  private busy: boolean[];
 
   constructor(
     private readonly ctx: PolicyContext,
@@ -115,6 +127,12 @@ export class DynamoCostPolicy implements RouterPolicy {
     this.activePartial = new Array<number>(ctx.workers).fill(0);
     this.activePrefill = new Array<number>(ctx.workers).fill(0);
     this.rng = new Rng(ctx.seed ^ 0x64796e);
+    this.busy = new Array<boolean>(ctx.workers).fill(false);
+  }
+
+  observe(workers: readonly WorkerObservation[]): void {
+    const t = this.params.busyKvThreshold;
+    this.busy = workers.map((w) => t !== undefined && w.kvUsage > t);
   }
 
   /** Each worker's cost for this request, as the selector computes it. */
@@ -136,7 +154,8 @@ export class DynamoCostPolicy implements RouterPolicy {
 
   route(req: SimRequest, now: number): RouteChoice {
     this.index.expire(now);
-    const costs = this.costs(req);
+    const costs = this.costs(req).filter((c) => !this.busy[c.worker]);
+    if (costs.length === 0) return { shed: 'all_workers_busy' };
     const best = Math.min(...costs.map((c) => c.cost));
     let ties = costs.filter((c) => c.cost === best);
     const smallest = Math.min(...ties.map((c) => this.index.treeSize(c.worker)));

@@ -3,9 +3,10 @@
  * stream would produce (POST /v1/chat/completions, the session header when the workload has one,
  * an OpenAI JSON body with the model and the prompt) and goes through `Gate.route()` with a
  * `MemoryStore`, exactly as in production. The lease is released at the request's first token,
- * which is when kvgate releases in production (`routing.release_on: response_headers`). Every
- * 50 ms of simulated time the gate gets each worker's running, queued and KV-use figures, as its
- * metrics collector would, and derives health from them itself. Nothing of the policy is copied
+ * which is when kvgate releases in production (`routing.release_on: response_headers`). The gate
+ * gets each worker's running, queued and KV-use figures at its collector's cadence and age
+ * (simulator.ts `SignalCadence`: scraped every 50 ms, read every 100 ms), and derives health from
+ * them itself. Nothing of the policy is copied
  * here, so the simulator scores whatever the gate's policy is today.
  */
 import { parseConfig } from '../../config/load.js';
@@ -28,13 +29,16 @@ export function workerId(i: number): string {
   return `w${i}`;
 }
 
-/** The gate config a simulated fleet gets: its workers, the in-flight limit, defaults otherwise. */
+/** The gate config a simulated fleet gets: its workers, the in-flight limit, the user's config (`--gate-config`) or defaults otherwise. */
 export function simGateConfig(ctx: PolicyContext): Config {
+  const user = ctx.gateConfig ?? {};
+  const limits = typeof user['limits'] === 'object' && user['limits'] !== null ? (user['limits'] as Record<string, unknown>) : {};
   return parseConfig(
     {
+      ...user,
       // The metrics URL is never fetched: the simulator hands the gate each scrape (observe()).
       workers: Array.from({ length: ctx.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
-      limits: { max_inflight: ctx.maxInflight },
+      limits: { ...limits, max_inflight: ctx.maxInflight },
     },
     'simulator gate config',
   );
@@ -93,7 +97,9 @@ export class KvgatePolicy implements RouterPolicy {
   /** A scrape of every worker, handed to the gate as its collector would after reading the store. */
   observe(workers: readonly WorkerObservation[], _nowS?: number): void {
     const records = new Map<string, SignalRecord>();
-    workers.forEach((w, i) => records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: 0, failures: 0 }));
+    workers.forEach((w, i) =>
+      records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: (w.ageS ?? 0) * 1000, failures: 0 }),
+    );
     this.gate.setSignals(records);
   }
 

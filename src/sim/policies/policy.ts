@@ -1,8 +1,10 @@
 /**
  * What a routing policy is to the simulator. A policy sees only what a router in front of the
  * fleet could see: the requests it routed, when their first token and their end came back, and
- * whatever state it keeps itself (in-flight counts, its own approximate prefix tree). Only kvgate
- * is also told of worker states, the way its admin API / health signals would set them.
+ * whatever state it keeps itself (in-flight counts, its own approximate prefix tree). Policies
+ * whose real system reads engine metrics (kvgate; Dynamo's busy detection; llm-d's queue and
+ * KV-utilisation scorers) implement `observe` and get them the way a real router does: scraped
+ * at an interval and delivered late (simulator.ts `SignalCadence`), the same for all of them.
  */
 import type { SimRequest } from '../workload.js';
 
@@ -13,6 +15,8 @@ export interface WorkerObservation {
   waiting: number;
   /** Pinned KV blocks over capacity, as vLLM's kv_cache_usage_perc counts them. */
   kvUsage: number;
+  /** Seconds since this figure was scraped (0 when handed over directly, as in unit tests). */
+  ageS?: number;
 }
 
 export interface RouterPolicy {
@@ -22,11 +26,10 @@ export interface RouterPolicy {
   firstToken?(req: SimRequest, worker: number, nowS: number): void | Promise<void>;
   /** The response ended. */
   completed?(req: SimRequest, worker: number, nowS: number): void | Promise<void>;
-  /** A worker's pinned KV crossed the pressure threshold (either way). */
-  workerPressure?(worker: number, pressured: boolean, nowS: number): void | Promise<void>;
   /**
-   * What each worker's metrics endpoint would say now (running, queued, KV use), delivered every
-   * scrape interval to policies that read model-server metrics, as kvgate's collector does.
+   * What each worker's metrics endpoint said at its last scrape (running, queued, KV use) and how
+   * old that is, delivered every read interval to policies that read model-server metrics, as
+   * kvgate's collector does (simulator.ts `SignalCadence`).
    */
   observe?(workers: readonly WorkerObservation[], nowS: number): void;
   close?(): Promise<void>;
@@ -39,6 +42,13 @@ export interface PolicyContext {
   seed: number;
   /** kvgate's per-worker in-flight limit (config `limits.max_inflight`). */
   maxInflight: number;
+  /** Each worker's KV capacity in tokens, which engines publish (llm-d sizes its index by it); default 400k. */
+  cacheTokens?: number;
+  /**
+   * A kvgate config (parsed YAML, as `kvgate serve --config` takes) for the simulated gate: its
+   * routing, thresholds and signals apply; the simulator sets the workers and `limits.max_inflight`.
+   */
+  gateConfig?: Record<string, unknown>;
 }
 
 /**

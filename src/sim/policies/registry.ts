@@ -1,9 +1,14 @@
-/** Policy names for `--policies`, and how to build each for one run. */
+/**
+ * Policy names for `--policies`, and how to build each for one run. `article` is the algorithm of
+ * the article kvgate started from (stateful-llm-load-balancing: sticky sessions under a fixed load
+ * threshold of 10, least-loaded fallback, refuse when every worker is at it).
+ */
 import { ArticlePolicy } from './article.js';
 import { ConsistentHashPolicy } from './consistent-hash.js';
 import { DynamoCostPolicy } from './dynamo-cost.js';
 import { KvgatePolicy } from './kvgate.js';
 import { LeastLoadedPolicy } from './least-loaded.js';
+import { LLMD_DEFAULTS, LLMD_SESSION_WEIGHT, LlmdPolicy } from './llm-d.js';
 import type { PolicyContext, RouterPolicy } from './policy.js';
 import { RoundRobinPolicy } from './round-robin.js';
 import { SglangCacheAwarePolicy } from './sglang-cache-aware.js';
@@ -18,7 +23,12 @@ export const POLICY_FACTORIES: Record<string, { describe: string; create: (ctx: 
   'consistent-hash': { describe: 'hash ring on the session id (vLLM production-stack `session`)', create: (ctx) => new ConsistentHashPolicy(ctx) },
   article: { describe: "the article's session stickiness, threshold 10, least-loaded fallback", create: (ctx) => new ArticlePolicy(ctx) },
   'sglang-cache-aware': { describe: "SGLang's cache-aware router (approximate tree, balance thresholds)", create: (ctx) => new SglangCacheAwarePolicy(ctx) },
-  'dynamo-cost': { describe: "Dynamo's KV router cost (approximate indexer, prefill + decode blocks)", create: (ctx) => new DynamoCostPolicy(ctx) },
+  'dynamo-cost': { describe: "Dynamo's KV router cost (approximate indexer, prefill + decode blocks, busy at 85% KV)", create: (ctx) => new DynamoCostPolicy(ctx) },
+  'llm-d': { describe: "llm-d's default profile (queue 2, KV use 2, approximate prefix 3, max-score picker)", create: (ctx) => new LlmdPolicy(ctx) },
+  'llm-d-session': {
+    describe: "llm-d's default profile plus its session-affinity scorer (weight 1)",
+    create: (ctx) => new LlmdPolicy(ctx, { ...LLMD_DEFAULTS, sessionWeight: LLMD_SESSION_WEIGHT }, 'llm-d-session'),
+  },
 };
 
 export const ALL_POLICIES = [...Object.keys(POLICY_FACTORIES), POOLED_BOUND];

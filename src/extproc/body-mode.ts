@@ -1,0 +1,72 @@
+/**
+ * How a stream's bodies are handled, from the body modes Envoy declares for it.
+ *
+ * Envoy 1.35+ sends `protocol_config` (its filter's request and response body modes) on the first
+ * message of every stream (ext_proc.cc `encodeProtocolConfig`); kvgate follows it, so a platform
+ * team changes the mode in Envoy's config alone. Older Envoys send nothing, and
+ * `routing.request_body_mode` says what the filter is configured with.
+ *
+ *  - buffered: BUFFERED (one message with the whole body; Envoy holds the headers until its reply)
+ *    and BUFFERED_PARTIAL (the same, for what fits in Envoy's buffer): decide on the body reply.
+ *  - streamed / none: the headers go upstream at the headers reply: decide there.
+ *  - full_duplex: FULL_DUPLEX_STREAMED: chunks arrive without waiting for replies; kvgate answers
+ *    the headers once it has what it needs, then sends the body back as `streamed_response` chunks.
+ */
+import type { Config } from '../config/schema.js';
+import type { BodySendMode, ProtocolConfiguration } from './messages.js';
+
+export type RequestBodyHandling = Config['routing']['request_body_mode'] | 'full_duplex';
+
+export interface BodyModes {
+  request: RequestBodyHandling;
+  /** Response bodies come as FULL_DUPLEX_STREAMED chunks (answered with streamed_response). */
+  responseFullDuplex: boolean;
+  /** What Envoy declared, when it did (for logs). */
+  declared?: { request: BodySendMode; response: BodySendMode };
+}
+
+/**
+ * Largest `streamed_response` chunk kvgate sends: Envoy's API recommends at most 64 KiB per
+ * chunk, so a large body flows through Envoy's filter chain in pieces it handles well.
+ */
+export const STREAMED_CHUNK_BYTES = 64 * 1024;
+
+function requestHandling(mode: BodySendMode): RequestBodyHandling | undefined {
+  switch (mode) {
+    case 'BUFFERED':
+    case 'BUFFERED_PARTIAL':
+      return 'buffered';
+    case 'STREAMED':
+      return 'streamed';
+    case 'NONE':
+      return 'none';
+    case 'FULL_DUPLEX_STREAMED':
+      return 'full_duplex';
+    default:
+      // GRPC is not implemented in Envoy; an unknown number from a newer Envoy is not understood.
+      return undefined;
+  }
+}
+
+/** The stream's body modes: Envoy's declaration when there is one, else the config's fallback. */
+export function bodyModes(pc: ProtocolConfiguration | null | undefined, configured: Config['routing']['request_body_mode']): BodyModes {
+  if (!pc) return { request: configured, responseFullDuplex: false };
+  const declared = { request: pc.request_body_mode, response: pc.response_body_mode };
+  return {
+    request: requestHandling(pc.request_body_mode) ?? configured,
+    responseFullDuplex: pc.response_body_mode === 'FULL_DUPLEX_STREAMED',
+    declared,
+  };
+}
+
+/** Whether Envoy's declared request body mode differs from what the config says (worth one log line). */
+export function modeMismatch(modes: BodyModes, configured: Config['routing']['request_body_mode']): boolean {
+  return modes.declared !== undefined && modes.request !== configured;
+}
+
+/** A body cut into `streamed_response` chunks of at most STREAMED_CHUNK_BYTES (views, no copies). */
+export function streamedChunks(body: Buffer): Buffer[] {
+  const out: Buffer[] = [];
+  for (let at = 0; at < body.length; at += STREAMED_CHUNK_BYTES) out.push(body.subarray(at, Math.min(body.length, at + STREAMED_CHUNK_BYTES)));
+  return out;
+}

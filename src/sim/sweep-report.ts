@@ -1,0 +1,109 @@
+/**
+ * What `kvgate sim --sweep` prints and writes: a table per load, goodput at the SLO per policy,
+ * and with `--report DIR` a markdown report with the TTFT-against-load chart of serving benchmarks.
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import type { TopLevelSpec } from 'vega-lite';
+import { renderSvg } from './report.js';
+import type { SweepReport, SweepRow } from './sweep.js';
+import { formatTable, markdownTable, pct, secs } from './table.js';
+
+function byLoad(r: SweepReport): Array<[number, SweepRow[]]> {
+  return r.loads.map((l) => [l, r.rows.filter((x) => x.load === l)]);
+}
+
+export function goodputLines(r: SweepReport): string[] {
+  const best = Math.max(0, ...r.goodput.filter((g) => g.policy !== 'kvgate').map((g) => g.load));
+  return r.goodput.map((g) => {
+    const ratio = g.policy === 'kvgate' && best > 0 ? ` (${(g.load / best).toFixed(2)}x the best baseline)` : '';
+    return `${g.policy.padEnd(20)} ${g.load.toFixed(2)} of capacity, ${g.rps.toFixed(2)} req/s${ratio}`;
+  });
+}
+
+function header(r: SweepReport): string {
+  const c = r.capacity;
+  return (
+    `${r.workload.name}: capacity ${c.capacityRps.toFixed(2)} req/s on ${r.fleet.workers} workers × ${r.fleet.cacheTokens.toLocaleString('en-US')} KV tokens ` +
+    `(pooled-cache hit ${pct(c.pooledHitRate)}, ${secs(c.meanServiceS)} of compute per request; natural rate ${c.naturalRps.toFixed(2)} req/s)`
+  );
+}
+
+export function formatSweep(r: SweepReport): string {
+  const parts = [header(r), ''];
+  for (const [load, rows] of byLoad(r)) {
+    const copies = rows[0]?.copies ?? 1;
+    parts.push(`load ${load.toFixed(2)}: ${(rows[0]?.offered_rps ?? 0).toFixed(2)} req/s, ${rows[0]?.requests ?? 0} requests${copies > 1 ? `, ${copies} session copies` : ''}`);
+    parts.push(formatTable(rows), '');
+  }
+  parts.push(`goodput at p99 TTFT ≤ ${r.sloTtftS} s (shed requests count as misses):`, ...goodputLines(r), '');
+  return parts.join('\n');
+}
+
+function ttftChart(r: SweepReport): TopLevelSpec {
+  const values = r.rows.flatMap((row) =>
+    (
+      [
+        ['p50', row.ttft_p50_s],
+        ['p99', row.ttft_p99_offered_s],
+      ] as const
+    )
+      .filter(([, v]) => v !== null)
+      .map(([q, v]) => ({ policy: row.policy, quantile: q, load: row.load, ttft_s: Math.max(v!, 1e-3) })),
+  );
+  return {
+    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    title: `Time to first token against offered load (log scale; dashed: the ${r.sloTtftS} s SLO)`,
+    width: 560,
+    height: 320,
+    layer: [
+      {
+        data: { values },
+        mark: { type: 'line', point: true },
+        encoding: {
+          x: { field: 'load', type: 'quantitative', title: 'offered load (share of capacity)' },
+          y: { field: 'ttft_s', type: 'quantitative', scale: { type: 'log' }, title: 'TTFT seconds' },
+          color: { field: 'policy', type: 'nominal' },
+          strokeDash: { field: 'quantile', type: 'nominal', sort: ['p99', 'p50'] },
+        },
+      },
+      {
+        data: { values: [{ slo: r.sloTtftS }] },
+        mark: { type: 'rule', strokeDash: [4, 4], color: '#888' },
+        encoding: { y: { field: 'slo', type: 'quantitative' } },
+      },
+    ],
+  };
+}
+
+export async function writeSweepReport(dir: string, r: SweepReport, command: string): Promise<{ markdown: string; charts: string[] }> {
+  mkdirSync(dir, { recursive: true });
+  const chart = join(dir, 'ttft-vs-load.svg');
+  writeFileSync(chart, await renderSvg(ttftChart(r)));
+  const lines = [
+    `# kvgate sim --sweep: ${r.workload.name}`,
+    '',
+    `Command: \`${command}\``,
+    '',
+    `Workload: ${r.workload.description}.`,
+    '',
+    `${header(r)}. Capacity is the rate that keeps every worker's compute busy if each request hit the cache as well as in the pooled bound (src/sim/scale.ts).`,
+    '',
+    '![TTFT against offered load](ttft-vs-load.svg)',
+    '',
+    `## Goodput at p99 TTFT ≤ ${r.sloTtftS} s`,
+    '',
+    'The highest load up to which p99 TTFT over every offered request (a shed request counts as a miss) stays within the SLO.',
+    '',
+    '| policy | load | req/s |',
+    '|---|---:|---:|',
+    ...r.goodput.map((g) => `| ${g.policy} | ${g.load.toFixed(2)} | ${g.rps.toFixed(2)} |`),
+    '',
+  ];
+  for (const [load, rows] of byLoad(r)) {
+    lines.push(`## Load ${load.toFixed(2)} (${(rows[0]?.offered_rps ?? 0).toFixed(2)} req/s)`, '', markdownTable(rows), '');
+  }
+  const markdown = join(dir, 'report.md');
+  writeFileSync(markdown, lines.join('\n'));
+  return { markdown, charts: [chart] };
+}
