@@ -31,7 +31,9 @@ class BlockHasher {
   readonly chain: bigint[] = [];
   /** Characters fed so far (the canonical text's length up to where feeding stopped). */
   total = 0;
-  private pending = '';
+  /** The current block's characters so far, as the pieces they came in (joined once it is full). */
+  private readonly pending: string[] = [];
+  private pendingLen = 0;
   private prev: bigint;
   private readonly scratch: Uint8Array;
   private readonly raw = xxh().h64Raw;
@@ -52,23 +54,31 @@ class BlockHasher {
 
   /** The text of a prompt shorter than one block (only meaningful when no block filled). */
   get rest(): string {
-    return this.pending;
+    return this.pending.join('');
   }
 
   feed(s: string): void {
     let pos = 0;
     while (pos < s.length && !this.done) {
-      const need = this.blockChars - this.pending.length;
+      const need = this.blockChars - this.pendingLen;
       const left = s.length - pos;
       if (left < need) {
-        this.pending += pos === 0 ? s : s.slice(pos);
+        this.pending.push(pos === 0 ? s : s.slice(pos));
+        this.pendingLen += left;
         this.total += left;
         return;
       }
-      const block = this.pending + s.slice(pos, pos + need);
+      const tail = s.slice(pos, pos + need);
       pos += need;
       this.total += need;
-      this.pending = '';
+      // Many small pieces (token ids, tiny messages) are joined once, not concatenated one by one.
+      let block = tail;
+      if (this.pending.length > 0) {
+        this.pending.push(tail);
+        block = this.pending.join('');
+        this.pending.length = 0;
+        this.pendingLen = 0;
+      }
       const { written } = encoder.encodeInto(block, this.scratch);
       this.prev = this.raw(this.scratch.subarray(0, written), this.prev);
       this.chain.push(this.prev);
