@@ -42,6 +42,7 @@ if (values.child) {
       const child = fork(self, ['--child', kind, '--redis', redis.url], { execArgv: ['--import', 'tsx'], stdio: ['ignore', 'inherit', 'inherit', 'ipc'] });
       child.once('message', (m: { target: string; header: string | null }) => resolve({ child, target: m.target, header: m.header ?? undefined }));
       child.once('exit', (code) => reject(new Error(`server exited ${code}`)));
+      child.once('message', () => child.removeAllListeners('exit'));
     });
   const bytes = parseSize(values.size!);
   const seconds = Number(values.seconds);
@@ -73,7 +74,16 @@ if (values.child) {
     results.push(`${k} process(es), ${values.size}: no-op ${Math.round(med(perKind.noop!))}/s, kvgate on Redis ${Math.round(med(perKind.redis!))}/s, ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})`);
     console.log(results.at(-1));
     for (const p of pools) await p.close();
-    for (const s of [...servers.noop, ...servers.redis]) s.child.disconnect();
+    // Servers stop (and close their Redis connections) before the next K starts or Redis stops.
+    await Promise.all(
+      [...servers.noop, ...servers.redis].map(
+        (s) =>
+          new Promise<void>((resolve) => {
+            s.child.once('exit', () => resolve());
+            s.child.disconnect();
+          }),
+      ),
+    );
   }
   await redis.stop();
   console.log(results.join('\n'));
