@@ -6,8 +6,9 @@
  * fractions hold where absolute times do not.
  *
  *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
  */
-import { writeFileSync } from 'node:fs';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
@@ -22,6 +23,7 @@ const { values } = parseArgs({
     top: { type: 'string', default: '30' },
     out: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
+    summarise: { type: 'string' },
   },
 });
 
@@ -73,6 +75,11 @@ function summarise(p: Profile, top: number): string {
   lines.push('', 'top functions (self time):');
   for (const [k, t] of [...fns].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
   return lines.join('\n');
+}
+
+if (values.summarise) {
+  console.log(summarise(JSON.parse(readFileSync(values.summarise, 'utf8')) as Profile, Number(values.top)));
+  process.exit(0);
 }
 
 const bytes = parseSize(values.size!);
