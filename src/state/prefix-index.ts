@@ -28,6 +28,14 @@ export class PrefixIndex {
   /** worker → its blocks, in routing recency, bounded by capacity */
   private readonly perWorker = new Map<string, LRUCache<string, true>>();
   private readonly sweptAt = new Map<string, number>();
+  /** Bumped by every change to the holders (record, forget, clear), for the memo below. */
+  private version = 0;
+  /**
+   * The last match: a decision matches its chain for the view it decides on and again, in the
+   * same synchronous step, when the commit checks its prefix precondition. Same chain (the same
+   * array), same index version, same millisecond: the same answer, without a second walk.
+   */
+  private memo: { blocks: readonly string[]; version: number; now: number; depth: Map<string, number> } | undefined;
 
   constructor(
     private readonly ttlMs: number,
@@ -39,8 +47,17 @@ export class PrefixIndex {
    * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds.
    */
   match(blocks: readonly string[]): Map<string, number> {
-    const depth = new Map<string, number>();
     const now = this.now();
+    const m = this.memo;
+    // A copy: callers own the map they get.
+    if (m !== undefined && m.blocks === blocks && m.version === this.version && m.now === now) return new Map(m.depth);
+    const depth = this.walk(blocks, now);
+    this.memo = { blocks, version: this.version, now, depth: new Map(depth) };
+    return depth;
+  }
+
+  private walk(blocks: readonly string[], now: number): Map<string, number> {
+    const depth = new Map<string, number>();
     // Two reused lists instead of one per block; a worker's depth is written when it drops out
     // (or at the end), not at every block. Block 0's holders are inserted first, in the same
     // order as always, so callers iterating the map see what they always saw.
@@ -79,6 +96,7 @@ export class PrefixIndex {
    * the worker's share of the index; without it an existing size is kept (or a default used).
    */
   record(worker: string, blocks: readonly string[], capacityBlocks?: number): void {
+    this.version++;
     let lru = this.perWorker.get(worker);
     if (!lru || (capacityBlocks !== undefined && lru.max !== capacityBlocks)) {
       const old = lru;
@@ -107,6 +125,7 @@ export class PrefixIndex {
 
   /** The worker dropped these blocks (an engine's eviction event). */
   forget(worker: string, blocks: readonly string[]): void {
+    this.version++;
     const lru = this.perWorker.get(worker);
     for (const b of blocks) lru?.delete(b);
   }
@@ -117,6 +136,7 @@ export class PrefixIndex {
   }
 
   clear(): void {
+    this.version++;
     for (const lru of this.perWorker.values()) lru.clear();
     this.perWorker.clear();
     this.holders.clear();

@@ -88,3 +88,28 @@ describe('PrefixIndex.match against a per-worker reference', () => {
     );
   });
 });
+
+describe('PrefixIndex.match memo', () => {
+  test('the same chain matched again answers afresh after a record, a forget, a clear or a tick, and callers own their map', () => {
+    let now = 0;
+    const ix = new PrefixIndex(100, () => now);
+    const q = chain('a', 4);
+    ix.record('w1', chain('a', 4));
+    const first = ix.match(q);
+    assert.deepEqual(Object.fromEntries(first), { w1: 4 });
+    first.set('w9', 9); // a caller's change stays its own, whether its map was walked or remembered
+    const second = ix.match(q);
+    assert.deepEqual(Object.fromEntries(second), { w1: 4 });
+    second.set('w8', 8);
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 4 });
+    ix.record('w2', chain('a', 2));
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 4, w2: 2 }, 'after record');
+    ix.forget('w1', ['a2']);
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 2, w2: 2 }, 'after forget');
+    now = 101; // w1 and w2 were routed at 0: past the TTL
+    assert.equal(ix.match(q).size, 0, 'after the TTL');
+    now = 0;
+    ix.clear();
+    assert.equal(ix.match(q).size, 0, 'after clear');
+  });
+});
