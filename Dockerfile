@@ -1,22 +1,37 @@
-# kvgate's image: Node 20, the TypeScript sources run through tsx (no build step), production
-# dependencies only. `docker run kvgate serve --config /etc/kvgate/kvgate.yaml` serves the example
-# config; mount your own there. Ports: 9002 ext_proc gRPC (+ grpc.health.v1), 9090 admin HTTP
-# (/healthz, /readyz, /metrics, /workers): pass --admin-host 0.0.0.0 to reach it from outside.
-# Not built here (no Docker engine); test/envoy/deployment.test.ts checks that what it copies
-# exists and that the sources import only production dependencies.
-FROM node:20-bookworm-slim
+# kvgate's image: compiled JavaScript on Node 22 (one of the supported versions, 20 and 22),
+# production dependencies only, running as the unprivileged `node` user.
+#
+#   docker build -t kvgate .
+#   docker run --rm -p 9002:9002 kvgate                      # the example config
+#   docker run --rm -v $PWD/my.yaml:/etc/kvgate/kvgate.yaml:ro -p 9002:9002 kvgate
+#
+# Ports: 9002 ext_proc gRPC (+ grpc.health.v1), 9090 admin HTTP (/healthz, /readyz, /metrics,
+# /workers): pass --admin-host 0.0.0.0 to reach it from outside the container.
+# Not built on our build machines (no Docker engine there): test/cli/production.test.ts checks
+# what it copies exists and that what `serve` imports is a production dependency.
 
+# Build stage: every dependency, TypeScript compiled to dist/, then the development ones dropped.
+FROM node:22-bookworm-slim AS build
 WORKDIR /app
-ENV NODE_ENV=production
 COPY package.json package-lock.json ./
-RUN npm ci --omit=dev --no-audit --no-fund && npm cache clean --force
-COPY tsconfig.json ./
-COPY bin ./bin
+# No dependency needs its install script (package.json's allowScripts denies them all); the
+# build is run explicitly below, once the sources are here.
+RUN npm ci --ignore-scripts --no-audit --no-fund
+COPY tsconfig.json tsconfig.build.json ./
 COPY src ./src
+RUN npm run build && npm prune --omit=dev --ignore-scripts --no-audit --no-fund
+
+# Run stage: no compiler, no sources, no npm cache.
+FROM node:22-bookworm-slim
+ENV NODE_ENV=production
+WORKDIR /app
+COPY --from=build /app/node_modules ./node_modules
+COPY --from=build /app/dist ./dist
+COPY package.json ./
+COPY bin ./bin
 # The ext_proc service is loaded from these protos at start (src/extproc/proto.ts).
 COPY proto ./proto
 COPY envoy/kvgate.yaml /etc/kvgate/kvgate.yaml
-
 USER node
 EXPOSE 9002 9090
 ENTRYPOINT ["node", "bin/kvgate.js"]

@@ -107,7 +107,7 @@ if (steps.has('gate')) {
     '',
     markdownRuns(report.runs),
     '',
-    '**Targets (issue 5)**',
+    '**Targets**',
     '',
     markdownTargets(report.targets),
     ...(notes.length > 0 ? ['', ...notes.map((n) => `- ${n}`)] : []),

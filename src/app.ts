@@ -4,6 +4,7 @@
  * so tests exercise the same wiring users run. (Span export is process-wide and started by the
  * CLI: src/telemetry/tracing.ts.)
  */
+import net from 'node:net';
 import type { Logger } from 'pino';
 import { KvgateError } from './errors.js';
 import { AdminServer } from './admin/server.js';
@@ -13,7 +14,8 @@ import type { Config } from './config/schema.js';
 import { serverCredentials } from './extproc/credentials.js';
 import { ExtProcServer } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
-import { Readiness } from './health/readiness.js';
+import type { Pool } from './gate/pools.js';
+import { Readiness, unreachableReason } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
@@ -62,7 +64,7 @@ export interface RunningKvgate {
   gate: Gate;
   store: RoutingStore;
   extproc: ExtProcServer;
-  collector: SignalCollector;
+  collector: SignalCollector<Pool>;
   metrics: Metrics;
   readiness: Readiness;
   /** Re-reads the config file now (no-op 'unchanged' without one). */
@@ -81,7 +83,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const credentials = grpcCredentials(opts.tls);
   const backend = createStore(opts.store, config, logger, opts.storeTls);
   if (backend instanceof RedisStore && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
-    logger.error({ store: describeStore(opts.store) }, 'redis not reachable at startup; routing on local state until it is');
+    logger.error({ store: describeStore(opts.store) }, `redis not reachable at startup: ${unreachableReason(config.store.ready_when_unreachable)}`);
   }
   let gate: Gate | undefined;
   const metrics = new Metrics({
@@ -117,15 +119,19 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   let grpcPort: number;
   let adminPort: number;
   try {
-    grpcPort = await extproc.listen(opts.grpcHost, opts.grpcPort);
-    adminPort = await admin.listen(opts.adminHost, opts.adminPort);
+    grpcPort = await extproc
+      .listen(opts.grpcHost, opts.grpcPort)
+      .catch(async (err: unknown) => Promise.reject(await bindError(err, 'ext_proc gRPC', opts.grpcHost, opts.grpcPort, '--grpc-port', 'KVGATE_GRPC_PORT', '--grpc-host')));
+    adminPort = await admin
+      .listen(opts.adminHost, opts.adminPort)
+      .catch(async (err: unknown) => Promise.reject(await bindError(err, 'admin HTTP', opts.adminHost, opts.adminPort, '--admin-port', 'KVGATE_ADMIN_PORT', '--admin-host')));
   } catch (err) {
     await extproc.shutdown(0);
     await admin.close();
     await store.close();
     throw err;
   }
-  const collector = new SignalCollector({ gate, store, logger: logger.child({ component: 'signals' }) });
+  const collector = new SignalCollector<Pool>({ gate, store, logger: logger.child({ component: 'signals' }) });
   const reloader = opts.configFile
     ? new ConfigReloader({
         file: opts.configFile,
@@ -144,16 +150,20 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const health = await readiness.start();
   logger.info(
     {
-      grpcHost: opts.grpcHost,
-      grpcPort,
-      grpcTls: opts.tls?.clientCaFile ? 'mtls' : opts.tls?.certFile ? 'tls' : 'none',
-      adminHost: opts.adminHost,
-      adminPort,
+      grpc_host: opts.grpcHost,
+      grpc_port: grpcPort,
+      grpc_tls: opts.tls?.clientCaFile ? 'mtls' : opts.tls?.certFile ? 'tls' : 'none',
+      admin_host: opts.adminHost,
+      admin_port: adminPort,
       store: describeStore(opts.store),
       pools: config.pools.length,
       workers: config.workers.length,
       protocol: config.routing.protocol,
       ready: health.status,
+      // Milliseconds since the process started (the runtime's own clock), and the CPU time it took
+      // (less sensitive than wall time to a busy machine): `npm run startup` reads both.
+      startup_ms: Math.round(performance.now()),
+      startup_cpu_ms: cpuMs(),
     },
     'kvgate serving',
   );
@@ -183,6 +193,41 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       return closing;
     },
   };
+}
+
+/**
+ * A listen that failed, said so an operator can act: which port, why (asking the OS directly,
+ * since gRPC's own error only says "No address added out of total 1 resolved"), and the flag that
+ * changes it.
+ */
+async function bindError(err: unknown, what: string, host: string, port: number, portFlag: string, portEnv: string, hostFlag: string): Promise<KvgateError> {
+  const code = (err as { code?: unknown }).code;
+  const errno = typeof code === 'string' ? code : await probeBind(host, port);
+  const where = `${host.includes(':') ? `[${host}]` : host}:${port}`;
+  if (errno === 'EADDRINUSE') {
+    return new KvgateError('internal', `the ${what} port ${where} is already in use (another kvgate?): stop that process, or pick a free port with ${portFlag} (or ${portEnv})`, { cause: err });
+  }
+  if (errno === 'EACCES') {
+    return new KvgateError('internal', `not allowed to listen on ${where} for ${what} (ports below 1024 need privileges): pick another with ${portFlag} (or ${portEnv})`, { cause: err });
+  }
+  if (errno === 'EADDRNOTAVAIL' || errno === 'ENOTFOUND' || errno === 'EAI_AGAIN') {
+    return new KvgateError('internal', `cannot listen for ${what} on ${where}: no such local address; pass a local address (0.0.0.0 for all) with ${hostFlag}`, { cause: err });
+  }
+  return new KvgateError('internal', `cannot listen for ${what} on ${where}: ${errno ?? (err as Error).message}`, { cause: err });
+}
+
+/** Binds a plain TCP server to the address to learn the OS's reason a bind fails (its errno). */
+function probeBind(host: string, port: number): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    const probe = net.createServer();
+    probe.once('error', (e: NodeJS.ErrnoException) => resolve(e.code));
+    probe.listen(port, host, () => probe.close(() => resolve(undefined)));
+  });
+}
+
+function cpuMs(): number {
+  const { user, system } = process.cpuUsage();
+  return Math.round((user + system) / 1000);
 }
 
 /** TLS needs both a certificate and its key; a client CA (mTLS) needs TLS. */

@@ -6,7 +6,7 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import { chat, harness, holdRequest, waitFor } from './helpers/envoy.js';
+import { chat, clusterOf, harness, holdRequest, waitFor } from './helpers/envoy.js';
 import { startGateProcess, writeConfig, type GateProcess } from './helpers/gate-process.js';
 import { setWorkerState, workers } from './helpers/gate.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
@@ -51,9 +51,7 @@ describe('gate replicas sharing one Redis', () => {
       const placed = new Map<string, string>();
       for (let i = 0; i < 30; i++) {
         const session = `conv-${i}`;
-        const first = await hs[i % 3]!.request(chat({ session, text: 'first turn' }));
-        assert.equal(first.kind, 'upstream');
-        placed.set(session, first.cluster!);
+        placed.set(session, clusterOf(await hs[i % 3]!.request(chat({ session, text: 'first turn' }))));
       }
       assert.ok(new Set(placed.values()).size > 1, 'sessions spread over workers');
       for (const [session, cluster] of placed) {
@@ -67,7 +65,7 @@ describe('gate replicas sharing one Redis', () => {
         const racing = await Promise.all(
           Array.from({ length: 20 }, (_, i) => Promise.all(racers.map((h) => h.request(chat({ session: `race-${racers.length}-${i}` }))))),
         );
-        for (const outs of racing) assert.equal(new Set(outs.map((o) => o.cluster)).size, 1, 'one placement');
+        for (const outs of racing) assert.equal(new Set(outs.map(clusterOf)).size, 1, 'one placement');
       }
     } finally {
       for (const h of hs) h.close();
@@ -78,14 +76,14 @@ describe('gate replicas sharing one Redis', () => {
     const hs = [harness(a.target), harness(b.target), harness(c.target)];
     try {
       const placed = new Map<string, string>();
-      for (let i = 0; i < 24; i++) placed.set(`mig-${i}`, (await hs[i % 3]!.request(chat({ session: `mig-${i}` }))).cluster!);
+      for (let i = 0; i < 24; i++) placed.set(`mig-${i}`, clusterOf(await hs[i % 3]!.request(chat({ session: `mig-${i}` }))));
       const moving = [...placed].filter(([, w]) => w === 'worker_1').map(([s]) => s);
       assert.ok(moving.length > 0, 'some sessions on worker_1');
       await setWorkerState(`http://127.0.0.1:${c.adminPort}`, 'worker_1', 'draining');
       // All three replicas ask at once for every session on the drained worker.
       const after = await Promise.all(moving.map((s) => Promise.all(hs.map((h) => h.request(chat({ session: s }))))));
       for (const outs of after) {
-        const where = new Set(outs.map((o) => o.cluster));
+        const where = new Set(outs.map(clusterOf));
         assert.equal(where.size, 1, 'every replica sends it to the same new worker');
         assert.ok(!where.has('worker_1'));
       }
@@ -138,7 +136,7 @@ describe('gate replicas sharing one Redis', () => {
     const h2 = harness(second.target);
     try {
       const again = await h2.request(chat({ session: 'survivor' }));
-      assert.equal(again.cluster, out.cluster);
+      assert.equal(clusterOf(again), clusterOf(out));
     } finally {
       h2.close();
       await second.stop();

@@ -79,7 +79,7 @@ export class AdminServer {
           out.push({
             id: w.id,
             pool: pool.name,
-            cluster: w.cluster,
+            cluster: pool.workers.get(w.id)?.cluster,
             state: w.state,
             inflight: w.inflight,
             max_inflight: w.maxInflight,
@@ -95,17 +95,23 @@ export class AdminServer {
                     fb_free_mib: s?.fbFreeMiB,
                     age_ms: sig.record && Number.isFinite(sig.record.ageMs) ? Math.round(sig.record.ageMs) : null,
                     scrape_failures: sig.record?.failures ?? 0,
+                    // Why the last scrape failed (connection refused, a timeout, no engine series).
+                    ...(sig.record?.error ? { last_error: sig.record.error } : {}),
                   },
                 }
               : {}),
           });
         }
       }
-      return send(res, 200, { store: gate.store.backend, workers: out });
+      // The store's health beside the fleet, so `kvgate status` shows a Redis outage too.
+      const r = this.opts.readiness.report;
+      const health = { ready: r.ready, status: r.status, store: r.store, ...(r.reason ? { reason: r.reason } : {}), ...(r.store_error ? { store_error: r.store_error } : {}) };
+      return send(res, 200, { store: gate.store.backend, readiness: health, workers: out });
     }
     if (req.method === 'GET' && url.pathname === '/debug/decisions') {
       const limit = Math.min(100, Math.max(1, Number(url.searchParams.get('limit') ?? 20) || 20));
-      return send(res, 200, { decisions: gate.decisions.recent(limit) });
+      // The gate keeps explanations as its TypeScript types have them; the API speaks snake_case.
+      return send(res, 200, { decisions: snakeCaseKeys(gate.decisions.recent(limit)) });
     }
     const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
     if (m && (req.method === 'PUT' || req.method === 'POST')) {
@@ -123,6 +129,13 @@ export class AdminServer {
     }
     return send(res, 404, { error: 'not found' });
   }
+}
+
+/** A copy of plain JSON data with camelCase keys in snake_case (`totalBlocks` → `total_blocks`). */
+export function snakeCaseKeys(value: unknown): unknown {
+  if (Array.isArray(value)) return value.map(snakeCaseKeys);
+  if (value === null || typeof value !== 'object') return value;
+  return Object.fromEntries(Object.entries(value).map(([k, v]) => [k.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`), snakeCaseKeys(v)]));
 }
 
 function send(res: http.ServerResponse, status: number, body: unknown): void {

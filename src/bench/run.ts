@@ -6,7 +6,7 @@
  * same machine, with the same client.
  */
 import { describeMachine, type Machine } from './machine.js';
-import { LoadPool, type Percentiles, type WindowResult } from './load-pool.js';
+import { LoadPool, type WindowResult } from './load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from './redis-server.js';
 import { startServer, type GateCounts, type ServerUnderTest, type TargetName } from './servers.js';
 import { sizeLabel } from './bodies.js';
@@ -36,45 +36,9 @@ export interface BenchOptions {
   seed: number;
 }
 
-export interface RunRow {
-  target: TargetName;
-  /** The request body mode the load played; ratios compare with the no-op in the same mode. */
-  body_mode: BenchBodyMode;
-  size: string;
-  body_bytes: number;
-  load: 'saturation' | 'half';
-  /** Saturation: streams in flight; half: the most outstanding before arrivals are dropped. */
-  concurrency: number;
-  /** Half: the arrival rate, half of the median saturation round. */
-  rate_per_s: number | null;
-  window_s: number;
-  /**
-   * Requests answered per second (for kvgate: routing decisions; for the no-op: CONTINUEs). At
-   * saturation: the median round; `rounds_per_s` lists every round.
-   */
-  decisions_per_s: number;
-  rounds_per_s: number[];
-  /** Median over rounds of this server's decisions/s over the no-op's in the same round. */
-  ratio_to_noop: number | null;
-  /** Lowest and highest per-round ratio: how much the machine's noise moved it. */
-  ratio_range: [number, number] | null;
-  /** Main-thread busy time per answered request (event-loop utilization × window / answered). */
-  server_busy_us: number;
-  completed: number;
-  routed: number;
-  shed: number;
-  errors: number;
-  error_samples: string[];
-  dropped: number;
-  added: Percentiles;
-  decision: Percentiles;
-  schedule_lag: Percentiles | null;
-  server_elu: number;
-  client_elu: number;
-  rss_peak_mb: number;
-  heap_mb: number;
-  gate: GateCounts | null;
-}
+import type { RunRow } from './run-row.js';
+
+export type { RunRow };
 
 export interface BenchReport {
   tool: 'kvgate bench';
@@ -87,7 +51,17 @@ export interface BenchReport {
   wall_s: number;
 }
 
-export type Progress = (line: string) => void;
+/** Called as each step starts, with how long it is planned to take (for a time-left estimate). */
+export type Progress = (line: string, plannedMs: number) => void;
+
+/** The steps runBench will take (each one `progress` call) and their planned time in all. */
+export function benchPlan(opts: Pick<BenchOptions, 'sizes' | 'stores' | 'rounds' | 'durationMs' | 'warmupMs' | 'halfSaturation' | 'bodyModes'>): { steps: number; plannedMs: number } {
+  const servers = 1 + opts.stores.length;
+  const cases = opts.sizes.length * (opts.bodyModes?.length ?? 1);
+  const perCase = servers * (1 + opts.rounds + (opts.halfSaturation ? 1 : 0));
+  const perCaseMs = servers * (Math.max(1, opts.warmupMs) + opts.rounds * (RAMP_MS + opts.durationMs) + (opts.halfSaturation ? RAMP_MS + opts.durationMs * opts.rounds : 0));
+  return { steps: cases * perCase, plannedMs: cases * perCaseMs };
+}
 
 /** Each measured run first ramps up its streams unmeasured for this long. */
 const RAMP_MS = 200;
@@ -141,13 +115,13 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         ...(s.routingHeader ? { expectHeader: s.routingHeader } : {}),
       });
       for (const s of servers) {
-        progress(`${label}: warming up ${s.name}`);
+        progress(`${label}: warming up ${s.name}`, Math.max(1, opts.warmupMs));
         await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: 0, durationMs: Math.max(1, opts.warmupMs) });
       }
       const rounds = new Map<ServerUnderTest, Array<{ w: WindowResult; gate: GateCounts | null }>>(servers.map((s) => [s, []]));
       for (let round = 1; round <= opts.rounds; round++) {
         for (const s of servers) {
-          progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`);
+          progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`, RAMP_MS + opts.durationMs);
           s.window();
           const w = await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
           rounds.get(s)!.push({ w, gate: s.window() ?? null });
@@ -183,7 +157,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const rate = capacity / 2;
         // Room for the bursts of Poisson arrivals, without letting a stuck server pile up streams forever.
         const cap = Math.max(opts.concurrency * 4, 256);
-        progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`);
+        progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`, RAMP_MS + opts.durationMs * opts.rounds);
         s.window();
         const w = await pool.run({ ...base(s), mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
         runs.push(row(s.name, bodyMode, size, 'half', cap, Math.round(rate), w, s.window() ?? null));

@@ -1,5 +1,5 @@
 /**
- * The gate's targets from issue 5, checked against a run. A target the run did not measure (a
+ * The gate's performance targets, checked against a run. A target the run did not measure (a
  * size or store left out, half-saturation runs off) is reported as such, never as met.
  *
  * - memory store ≥ 70% of the no-op ceiling's decisions/s, Redis ≥ 50% (at saturation, every size);
@@ -10,7 +10,7 @@
  * A latency percentile from fewer than MIN_SAMPLES requests counts as not measured.
  */
 import { parseSize } from './bodies.js';
-import type { RunRow } from './run.js';
+import type { RunRow } from './run-row.js';
 
 export interface TargetCheck {
   target: string;

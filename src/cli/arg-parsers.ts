@@ -63,3 +63,6 @@ export function secondsUpTo(max = Infinity): (value: string) => number {
     return n;
   };
 }
+
+/** The log levels (pino's), for `.choices()`: a typo is a usage error naming them, not pino's internal text. */
+export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;

@@ -8,7 +8,8 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { positiveInt, secondsUpTo } from './arg-parsers.js';
 import { parseSize } from '../bench/bodies.js';
 import { formatReport } from '../bench/report.js';
-import { runBench, type BenchOptions } from '../bench/run.js';
+import { stepProgress, type ProgressSink } from '../bench/progress.js';
+import { benchPlan, runBench, type BenchOptions } from '../bench/run.js';
 import type { BenchBodyMode } from '../bench/load-client.js';
 
 /**
@@ -77,7 +78,7 @@ export interface BenchOutput {
   write(text: string): void;
 }
 
-export function registerBenchCommand(program: Command, out: BenchOutput = process.stdout): void {
+export function registerBenchCommand(program: Command, out: BenchOutput = process.stdout, err: ProgressSink = process.stderr): void {
   program
     .command('bench')
     .description('measure what the gate costs per request: ext_proc load against kvgate (memory, Redis) and a no-op ceiling')
@@ -114,8 +115,16 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
         halfSaturation: o.half,
         seed: o.seed,
       };
-      const progress = o.json || !process.stderr.isTTY ? undefined : (line: string) => process.stderr.write(`bench: ${line}\n`);
-      const report = await runBench(opts, progress);
+      // Progress on stderr in every case (stdout carries the table or the JSON): redrawn with the
+      // time left on a terminal, a line per step otherwise.
+      const plan = benchPlan(opts);
+      const progress = stepProgress('bench', plan.steps, plan.plannedMs, err);
+      let report;
+      try {
+        report = await runBench(opts, (line, plannedMs) => progress.step(line, plannedMs));
+      } finally {
+        progress.done();
+      }
       out.write(o.json ? `${JSON.stringify(report)}\n` : formatReport(report));
     });
 }

@@ -4,7 +4,7 @@
  * `{"msg":"fake-worker listening","port":N,...}`, on stdout; SIGINT or SIGTERM stops it.
  */
 import { Command, Option } from 'commander';
-import { finiteNumber, nonNegativeNumber, port, positiveInt, positiveNumber } from './arg-parsers.js';
+import { finiteNumber, LOG_LEVELS, nonNegativeNumber, port, positiveInt, positiveNumber } from './arg-parsers.js';
 import { HEALTH_MODES, METRIC_NAMES, METRICS_MODES, type ControlState } from '../fake-worker/controls.js';
 import { FAKE_WORKER_DEFAULTS as D } from '../fake-worker/defaults.js';
 import { startFakeWorker } from '../fake-worker/server.js';
@@ -64,7 +64,7 @@ export function registerFakeWorkerCommand(program: Command, out: FakeWorkerOutpu
     .addOption(new Option('--metric-names <names>', "test hook: the KV gauge's names (vLLM renamed it)").choices(METRIC_NAMES).default('both'))
     .addOption(new Option('--health <mode>', 'test hook: how /health answers').choices(HEALTH_MODES).default('ok'))
     .addOption(new Option('--slow-factor <x>', 'test hook: stretch prefill and decode by this factor').argParser(positiveNumber).default(1))
-    .addOption(new Option('--log-level <level>', 'pino log level (logs go to stderr)').default('info'))
+    .addOption(new Option('--log-level <level>', 'log level (logs go to stderr)').choices(LOG_LEVELS).default('info'))
     .action(async (o: FakeWorkerFlags) => {
       // stdout carries the one readiness line; logs go to stderr so a parent can read stdout plainly.
       const logger = createLogger(o.logLevel, process.stderr);

@@ -3,9 +3,12 @@
  * real routing (through `Gate`) and under the baselines users would otherwise pick, and prints one
  * row per policy (or `--json`), optionally writing a markdown report with charts.
  */
+import { accessSync, constants, existsSync, statSync } from 'node:fs';
+import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
 import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
+import { stepProgress } from '../bench/progress.js';
 import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
 import { parseConfig, readConfigText } from '../config/load.js';
@@ -90,7 +93,7 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--requests <n>', `replay only the first N requests (synthetic default ${DEFAULT_SYNTHETIC_REQUESTS}); with --sweep, the requests measured at each load (default ${DEFAULT_SWEEP_REQUESTS})`).argParser(positiveInt))
     .addOption(new Option('--seed <n>', 'seed for synthetic workloads and random tie-breaks').argParser(nonNegativeInt).default(1))
     .addOption(new Option('--json', 'print one JSON array (one object per policy) on stdout and nothing else'))
-    .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR'))
+    .addOption(new Option('--report <dir>', 'write report.md and SVG charts into DIR (created if missing)').argParser(reportDir))
     .addOption(new Option('--gate-config <file>', "kvgate config YAML for the simulated gate (routing weights, thresholds, signals); the simulator sets its workers and limits.max_inflight"))
     .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
     .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
@@ -102,7 +105,8 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
       if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');
       if (o.sweep) return sweep(o, out, gateConfig);
       const workload = loadWorkload(o);
-      const bar = o.json || !process.stderr.isTTY ? undefined : progressBar(workload, o.policies);
+      // On a terminal a bar with the time left; piped, a line as each policy starts.
+      const bar = o.json ? undefined : process.stderr.isTTY ? progressBar(workload, o.policies) : progressLines(workload, o.policies);
       let report;
       try {
         report = await runSimulation(
@@ -144,6 +148,25 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
         process.stderr.write(`report: ${files.markdown}\n`);
       }
     });
+}
+
+/**
+ * `--report` is checked before the run (which can take minutes), not after it: a path that is a
+ * file, or a directory that cannot be created, fails at once.
+ */
+function reportDir(value: string): string {
+  if (existsSync(value) && !statSync(value).isDirectory()) throw new InvalidArgumentError(`${value} is a file: name a directory (report.md and the charts go into it)`);
+  // The directory itself is made when the report is written; here only that it could be: the
+  // nearest existing ancestor is a directory we may write into.
+  let at = path.resolve(value);
+  while (!existsSync(at)) at = path.dirname(at);
+  try {
+    if (!statSync(at).isDirectory()) throw Object.assign(new Error('not a directory'), { code: 'ENOTDIR' });
+    accessSync(at, constants.W_OK);
+  } catch (err) {
+    throw new InvalidArgumentError(`cannot write into ${value}: ${(err as NodeJS.ErrnoException).code ?? (err as Error).message} at ${at}`);
+  }
+  return value;
 }
 
 /** The YAML of `--gate-config`, checked as `kvgate serve` would check it. */
@@ -204,12 +227,28 @@ function loadWorkload(o: SimFlags): Workload {
   return syntheticWorkload(name, { requests: o.requests ?? DEFAULT_SYNTHETIC_REQUESTS, seed: o.seed, rateScale: o.rateScale });
 }
 
+/** Not a terminal: a line on stderr as each policy starts, with the time left. */
+function progressLines(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
+  const simulated = policies.filter((p) => p !== POOLED_BOUND);
+  const n = w.requests.length;
+  const lines = stepProgress('sim', simulated.length, simulated.length * n, process.stderr, undefined, false);
+  let current: string | undefined;
+  return {
+    update: (policy) => {
+      if (policy === current) return;
+      current = policy;
+      lines.step(`${policy}: ${n.toLocaleString('en-US')} requests`, n);
+    },
+    stop: () => lines.done(),
+  };
+}
+
 /** One bar across all policies, on stderr, redrawn at most every 1% of a policy's requests. */
 function progressBar(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
   const simulated = policies.filter((p) => p !== POOLED_BOUND);
   const n = w.requests.length;
   const bar = new cliProgress.SingleBar(
-    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted}', hideCursor: true, clearOnComplete: true },
+    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted} elapsed, ~{eta_formatted} left', hideCursor: true, clearOnComplete: true },
     cliProgress.Presets.shades_classic,
   );
   bar.start(simulated.length * n, 0, { policy: simulated[0] ?? '' });

@@ -29,7 +29,7 @@ const COLUMN_FIELDS = new Set(['pool', 'id', 'cluster', 'state', 'inflight', 'ma
 export function registerStatusCommand(program: Command, out: StatusOutput = process.stdout): void {
   program
     .command('status')
-    .description("print each worker's state, in-flight load and signals, from a running gate's admin API")
+    .description("print each worker's state, in-flight load and signals, and the store's health, from a running gate's admin API")
     .addOption(new Option('--admin <url>', "the gate's admin API").env('KVGATE_ADMIN').default(DEFAULT_ADMIN))
     .addOption(new Option('--json', 'print the admin API answer (JSON) unchanged'))
     .action(async (o: { admin: string; json?: boolean }) => {
@@ -42,7 +42,7 @@ export function registerStatusCommand(program: Command, out: StatusOutput = proc
     });
 }
 
-async function fetchWorkers(admin: string): Promise<{ text: string; body: { store?: unknown; workers: Array<Record<string, unknown>> } }> {
+async function fetchWorkers(admin: string): Promise<{ text: string; body: { store?: unknown; readiness?: ReadinessView; workers: Array<Record<string, unknown>> } }> {
   let url: URL;
   try {
     url = new URL('/workers', admin);
@@ -53,9 +53,7 @@ async function fetchWorkers(admin: string): Promise<{ text: string; body: { stor
   try {
     res = await fetch(url, { signal: AbortSignal.timeout(ADMIN_TIMEOUT_MS) });
   } catch (err) {
-    const cause = (err as { cause?: { code?: string; message?: string } }).cause;
-    const why = (err as Error).name === 'TimeoutError' ? `no answer in ${ADMIN_TIMEOUT_MS} ms` : (cause?.code ?? cause?.message ?? (err as Error).message);
-    throw new Error(`cannot reach the admin API at ${url.origin}: ${why}`);
+    throw new Error(unreachableMessage(url.origin, err));
   }
   const text = await res.text();
   if (res.status !== 200) throw new Error(`the admin API at ${url.origin} answered ${res.status}: ${text.slice(0, 200)}`);
@@ -69,14 +67,27 @@ async function fetchWorkers(admin: string): Promise<{ text: string; body: { stor
   if (!Array.isArray(workers) || !workers.every((w) => w !== null && typeof w === 'object' && !Array.isArray(w))) {
     throw new Error(`the admin API at ${url.origin} answered JSON without a "workers" list of objects`);
   }
-  return { text, body: body as { store?: unknown; workers: Array<Record<string, unknown>> } };
+  return { text, body: body as { store?: unknown; readiness?: ReadinessView; workers: Array<Record<string, unknown>> } };
+}
+
+/** Why the admin API could not be read, and what to try: fetch's own text is "fetch failed". */
+export function unreachableMessage(origin: string, err: unknown): string {
+  if ((err as Error).name === 'TimeoutError') return `the admin API at ${origin} did not answer in ${ADMIN_TIMEOUT_MS} ms: is the gate overloaded or stopped?`;
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? '';
+  if (code.startsWith('HPE_') || /parse error/i.test(cause?.message ?? '')) {
+    return `${origin} does not answer HTTP/1.1: it looks like the gate's ext_proc gRPC port; the admin API is on the port of --admin-port (9090 by default; \`kvgate serve\` logs it as admin_port): pass that with --admin`;
+  }
+  if (code === 'ECONNREFUSED') return `nothing is listening at ${origin} (ECONNREFUSED): is the gate running? Pass its admin address with --admin (its --admin-port, 9090 by default; \`kvgate serve\` logs it as admin_port)`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve the host of ${origin}: check --admin`;
+  return `cannot reach the admin API at ${origin}: ${code || cause?.message || (err as Error).message}`;
 }
 
 /**
  * The table: a header, one line per worker, signals as `name=value` after the fixed columns. A
  * POOL column comes first when the workers span several pools (one pool needs no column).
  */
-export function formatStatus(body: { store?: unknown; workers: Array<Record<string, unknown>> }): string {
+export function formatStatus(body: { store?: unknown; readiness?: ReadinessView; workers: Array<Record<string, unknown>> }): string {
   const rows: WorkerRow[] = body.workers.map((w) => ({
     pool: String(w['pool'] ?? '-'),
     id: String(w['id'] ?? '?') + (w['cluster'] !== undefined && w['cluster'] !== w['id'] ? ` (${String(w['cluster'])})` : ''),
@@ -84,12 +95,36 @@ export function formatStatus(body: { store?: unknown; workers: Array<Record<stri
     inflight: `${fmtCount(w['inflight'])}/${fmtCount(w['max_inflight'])}`,
     signals: signalsOf(w),
   }));
+  // A worker without a metrics_url has no signals: its state is kvgate's own in-flight count and
+  // an operator's setting, not a measured load. Said once, under the table.
+  const unmeasured = body.workers.filter((w) => w['signals'] === undefined && w['reasons'] === undefined).length;
+  const note = unmeasured > 0 ? `${unmeasured === body.workers.length ? 'no worker has' : `${unmeasured} worker${unmeasured === 1 ? '' : 's'} without`} a metrics_url: healthy unless drained or down by an operator; load is kvgate's own in-flight count\n` : '';
   const pools = new Set(rows.map((r) => r.pool)).size > 1;
   const header: WorkerRow = { pool: 'POOL', id: 'WORKER', state: 'STATE', inflight: 'IN-FLIGHT', signals: 'SIGNALS' };
   const width = (k: keyof WorkerRow) => Math.max(...[header, ...rows].map((r) => r[k].length));
   const line = (r: WorkerRow) => `${pools ? `${r.pool.padEnd(width('pool'))}  ` : ''}${r.id.padEnd(width('id'))}  ${r.state.padEnd(width('state'))}  ${r.inflight.padEnd(width('inflight'))}  ${r.signals}`.trimEnd();
-  const head = `${body.workers.length} worker${body.workers.length === 1 ? '' : 's'}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}`;
-  return `${head}\n${[header, ...rows].map(line).join('\n')}\n`;
+  const head = `${body.workers.length} worker${body.workers.length === 1 ? '' : 's'}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}${readinessOf(body.readiness)}`;
+  return `${head}\n${[header, ...rows].map(line).join('\n')}\n${note}${problemOf(body.readiness)}`;
+}
+
+interface ReadinessView {
+  ready?: unknown;
+  status?: unknown;
+  store?: unknown;
+  reason?: unknown;
+  store_error?: unknown;
+}
+
+/** `(reachable, ready)` after the store's name; gates older than the readiness field show nothing. */
+function readinessOf(r: ReadinessView | undefined): string {
+  if (!r || typeof r !== 'object') return '';
+  return ` (${[r.store, r.status].filter((x) => typeof x === 'string' && x !== 'unknown').join(', ')})`;
+}
+
+/** A line under the table when the gate is not plainly ready: why, and the store's error. */
+function problemOf(r: ReadinessView | undefined): string {
+  if (!r || typeof r !== 'object' || r.status === 'ready' || typeof r.reason !== 'string') return '';
+  return `${r.ready === true ? 'warning' : 'NOT READY'}: ${r.reason}${typeof r.store_error === 'string' ? ` (${r.store_error})` : ''}\n`;
 }
 
 function fmtCount(v: unknown): string {

@@ -33,7 +33,13 @@ export const DEFAULTS = {
    * declares its filter's mode on every stream (`protocol_config`) and kvgate follows that; this is
    * the fallback for older Envoys and must then match the filter's `request_body_mode`.
    */
-  requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none',
+  requestBodyMode: 'buffered' as 'buffered' | 'streamed' | 'none' | 'full_duplex',
+  /**
+   * The filter's response body mode, the fallback for Envoys that do not send `protocol_config`.
+   * Only `full_duplex` changes what kvgate answers (response chunks come back as
+   * `streamed_response`); NONE, STREAMED and BUFFERED response bodies are all answered alike.
+   */
+  responseBodyMode: 'none' as 'none' | 'streamed' | 'buffered' | 'full_duplex',
   /**
    * A request stops counting against its worker's in-flight limit at its response headers: that ends
    * the queueing and prefill that affinity and the limit govern, and needs no per-chunk ext_proc hop.

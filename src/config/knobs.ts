@@ -22,7 +22,7 @@
 import { z } from 'zod';
 import { DEFAULTS } from './defaults.js';
 import { POOL_NAME, blockChars, headerName, type Config } from './schema.js';
-import { POLICY_MODES, type PolicyMode } from '../routing/types.js';
+import { POLICY_MODES, type PolicyMode } from './vocabulary.js';
 
 export interface Knobs {
   /** The worker pool (must be a pool of the config). */

@@ -4,7 +4,7 @@
  */
 import { isIP } from 'node:net';
 import { z } from 'zod';
-import { ENGINES } from '../signals/metric-names.js';
+import { ENGINES } from './vocabulary.js';
 import { DEFAULTS } from './defaults.js';
 
 /** `ip:port` as the endpoint-picker protocol and Envoy's ORIGINAL_DST cluster need it (no host names). */
@@ -114,7 +114,8 @@ const configObject = z.strictObject({
       header: routingHeaderName.default(DEFAULTS.routingHeader),
       shed_status: z.union([z.literal(429), z.literal(503)]).default(DEFAULTS.shedStatus),
       retry_after_s: z.number().int().nonnegative().default(DEFAULTS.retryAfterS),
-      request_body_mode: z.enum(['buffered', 'streamed', 'none']).default(DEFAULTS.requestBodyMode),
+      request_body_mode: z.enum(['buffered', 'streamed', 'none', 'full_duplex']).default(DEFAULTS.requestBodyMode),
+      response_body_mode: z.enum(['none', 'streamed', 'buffered', 'full_duplex']).default(DEFAULTS.responseBodyMode),
       release_on: z.enum(['response_headers', 'response_end']).default(DEFAULTS.releaseOn),
       policy: z.enum(['session', 'prefix', 'both', 'least_loaded']).default(DEFAULTS.policy),
     })

@@ -11,9 +11,10 @@ const SYSTEM_PROMPT_CHARS = 6000;
 /** ~100-200 tokens per user turn. */
 const USER_TURN_CHARS = [400, 800] as const;
 /** Tokens the model writes per turn: short, so turns are quick to watch. */
-export const ANSWER_TOKENS = 24;
+export const ANSWER_TOKENS = 64;
 
-export const SYSTEM_PROMPT_NAMES = ['A', 'B'] as const;
+/** Three apps, one system prompt each: a three-worker fleet has a prompt to hold per worker. */
+export const SYSTEM_PROMPT_NAMES = ['A', 'B', 'C'] as const;
 
 export interface ChatMessage {
   role: 'system' | 'user' | 'assistant';

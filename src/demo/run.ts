@@ -35,6 +35,7 @@ const SESSION_STAGGER_MS = 250;
 const STOP_GRACE_MS = 5000;
 const MODEL = 'llama';
 const ROUTING_HEADER = 'x-kvgate-cluster';
+const DEFAULT_ADMIN = 'http://127.0.0.1:9090';
 
 export interface DemoOptions {
   workers: number;
@@ -46,6 +47,18 @@ export interface DemoOptions {
   /** How long the Envoy stand-in waits for each gate reply before failing open (Envoy's message_timeout). */
   messageTimeoutMs?: number;
   logger?: Logger;
+  /**
+   * A running gate to drive instead of starting one: its ext_proc address (host:port). The demo
+   * then starts a fake worker for each cluster the gate's admin API (`admin`) lists, or sends each
+   * cluster's requests to the URL `upstreams` names for it.
+   */
+  target?: string;
+  /** The running gate's admin API (with `target`). */
+  admin?: string;
+  /** cluster → base URL of a model server, for a running gate's clusters (with `target`). */
+  upstreams?: Record<string, string>;
+  /** The header the gate names the cluster in (routing.header of its config). */
+  routingHeader?: string;
   signal?: AbortSignal;
   /** Called after each answered turn and each shed or failed request. */
   onEvent?: (event: DemoEvent, state: DemoState) => void;
@@ -60,7 +73,8 @@ export type DemoEvent =
 
 export interface WorkerStats {
   id: string;
-  worker: FakeWorker;
+  /** The model server this cluster's requests go to: a fake worker, or a URL (`--upstream`). */
+  worker: Upstream;
   requests: number;
   promptTokens: number;
   cachedTokens: number;
@@ -76,6 +90,8 @@ export interface DemoState {
   workers: WorkerStats[];
   grpcTarget: string;
   adminUrl: string;
+  /** The gate was already running (`--target`): the demo did not start it. */
+  external: boolean;
   requests: number;
   shed: number;
   errors: number;
@@ -83,49 +99,98 @@ export interface DemoState {
   unrouted: number;
 }
 
+/** The summary `--json` prints: snake_case, like every JSON kvgate writes. */
 export interface DemoSummary {
-  elapsedS: number;
+  elapsed_s: number;
   requests: number;
   shed: number;
   errors: number;
   unrouted: number;
   /** Cached prompt tokens / prompt tokens, over every answered turn. */
-  hitRate: number;
+  hit_rate: number;
   /** Turns after a session's first. */
-  followUps: number;
+  follow_ups: number;
   /** Of those, the ones served by the same worker as the session's previous turn. */
   stayed: number;
-  stickyRate: number;
-  workers: Array<{ id: string; requests: number; hitRate: number; meanTtftMs: number }>;
-  sessions: Array<{ id: string; systemPrompt: string; turns: number; workers: string[] }>;
+  sticky_rate: number;
+  workers: Array<{ id: string; requests: number; hit_rate: number; mean_ttft_ms: number }>;
+  sessions: Array<{ id: string; system_prompt: string; turns: number; workers: string[] }>;
+}
+
+/** Where a cluster's requests go; `engine` is there for fake workers the demo started (the live view reads it). */
+export interface Upstream {
+  id: string;
+  url: string;
+  engine?: FakeWorker['engine'];
+  close(): Promise<void>;
+}
+
+/** A running gate's clusters, from its admin API's `GET /workers`. */
+async function clustersOf(admin: string): Promise<string[]> {
+  let res: Response;
+  try {
+    res = await fetch(new URL('/workers', admin), { signal: AbortSignal.timeout(5000) });
+  } catch (err) {
+    const code = (err as { cause?: { code?: string } }).cause?.code;
+    throw new Error(
+      `cannot read the gate's workers from its admin API at ${admin} (${code ?? (err as Error).message}): pass --admin with its admin address, or name every cluster's model server with --upstream CLUSTER=URL`,
+    );
+  }
+  if (res.status !== 200) throw new Error(`the admin API at ${admin} answered ${res.status} to GET /workers`);
+  const body = (await res.json()) as { workers?: Array<{ cluster?: unknown; id?: unknown }> };
+  const clusters = (body.workers ?? []).map((w) => String(w.cluster ?? w.id));
+  if (clusters.length === 0) throw new Error(`the gate at ${admin} lists no workers`);
+  return [...new Set(clusters)];
 }
 
 export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
   const logger = opts.logger ?? createLogger('silent');
-  const workers: FakeWorker[] = [];
+  const workers: Upstream[] = [];
   let gate: RunningKvgate | undefined;
   let client: EnvoyLikeClient | undefined;
+  const routingHeader = opts.routingHeader ?? ROUTING_HEADER;
   try {
-    for (let i = 1; i <= opts.workers; i++) {
-      workers.push(await startFakeWorker({ ...DEMO_WORKER, id: `worker_${i}`, model: MODEL, host: '127.0.0.1', port: 0, logger }));
+    if (opts.target !== undefined) {
+      // A running gate: stand in for the model servers behind the clusters it routes to.
+      const clusters = opts.upstreams && !opts.admin ? Object.keys(opts.upstreams) : await clustersOf(opts.admin ?? DEFAULT_ADMIN);
+      for (const cluster of clusters) {
+        const url = opts.upstreams?.[cluster];
+        if (url !== undefined) workers.push({ id: cluster, url: url.replace(/\/$/, ''), close: async () => {} });
+        else workers.push(await startFakeWorker({ ...DEMO_WORKER, id: cluster, model: MODEL, host: '127.0.0.1', port: 0, logger }));
+      }
+      client = new EnvoyLikeClient(opts.target, routingHeader, opts.messageTimeoutMs);
+      try {
+        await client.ready(5000);
+      } catch {
+        throw new Error(`no gate answers ext_proc at ${opts.target}: is it running, and is that its --grpc-port?`);
+      }
+    } else {
+      for (let i = 1; i <= opts.workers; i++) {
+        workers.push(await startFakeWorker({ ...DEMO_WORKER, id: `worker_${i}`, model: MODEL, host: '127.0.0.1', port: 0, logger }));
+      }
     }
-    const config = parseConfig(
+    const config = opts.target !== undefined ? undefined : parseConfig(
       {
         routing: { header: ROUTING_HEADER },
-        workers: workers.map((w) => ({ id: w.id, cluster: w.id, max_inflight: DEMO_MAX_INFLIGHT, kv_capacity_tokens: DEMO_WORKER.kvCapacityTokens })),
+        // The gate scrapes its workers' /metrics as it would a vLLM fleet's, so its decisions (and
+        // `kvgate status`) see their running and queued requests and KV use.
+        workers: workers.map((w) => ({ id: w.id, cluster: w.id, max_inflight: DEMO_MAX_INFLIGHT, kv_capacity_tokens: DEMO_WORKER.kvCapacityTokens, metrics_url: `${w.url}/metrics` })),
       },
       'demo config',
     );
-    gate = await startKvgate({ config, logger, store: 'memory', grpcHost: '127.0.0.1', grpcPort: 0, adminHost: '127.0.0.1', adminPort: 0 });
-    client = new EnvoyLikeClient(`127.0.0.1:${gate.grpcPort}`, ROUTING_HEADER, opts.messageTimeoutMs);
-    await warmUp(client);
+    if (config) {
+      gate = await startKvgate({ config, logger, store: 'memory', grpcHost: '127.0.0.1', grpcPort: 0, adminHost: '127.0.0.1', adminPort: 0 });
+      client = new EnvoyLikeClient(`127.0.0.1:${gate.grpcPort}`, routingHeader, opts.messageTimeoutMs);
+    }
+    await warmUp(client!);
     const state: DemoState = {
       startedAt: performance.now(),
       options: opts,
       sessions: demoSessions(opts.sessions),
       workers: workers.map((w) => ({ id: w.id, worker: w, requests: 0, promptTokens: 0, cachedTokens: 0, ttftMsTotal: 0, active: 0 })),
-      grpcTarget: `127.0.0.1:${gate.grpcPort}`,
-      adminUrl: `http://127.0.0.1:${gate.adminPort}`,
+      grpcTarget: gate ? `127.0.0.1:${gate.grpcPort}` : opts.target!,
+      adminUrl: gate ? `http://127.0.0.1:${gate.adminPort}` : (opts.admin ?? DEFAULT_ADMIN),
+      external: gate === undefined,
       requests: 0,
       shed: 0,
       errors: 0,
@@ -135,7 +200,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
     const deadline = state.startedAt + opts.durationS * 1000;
     // Turns still running at the deadline get a grace period, then every request is cut off.
     const hardStop = AbortSignal.any([AbortSignal.timeout(opts.durationS * 1000 + STOP_GRACE_MS), ...(opts.signal ? [opts.signal] : [])]);
-    const driver = new Driver(client, state, hardStop, opts.onEvent);
+    const driver = new Driver(client!, state, hardStop, opts.onEvent);
     await Promise.all(
       state.sessions.map(async (s, i) => {
         if (!(await pause(SESSION_STAGGER_MS * i, hardStop))) return;
@@ -323,21 +388,21 @@ export function summarize(state: DemoState): DemoSummary {
     }
   }
   return {
-    elapsedS: (performance.now() - state.startedAt) / 1000,
+    elapsed_s: (performance.now() - state.startedAt) / 1000,
     requests: state.requests,
     shed: state.shed,
     errors: state.errors,
     unrouted: state.unrouted,
-    hitRate: prompt > 0 ? cached / prompt : 0,
-    followUps,
+    hit_rate: prompt > 0 ? cached / prompt : 0,
+    follow_ups: followUps,
     stayed,
-    stickyRate: followUps > 0 ? stayed / followUps : 0,
+    sticky_rate: followUps > 0 ? stayed / followUps : 0,
     workers: state.workers.map((w) => ({
       id: w.id,
       requests: w.requests,
-      hitRate: w.promptTokens > 0 ? w.cachedTokens / w.promptTokens : 0,
-      meanTtftMs: w.requests > 0 ? w.ttftMsTotal / w.requests : 0,
+      hit_rate: w.promptTokens > 0 ? w.cachedTokens / w.promptTokens : 0,
+      mean_ttft_ms: w.requests > 0 ? w.ttftMsTotal / w.requests : 0,
     })),
-    sessions: state.sessions.map((s) => ({ id: s.id, systemPrompt: s.systemPrompt, turns: s.turns, workers: [...s.workers] })),
+    sessions: state.sessions.map((s) => ({ id: s.id, system_prompt: s.systemPrompt, turns: s.turns, workers: [...s.workers] })),
   };
 }

@@ -3,6 +3,7 @@
  * trail of workers), redrawn in place. Elsewhere (a pipe, a log, CI): one plain line per answered
  * turn. Both end with the same summary.
  */
+import { SYSTEM_PROMPT_NAMES } from './conversations.js';
 import type { DemoEvent, DemoState, DemoSummary } from './run.js';
 
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
@@ -21,8 +22,10 @@ function short(id: string): string {
 export function headerLines(state: DemoState): string[] {
   const o = state.options;
   return [
-    `kvgate demo: ${o.workers} fake workers, ${o.sessions} sessions × ${o.turns} turns (at most ${o.durationS} s), 2 shared system prompts`,
-    `gate: ext_proc ${state.grpcTarget}, admin ${state.adminUrl} (while it runs: kvgate status --admin ${state.adminUrl})`,
+    `kvgate demo: ${state.workers.length} ${state.external ? 'clusters' : 'fake workers'}, ${o.sessions} sessions × ${o.turns} turns (at most ${o.durationS} s), ${SYSTEM_PROMPT_NAMES.length} shared system prompts`,
+    state.external
+      ? `gate: the running one at ${state.grpcTarget} (admin ${state.adminUrl}); its clusters: ${state.workers.map((w) => `${w.id} → ${w.worker.url}`).join(', ')}`
+      : `gate: ext_proc ${state.grpcTarget}, admin ${state.adminUrl} (while it runs: kvgate status --admin ${state.adminUrl})`,
   ];
 }
 
@@ -62,9 +65,11 @@ export function frameLines(state: DemoState): string[] {
     `${'WORKER'.padEnd(10)} ${'RUN'.padStart(4)} ${'WAIT'.padStart(5)} ${'KV USE'.padStart(7)} ${'REQS'.padStart(5)} ${'HIT RATE'.padStart(9)} ${'1ST TOKEN'.padStart(10)}`,
   ];
   for (const w of state.workers) {
+    // A model server the demo did not start (--upstream) shows no engine figures.
+    const e = w.worker.engine;
     lines.push(
-      `${w.id.padEnd(10)} ${String(w.worker.engine.requestsRunning).padStart(4)} ${String(w.worker.engine.requestsWaiting).padStart(5)} ` +
-        `${pct(w.worker.engine.kvUsage).padStart(7)} ${String(w.requests).padStart(5)} ${pct(w.promptTokens > 0 ? w.cachedTokens / w.promptTokens : 0).padStart(9)} ` +
+      `${w.id.padEnd(10)} ${(e ? String(e.requestsRunning) : '-').padStart(4)} ${(e ? String(e.requestsWaiting) : '-').padStart(5)} ` +
+        `${(e ? pct(e.kvUsage) : '-').padStart(7)} ${String(w.requests).padStart(5)} ${pct(w.promptTokens > 0 ? w.cachedTokens / w.promptTokens : 0).padStart(9)} ` +
         `${ms(w.requests > 0 ? w.ttftMsTotal / w.requests : NaN).padStart(10)}`,
     );
   }
@@ -79,16 +84,16 @@ export function frameLines(state: DemoState): string[] {
 
 export function summaryLines(sum: DemoSummary): string[] {
   const lines = [
-    `done in ${sum.elapsedS.toFixed(1)} s: ${plural(sum.requests, 'request')}, ${sum.shed} shed, ${sum.errors} failed${sum.unrouted > 0 ? `, ${sum.unrouted} by the fallback route` : ''}`,
-    `KV hit rate: ${pct(sum.hitRate)} of prompt tokens were served from the prefix cache`,
-    `sticky: ${sum.stayed}/${sum.followUps} follow-up turns stayed on their session's worker (${sum.followUps > 0 ? pct(sum.stickyRate) : '-'})`,
+    `done in ${sum.elapsed_s.toFixed(1)} s: ${plural(sum.requests, 'request')}, ${sum.shed} shed, ${sum.errors} failed${sum.unrouted > 0 ? `, ${sum.unrouted} by the fallback route` : ''}`,
+    `KV hit rate: ${pct(sum.hit_rate)} of prompt tokens were served from the prefix cache`,
+    `sticky: ${sum.stayed}/${sum.follow_ups} follow-up turns stayed on their session's worker (${sum.follow_ups > 0 ? pct(sum.sticky_rate) : '-'})`,
   ];
   for (const w of sum.workers) {
-    lines.push(w.requests === 0 ? `  ${w.id}: no requests` : `  ${w.id}: ${plural(w.requests, 'request')}, hit rate ${pct(w.hitRate)}, first token ${ms(w.meanTtftMs)} on average`);
+    lines.push(w.requests === 0 ? `  ${w.id}: no requests` : `  ${w.id}: ${plural(w.requests, 'request')}, hit rate ${pct(w.hit_rate)}, first token ${ms(w.mean_ttft_ms)} on average`);
   }
   for (const s of sum.sessions) {
     const distinct = [...new Set(s.workers)];
-    lines.push(`  ${s.id} (prompt ${s.systemPrompt}): ${plural(s.turns, 'turn')} on ${distinct.length === 0 ? '-' : distinct.join(', ')}`);
+    lines.push(`  ${s.id} (prompt ${s.system_prompt}): ${plural(s.turns, 'turn')} on ${distinct.length === 0 ? '-' : distinct.join(', ')}`);
   }
   return lines;
 }

@@ -4,7 +4,8 @@
  * Envoy 1.35+ sends `protocol_config` (its filter's request and response body modes) on the first
  * message of every stream (ext_proc.cc `encodeProtocolConfig`); kvgate follows it, so a platform
  * team changes the mode in Envoy's config alone. Older Envoys send nothing, and
- * `routing.request_body_mode` says what the filter is configured with.
+ * `routing.request_body_mode` / `routing.response_body_mode` say what the filter is configured
+ * with (FULL_DUPLEX_STREAMED predates protocol_config, so an Envoy may run it without declaring it).
  *
  *  - buffered: BUFFERED (one message with the whole body; Envoy holds the headers until its reply)
  *    and BUFFERED_PARTIAL (the same, for what fits in Envoy's buffer): decide on the body reply.
@@ -15,7 +16,8 @@
 import type { Config } from '../config/schema.js';
 import type { BodySendMode, ProtocolConfiguration } from './messages.js';
 
-export type RequestBodyHandling = Config['routing']['request_body_mode'] | 'full_duplex';
+export type RequestBodyHandling = Config['routing']['request_body_mode'];
+type Configured = Pick<Config['routing'], 'request_body_mode' | 'response_body_mode'>;
 
 export interface BodyModes {
   request: RequestBodyHandling;
@@ -49,11 +51,11 @@ function requestHandling(mode: BodySendMode): RequestBodyHandling | undefined {
 }
 
 /** The stream's body modes: Envoy's declaration when there is one, else the config's fallback. */
-export function bodyModes(pc: ProtocolConfiguration | null | undefined, configured: Config['routing']['request_body_mode']): BodyModes {
-  if (!pc) return { request: configured, responseFullDuplex: false };
+export function bodyModes(pc: ProtocolConfiguration | null | undefined, configured: Configured): BodyModes {
+  if (!pc) return { request: configured.request_body_mode, responseFullDuplex: configured.response_body_mode === 'full_duplex' };
   const declared = { request: pc.request_body_mode, response: pc.response_body_mode };
   return {
-    request: requestHandling(pc.request_body_mode) ?? configured,
+    request: requestHandling(pc.request_body_mode) ?? configured.request_body_mode,
     responseFullDuplex: pc.response_body_mode === 'FULL_DUPLEX_STREAMED',
     declared,
   };

@@ -1,6 +1,6 @@
 /**
  * The Gateway API Inference Extension endpoint-picker protocol, on top of ext_proc
- * (GIE docs/proposals/004-endpoint-picker-protocol; /work/shared/reference/gateways.md §2):
+ * (Gateway API Inference Extension, docs/proposals/004-endpoint-picker-protocol):
  *
  *  - the picker answers with the chosen `ip:port` in the request header
  *    `x-gateway-destination-endpoint` AND in dynamic metadata `envoy.lb` under the same key, with

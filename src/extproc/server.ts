@@ -13,7 +13,7 @@ import type { Logger } from 'pino';
 import { DEFAULTS } from '../config/defaults.js';
 import type { KnobProblem } from '../config/knobs.js';
 import type { Gate, GateResult } from '../gate/gate.js';
-import { LogThrottle } from '../telemetry/log-throttle.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';

@@ -322,7 +322,7 @@ export class ExtProcStream {
 
   private readModes(msg: ProcessingRequest): BodyModes {
     const configured = this.config.routing.request_body_mode;
-    const modes = bodyModes(msg.protocol_config, configured);
+    const modes = bodyModes(msg.protocol_config, this.config.routing);
     if (modeMismatch(modes, configured)) this.hooks.onModeMismatch?.(modes, configured);
     return modes;
   }

@@ -15,7 +15,7 @@ import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
-import { LogThrottle } from '../telemetry/log-throttle.js';
+import { LogThrottle } from '../util/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
 import { PoolTable, type Pool } from './pools.js';
 
@@ -204,7 +204,8 @@ export class Gate {
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
       });
-      const decision = pinned !== undefined ? pinnedDecision(decided, pinned) : eligible ? subsetDecision(decided) : decided;
+      // A subset (the proxy's hint) needs nothing here: the policy's prefix bound names the workers it weighed.
+      const decision = pinned === undefined ? decided : pinnedDecision(decided, pinned);
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
@@ -304,7 +305,6 @@ export class Gate {
       const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
       const view: WorkerView = {
         id,
-        cluster: w.cluster,
         state: effectiveState(snap.states.get(id), sig?.verdict),
         inflight: snap.inflight.get(id) ?? 0,
         maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
@@ -419,7 +419,8 @@ export class Gate {
       kind: 'route',
       pool: pool.name,
       worker: decision.worker,
-      cluster: decision.cluster,
+      // Routing knows worker ids; the Envoy cluster that names one to the proxy is the gate's to add.
+      cluster: pool.workers.get(decision.worker)!.cluster,
       outcome: decision.outcome,
       ...(decision.from !== undefined ? { from: decision.from } : {}),
       lease,
@@ -473,23 +474,11 @@ function servingPin(w: WorkerView): WorkerView {
 }
 
 function pinnedDecision(d: Decision, pinned: string): Decision {
-  const s = subsetDecision(d);
-  if (s.kind !== 'route') return s;
-  const states = [...s.preconditions.states.filter((x) => x.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
-  return { ...s, preconditions: { ...s.preconditions, states } };
-}
-
-/**
- * The policy saw only some of the pool's workers (a pin, or the proxy's endpoint subset): its
- * "no deeper prefix match anywhere" precondition covers those, while the store checks it over
- * the whole pool. A deeper match on a worker the request may not use then failed every commit
- * and shed the request (429) with idle candidates. The bound is dropped: what the excluded
- * workers hold cannot make this choice stale.
- */
-function subsetDecision(d: Decision): Decision {
-  if (d.kind !== 'route' || d.preconditions.prefixAtMost === undefined) return d;
-  const { prefixAtMost: _unused, ...preconditions } = d.preconditions;
-  return { ...d, preconditions };
+  if (d.kind !== 'route') return d;
+  const states = [...d.preconditions.states.filter((x) => x.worker !== pinned), { worker: pinned, in: PIN_KEEPS }];
+  // One candidate: no prefix match anywhere could change the choice, so there is no bound to check.
+  const { prefix: _none, ...preconditions } = d.preconditions;
+  return { ...d, preconditions: { ...preconditions, states } };
 }
 
 const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];

@@ -22,6 +22,17 @@ export interface ReadinessReport {
   status: ReadinessStatus;
   store: 'reachable' | 'unreachable' | 'unknown';
   ready_when_unreachable: boolean;
+  /** Why it is not plainly ready, and what changes it (absent when ready). */
+  reason?: string;
+  /** The store's last error, when unreachable. */
+  store_error?: string;
+}
+
+/** The words for an unreachable store: what kvgate does meanwhile, and the setting that decides readiness. */
+export function unreachableReason(readyWhenUnreachable: boolean): string {
+  return readyWhenUnreachable
+    ? 'the store does not answer; routing on local state and staying ready because store.ready_when_unreachable is true'
+    : 'the store does not answer; routing on local state but not ready, so Envoy and Kubernetes prefer replicas that see the shared placements (set store.ready_when_unreachable: true to stay ready meanwhile)';
 }
 
 export interface ReadinessOptions {
@@ -39,7 +50,7 @@ export class Readiness {
   private checking: Promise<ReadinessReport> | undefined;
 
   constructor(private readonly opts: ReadinessOptions) {
-    this.current = { ready: false, status: 'starting', store: 'unknown', ready_when_unreachable: opts.readyWhenUnreachable };
+    this.current = { ready: false, status: 'starting', store: 'unknown', ready_when_unreachable: opts.readyWhenUnreachable, reason: 'the first store check has not finished' };
   }
 
   get report(): ReadinessReport {
@@ -64,7 +75,7 @@ export class Readiness {
   /** Shutting down: not ready from now on, whatever the store says. */
   drain(): void {
     this.stop();
-    this.set({ ...this.current, ready: false, status: 'draining' });
+    this.set({ ...this.current, ready: false, status: 'draining', reason: 'shutting down: open streams are finishing' });
   }
 
   stop(): void {
@@ -74,20 +85,30 @@ export class Readiness {
 
   private async ping(): Promise<ReadinessReport> {
     let reachable: boolean;
+    let error: string | undefined;
     try {
       await this.opts.store.ping();
       reachable = true;
-    } catch {
+    } catch (err) {
       reachable = false;
+      error = err instanceof Error ? err.message : String(err);
     }
     if (this.current.status === 'draining') return this.current;
     const allowed = this.opts.readyWhenUnreachable;
     const next: ReadinessReport = reachable
       ? { ready: true, status: 'ready', store: 'reachable', ready_when_unreachable: allowed }
-      : { ready: allowed, status: allowed ? 'degraded' : 'not_ready', store: 'unreachable', ready_when_unreachable: allowed };
+      : {
+          ready: allowed,
+          status: allowed ? 'degraded' : 'not_ready',
+          store: 'unreachable',
+          ready_when_unreachable: allowed,
+          reason: unreachableReason(allowed),
+          ...(error !== undefined ? { store_error: error } : {}),
+        };
+    // One line per change (not per ping): the store's own failures are rate-limited where they happen.
     if (next.store !== this.current.store && this.current.store !== 'unknown') {
       if (reachable) this.opts.logger.info({ status: next.status }, 'store reachable again');
-      else this.opts.logger.warn({ status: next.status }, allowed ? 'store unreachable; staying ready on local state (store.ready_when_unreachable)' : 'store unreachable; not ready');
+      else this.opts.logger.warn({ status: next.status, err: error }, `store unreachable: ${unreachableReason(allowed)}`);
     }
     this.set(next);
     return next;

@@ -11,8 +11,22 @@
  * is normal there; KV-cache use and the queue are what approach out-of-memory.
  * An operator's state (draining, down, …) overrides all of this.
  */
-import type { WorkerSignals } from '../signals/parse.js';
 import type { WorkerState } from './types.js';
+
+/** What one scrape says about a worker. Absent fields were not reported (or were invalid). */
+export interface WorkerSignals {
+  running?: number;
+  waiting?: number;
+  /** KV-cache use in [0, 1]. */
+  kvUsage?: number;
+  /** GPU framebuffer used / free, MiB (DCGM). */
+  fbUsedMiB?: number;
+  fbFreeMiB?: number;
+  /** GPU temperature, °C (DCGM). */
+  gpuTempC?: number;
+  blockSize?: number;
+  numGpuBlocks?: number;
+}
 
 export interface HealthThresholds {
   kvPressure: number;

@@ -46,7 +46,6 @@ export function decide(input: DecisionInput): Decision {
     return {
       kind: 'route',
       worker: affine.id,
-      cluster: affine.cluster,
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
@@ -76,8 +75,9 @@ export function decide(input: DecisionInput): Decision {
       bestScore = s;
     }
   }
-  // The deepest match any worker has: a replica that knows of a deeper one must re-decide.
-  const prefixAtMost = usePrefix ? Math.max(0, ...workers.map((w) => w.prefixBlocks)) : undefined;
+  // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
+  // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
+  const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
 
   if (!best) {
     const anyUp = workers.some((w) => KEEPS.includes(w.state));
@@ -104,7 +104,7 @@ export function decide(input: DecisionInput): Decision {
       // Leaving a dead or drained worker is only right while it still is.
       ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
     ],
-    ...(prefixAtMost !== undefined ? { prefixAtMost } : {}),
+    ...(prefix !== undefined ? { prefix } : {}),
   };
   // An affinity whose worker is gone from the config moves too: that is still a migration.
   const moved = affinity !== undefined && affinity !== best.id;
@@ -120,7 +120,6 @@ export function decide(input: DecisionInput): Decision {
   return {
     kind: 'route',
     worker: best.id,
-    cluster: best.cluster,
     outcome,
     ...(moved ? { from: affinity } : {}),
     preconditions,

@@ -1,5 +1,6 @@
 /**
- * The vocabulary of routing decisions. Nothing here knows Envoy, gRPC or a store backend.
+ * The vocabulary of routing decisions. Nothing here knows Envoy, gRPC or a store backend: workers
+ * are named by their ids; the gate maps an id to what the proxy needs (an Envoy cluster, an address).
  */
 
 /**
@@ -11,20 +12,14 @@
 export type WorkerState = 'healthy' | 'pressured' | 'draining' | 'down';
 export const WORKER_STATES: readonly WorkerState[] = ['healthy', 'pressured', 'draining', 'down'];
 
-/**
- * How a request picks its worker (a per-gate default, and later a per-route knob):
- * session: sticky to the session's worker, else least loaded (the article's algorithm);
- * prefix: score every worker on prefix overlap, load and KV pressure, ignoring sessions;
- * both: sticky to the session's worker while it can take it, else scored (the default);
- * least_loaded: load alone.
- */
-export type PolicyMode = 'session' | 'prefix' | 'both' | 'least_loaded';
-export const POLICY_MODES: readonly PolicyMode[] = ['session', 'prefix', 'both', 'least_loaded'];
+import type { PolicyMode } from '../config/vocabulary.js';
+
+/** How a request picks its worker: defined with the config that names it. */
+export { POLICY_MODES, type PolicyMode } from '../config/vocabulary.js';
 
 /** One worker as a decision sees it. */
 export interface WorkerView {
   id: string;
-  cluster: string;
   state: WorkerState;
   /** Requests this fleet of gates has sent and not yet seen finish. */
   inflight: number;
@@ -121,17 +116,19 @@ export interface Preconditions {
   /** Workers whose state must still be one of these (an operator may have drained it meanwhile). */
   states: ReadonlyArray<{ worker: string; in: readonly WorkerState[] }>;
   /**
-   * The deepest prefix match the decision saw on any worker. A store that knows of a deeper one
-   * (another replica placed this prefix meanwhile) rejects the commit so the decision is re-made.
+   * The deepest prefix match the decision saw among the workers it weighed (`over`: the eligible
+   * ones of the running config, in the order it saw them). A store that knows of a deeper match on
+   * one of them (another replica placed this prefix meanwhile) rejects the commit so the decision is
+   * re-made. Holders outside `over` (outside the request's endpoint subset, or gone from the config)
+   * are not checked: the decision could not have chosen them, so they cannot make it wrong.
    */
-  prefixAtMost?: number;
+  prefix?: { atMost: number; over: readonly string[] };
 }
 
 export type Decision =
   | {
       kind: 'route';
       worker: string;
-      cluster: string;
       outcome: RouteOutcome;
       /** The worker a migrated session left. */
       from?: string;

@@ -16,37 +16,38 @@ import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
 import type { Logger } from 'pino';
 import type { WorkerConfig } from '../config/schema.js';
-import type { Gate } from '../gate/gate.js';
 import type { HealthVerdict, SignalRecord } from '../routing/health.js';
 import { rendezvousScore } from '../routing/rendezvous.js';
 import type { RoutingStore } from '../state/store.js';
+import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
 import { parseSignals, type WorkerSignals } from './parse.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;
 
-export interface CollectorOptions {
-  gate: Gate;
+export interface CollectorOptions<P extends FleetPool> {
+  /** The gate (./fleet.ts: what the loops read from it and feed it). */
+  gate: Fleet<P>;
   store: RoutingStore;
   logger: Logger;
   /** This replica's id in the store's live-gate set. */
   gateId?: string;
 }
 
-export class SignalCollector {
+export class SignalCollector<P extends FleetPool> {
   readonly gateId: string;
   private owned = new Set<string>();
   private readonly timers = new Map<string, NodeJS.Timeout>();
   private readonly loops: NodeJS.Timeout[] = [];
   private previous = new Map<string, HealthVerdict['state']>();
-  private readonly migrator: Migrator;
+  private readonly migrator: Migrator<P>;
   private stopped = false;
   private started = false;
   private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
 
-  constructor(private readonly opts: CollectorOptions) {
+  constructor(private readonly opts: CollectorOptions<P>) {
     this.gateId = opts.gateId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.migrator = new Migrator(opts.gate, opts.store, opts.logger);
   }
@@ -248,7 +249,12 @@ export class SignalCollector {
 }
 
 async function fetchText(url: string, timeoutMs: number): Promise<string> {
-  const res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+  let res: Response;
+  try {
+    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+  } catch (err) {
+    throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
+  }
   if (!res.ok) {
     await res.body?.cancel();
     throw new Error(`HTTP ${res.status} from ${url}`);
@@ -261,4 +267,19 @@ async function fetchText(url: string, timeoutMs: number): Promise<string> {
   const text = await res.text();
   if (text.length > MAX_METRICS_BYTES) throw new Error('metrics page is too large');
   return text;
+}
+
+/**
+ * A failed fetch in words: fetch's own message is "fetch failed", with the reason (the OS's error
+ * code) only in its cause.
+ */
+export function fetchFailure(url: string, timeoutMs: number, err: unknown): string {
+  const name = (err as Error).name;
+  if (name === 'TimeoutError' || name === 'AbortError') return `no answer from ${url} in ${timeoutMs} ms (signals.timeout_ms)`;
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const code = cause?.code ?? '';
+  if (code === 'ECONNREFUSED') return `nothing listening at ${url} (ECONNREFUSED): is the worker up, and is its metrics_url right?`;
+  if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve the host of ${url} (${code}): check the worker's metrics_url`;
+  if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return `${url} closed the connection (${code})`;
+  return `cannot fetch ${url}: ${[code, cause?.message].filter(Boolean).join(' ') || (err as Error).message}`;
 }

@@ -5,8 +5,9 @@
  * `gpu_cache_usage_perc` → `kv_cache_usage_perc`) is found under either name.
  */
 
-export const ENGINES = ['vllm', 'sglang', 'trtllm', 'triton'] as const;
-export type Engine = (typeof ENGINES)[number];
+import type { Engine } from '../config/vocabulary.js';
+
+export { ENGINES, type Engine } from '../config/vocabulary.js';
 
 /** A metric name, optionally narrowed to series whose label has a value. */
 export interface Selector {

@@ -7,17 +7,17 @@
  * the worker stays pressured. Run only by the replica that scrapes the worker, so sessions move once.
  */
 import type { Logger } from 'pino';
-import type { Gate } from '../gate/gate.js';
 import { planMigration } from '../routing/migration.js';
 import type { RoutingStore } from '../state/store.js';
+import type { Fleet, FleetPool } from './fleet.js';
 
-export class Migrator {
+export class Migrator<P extends FleetPool> {
   private readonly lastRound = new Map<string, number>();
   private readonly running = new Set<string>();
   private stopped = false;
 
   constructor(
-    private readonly gate: Gate,
+    private readonly gate: Fleet<P>,
     private readonly store: RoutingStore,
     private readonly logger: Logger,
   ) {}

@@ -6,20 +6,10 @@
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import { DCGM, ENGINE_METRICS, type Engine, type Selector } from './metric-names.js';
 
-/** What one scrape says about a worker. Absent fields were not reported (or were invalid). */
-export interface WorkerSignals {
-  running?: number;
-  waiting?: number;
-  /** KV-cache use in [0, 1]. */
-  kvUsage?: number;
-  /** GPU framebuffer used / free, MiB (DCGM). */
-  fbUsedMiB?: number;
-  fbFreeMiB?: number;
-  /** GPU temperature, °C (DCGM). */
-  gpuTempC?: number;
-  blockSize?: number;
-  numGpuBlocks?: number;
-}
+import type { WorkerSignals } from '../routing/health.js';
+
+/** What one scrape says about a worker: defined where health is judged from it. */
+export type { WorkerSignals } from '../routing/health.js';
 
 export interface ParseResult {
   signals: WorkerSignals;

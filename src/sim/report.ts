@@ -20,17 +20,20 @@ export async function renderSvg(spec: TopLevelSpec): Promise<string> {
 
 function hitRateChart(r: SimReport): TopLevelSpec {
   return {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
     title: 'KV-cache hit rate (prompt tokens served from cache)',
     width: 480,
     height: 24 * r.rows.length,
     data: { values: r.rows.map((row) => ({ policy: row.policy, hit_rate: row.hit_rate, bound: row.policy === 'pooled-bound' })) },
-    mark: 'bar',
     encoding: {
       y: { field: 'policy', type: 'nominal', sort: null, title: null },
       x: { field: 'hit_rate', type: 'quantitative', axis: { format: '%' }, scale: { domain: [0, 1] }, title: 'hit rate' },
-      color: { field: 'bound', type: 'nominal', legend: null, scale: { range: ['#4c78a8', '#bab0ac'] } },
     },
+    layer: [
+      { mark: 'bar', encoding: { color: { field: 'bound', type: 'nominal', legend: null, scale: { range: ['#4c78a8', '#bab0ac'] } } } },
+      // The value on each bar, to a tenth of a percent: 82.3% and 82.4% look alike as bars.
+      { mark: { type: 'text', align: 'left', dx: 4 }, encoding: { text: { field: 'hit_rate', type: 'quantitative', format: '.1%' } } },
+    ],
   };
 }
 
@@ -47,7 +50,7 @@ function ttftChart(r: SimReport): TopLevelSpec {
       .map(([q, v]) => ({ policy: row.policy, quantile: q, ttft_s: Math.max(v!, 1e-3) })),
   );
   return {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
     title: 'Time to first token: p50, p90, p99 (log scale)',
     width: 480,
     height: 24 * r.runs.length,
@@ -63,6 +66,19 @@ function ttftChart(r: SimReport): TopLevelSpec {
         },
       },
       {
+        // p50 and p99 in seconds at the right end of each policy's rule.
+        transform: [
+          { aggregate: [{ op: 'min', field: 'ttft_s', as: 'lo' }, { op: 'max', field: 'ttft_s', as: 'hi' }], groupby: ['policy'] },
+          { calculate: "'p50 ' + format(datum.lo, '.3~f') + ' s · p99 ' + format(datum.hi, '.3~f') + ' s'", as: 'label' },
+        ],
+        mark: { type: 'text', align: 'left', dx: 8 },
+        encoding: {
+          y: { field: 'policy', type: 'nominal', sort: null, title: null },
+          x: { field: 'hi', type: 'quantitative', scale: { type: 'log' } },
+          text: { field: 'label', type: 'nominal' },
+        },
+      },
+      {
         mark: { type: 'point', filled: true, size: 70 },
         encoding: {
           y: { field: 'policy', type: 'nominal', sort: null, title: null },
@@ -75,21 +91,34 @@ function ttftChart(r: SimReport): TopLevelSpec {
   };
 }
 
+/**
+ * Load over time, three lines per policy instead of one per worker (eight lines overlap into a
+ * blur): the busiest worker, the fleet's mean and the idlest worker. The gap between the first
+ * and the last is the imbalance.
+ */
 function loadChart(r: SimReport): TopLevelSpec {
-  const values = r.runs.flatMap((run) => run.load.map((s) => ({ policy: run.policy, t: s.t, worker: `w${s.worker}`, outstanding: s.outstanding })));
+  const values = r.runs.flatMap((run) => {
+    const byT = new Map<number, number[]>();
+    for (const s of run.load) byT.set(s.t, [...(byT.get(s.t) ?? []), s.outstanding]);
+    return [...byT].flatMap(([t, xs]) => [
+      { policy: run.policy, t, line: 'busiest worker', outstanding: Math.max(...xs) },
+      { policy: run.policy, t, line: 'mean', outstanding: xs.reduce((a, b) => a + b, 0) / xs.length },
+      { policy: run.policy, t, line: 'idlest worker', outstanding: Math.min(...xs) },
+    ]);
+  });
   return {
-    $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: 'Load over time: mean requests on each worker (waiting + prefilling + decoding)',
+    $schema: 'https://vega.github.io/schema/vega-lite/v5.json',
+    title: 'Load over time: requests on a worker (waiting + prefilling + decoding): busiest, mean, idlest',
     data: { values },
     facet: { row: { field: 'policy', type: 'nominal', sort: r.runs.map((x) => x.policy), title: null } },
     spec: {
       width: 560,
       height: 70,
-      mark: { type: 'line', strokeWidth: 1 },
+      mark: { type: 'line', strokeWidth: 1.2 },
       encoding: {
         x: { field: 't', type: 'quantitative', title: 'simulated seconds' },
         y: { field: 'outstanding', type: 'quantitative', title: 'requests' },
-        color: { field: 'worker', type: 'nominal', legend: { columns: 2 } },
+        color: { field: 'line', type: 'nominal', sort: ['busiest worker', 'mean', 'idlest worker'], scale: { range: ['#e45756', '#4c78a8', '#72b7b2'] }, title: null },
       },
     },
     resolve: { scale: { y: 'shared' } },

@@ -6,9 +6,8 @@
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
-import type { SignalRecord } from '../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
 import { PrefixIndex } from './prefix-index.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
@@ -35,6 +34,7 @@ export class MemoryStore implements RoutingStore {
   private readonly leases = new Map<string, Map<string, Map<string, string>>>();
   private readonly states = new Map<string, Map<string, WorkerState>>();
   private readonly indexes = new Map<string, PrefixIndex>();
+  private readonly workerSets = new WeakMap<readonly string[], ReadonlySet<string>>();
   /** pool → worker → session key → last routed (ms): which sessions are coldest */
   private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
   private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
@@ -44,7 +44,11 @@ export class MemoryStore implements RoutingStore {
 
   constructor(opts: MemoryStoreOptions = {}) {
     this.affinities = new LRUCache<string, string>({
-      max: opts.maxAffinities ?? 1_000_000,
+      // Bounded by count through maxSize (every entry weighs 1), not `max`: lru-cache allocates
+      // `max` slots up front, which for a million took ~60 ms of a gate's start-up (and its
+      // garbage collection more); this way the slots grow with use. Eviction is the same LRU.
+      maxSize: opts.maxAffinities ?? 1_000_000,
+      sizeCalculation: () => 1,
       ttlAutopurge: false,
       noDisposeOnSet: true,
       // A forgotten affinity leaves its worker's session list too, so that list stays bounded.
@@ -53,6 +57,17 @@ export class MemoryStore implements RoutingStore {
         this.sessions.get(pool)?.get(worker)?.delete(key);
       },
     });
+  }
+
+  /**
+   * A pool's worker list as a set, one per list (a pool's list is one array, built once per config and never changed):
+   * the same object for a decision's view and its commit, so the prefix index can tell the
+   * commit's match repeats the view's.
+   */
+  private workerSet(workers: readonly string[]): ReadonlySet<string> {
+    let set = this.workerSets.get(workers);
+    if (!set) this.workerSets.set(workers, (set = new Set(workers)));
+    return set;
   }
 
   cachedSnapshot(q: StateQuery): Snapshot {
@@ -68,7 +83,7 @@ export class MemoryStore implements RoutingStore {
       affinity,
       inflight,
       states: new Map(this.states.get(q.pool) ?? []),
-      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks) ?? new Map()) : new Map(),
+      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks, this.workerSet(q.workers)) ?? new Map()) : new Map(),
       keyInflight,
     };
   }
@@ -92,9 +107,9 @@ export class MemoryStore implements RoutingStore {
 
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
   commitSync(req: CommitRequest): CommitResult {
-    // The prefix match is only needed for the prefixAtMost check (a sticky hit has none), and
-    // for the snapshot a failed commit returns to decide again on.
-    const matchPrefix = req.preconditions.prefixAtMost !== undefined;
+    // The prefix match is only needed for the prefix check (a sticky hit has none), and for the
+    // snapshot a failed commit returns to decide again on.
+    const matchPrefix = req.preconditions.prefix !== undefined;
     const before = this.cachedSnapshot(matchPrefix ? req : { ...req, blocks: [] });
     if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: matchPrefix ? before : this.cachedSnapshot(req) };
     if (req.key !== undefined) {

@@ -32,10 +32,12 @@ export class PrefixIndex {
   private version = 0;
   /**
    * The last match: a decision matches its chain for the view it decides on and again, in the
-   * same synchronous step, when the commit checks its prefix precondition. Same chain (the same
-   * array), same index version, same millisecond: the same answer, without a second walk.
+   * same synchronous step, when the commit checks its prefix precondition. Same chain and worker
+   * set (the same objects), same index version, same millisecond: the same answer, no second walk.
    */
-  private memo: { blocks: readonly string[]; version: number; now: number; depth: Map<string, number> } | undefined;
+  private memo:
+    | { blocks: readonly string[]; among: ReadonlySet<string> | undefined; version: number; now: number; depth: Map<string, number> }
+    | undefined;
 
   constructor(
     private readonly ttlMs: number,
@@ -44,19 +46,21 @@ export class PrefixIndex {
 
   /**
    * For each worker, how many leading blocks of the chain it holds (the longest consecutive run
-   * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds.
+   * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds. With
+   * `among`, only those workers count (the pool's configured ones: a removed worker's blocks stay
+   * until they expire, and nothing may weigh them).
    */
-  match(blocks: readonly string[]): Map<string, number> {
+  match(blocks: readonly string[], among?: ReadonlySet<string>): Map<string, number> {
     const now = this.now();
     const m = this.memo;
     // A copy: callers own the map they get.
-    if (m !== undefined && m.blocks === blocks && m.version === this.version && m.now === now) return new Map(m.depth);
-    const depth = this.walk(blocks, now);
-    this.memo = { blocks, version: this.version, now, depth: new Map(depth) };
+    if (m !== undefined && m.blocks === blocks && m.among === among && m.version === this.version && m.now === now) return new Map(m.depth);
+    const depth = this.walk(blocks, now, among);
+    this.memo = { blocks, among, version: this.version, now, depth: new Map(depth) };
     return depth;
   }
 
-  private walk(blocks: readonly string[], now: number): Map<string, number> {
+  private walk(blocks: readonly string[], now: number, among: ReadonlySet<string> | undefined): Map<string, number> {
     const depth = new Map<string, number>();
     // Two reused lists instead of one per block; a worker's depth is written when it drops out
     // (or at the end), not at every block. Block 0's holders are inserted first, in the same
@@ -70,7 +74,7 @@ export class PrefixIndex {
       next.length = 0;
       if (i === 0) {
         for (const [w, at] of h) {
-          if (now - at <= this.ttlMs) {
+          if (now - at <= this.ttlMs && (among === undefined || among.has(w))) {
             next.push(w);
             depth.set(w, 1);
           }

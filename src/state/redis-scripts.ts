@@ -3,75 +3,88 @@
  * Times come from Redis's own clock (TIME), never from a gate's, so replicas with skewed clocks
  * agree on which leases have expired.
  *
- * Key layout (every key of a pool shares the hash tag `{<pool>}` so one script's keys live on one
- * Redis Cluster slot):
- *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
- *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
- *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
- *   <prefix>:{<pool>}:b:<block>    hash: worker id → last routed (ms): who probably holds the block
- *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
- *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions by last routed (ms)
- *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape {s: signals, t: ms, f: failures, e: error}
- *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
- *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
- *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
- * Block keys are built inside the script from the pool's key prefix (they are too many to pass as
- * KEYS); they share the pool's hash tag, so they live on the script's own slot.
+ * The key layout, and the typed bindings that call these scripts, are in ./redis-commands.ts.
+ * Every key a script touches is declared in its KEYS (test/faults/redis-script-keys.test.ts).
  */
 
 /**
- * KEYS: [affinity, states, inflight(worker 1) … inflight(worker n)]
- * ARGV[1]: JSON {
- *   m: 'read'|'commit', k: 0|1 (keyed), w: [worker ids], kt: key tag of the lease members ('' none),
- *   sp: worker session-list prefix,
- *   bp: block key prefix, wp: worker block-set prefix, bl: [block hashes] (the prompt chain),
- *   -- commit only:
- *   c: chosen index (1-based), e: expected affinity ('' = none), b: [[index, limit]] below,
- *   g: [[index, limit]] at-or-above, s: [[worker, [allowed states]]], pm: deepest prefix seen (-1 = any),
- *   at: affinity TTL ms, l: lease member, lt: lease TTL ms, pt: block TTL ms, cap: chosen's block capacity }
- * Returns [ok 0|1, affinity or '', [in-flight counts], [state pairs], [worker, depth pairs], key in-flight]
+ * A decision's read, or its check-and-write. Arguments and reply are JSON with named fields; the
+ * typed binding (./redis-commands.ts, `decideCall` and `DecideReply`) is the one place that builds
+ * and reads them.
+ *
+ * KEYS (./redis-commands.ts `decideKeys`), n workers and m blocks:
+ *   1          the session's affinity (unkeyed: the states hash again, never touched)
+ *   2          the pool's worker states
+ *   2+i        worker i's in-flight leases, i = 1..n
+ *   3+n        the chosen worker's block set       } commits only; a read passes the states
+ *   4+n        the chosen worker's session set     } hash in their place, never touched
+ *   5+n        the expected affinity's session set (also the states hash when there is none)
+ *   5+n+j      block j's holders, j = 1..m
+ * Every key the script touches is among them (test/faults/redis-script-keys.test.ts), so Redis
+ * Cluster and proxies route and check it by its keys. One exception, kept outside the script: a
+ * commit past the chosen worker's capacity evicts its oldest blocks, which are not the request's,
+ * so the script returns them (`evicted`) and the store deletes the worker from their holders with
+ * plain HDELs right after. Until then (or if the gate dies first, until their TTL) the evicted
+ * blocks still name the worker as a holder: a hint a little too optimistic, never a wrong lease.
  */
 export const DECIDE_LUA = `
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local n = #spec.workers
+local K_CHOSEN_BLOCKS, K_CHOSEN_SESSIONS, K_EXPECTED_SESSIONS = 3 + n, 4 + n, 5 + n
+local function blockKey(j) return KEYS[5 + n + j] end
+
+local reply = {ok = false, late = false, now = now, affinity = '', keyInflight = 0, evicted = {}}
+-- A commit ioredis resent (after NOSCRIPT) or a cluster client retried can arrive after the gate
+-- gave up on it and decided locally: it must write nothing then.
+if spec.mode == 'commit' and spec.notAfter > 0 and now > spec.notAfter then
+  reply.late = true
+  return cjson.encode(reply)
+end
+
 local counts = {}
-for i = 1, #spec.w do
+for i = 1, n do
   local z = KEYS[2 + i]
   redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
   counts[i] = redis.call('ZCARD', z)
 end
 local aff = false
-if spec.k == 1 then aff = redis.call('GET', KEYS[1]) end
-local states = redis.call('HGETALL', KEYS[2])
+if spec.keyed then aff = redis.call('GET', KEYS[1]) end
+local statePairs = redis.call('HGETALL', KEYS[2])
+local states = {}
+for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 
--- Prefix match: for each worker, the leading blocks it holds; stop at the first block nobody holds.
+-- Prefix match: for each configured worker, the leading blocks it holds; stop at the first block
+-- none of them holds. A worker gone from the config still holds blocks until they lapse, and no
+-- decision may weigh it. Each holder lapses on its own: a worker not sent the block within the
+-- TTL stops holding it, even while other workers keep the block's hash alive.
+local configured = {}
+for _, w in ipairs(spec.workers) do configured[w] = true end
 local depth = {}
-local alive = nil
-local maxd = 0
-for i, b in ipairs(spec.bl) do
-  local ws = redis.call('HKEYS', spec.bp .. b)
-  if #ws == 0 then break end
+local alive = configured
+for j = 1, #spec.blocks do
+  local hs = redis.call('HGETALL', blockKey(j))
   local nxt = {}
   local any = false
-  for _, w in ipairs(ws) do
-    if alive == nil or alive[w] then
+  for h = 1, #hs, 2 do
+    local w = hs[h]
+    if alive[w] and tonumber(hs[h + 1]) > now then
       nxt[w] = true
-      depth[w] = i
+      depth[w] = j
       any = true
     end
   end
   if not any then break end
   alive = nxt
-  maxd = i
 end
 
--- The key's requests in flight on its affine worker (lease members end in "|<key tag>").
+-- The key's requests in flight on its affine worker (lease members end in "|<key>").
 local keyInflight = 0
-if aff and spec.kt ~= '' then
-  for i, w in ipairs(spec.w) do
+if aff and spec.leaseKey ~= '' then
+  for i, w in ipairs(spec.workers) do
     if w == aff then
-      local suffix = '|' .. spec.kt
+      local suffix = '|' .. spec.leaseKey
       for _, m in ipairs(redis.call('ZRANGE', KEYS[2 + i], 0, -1)) do
         if string.sub(m, -#suffix) == suffix then keyInflight = keyInflight + 1 end
       end
@@ -79,68 +92,79 @@ if aff and spec.kt ~= '' then
   end
 end
 
-local ok = 0
-if spec.m == 'commit' then
-  ok = 1
-  if (aff or '') ~= spec.e then ok = 0 end
-  for _, b in ipairs(spec.b) do if counts[b[1]] >= b[2] then ok = 0 end end
-  for _, g in ipairs(spec.g) do if counts[g[1]] < g[2] then ok = 0 end end
-  if spec.s and #spec.s > 0 then
-    local st = {}
-    for i = 1, #states, 2 do st[states[i]] = states[i + 1] end
-    for _, s in ipairs(spec.s) do
-      local current = st[s[1]] or 'healthy'
-      local allowed = false
-      for _, a in ipairs(s[2]) do if a == current then allowed = true end end
-      if not allowed then ok = 0 end
+if spec.mode == 'commit' then
+  local ok = (aff or '') == spec.expectedAffinity
+  for _, b in ipairs(spec.below) do if counts[b.worker] >= b.limit then ok = false end end
+  for _, g in ipairs(spec.atOrAbove) do if counts[g.worker] < g.limit then ok = false end end
+  for _, s in ipairs(spec.states) do
+    local current = states[s.worker] or 'healthy'
+    local allowed = false
+    for _, a in ipairs(s.allowed) do if a == current then allowed = true end end
+    if not allowed then ok = false end
+  end
+  if spec.prefix then
+    for _, i in ipairs(spec.prefix.over) do
+      if (depth[spec.workers[i]] or 0) > spec.prefix.atMost then ok = false end
     end
   end
-  if spec.pm >= 0 and maxd > spec.pm then ok = 0 end
-  if ok == 1 then
-    local chosen = spec.w[spec.c]
-    if spec.k == 1 then
-      redis.call('SET', KEYS[1], chosen, 'PX', spec.at)
-      -- The worker's session list, by recency: preemptive migration moves the coldest first.
-      if aff and aff ~= chosen then redis.call('ZREM', spec.sp .. aff, spec.kt) end
-      redis.call('ZADD', spec.sp .. chosen, now, spec.kt)
-      redis.call('PEXPIRE', spec.sp .. chosen, spec.at)
+  if ok then
+    local chosen = spec.workers[spec.chosen]
+    if spec.keyed then
+      redis.call('SET', KEYS[1], chosen, 'PX', spec.affinityTtlMs)
+      -- The worker's session list, scored by when the affinity lapses: preemptive migration
+      -- moves the coldest first, and expired ones are dropped when it is read.
+      if aff and aff ~= chosen then redis.call('ZREM', KEYS[K_EXPECTED_SESSIONS], spec.leaseKey) end
+      redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], now + spec.affinityTtlMs, spec.leaseKey)
+      redis.call('PEXPIRE', KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
       keyInflight = keyInflight + 1
     end
-    local z = KEYS[2 + spec.c]
-    redis.call('ZADD', z, now + spec.lt, spec.l)
+    local z = KEYS[2 + spec.chosen]
+    redis.call('ZADD', z, now + spec.leaseTtlMs, spec.leaseMember)
     -- An idle worker's set disappears on its own once its last lease is long gone.
-    redis.call('PEXPIRE', z, spec.lt * 2)
-    counts[spec.c] = counts[spec.c] + 1
-    -- The chosen worker now holds the prompt's blocks. Recency scores are ms * 1000 minus the
-    -- block's depth, so within one routing the deepest blocks are the oldest and go first, as an
-    -- engine evicts a prefix from its tail.
-    local n = #spec.bl
-    if n > 0 then
-      local lru = spec.wp .. chosen
-      for i, b in ipairs(spec.bl) do
-        local bk = spec.bp .. b
-        redis.call('HSET', bk, chosen, now)
-        redis.call('PEXPIRE', bk, spec.pt)
-        redis.call('ZADD', lru, now * 1000 + (100000 - i), b)
-        if (depth[chosen] or 0) < i then depth[chosen] = i end
+    redis.call('PEXPIRE', z, spec.leaseTtlMs * 2)
+    counts[spec.chosen] = counts[spec.chosen] + 1
+    -- The chosen worker now holds the prompt's blocks, until now + TTL. Recency scores are
+    -- ms * 1000 minus the block's depth, so within one routing the deepest blocks are the oldest
+    -- and go first, as an engine evicts a prefix from its tail.
+    local m = #spec.blocks
+    if m > 0 then
+      local lru = KEYS[K_CHOSEN_BLOCKS]
+      for j, b in ipairs(spec.blocks) do
+        local bk = blockKey(j)
+        redis.call('HSET', bk, chosen, now + spec.prefixTtlMs)
+        redis.call('PEXPIRE', bk, spec.prefixTtlMs)
+        redis.call('ZADD', lru, now * 1000 + (100000 - j), b)
+        if (depth[chosen] or 0) < j then depth[chosen] = j end
       end
-      redis.call('PEXPIRE', lru, spec.pt)
-      local over = redis.call('ZCARD', lru) - spec.cap
+      redis.call('PEXPIRE', lru, spec.prefixTtlMs)
+      local over = redis.call('ZCARD', lru) - spec.capacityBlocks
       if over > 0 then
-        for _, b in ipairs(redis.call('ZRANGE', lru, 0, over - 1)) do redis.call('HDEL', spec.bp .. b, chosen) end
+        reply.evicted = redis.call('ZRANGE', lru, 0, over - 1)
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
+        -- An evicted block of this very prompt is one of ours: unhold it here.
+        local mine = {}
+        for j, b in ipairs(spec.blocks) do mine[b] = j end
+        for _, b in ipairs(reply.evicted) do
+          local j = mine[b]
+          if j then
+            redis.call('HDEL', blockKey(j), chosen)
+            if (depth[chosen] or 0) >= j then depth[chosen] = j - 1 end
+          end
+        end
       end
     end
   end
+  reply.ok = ok
 end
-local dpairs = {}
-for w, d in pairs(depth) do
-  dpairs[#dpairs + 1] = w
-  dpairs[#dpairs + 1] = d
-end
-return {ok, aff or '', counts, states, dpairs, keyInflight}
+
+reply.affinity = aff or ''
+reply.keyInflight = keyInflight
+reply.inflight = counts
+reply.states = states
+reply.depth = depth
+return cjson.encode(reply)
 `;
 
 /**
@@ -194,36 +218,37 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 `;
 
 /**
- * Moves sessions off a worker and records an offload event for each one moved.
- * KEYS: [offload stream]; ARGV[1]: JSON {from, moves: [[key, to]], reason, ap: affinity key prefix,
- * sp: session-list prefix, at: default affinity TTL ms, maxlen}. Only sessions still on `from` move
- * (another replica may have moved them). Returns [now, key, to, key, to, …] for the moved ones.
+ * Moves sessions off a worker and records an offload event for each one moved. Only sessions still
+ * on `from` move (another replica may have moved them).
+ * KEYS: [offload stream, from's session set, then per move i: the session's affinity
+ * (KEYS[1 + 2i]) and its target's session set (KEYS[2 + 2i])].
+ * ARGV[1]: JSON {from, reason, defaultTtlMs, streamMaxLen, moves: [{key, to}]}.
+ * Returns JSON {now, moved: [{key, to}]}.
  */
 export const MIGRATE_LUA = `
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-local out = {now}
-for _, mv in ipairs(spec.moves) do
-  local key, to = mv[1], mv[2]
-  local ak = spec.ap .. key
+local moved = {}
+for i, mv in ipairs(spec.moves) do
+  local ak, toSessions = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
   if redis.call('GET', ak) == spec.from then
     local ttl = redis.call('PTTL', ak)
-    if ttl <= 0 then ttl = spec.at end
-    redis.call('SET', ak, to, 'PX', ttl)
-    redis.call('ZREM', spec.sp .. spec.from, key)
-    redis.call('ZADD', spec.sp .. to, now, key)
-    local session = key
-    if string.sub(key, 1, 2) == 's:' then session = string.sub(key, 3) end
-    redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.maxlen, '*', 'session', session, 'from', spec.from, 'to', to, 'reason', spec.reason, 'time', tostring(now))
-    out[#out + 1] = key
-    out[#out + 1] = to
+    if ttl <= 0 then ttl = spec.defaultTtlMs end
+    redis.call('SET', ak, mv.to, 'PX', ttl)
+    redis.call('ZREM', KEYS[2], mv.key)
+    redis.call('ZADD', toSessions, now + ttl, mv.key)
+    redis.call('PEXPIRE', toSessions, ttl)
+    local session = mv.key
+    if string.sub(mv.key, 1, 2) == 's:' then session = string.sub(mv.key, 3) end
+    redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.streamMaxLen, '*', 'session', session, 'from', spec.from, 'to', mv.to, 'reason', spec.reason, 'time', tostring(now))
+    moved[#moved + 1] = {key = mv.key, to = mv.to}
   else
     -- Expired or moved elsewhere: it is no longer this worker's session.
-    redis.call('ZREM', spec.sp .. spec.from, key)
+    redis.call('ZREM', KEYS[2], mv.key)
   end
 end
-return out
+return cjson.encode({now = now, moved = moved})
 `;
 
 /**
@@ -237,4 +262,19 @@ local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonum
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
+`;
+
+/**
+ * A worker's sessions, coldest first, and how many it has: expired ones are dropped first, so the
+ * total counts only live affinities (as the memory store's does).
+ * KEYS: [worker session set]; ARGV: [limit]. Returns [keys, total].
+ */
+export const COLD_SESSIONS_LUA = `
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local limit = tonumber(ARGV[1])
+local keys = {}
+if limit > 0 then keys = redis.call('ZRANGE', KEYS[1], 0, limit - 1) end
+return {keys, redis.call('ZCARD', KEYS[1])}
 `;

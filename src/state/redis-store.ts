@@ -20,18 +20,20 @@
  * Connection (one server or a cluster, TLS, AUTH): ./redis-connection.ts.
  */
 import { randomUUID } from 'node:crypto';
+import { EventEmitter } from 'node:events';
 import type { RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
+import { Coalesced } from '../util/coalesced.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
-import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import { PrefixIndex } from './prefix-index.js';
+import * as cmd from './redis-commands.js';
+import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
-import { DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
-import { EventEmitter } from 'node:events';
-import type { SignalRecord } from '../routing/health.js';
-import type { WorkerSignals } from '../signals/parse.js';
+import { RedisLedger } from './redis-ledger.js';
+import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
   leaseMember,
   preconditionsHold,
@@ -44,6 +46,9 @@ import {
   type Snapshot,
   type StateQuery,
 } from './store.js';
+
+/** At most one line per this while Redis keeps failing (see logFailure). */
+const FAILURE_LOG_INTERVAL_MS = 60_000;
 
 export interface RedisStoreOptions {
   url: string;
@@ -59,19 +64,6 @@ export interface RedisStoreOptions {
   tls?: StoreTls;
 }
 
-/** An affinity decided while Redis was unreachable, to be written back when it returns. */
-interface UnsyncedAffinity {
-  pool: string;
-  key: string;
-  worker: string;
-  expiresAt: number;
-}
-
-type Pipeline = ReturnType<RedisClient['pipeline']>;
-type ScriptCall = (...args: unknown[]) => unknown;
-
-type DecideReply = [number, string, number[], string[], Array<string | number>, number];
-
 interface PoolView {
   workers: readonly string[];
   inflight: Map<string, number>;
@@ -80,25 +72,20 @@ interface PoolView {
   index: PrefixIndex;
 }
 
-
-
 export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
+  private readonly keys = new Map<string, PoolKeys>();
   /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
-  /** Leases held by this process and shared through Redis, renewed until released. */
-  private readonly liveLeases = new Map<string, Lease>();
-  /** Leases taken while Redis was unreachable: counted locally only, until resync shares them. */
-  private readonly localLeases = new Map<string, Lease>();
-  /** Released leases whose ZREM failed: retried on each refresh, so capacity comes back within refresh_ms, not the lease TTL. */
-  private readonly unreleased = new Map<string, Lease>();
-  /** Affinities decided locally (degraded), keyed like affinityCache, until written back. */
-  private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
-  /** The resync running now (it runs again before settling if asked for meanwhile). */
-  private resyncRun: Promise<void> | undefined;
-  private resyncQueued = false;
+  /** Leases and locally decided affinities Redis may not know (./redis-ledger.ts). */
+  private readonly ledger: RedisLedger;
+  /** One resync at a time; asked for while one runs, it runs once more before settling. */
+  private readonly resyncs = new Coalesced(
+    () => this.resyncOnce(),
+    () => !this.closed,
+  );
   /** (Re)connections seen, and the latest one after which the shared leases were re-added. */
   private connections = 0;
   private leasesRestoredAt = 0;
@@ -107,10 +94,17 @@ export class RedisStore implements RoutingStore {
    * made on a Redis that has not yet been told what this replica knows.
    */
   private resyncAfterConnect: Promise<void> | undefined;
+  /**
+   * Redis's clock minus this process's, as last seen (a reply's time against its arrival, so never
+   * more than the true offset): turns a decision's deadline into Redis time for the commit's
+   * `notAfter`. Undefined until Redis first answered.
+   */
+  private clockOffsetMs: number | undefined;
   /** The affinity TTL of the latest commit: what restored affinities get. */
   private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
-  private lastErrorLog = 0;
+  private lastErrorLog = -Infinity;
+  private failuresNotLogged = 0;
   private readonly events = new EventEmitter();
   private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
   private closed = false;
@@ -130,21 +124,15 @@ export class RedisStore implements RoutingStore {
     // Every (re)connection: Redis may have restarted empty or missed what we did without it.
     this.redis.on('ready', () => {
       this.connections++;
+      this.learnClock();
       const done: Promise<void> = this.resync().finally(() => {
         if (this.resyncAfterConnect === done) this.resyncAfterConnect = undefined;
       });
       this.resyncAfterConnect = done;
     });
-    // No numberOfKeys: the key count varies with the pool size and is passed first on each call.
-    this.redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
-    this.redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
-    this.redis.defineCommand('kvgatePublishSignals', { numberOfKeys: 1, lua: PUBLISH_SIGNALS_LUA });
-    this.redis.defineCommand('kvgateReadSignals', { numberOfKeys: 1, lua: READ_SIGNALS_LUA });
-    this.redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
-    this.redis.defineCommand('kvgateMigrate', { numberOfKeys: 1, lua: MIGRATE_LUA });
-    this.redis.defineCommand('kvgateRestoreLeases', { numberOfKeys: 1, lua: RESTORE_LEASES_LUA });
+    cmd.defineScripts(this.redis);
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
-    this.unsynced = new LRUCache({ max: opts.localAffinityCacheSize });
+    this.ledger = new RedisLedger(opts.localAffinityCacheSize);
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
@@ -152,21 +140,20 @@ export class RedisStore implements RoutingStore {
   cachedSnapshot(q: StateQuery): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
-    for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.localCount(q.pool, w));
+    for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
     return {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix: q.blocks.length > 0 ? view.index.match(q.blocks) : new Map(),
+      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, new Set(q.workers)) : new Map(),
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
 
   async snapshot(q: StateQuery): Promise<Snapshot> {
     try {
-      const reply = await this.decide(q, { m: 'read', k: q.key === undefined ? 0 : 1 });
-      return this.absorb(q, reply);
+      return this.absorb(q, await this.decide(q));
     } catch (err) {
       this.logFailure('redis read failed; deciding on local state', err);
       return this.cachedSnapshot(q);
@@ -175,61 +162,58 @@ export class RedisStore implements RoutingStore {
 
   async commit(req: CommitRequest): Promise<CommitResult> {
     const { pool, key, workers } = req;
-    const index = (w: string) => workers.indexOf(w) + 1;
+    if (!workers.includes(req.worker)) throw new KvgateError('internal', `worker ${req.worker} is not in pool ${pool}`);
     const member = leaseMember(randomUUID(), key);
     this.affinityTtlMs = req.affinityTtlMs;
-    const spec = {
-      m: 'commit',
-      k: key === undefined ? 0 : 1,
-      c: index(req.worker),
-      e: req.preconditions.affinity ?? '',
-      b: req.preconditions.below.filter((b) => index(b.worker) > 0).map((b) => [index(b.worker), b.limit]),
-      g: req.preconditions.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => [index(g.worker), g.limit]),
-      s: req.preconditions.states.map((s) => [s.worker, s.in]),
-      pm: req.preconditions.prefixAtMost ?? -1,
-      at: req.affinityTtlMs,
-      l: member,
-      lt: this.opts.leaseTtlMs,
-      pt: req.prefixTtlMs,
-      cap: req.capacityBlocks,
+    const commit: Omit<DecideCommit, 'notAfter'> = {
+      worker: req.worker,
+      preconditions: req.preconditions,
+      affinityTtlMs: req.affinityTtlMs,
+      leaseMember: member,
+      leaseTtlMs: this.opts.leaseTtlMs,
+      prefixTtlMs: req.prefixTtlMs,
+      capacityBlocks: req.capacityBlocks,
     };
-    if (spec.c === 0) throw new KvgateError('internal', `worker ${req.worker} is not in pool ${pool}`);
     let reply: DecideReply;
     try {
-      reply = await this.decide(req, spec);
+      reply = await this.decide(req, commit);
+      if (reply.late) throw new KvgateError('store_unavailable', 'the commit reached redis after its deadline');
     } catch (err) {
       this.logFailure('redis commit failed; routing on local state', err);
       // A timed-out script may still have run: take back the lease it would have written, or it
       // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
-      this.redis.zrem(this.inflightKey(pool, req.worker), member).catch(() => undefined);
+      // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
+      this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
       return this.commitLocally(req);
     }
     const snapshot = this.absorb(req, reply);
-    if (reply[0] !== 1) return { ok: false, snapshot };
+    if (!reply.ok) return { ok: false, snapshot };
+    if (reply.evicted.length > 0) {
+      cmd.unholdEvicted(this.redis, this.poolKeys(pool), req.worker, reply.evicted).catch((err: unknown) => this.logFailure('redis prefix eviction failed', err));
+    }
     this.view(pool, workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
-    this.liveLeases.set(lease.id, lease);
+    this.ledger.addShared(lease);
     return { ok: true, lease, degraded: false };
   }
 
   async release(lease: Lease): Promise<void> {
     // By id, not by `shared`: a lease taken locally becomes shared once resync re-adds it to Redis.
-    if (this.localLeases.delete(lease.id)) return;
-    if (!this.liveLeases.delete(lease.id)) return;
+    if (this.ledger.release(lease.id) !== 'shared') return;
     const view = this.views.get(lease.pool);
     const n = view?.inflight.get(lease.worker);
     if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
     try {
-      await this.redis.zrem(this.inflightKey(lease.pool, lease.worker), lease.id);
+      await this.redis.zrem(this.poolKeys(lease.pool).inflight(lease.worker), lease.id);
     } catch (err) {
       // Not renewed any more, so Redis drops it within the lease TTL at the latest.
-      this.unreleased.set(lease.id, lease);
+      this.ledger.releaseFailed(lease);
       this.logFailure('redis release failed; retrying on the next refresh', err);
     }
   }
 
   async setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
-    const key = this.statesKey(pool);
+    const key = this.poolKeys(pool).states;
     try {
       if (state === undefined || state === 'healthy') await this.redis.hdel(key, worker);
       else await this.redis.hset(key, worker, state);
@@ -244,21 +228,20 @@ export class RedisStore implements RoutingStore {
   }
 
   async publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
-    const json = 'signals' in update ? JSON.stringify(update.signals) : '';
-    await this.script('kvgatePublishSignals', `${this.tag(pool)}:sig`, worker, json, 'error' in update ? update.error : '');
+    await cmd.publishSignals(this.redis, this.poolKeys(pool), worker, 'signals' in update ? { signalsJson: JSON.stringify(update.signals) } : update);
   }
 
   async readSignals(pool: string): Promise<Map<string, SignalRecord>> {
-    const [now, pairs] = (await this.script('kvgateReadSignals', `${this.tag(pool)}:sig`)) as [number, string[]];
+    const { now, records } = await cmd.readSignals(this.redis, this.poolKeys(pool));
     const out = new Map<string, SignalRecord>();
-    for (let i = 0; i + 1 < pairs.length; i += 2) {
+    for (const [worker, json] of records) {
       try {
-        const r = JSON.parse(pairs[i + 1]!) as { s?: WorkerSignals; t?: number; f?: number; e?: string };
+        const r = JSON.parse(json) as StoredScrape;
         const t = typeof r.t === 'number' && r.t >= 0 ? r.t : undefined;
-        out.set(pairs[i]!, {
+        out.set(worker, {
           // cjson writes an empty object as an empty array.
-          signals: r.s && !Array.isArray(r.s) ? r.s : {},
-          ageMs: t === undefined ? Infinity : Math.max(0, Number(now) - t),
+          signals: r.s && typeof r.s === 'object' && !Array.isArray(r.s) ? (r.s as WorkerSignals) : {},
+          ageMs: t === undefined ? Infinity : Math.max(0, now - t),
           failures: r.f ?? 0,
           ...(r.e ? { error: r.e } : {}),
         });
@@ -269,30 +252,23 @@ export class RedisStore implements RoutingStore {
     return out;
   }
 
-  async heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]> {
-    return (await this.script('kvgateHeartbeat', `${this.tag(pool)}:gates`, gateId, ttlMs)) as string[];
+  heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]> {
+    return cmd.heartbeat(this.redis, this.poolKeys(pool), gateId, ttlMs);
   }
 
-  async coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
-    const key = `${this.tag(pool)}:ws:${worker}`;
-    const [keys, total] = await Promise.all([this.redis.zrange(key, '0', String(limit - 1)), this.redis.zcard(key)]);
-    return { keys, total };
+  coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
+    return cmd.coldSessions(this.redis, this.poolKeys(pool), worker, limit);
   }
 
   async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
     if (moves.length === 0) return [];
-    const spec = { from, moves: moves.map((m) => [m.key, m.to]), reason, ap: `${this.tag(pool)}:a:`, sp: `${this.tag(pool)}:ws:`, at: opts.affinityTtlMs, maxlen: opts.streamMaxLen };
-    const reply = (await this.script('kvgateMigrate', `${this.tag(pool)}:offload`, JSON.stringify(spec))) as Array<string | number>;
-    const time = Number(reply[0]);
-    const events: OffloadEvent[] = [];
-    for (let i = 1; i + 1 < reply.length; i += 2) {
-      const key = String(reply[i]);
-      const e: OffloadEvent = { session: sessionHash(key), from, to: String(reply[i + 1]), reason, time };
-      events.push(e);
-      this.affinityCache.set(this.affinityCacheKey(pool, key), { worker: e.to, keyInflight: 0 });
+    const { now, moved } = await cmd.migrate(this.redis, this.poolKeys(pool), from, moves, reason, { defaultTtlMs: opts.affinityTtlMs, streamMaxLen: opts.streamMaxLen });
+    return moved.map(({ key, to }) => {
+      const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
+      this.affinityCache.set(this.affinityCacheKey(pool, key), { worker: to, keyInflight: 0 });
       this.events.emit('offload', e);
-    }
-    return events;
+      return e;
+    });
   }
 
   // Stored responses (Responses API): one plain key per response id, written once with its TTL.
@@ -300,7 +276,7 @@ export class RedisStore implements RoutingStore {
   async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
     this.responses.record(pool, responseHash, worker, ttlMs);
     try {
-      await this.redis.set(this.responseKey(pool, responseHash), worker, 'PX', ttlMs);
+      await this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs);
     } catch (err) {
       this.logFailure('redis write of a response id failed; kept on this replica only', err);
     }
@@ -308,7 +284,7 @@ export class RedisStore implements RoutingStore {
 
   async responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
     try {
-      return (await this.redis.get(this.responseKey(pool, responseHash))) ?? this.responses.worker(pool, responseHash);
+      return (await this.redis.get(this.poolKeys(pool).response(responseHash))) ?? this.responses.worker(pool, responseHash);
     } catch (err) {
       this.logFailure('redis read of a response id failed; using this replica\'s own', err);
       return this.responses.worker(pool, responseHash);
@@ -316,7 +292,7 @@ export class RedisStore implements RoutingStore {
   }
 
   async tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
-    return (await this.redis.set(`${this.tag(pool)}:lock:${name}`, '1', 'PX', ttlMs, 'NX')) === 'OK';
+    return (await this.redis.set(this.poolKeys(pool).lock(name), '1', 'PX', ttlMs, 'NX')) === 'OK';
   }
 
   onOffload(listener: (e: OffloadEvent) => void): () => void {
@@ -326,12 +302,7 @@ export class RedisStore implements RoutingStore {
 
   /** The Redis Stream offload events are written to, for a pool. */
   offloadStreamKey(pool: string): string {
-    return `${this.tag(pool)}:offload`;
-  }
-
-  private script(name: string, ...args: unknown[]): Promise<unknown> {
-    const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>)[name]!;
-    return cmd.call(this.redis, ...args);
+    return this.poolKeys(pool).offload;
   }
 
   async ping(): Promise<void> {
@@ -347,14 +318,12 @@ export class RedisStore implements RoutingStore {
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
     // Give our leases back so other replicas see the capacity at once, not after the TTL.
-    const leases = [...this.liveLeases.values(), ...this.unreleased.values()];
-    this.liveLeases.clear();
-    this.unreleased.clear();
+    const leases = this.ledger.drainForClose();
     if (leases.length > 0 && this.redis.status === 'ready') {
       await Promise.all(
-        [...byPool(leases)].map(([, ls]) => {
+        [...byPool(leases)].map(([pool, ls]) => {
           const p = this.redis.pipeline();
-          for (const l of ls) p.zrem(this.inflightKey(l.pool, l.worker), l.id);
+          for (const l of ls) p.zrem(this.poolKeys(pool).inflight(l.worker), l.id);
           return p.exec().catch(() => undefined);
         }),
       );
@@ -372,26 +341,21 @@ export class RedisStore implements RoutingStore {
     return this.redis.status === 'ready';
   }
 
-  private decide(q: StateQuery, spec: object): Promise<DecideReply> {
-    const { pool, key, workers } = q;
-    const keys = [
-      key === undefined ? this.statesKey(pool) : this.affinityKey(pool, key),
-      this.statesKey(pool),
-      ...workers.map((w) => this.inflightKey(pool, w)),
-    ];
-    const full = {
-      ...spec,
-      w: workers,
-      kt: key ?? '',
-      bp: `${this.tag(pool)}:b:`,
-      wp: `${this.tag(pool)}:bw:`,
-      sp: `${this.tag(pool)}:ws:`,
-      bl: q.blocks,
-    };
-    const cmd = (this.redis as unknown as Record<string, (...a: unknown[]) => Promise<DecideReply>>)['kvgateDecide']!;
+  /** A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline. */
+  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>): Promise<DecideReply> {
+    const deadline = Date.now() + this.opts.timeoutMs;
     let late = false;
-    // Past the deadline the caller has decided locally: a commit sent now would take a lease nobody holds.
-    const send = () => (late ? Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed')) : cmd.call(this.redis, keys.length, ...keys, JSON.stringify(full)));
+    // Past the deadline the caller has decided locally: a commit sent now would take a lease
+    // nobody holds. One sent before it but resent by the client (EVAL after NOSCRIPT, a cluster
+    // redirection) is stopped by Redis itself: it carries the deadline in Redis time.
+    const send = () => {
+      if (late) return Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed'));
+      const full = commit ? { ...commit, notAfter: this.clockOffsetMs === undefined ? 0 : deadline + this.clockOffsetMs } : undefined;
+      return cmd.decide(this.redis, this.poolKeys(q.pool), q, full).then((reply) => {
+        this.clockOffsetMs = reply.now - Date.now();
+        return reply;
+      });
+    };
     return this.withDeadline(this.resyncAfterConnect ? this.resyncAfterConnect.then(send) : send(), () => (late = true));
   }
 
@@ -411,19 +375,25 @@ export class RedisStore implements RoutingStore {
     return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
   }
 
+  /** Learns Redis's clock on (re)connection, so the first commit already carries its deadline. */
+  private learnClock(): void {
+    this.redis
+      .time()
+      .then(([s, us]) => {
+        this.clockOffsetMs = Number(s) * 1000 + Math.floor(Number(us) / 1000) - Date.now();
+      })
+      .catch(() => undefined);
+  }
+
   /** Folds a script reply into the local view and returns it as a snapshot. */
   private absorb(q: StateQuery, reply: DecideReply): Snapshot {
-    const [, affinity, counts, statePairs, depthPairs, keyInflight] = reply;
     const view = this.view(q.pool, q.workers);
-    view.inflight = new Map(q.workers.map((w, i) => [w, Number(counts[i] ?? 0)]));
-    view.states = parseStates(statePairs);
+    view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
+    view.states = parseStates(reply.states);
     // Redis's prefix match is the truth: teach it to the local index (so the next decision on this
     // prompt needs no extra round trip) and unlearn what Redis no longer has (expired, evicted).
     const prefix = new Map<string, number>();
-    for (let i = 0; i + 1 < depthPairs.length; i += 2) {
-      const d = Number(depthPairs[i + 1]);
-      if (d > 0) prefix.set(String(depthPairs[i]), d);
-    }
+    for (const [w, d] of reply.depth) if (d > 0) prefix.set(w, d);
     if (q.blocks.length > 0) {
       for (const [w, d] of view.index.match(q.blocks)) {
         const truth = prefix.get(w) ?? 0;
@@ -433,7 +403,7 @@ export class RedisStore implements RoutingStore {
     }
     if (q.key !== undefined) {
       const ck = this.affinityCacheKey(q.pool, q.key);
-      if (affinity) this.affinityCache.set(ck, { worker: affinity, keyInflight: Number(keyInflight) || 0 });
+      if (reply.affinity !== undefined) this.affinityCache.set(ck, { worker: reply.affinity, keyInflight: reply.keyInflight });
       else this.affinityCache.delete(ck);
     }
     return { ...this.cachedSnapshot(q), prefix };
@@ -445,29 +415,29 @@ export class RedisStore implements RoutingStore {
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
     // not checked: Redis's index is out of reach.
-    const holds = preconditionsHold({ ...req.preconditions, prefixAtMost: undefined }, snapshot);
-    if (!holds) return { ok: false, snapshot };
+    const { prefix: _unchecked, ...preconditions } = req.preconditions;
+    if (!preconditionsHold(preconditions, snapshot)) return { ok: false, snapshot };
     if (req.key !== undefined) {
       const ck = this.affinityCacheKey(req.pool, req.key);
       // No count is kept while degraded (releases cannot be seen): never let a stale one grow into a spill.
       this.affinityCache.set(ck, { worker: req.worker, keyInflight: 0 });
-      this.unsynced.set(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
+      this.ledger.decidedLocally(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
     }
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
-    this.localLeases.set(lease.id, lease);
+    this.ledger.addLocal(lease);
     return { ok: true, lease, degraded: true };
   }
 
   private async refreshAll(): Promise<void> {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
-    if (this.unsynced.size > 0 || this.localLeases.size > 0 || this.connections !== this.leasesRestoredAt) void this.resync();
-    if (this.unreleased.size > 0) void this.retryReleases();
+    if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
+    if (this.ledger.unreleasedLeases().length > 0) void this.retryReleases();
     for (const [pool, view] of this.views) {
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
-        this.absorb(q, await this.decide(q, { m: 'read', k: 0 }));
+        this.absorb(q, await this.decide(q));
       } catch (err) {
         this.logFailure('redis refresh failed', err);
       }
@@ -475,46 +445,32 @@ export class RedisStore implements RoutingStore {
   }
 
   private async renewLeases(): Promise<void> {
-    if (this.closed || this.liveLeases.size === 0 || this.redis.status !== 'ready') return;
+    const leases = this.ledger.sharedLeases();
+    if (this.closed || leases.length === 0 || this.redis.status !== 'ready') return;
     // One pipeline per pool: a pool's keys share one cluster slot, different pools may not.
     await Promise.all(
-      [...byPool(this.liveLeases.values())].map(([pool, leases]) => {
+      [...byPool(leases)].map(([pool, ls]) => {
         const p = this.redis.pipeline();
-        for (const [worker, ids] of idsByWorker(leases)) script(p, 'kvgateRenew').call(p, this.inflightKey(pool, worker), this.opts.leaseTtlMs, ...ids);
+        for (const [worker, ids] of idsByWorker(ls)) p.kvgateRenew(this.poolKeys(pool).inflight(worker), this.opts.leaseTtlMs, ...ids);
         return p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
       }),
     );
   }
 
   private async retryReleases(): Promise<void> {
-    const leases = [...this.unreleased.values()];
     await Promise.all(
-      [...byPool(leases)].map(async ([pool, ls]) => {
+      [...byPool(this.ledger.unreleasedLeases())].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
-        for (const l of ls) p.zrem(this.inflightKey(pool, l.worker), l.id);
+        for (const l of ls) p.zrem(this.poolKeys(pool).inflight(l.worker), l.id);
         const replies = await p.exec().catch(() => null);
-        if (replies && !replies.some(([err]) => err)) for (const l of ls) this.unreleased.delete(l.id);
+        if (replies && !replies.some(([err]) => err)) this.ledger.removedFromRedis(ls.map((l) => l.id));
       }),
     );
   }
 
   /** Brings Redis in line with this replica after it could not reach Redis (see the file comment). */
   private resync(): Promise<void> {
-    if (this.closed) return Promise.resolve();
-    if (this.resyncRun) {
-      this.resyncQueued = true;
-      return this.resyncRun;
-    }
-    const run = (async () => {
-      do {
-        this.resyncQueued = false;
-        await this.resyncOnce();
-      } while (this.resyncQueued && !this.closed);
-    })().finally(() => {
-      this.resyncRun = undefined;
-    });
-    this.resyncRun = run;
-    return run;
+    return this.closed ? Promise.resolve() : this.resyncs.trigger();
   }
 
   private async resyncOnce(): Promise<void> {
@@ -523,9 +479,7 @@ export class RedisStore implements RoutingStore {
     const connection = this.connections;
     const restoreLive = connection !== this.leasesRestoredAt;
     try {
-      const pools = new Set(this.views.keys());
-      for (const u of this.unsynced.values()) pools.add(u.pool);
-      for (const l of this.localLeases.values()) pools.add(l.pool);
+      const pools = new Set([...this.views.keys(), ...this.ledger.poolsBehind()]);
       for (const pool of pools) await this.resyncPool(pool, restoreLive);
       this.leasesRestoredAt = connection;
     } catch (err) {
@@ -534,20 +488,21 @@ export class RedisStore implements RoutingStore {
   }
 
   private async resyncPool(pool: string, restoreLive: boolean): Promise<void> {
+    const keys = this.poolKeys(pool);
     const now = Date.now();
-    const affinities = [...this.unsynced.entries()].filter(([, u]) => u.pool === pool && u.expiresAt > now);
-    const local = [...this.localLeases.values()].filter((l) => l.pool === pool);
-    const live = restoreLive ? [...this.liveLeases.values()].filter((l) => l.pool === pool) : [];
+    const affinities = this.ledger.unsyncedAffinities(pool, now);
+    const local = this.ledger.localLeases(pool);
+    const live = restoreLive ? this.ledger.sharedLeases(pool) : [];
     const statePairs = [...(this.views.get(pool)?.states ?? [])].flat();
 
     const p = this.redis.pipeline();
-    p.exists(this.markerKey(pool));
+    p.exists(keys.alive);
     for (const [, u] of affinities) {
-      const k = this.affinityKey(pool, u.key);
+      const k = keys.affinity(u.key);
       p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
       p.get(k);
     }
-    for (const [worker, ids] of idsByWorker([...local, ...live])) script(p, 'kvgateRestoreLeases').call(p, this.inflightKey(pool, worker), this.opts.leaseTtlMs, ...ids);
+    for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
     const replies = await p.exec();
     const failed = replies?.find(([err]) => err);
     if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
@@ -557,14 +512,14 @@ export class RedisStore implements RoutingStore {
     affinities.forEach(([ck, u], i) => {
       const held = replies[2 + 2 * i]![1] as string | null;
       if (held) this.affinityCache.set(ck, { worker: held, keyInflight: this.affinityCache.get(ck)?.keyInflight ?? 0 });
-      if (this.unsynced.get(ck) === u) this.unsynced.delete(ck);
+      this.ledger.affinityWritten(ck, u);
     });
-    for (const l of local) if (this.localLeases.delete(l.id)) this.liveLeases.set(l.id, l);
+    this.ledger.shareLocal(local);
     // A lease released while the pipeline ran must not linger until its TTL.
-    const gone = [...local, ...live].filter((l) => !this.liveLeases.has(l.id));
+    const gone = [...local, ...live].filter((l) => !this.ledger.isShared(l.id));
     if (gone.length > 0) {
       const z = this.redis.pipeline();
-      for (const l of gone) z.zrem(this.inflightKey(pool, l.worker), l.id);
+      for (const l of gone) z.zrem(keys.inflight(l.worker), l.id);
       await z.exec().catch(() => undefined);
     }
   }
@@ -577,6 +532,7 @@ export class RedisStore implements RoutingStore {
    * last, so a restore cut short is tried again on the next refresh.
    */
   private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
+    const keys = this.poolKeys(pool);
     const prefix = this.affinityCacheKey(pool, '');
     const entries: Array<[string, string]> = [];
     if (this.affinityTtlMs > 0) {
@@ -584,13 +540,13 @@ export class RedisStore implements RoutingStore {
     }
     for (let i = 0; i === 0 || i < entries.length; i += 1000) {
       const p = this.redis.pipeline();
-      if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(this.statesKey(pool), statePairs[j]!, statePairs[j + 1]!);
-      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(this.affinityKey(pool, key), worker, 'PX', this.affinityTtlMs, 'NX');
+      if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(keys.states, statePairs[j]!, statePairs[j + 1]!);
+      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(keys.affinity(key), worker, 'PX', this.affinityTtlMs, 'NX');
       const replies = await p.exec();
       const failed = replies?.find(([err]) => err);
       if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
     }
-    await this.redis.set(this.markerKey(pool), '1');
+    await this.redis.set(keys.alive, '1');
     if (entries.length > 0 || statePairs.length > 0) {
       this.opts.logger.warn({ pool, states: statePairs.length / 2, affinities: entries.length }, 'redis had lost its data; restored the worker states and affinities this replica knew');
     }
@@ -599,7 +555,7 @@ export class RedisStore implements RoutingStore {
   /** Written once per pool; its absence after a reconnect means Redis lost its data. */
   private writeMarker(pool: string): void {
     if (this.redis.status !== 'ready') return;
-    this.redis.set(this.markerKey(pool), '1', 'NX').catch(() => undefined);
+    this.redis.set(this.poolKeys(pool).alive, '1', 'NX').catch(() => undefined);
   }
 
   private view(pool: string, workers: readonly string[]): PoolView {
@@ -611,50 +567,40 @@ export class RedisStore implements RoutingStore {
     return v;
   }
 
-  private localCount(pool: string, worker: string): number {
-    let n = 0;
-    for (const l of this.localLeases.values()) if (l.pool === pool && l.worker === worker) n++;
-    return n;
+  private poolKeys(pool: string): PoolKeys {
+    let k = this.keys.get(pool);
+    if (!k) this.keys.set(pool, (k = new PoolKeys(this.opts.keyPrefix, pool)));
+    return k;
   }
 
   private logFailure(msg: string, err: unknown): void {
-    // One line a second at most: a Redis outage must not flood the logs at request rate.
+    // A Redis outage fails every reconnect attempt (one a second) and every request: the first
+    // failure is logged at once, then one line a minute at most while it lasts, counting the
+    // failures it left out. Readiness logs the recovery ("store reachable again").
     const now = Date.now();
-    if (now - this.lastErrorLog < 1000) return;
+    if (now - this.lastErrorLog < FAILURE_LOG_INTERVAL_MS) {
+      this.failuresNotLogged++;
+      return;
+    }
     this.lastErrorLog = now;
-    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err) }, msg);
+    const skipped = this.failuresNotLogged;
+    this.failuresNotLogged = 0;
+    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
   }
 
-  private tag(pool: string): string {
-    return `${this.opts.keyPrefix}:{${pool}}`;
-  }
-  private affinityKey(pool: string, key: string): string {
-    return `${this.tag(pool)}:a:${key}`;
-  }
-  private statesKey(pool: string): string {
-    return `${this.tag(pool)}:s`;
-  }
-  private inflightKey(pool: string, worker: string): string {
-    return `${this.tag(pool)}:f:${worker}`;
-  }
-  private responseKey(pool: string, responseHash: string): string {
-    return `${this.tag(pool)}:r:${responseHash}`;
-  }
-  private markerKey(pool: string): string {
-    return `${this.tag(pool)}:alive`;
-  }
   private affinityCacheKey(pool: string, key: string): string {
     return `${pool}\u0000${key}`;
   }
 }
 
-function parseStates(pairs: string[]): Map<string, WorkerState> {
+function parseStates(recorded: ReadonlyMap<string, string>): Map<string, WorkerState> {
   const m = new Map<string, WorkerState>();
-  for (let i = 0; i + 1 < pairs.length; i += 2) {
-    const state = pairs[i + 1] as WorkerState;
-    if (WORKER_STATES.includes(state)) m.set(pairs[i]!, state);
-  }
+  for (const [w, s] of recorded) if (isWorkerState(s)) m.set(w, s);
   return m;
+}
+
+function isWorkerState(s: string): s is WorkerState {
+  return WORKER_STATES.some((x) => x === s);
 }
 
 function byPool(leases: Iterable<Lease>): Map<string, Lease[]> {
@@ -675,9 +621,4 @@ function idsByWorker(leases: Iterable<Lease>): Map<string, string[]> {
     else m.set(l.worker, [l.id]);
   }
   return m;
-}
-
-/** A script defined with defineCommand, on a pipeline (ioredis types do not know custom commands). */
-function script(p: Pipeline, name: string): ScriptCall {
-  return (p as unknown as Record<string, ScriptCall>)[name]!;
 }

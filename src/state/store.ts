@@ -9,9 +9,8 @@
  * records the affinity and takes an in-flight lease. If another replica changed those facts in the
  * meantime, the commit fails and returns the fresh snapshot to decide again on.
  */
-import type { SignalRecord } from '../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { Preconditions, WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
 
 /**
  * One session moved off a pressured worker: a worker-side agent can move its KV cache to CPU RAM
@@ -138,7 +137,7 @@ export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
   for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
   for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
   for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
-  if (p.prefixAtMost !== undefined) for (const d of snap.prefix.values()) if (d > p.prefixAtMost) return false;
+  if (p.prefix !== undefined) for (const w of p.prefix.over) if ((snap.prefix.get(w) ?? 0) > p.prefix.atMost) return false;
   return true;
 }
 

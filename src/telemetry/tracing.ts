@@ -12,7 +12,7 @@
  * Telemetry never fails the host: a missing collector, a bad variable or a full export queue is a
  * warning in the log (rate-limited by the SDK's batching), never an error in the request path.
  */
-import { context, diag, DiagLogLevel, propagation, trace, type DiagLogger } from '@opentelemetry/api';
+import { context, diag, DiagLogLevel, propagation, ROOT_CONTEXT, trace, type DiagLogger } from '@opentelemetry/api';
 import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
@@ -84,10 +84,62 @@ async function createExporter(protocol: OtlpProtocol): Promise<SpanExporter> {
   }
 }
 
-/** The SDK's own diagnostics (export failures, bad variables) as pino warnings. */
-function diagToPino(logger: Logger): DiagLogger {
-  const warn = (msg: string, ...args: unknown[]) => logger.warn({ component: 'otel', args: args.map(String) }, msg);
+/** What an operator should know about any SDK diagnostic: it never touches routing. */
+const DIAG_HINT = 'routing is not affected; spans that cannot be exported are dropped. Check OTEL_EXPORTER_OTLP_ENDPOINT and that the collector is up';
+
+/** A collector that stays down fails every export: one line per cause per this long. */
+const DIAG_LOG_INTERVAL_MS = 30_000;
+
+/**
+ * The SDK's own diagnostics (export failures, bad variables) as pino warnings an operator can
+ * read: the error's message without its stack (the SDK hands over whole serialised exceptions),
+ * the logger's own `component` (no second one), written outside any request's trace context (an
+ * export runs in whatever context its timer was armed in, so the line would otherwise carry an
+ * unrelated request's trace id), and at most once per cause every 30 s.
+ */
+export function diagToPino(logger: Logger, now: () => number = Date.now): DiagLogger {
+  const last = new Map<string, { at: number; skipped: number }>();
+  const warn = (msg: string, ...args: unknown[]) => {
+    const text = [msg, ...args.map(describeDiagArg)].map(firstLine).filter(Boolean).join(': ');
+    const key = text.slice(0, 200);
+    const seen = last.get(key);
+    const t = now();
+    if (seen && t - seen.at < DIAG_LOG_INTERVAL_MS) {
+      seen.skipped++;
+      return;
+    }
+    last.set(key, { at: t, skipped: 0 });
+    if (last.size > 100) last.delete(last.keys().next().value!);
+    context.with(ROOT_CONTEXT, () =>
+      logger.warn(
+        { source: 'opentelemetry', hint: DIAG_HINT, ...(seen && seen.skipped > 0 ? { repeats_not_logged: seen.skipped } : {}) },
+        `opentelemetry: ${text}`,
+      ),
+    );
+  };
   return { error: warn, warn, info: () => undefined, debug: () => undefined, verbose: () => undefined };
+}
+
+/** An Error, a serialised exception (JSON with a message) or anything else, as its message. */
+function describeDiagArg(arg: unknown): string {
+  if (arg instanceof Error) return arg.message;
+  if (typeof arg === 'string') return arg;
+  if (arg && typeof arg === 'object' && typeof (arg as { message?: unknown }).message === 'string') return (arg as { message: string }).message;
+  return String(arg);
+}
+
+/** The first line of a message, and a JSON-serialised exception reduced to its message. */
+function firstLine(text: string): string {
+  let t = text.trim();
+  if (t.startsWith('{')) {
+    try {
+      const parsed = JSON.parse(t) as { message?: unknown };
+      if (typeof parsed.message === 'string') t = parsed.message;
+    } catch {
+      // not JSON after all
+    }
+  }
+  return t.split('\n')[0]!.trim();
 }
 
 /** Longest a stopping gate waits for its last spans to be exported. */

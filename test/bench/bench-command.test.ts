@@ -12,7 +12,7 @@ import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 async function bench(args: string[]): Promise<string> {
   const chunks: string[] = [];
   const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {} });
-  registerBenchCommand(program, { write: (s) => chunks.push(s) });
+  registerBenchCommand(program, { write: (s) => chunks.push(s) }, { write: () => {} });
   await program.parseAsync(['bench', ...args], { from: 'user' });
   return chunks.join('');
 }
@@ -68,7 +68,10 @@ describe('kvgate bench', () => {
     // The table for people names every server and the targets.
     const table = formatReport(report);
     for (const server of ['noop', 'memory', 'redis']) assert.match(table, new RegExp(`^${server}\\s+2k\\s+8 streams`, 'm'));
-    assert.match(table, /^targets \(issue 5\):$/m);
+    assert.match(table, /^targets:$/m);
+    // Units in every header; the table fits 120 columns (the rest is in --json).
+    assert.match(table, /decisions\/s\s+× no-op\s+busy µs\/req\s+added p50 ms\s+p99 ms\s+p99\.9 ms\s+decide p50 ms$/m);
+    for (const line of table.split('\n')) assert.ok(line.length <= 120, `${line.length} columns: ${line}`);
     assert.match(table, /not measured\s+memory\s+32k/);
     // A Redis it was given is left as found: every key the bench gate wrote is gone.
     const client = new Redis(redis.url);
@@ -134,5 +137,35 @@ describe('kvgate bench', () => {
     const probe = new Redis(r.url, { lazyConnect: true, maxRetriesPerRequest: 0, retryStrategy: () => null });
     await assert.rejects(probe.connect());
     probe.disconnect();
+  });
+});
+
+describe('kvgate bench progress', () => {
+  test('piped: a line per step with the step count and the time left; on a terminal: one line redrawn', async () => {
+    const { stepProgress } = await import('../../src/bench/progress.js');
+    const { benchPlan } = await import('../../src/bench/run.js');
+    const plan = benchPlan({ sizes: [2048, 32768], stores: ['memory', 'redis'], rounds: 3, durationMs: 1000, warmupMs: 500, halfSaturation: true });
+    // Per size: 3 servers × (warm-up + 3 rounds + half load).
+    assert.equal(plan.steps, 2 * 3 * 5);
+    let t = 0;
+    let piped = '';
+    const p = stepProgress('bench', plan.steps, plan.plannedMs, { write: (s) => (piped += s) }, () => t);
+    p.step('2k: warming up noop', 500);
+    t = 1000; // the first step took twice its plan: the estimate doubles the rest
+    p.step('2k: noop at saturation, round 1/3', 1200);
+    p.done();
+    const lines = piped.trimEnd().split('\n');
+    assert.equal(lines.length, 2);
+    assert.match(lines[0]!, /^bench \[ 1\/30\] 2k: warming up noop · 0 s elapsed, ~\d+ s left$/);
+    const left = (l: string) => Number(/~(?:(\d+) min )?(\d+) s left/.exec(l)!.slice(1).reduce((a, x, i) => (x === undefined ? a : a + Number(x) * (i === 0 ? 60 : 1)), 0));
+    assert.ok(Math.abs(left(lines[1]!) - ((plan.plannedMs - 500) * 2) / 1000) <= 1, lines[1]);
+    let tty = '';
+    const q = stepProgress('bench', 3, 3000, { write: (s) => (tty += s), isTTY: true }, () => 0);
+    q.step('a', 1000);
+    q.step('b', 1000);
+    q.done();
+    assert.doesNotMatch(tty, /\n/, 'redrawn in place');
+    assert.match(tty, /\r\x1b\[2Kbench \[2\/3\] b/);
+    assert.ok(tty.endsWith('\r\x1b[2K'), 'cleared at the end');
   });
 });

@@ -11,9 +11,9 @@ import * as grpc from '@grpc/grpc-js';
 import { chat, harness } from '../helpers/envoy.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
 import { freePort } from '../helpers/ports.js';
+import { KVGATE } from '../helpers/kvgate-cli.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-const BIN = path.join(ROOT, 'bin/kvgate.js');
 const EXAMPLE = path.join(ROOT, 'envoy/kvgate.yaml');
 
 async function grpcHealth(target: string, service: string): Promise<string> {
@@ -55,7 +55,7 @@ describe('kvgate serve', () => {
   test('flags have environment variables', async () => {
     const grpcPort = await freePort();
     const adminPort = await freePort();
-    const proc = spawn(process.execPath, [BIN, 'serve'], {
+    const proc = spawn(process.execPath, [...KVGATE, 'serve'], {
       env: { ...process.env, KVGATE_CONFIG: EXAMPLE, KVGATE_GRPC_PORT: String(grpcPort), KVGATE_ADMIN_PORT: String(adminPort), KVGATE_STORE: 'memory', KVGATE_GRPC_HOST: '127.0.0.1' },
       stdio: ['ignore', 'pipe', 'pipe'],
     });
@@ -82,14 +82,14 @@ describe('kvgate serve', () => {
 
   test('an invalid config exits with status 2 and lists every problem', () => {
     const file = writeConfig({ routing: { shed_status: 200 }, workers: [{ id: 'a' }] });
-    const r = spawnSync(process.execPath, [BIN, 'serve', '--config', file], { encoding: 'utf8', timeout: 20_000 });
+    const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', file], { encoding: 'utf8', timeout: 20_000 });
     assert.equal(r.status, 2);
     assert.match(r.stderr, /routing\.shed_status/);
     assert.match(r.stderr, /workers\.0\.cluster/);
   });
 
   test('a store spec that is neither memory nor redis is refused', () => {
-    const r = spawnSync(process.execPath, [BIN, 'serve', '--config', EXAMPLE, '--store', 'postgres://x', '--grpc-port', '0', '--admin-port', '0'], { encoding: 'utf8', timeout: 20_000 });
+    const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', EXAMPLE, '--store', 'postgres://x', '--grpc-port', '0', '--admin-port', '0'], { encoding: 'utf8', timeout: 20_000 });
     assert.equal(r.status, 2);
     assert.match(r.stderr, /--store must be/);
   });
@@ -101,7 +101,7 @@ describe('kvgate serve', () => {
       });
       if (!free) return t.skip(`port ${port} is in use on this machine`);
     }
-    const proc = spawn(process.execPath, [BIN, 'serve', '--config', EXAMPLE], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const proc = spawn(process.execPath, [...KVGATE, 'serve', '--config', EXAMPLE], { stdio: ['ignore', 'pipe', 'pipe'] });
     try {
       const line = await new Promise<Record<string, unknown>>((resolve, reject) => {
         const timer = setTimeout(() => reject(new Error('no start')), 60_000);
@@ -114,8 +114,8 @@ describe('kvgate serve', () => {
           }
         });
       });
-      assert.equal(line['grpcPort'], 9002);
-      assert.equal(line['adminPort'], 9090);
+      assert.equal(line['grpc_port'], 9002);
+      assert.equal(line['admin_port'], 9090);
       const h = harness('127.0.0.1:9002');
       const out = await h.request(chat({ session: 'default-port' }));
       h.close();

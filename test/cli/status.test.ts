@@ -50,7 +50,7 @@ describe('kvgate status', () => {
   test("a line per worker: id (and cluster when it differs), state, in-flight/limit", async () => {
     const out = await status('--admin', gate.admin);
     const lines = out.trimEnd().split('\n');
-    assert.equal(lines[0], '2 workers, store: memory');
+    assert.equal(lines[0], '2 workers, store: memory (reachable, ready)');
     assert.match(lines[1]!, /^WORKER\s+STATE\s+IN-FLIGHT\s+SIGNALS$/);
     assert.match(lines[2]!, /^gpu-a\s+healthy\s+0\/5$/);
     assert.match(lines[3]!, /^gpu-b \(cluster-b\)\s+healthy\s+0\/16$/);
@@ -141,9 +141,32 @@ describe('kvgate status', () => {
     }
   });
 
+  test("pointed at the gate's gRPC port: says so and names the flag for the admin port", async () => {
+    await assert.rejects(status('--admin', `http://${gate.target}`), /does not answer HTTP\/1\.1: it looks like the gate's ext_proc gRPC port; the admin API is on the port of --admin-port/);
+  });
+
+  test("the store's health: an unreachable store is a NOT READY line with the reason and its error", async () => {
+    const admin = await cannedAdmin(
+      200,
+      JSON.stringify({
+        store: 'redis',
+        readiness: { ready: false, status: 'not_ready', store: 'unreachable', reason: 'the store does not answer; …', store_error: 'connect ECONNREFUSED 127.0.0.1:6379' },
+        workers: [{ id: 'w1', cluster: 'w1', state: 'healthy', inflight: 0, max_inflight: 8 }],
+      }),
+    );
+    try {
+      const out = await status('--admin', admin.url);
+      assert.match(out, /^1 worker, store: redis \(unreachable, not_ready\)$/m);
+      assert.match(out, /^NOT READY: the store does not answer; … \(connect ECONNREFUSED 127\.0\.0\.1:6379\)$/m);
+      assert.match(out, /^no worker has a metrics_url: healthy unless drained or down by an operator/m);
+    } finally {
+      await admin.close();
+    }
+  });
+
   test('an admin API that is down, failing or answering nonsense: a clear error', async () => {
     const port = await freePort();
-    await assert.rejects(status('--admin', `http://127.0.0.1:${port}`), /cannot reach the admin API at http:\/\/127\.0\.0\.1:\d+: ECONNREFUSED/);
+    await assert.rejects(status('--admin', `http://127.0.0.1:${port}`), /nothing is listening at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is the gate running\? Pass its admin address with --admin/);
     await assert.rejects(status('--admin', 'not a url'), /--admin must be a URL/);
     for (const [code, body, message] of [
       [503, '{"error":"not ready"}', /answered 503/],

@@ -102,6 +102,9 @@ for (const backend of ['memory', 'redis'] as const) {
       assert.equal(body.decisions.length, 3);
       assert.equal(body.decisions[0]!.explanation.candidates.length, 3);
       assert.ok(!JSON.stringify(body).includes('ACME'), 'no prompt text');
+      // snake_case, like the rest of the admin API
+      assert.ok(!/"[a-z]+[A-Z]\w*":/.test(JSON.stringify(body)), JSON.stringify(body).slice(0, 300));
+      assert.equal(typeof (body.decisions[0]!.explanation as unknown as Record<string, unknown>)['total_blocks'], 'number');
     });
   });
 }

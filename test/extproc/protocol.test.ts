@@ -9,6 +9,8 @@ import type { ProcessingRequest } from '../../src/extproc/messages.js';
 import { isClosed, isTimedOut, type EnvoyHarness, type RawStream } from '../harness/envoy-harness.js';
 import { harness, headersMsg, routedCluster, waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
+import { startLatencyProxy, type LatencyProxy } from '../helpers/latency-proxy.js';
+import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const REQ_HEADERS = { ':method': 'POST', ':path': '/v1/chat/completions', ':scheme': 'http', ':authority': 'llm', 'x-session-id': 'proto' };
 const body = (text: string, eos = true) => ({ request_body: { body: Buffer.from(text), end_of_stream: eos } }) as ProcessingRequest;
@@ -38,6 +40,14 @@ async function settled(): Promise<void> {
   await waitFor(() => g.extproc.openStreams === 0, 3000, 'no open streams');
   await waitFor(async () => (await workers(g.admin)).every((w) => w.inflight === 0), 3000, 'no in-flight leases');
 }
+
+const phases: Array<[string, ProcessingRequest[]]> = [
+  ['before any message', []],
+  ['after request headers', [headersMsg(REQ_HEADERS, false) as never]],
+  ['after the request body (lease held)', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}')]],
+  ['after response headers', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}'), respHeaders()]],
+  ['after a body-less request was routed', [headersMsg({ ...REQ_HEADERS, ':method': 'GET' }, true) as never]],
+];
 
 describe('ext_proc protocol', () => {
   test('headers twice is a protocol violation: the stream ends with INVALID_ARGUMENT', async () => {
@@ -102,13 +112,6 @@ describe('ext_proc protocol', () => {
     await settled();
   });
 
-  const phases: Array<[string, ProcessingRequest[]]> = [
-    ['before any message', []],
-    ['after request headers', [headersMsg(REQ_HEADERS, false) as never]],
-    ['after the request body (lease held)', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}')]],
-    ['after response headers', [headersMsg(REQ_HEADERS, false) as never, body('{"user":"a"}'), respHeaders()]],
-    ['after a body-less request was routed', [headersMsg({ ...REQ_HEADERS, ':method': 'GET' }, true) as never]],
-  ];
   for (const [when, msgs] of phases) {
     test(`half-close ${when}: the server finishes with OK and keeps nothing`, async () => {
       const s = h.openRawStream();
@@ -122,28 +125,15 @@ describe('ext_proc protocol', () => {
       assert.equal(ev.status.code, GrpcStatus.OK);
       await settled();
     });
+    // Cancels after a message are checked below, on a gate whose idle sweep cannot hide a leak.
+    if (msgs.length > 0) continue;
     test(`cancel ${when}: nothing is left behind`, async () => {
       const s = h.openRawStream();
-      for (const m of msgs) {
-        s.write(m);
-        assert.ok(!isClosed(await reply(s)));
-      }
       s.cancel();
+      // The one case the idle sweep is for: a cancel racing the call's start can go unseen.
       await settled();
     });
   }
-
-  test('cancel while the decision is in progress: the lease taken for it is released', async () => {
-    for (let i = 0; i < 20; i++) {
-      const s = h.openRawStream();
-      s.write(headersMsg({ ...REQ_HEADERS, ':method': 'GET', 'x-session-id': `race-${i}` }, true) as never);
-      s.cancel();
-    }
-    // Some of these cancels race the call's start and never reach the stream; those streams are
-    // reclaimed by the idle sweep (1.5 s here), so look only after it has run.
-    await new Promise((r) => setTimeout(r, 3500));
-    await settled();
-  });
 
   test('a request decided at the body stays in flight until its response headers', async () => {
     const s = h.openRawStream();
@@ -159,5 +149,72 @@ describe('ext_proc protocol', () => {
     await waitFor(async () => (await total()) === 0, 2000, 'released at response headers');
     s.end();
     await settled();
+  });
+});
+
+/**
+ * Cancels with the idle sweep set far beyond the test (60 s), so only the cancel path can free
+ * what a stream holds. With the sweep at 1.5 s (the gate above) these passed with every stream
+ * event handler removed.
+ */
+describe('cancel, with no idle sweep to hide a leak', () => {
+  let quiet: TestGate;
+  let qh: EnvoyHarness;
+  let redis: TestRedis;
+  let proxy: LatencyProxy;
+  let slow: TestGate;
+  let sh: EnvoyHarness;
+  before(async () => {
+    quiet = await startTestGate({ limits: { stream_idle_s: 60 }, workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] });
+    qh = harness(quiet.target);
+    redis = await startRedis();
+    proxy = await startLatencyProxy(redis.port);
+    slow = await startTestGate(
+      { limits: { stream_idle_s: 60 }, store: { timeout_ms: 3000 }, workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] },
+      { store: `redis://${proxy.address}` },
+    );
+    sh = harness(slow.target);
+    proxy.setLatency(150);
+  });
+  after(async () => {
+    qh.close();
+    await quiet.close(100);
+    sh.close();
+    await slow.close(100);
+    await proxy.close();
+    await redis.stop();
+  });
+
+  for (const [when, msgs] of phases) {
+    if (msgs.length === 0) continue;
+    test(`cancel ${when}: nothing is left behind`, async () => {
+      const s = qh.openRawStream();
+      for (const m of msgs) {
+        s.write(m);
+        assert.ok(!isClosed(await reply(s)));
+      }
+      s.cancel();
+      await waitFor(() => quiet.extproc.openStreams === 0, 3000, 'no open streams');
+      await waitFor(async () => (await workers(quiet.admin)).every((w) => w.inflight === 0), 3000, 'no in-flight leases');
+    });
+  }
+
+  test('cancel while the decision is in progress: the lease it then takes is released by the cancel', async () => {
+    for (let i = 0; i < 5; i++) {
+      const decided = slow.results.length;
+      const s = sh.openRawStream();
+      s.write(headersMsg({ ...REQ_HEADERS, ':method': 'GET', 'x-session-id': `race-${i}` }, true) as never);
+      // The call has reached the server (a cancel racing its start could go unseen), and the
+      // decision has begun: the store takes at least 300 ms to answer.
+      await waitFor(() => slow.extproc.openStreams === 1, 3000, 'the stream is open on the server');
+      await new Promise((r) => setTimeout(r, 50));
+      assert.equal(slow.results.length, decided, 'still deciding when the cancel is sent');
+      s.cancel();
+      await waitFor(() => slow.results.length === decided + 1, 5000, 'the decision finished after the cancel');
+      const r = slow.results.at(-1)!;
+      assert.equal(r.kind, 'route', 'a lease was taken for the cancelled stream');
+      await waitFor(() => slow.extproc.openStreams === 0, 3000, 'the cancelled stream is gone');
+      await waitFor(async () => (await workers(slow.admin)).every((w) => w.inflight === 0), 3000, 'its lease is released');
+    }
   });
 });

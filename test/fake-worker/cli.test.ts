@@ -4,17 +4,16 @@
  */
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
-import path from 'node:path';
 import { describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerFakeWorkerCommand } from '../../src/cli/fake-worker-command.js';
 import { scrape, value } from './prometheus.js';
+import { KVGATE } from '../helpers/kvgate-cli.js';
 
-const BIN = path.resolve(import.meta.dirname, '../../bin/kvgate.js');
 
 describe('kvgate fake-worker', () => {
   test('prints its port when ready, serves with the hooks its flags set, exits 0 on SIGTERM', async () => {
-    const proc = spawn(process.execPath, [BIN, 'fake-worker', '--port', '0', '--id', 'cli-w', '--dcgm', '--kv-usage', '0.9', '--gpu-temp', '90', '--decode-ms', '0'], {
+    const proc = spawn(process.execPath, [...KVGATE, 'fake-worker', '--port', '0', '--id', 'cli-w', '--dcgm', '--kv-usage', '0.9', '--gpu-temp', '90', '--decode-ms', '0'], {
       stdio: ['ignore', 'pipe', 'pipe'],
     });
     let stderr = '';

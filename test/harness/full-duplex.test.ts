@@ -453,3 +453,41 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
     assert.notEqual(small.results[n + 1]?.key?.source, 'body_user', 'an older Envoy: the config (none) decides on the headers');
   });
 });
+
+describe('an Envoy running FULL_DUPLEX_STREAMED without protocol_config (before 1.35)', () => {
+  let declared: TestGate;
+  let undeclared: TestGate;
+  const harnesses: EnvoyHarness[] = [];
+  const olderIstio = (g: TestGate): EnvoyHarness => {
+    const h = new EnvoyHarness({ config: istioInferencePoolEnvoy(), target: g.target, extProcOverride: { sendsProtocolConfig: false } });
+    harnesses.push(h);
+    return h;
+  };
+  before(async () => {
+    const workers = [{ id: 'a', address: A }, { id: 'b', address: B }];
+    declared = await startTestGate({ routing: { protocol: 'endpoint_picker', request_body_mode: 'full_duplex', response_body_mode: 'full_duplex' }, workers });
+    undeclared = await startTestGate({ routing: { protocol: 'endpoint_picker' }, workers });
+  });
+  after(async () => {
+    for (const h of harnesses) h.close();
+    await Promise.all([declared, undeclared].map((g) => g?.close(100)));
+  });
+
+  test('routing.request_body_mode / response_body_mode: full_duplex serve it: routed on the body, both bodies echoed', async () => {
+    const req = bigChat(32 * 1024, { user: 'older-envoy', seed: 'older' });
+    const resp = bigResponse(8 * 1024);
+    const before = declared.results.length;
+    const out = asUpstream(await olderIstio(declared).request(req, resp));
+    assert.ok(out.endpoint && [A, B].includes(out.endpoint), `endpoint ${out.endpoint}`);
+    assert.ok(out.routeCleared);
+    assert.ok(out.requestBody.equals(req.whole));
+    assert.ok(out.responseBody.equals(Buffer.concat(resp.chunks)));
+    assert.equal(declared.results[before]?.key?.source, 'body_user');
+    assert.equal(out.stats?.spuriousMsgsReceived, 0);
+  });
+
+  test('control: left at the buffered default, the same Envoy fails the request (kvgate answers in the wrong mode)', async () => {
+    const out = await olderIstio(undeclared).request(bigChat(32 * 1024, { user: 'older-envoy-2', seed: 'older' }), bigResponse(1024));
+    assert.notEqual(out.kind, 'upstream', 'a gate that does not know the mode cannot serve a full-duplex Envoy');
+  });
+});

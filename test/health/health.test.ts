@@ -44,6 +44,12 @@ describe('health', () => {
       assert.equal(r.status, 503);
       assert.equal(r.body['status'], 'not_ready');
       assert.equal(r.body['store'], 'unreachable');
+      // Why, and the setting that changes it; the store's own error says what failed.
+      assert.match(String(r.body['reason']), /routing on local state but not ready.*set store\.ready_when_unreachable: true/);
+      assert.equal(typeof r.body['store_error'], 'string');
+      const w = (await (await fetch(`${g.admin}/workers`)).json()) as { readiness: Record<string, unknown> };
+      assert.equal(w.readiness['status'], 'not_ready', '/workers (and so kvgate status) shows it too');
+      assert.match(String(w.readiness['reason']), /store\.ready_when_unreachable/);
       await waitFor(async () => (await grpcHealth(g.target, EXT_PROC)) === 'NOT_SERVING', 3000, 'grpc health NOT_SERVING');
       assert.equal(await grpcHealth(g.target, ''), 'NOT_SERVING');
       assert.equal(await grpcHealth(g.target, 'liveness'), 'SERVING', 'alive all the same');
@@ -68,7 +74,10 @@ describe('health', () => {
       await redis.kill();
       const r = await readyz(g.admin);
       assert.equal(r.status, 200);
-      assert.deepEqual(r.body, { ready: true, status: 'degraded', store: 'unreachable', ready_when_unreachable: true });
+      const { reason, store_error, ...rest } = r.body;
+      assert.deepEqual(rest, { ready: true, status: 'degraded', store: 'unreachable', ready_when_unreachable: true });
+      assert.match(String(reason), /staying ready because store\.ready_when_unreachable is true/);
+      assert.equal(typeof store_error, 'string');
       assert.equal(await grpcHealth(g.target, EXT_PROC), 'SERVING');
     } finally {
       await g.close(100);

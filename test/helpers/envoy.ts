@@ -2,7 +2,8 @@
  * Shortcuts for driving a gate the way Envoy does, on top of the harness in test/harness/.
  */
 import path from 'node:path';
-import { isClosed, isTimedOut, type RawStream } from '../harness/envoy-harness.js';
+import assert from 'node:assert/strict';
+import { isClosed, isTimedOut, type Outcome, type RawStream } from '../harness/envoy-harness.js';
 import { EnvoyHarness, type EnvoyHarnessOptions } from '../harness/envoy-harness.js';
 import { loadEnvoyConfig, type ParsedEnvoyConfig } from '../harness/envoy-config.js';
 import type { ReceivedProcessingResponse as ProcessingResponse } from '../../src/extproc/messages.js';
@@ -75,4 +76,14 @@ export async function waitFor(cond: () => boolean | Promise<boolean>, timeoutMs 
     if (Date.now() > until) throw new Error(`timed out waiting for ${what}`);
     await new Promise((r) => setTimeout(r, 10));
   }
+}
+
+/**
+ * The cluster a request was sent to; fails the test when it was answered at once instead (shed,
+ * rejected). Use it wherever a test asserts where a request went *not*: a shed request went nowhere.
+ */
+export function clusterOf(out: Outcome): string {
+  assert.equal(out.kind, 'upstream', out.kind === 'local' ? `answered ${out.status} at once: ${out.body.toString()}` : `outcome ${out.kind}`);
+  assert.ok(out.cluster, 'routed to a cluster');
+  return out.cluster;
 }

@@ -3,9 +3,8 @@
  * `POST /control` test hooks (forced KV use, metrics failures).
  */
 import { spawn, type ChildProcess } from 'node:child_process';
-import path from 'node:path';
+import { KVGATE } from './kvgate-cli.js';
 
-const BIN = path.resolve(import.meta.dirname, '../../bin/kvgate.js');
 
 export interface FakeWorkerProcess {
   url: string;
@@ -15,7 +14,7 @@ export interface FakeWorkerProcess {
 }
 
 export async function startFakeWorkerProcess(id: string, args: string[] = []): Promise<FakeWorkerProcess> {
-  const proc: ChildProcess = spawn(process.execPath, [BIN, 'fake-worker', '--port', '0', '--id', id, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  const proc: ChildProcess = spawn(process.execPath, [...KVGATE, 'fake-worker', '--port', '0', '--id', id, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
   const port = await new Promise<number>((resolve, reject) => {
     let buf = '';
     const timer = setTimeout(() => reject(new Error(`fake-worker ${id} did not start`)), 60_000);

@@ -7,8 +7,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { stringify } from 'yaml';
+import { KVGATE } from './kvgate-cli.js';
 
-const BIN = path.resolve(import.meta.dirname, '../../bin/kvgate.js');
 
 export interface GateProcess {
   grpcPort: number;
@@ -30,7 +30,7 @@ export function writeConfig(config: unknown): string {
 }
 
 export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = {}, timeoutMs = 60_000): Promise<GateProcess> {
-  const proc = spawn(process.execPath, [BIN, 'serve', '--grpc-port', '0', '--admin-port', '0', '--grpc-host', '127.0.0.1', ...args], {
+  const proc = spawn(process.execPath, [...KVGATE, 'serve', '--grpc-port', '0', '--admin-port', '0', '--grpc-host', '127.0.0.1', ...args], {
     env: { ...process.env, ...env },
     stdio: ['ignore', 'pipe', 'pipe'],
   });
@@ -55,7 +55,7 @@ export async function startGateProcess(args: string[], env: NodeJS.ProcessEnv = 
           lines.push(rec);
           if (rec['msg'] === 'kvgate serving') {
             clearTimeout(timer);
-            resolve({ grpcPort: rec['grpcPort'] as number, adminPort: rec['adminPort'] as number });
+            resolve({ grpcPort: rec['grpc_port'] as number, adminPort: rec['admin_port'] as number });
           }
         } catch {
           // not a log line

@@ -9,7 +9,7 @@ import { parseConfig } from '../../src/config/load.js';
 import { ConfigReloader, carryRestartOnly } from '../../src/config/reload.js';
 import { structToPlain } from '../../src/extproc/knob-source.js';
 import { PoolTable } from '../../src/gate/pools.js';
-import { LogThrottle } from '../../src/telemetry/log-throttle.js';
+import { LogThrottle } from '../../src/util/log-throttle.js';
 import { recordingLogger } from '../helpers/logger.js';
 
 const TWO_POOLS = {

@@ -37,7 +37,7 @@ test('the admin API binds to 127.0.0.1 by default and to other addresses only wh
   const byDefault = await startGateProcess(['--config', config]);
   try {
     const serving = byDefault.lines.find((l) => l['msg'] === 'kvgate serving')!;
-    assert.equal(serving['adminHost'], '127.0.0.1');
+    assert.equal(serving['admin_host'], '127.0.0.1');
     assert.equal((await fetch(`http://127.0.0.1:${byDefault.adminPort}/healthz`)).status, 200);
     if (external.length === 0) t.diagnostic('no non-loopback IPv4 address here: only the bound host was checked');
     for (const ip of external) assert.equal(await connects(ip, byDefault.adminPort), false, `admin port refused on ${ip}`);

@@ -1,19 +1,21 @@
 /**
  * What kvgate keeps and says about a request: session ids only as SHA-256 hashes, prompt text
  * never. Checked on everything Redis receives (MONITOR: every command of every path, including
- * the write-back after a slow spell) and holds afterwards (every key and value), and on every log
- * line at trace level across routing, degraded routing, rejections and shedding.
- * (Spans: kvgate has no tracing yet; whoever adds it extends this test to its exporter.)
+ * the write-back after a slow spell) and holds afterwards (every key and value), on every log
+ * line at trace level, and on every span exported over OTLP, across routing, degraded routing,
+ * rejections and shedding.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { hashSessionId } from '../../src/request/hashing.js';
+import { startTracing } from '../../src/telemetry/tracing.js';
 import { chat, harness, holdRequest } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startLatencyProxy } from '../helpers/latency-proxy.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { startRedis } from '../helpers/redis-server.js';
+import { OtlpReceiver } from '../telemetry/otlp-receiver.js';
 
 const SESSIONS = {
   header: 'SECRET-header-id-17',
@@ -43,7 +45,12 @@ async function dumpRedis(r: Redis): Promise<string> {
   return out.join('\n');
 }
 
-test('no raw session id or prompt text in Redis (sent or stored) or in any log line', async () => {
+test('no raw session id or prompt text in Redis (sent or stored), in any log line or in any span', async () => {
+  const receiver = await new OtlpReceiver().start();
+  // The SDK's exporters read OTEL_* from the environment, as in production; this file is its own process.
+  Object.assign(process.env, { OTEL_EXPORTER_OTLP_ENDPOINT: receiver.httpEndpoint, OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json', OTEL_BSP_SCHEDULE_DELAY: '20' });
+  const tracing = await startTracing({ logger: recordingLogger('warn').logger });
+  assert.equal(tracing.enabled, true);
   const redis = await startRedis();
   const proxy = await startLatencyProxy(redis.port);
   const r = new Redis(redis.port, '127.0.0.1');
@@ -80,11 +87,14 @@ test('no raw session id or prompt text in Redis (sent or stored) or in any log l
     await new Promise((res) => setTimeout(res, 1000));
     assert.ok(g.results.some((x) => x.kind === 'route' && x.degraded), 'the degraded path ran');
 
+    await tracing.shutdown();
     const stored = await dumpRedis(r);
     const wire = sent.join('\n');
     const logs = JSON.stringify(lines);
+    const spans = JSON.stringify(receiver.spans);
     assert.ok(sent.length > 10 && lines.length > 10, 'something was sent and logged');
-    for (const [where, blob] of [['stored in Redis', stored], ['sent to Redis', wire], ['logged', logs]] as const) {
+    assert.ok(receiver.spans.length >= 10, `spans were exported (${receiver.spans.length})`);
+    for (const [where, blob] of [['stored in Redis', stored], ['sent to Redis', wire], ['logged', logs], ['in a span', spans]] as const) {
       for (const secret of [...Object.values(SESSIONS), 'PRIVATE-PROMPT', 'PRIVATE-SYSTEM', 'chest pain', 'lorem ipsum', 'ACME']) {
         assert.ok(!blob.includes(secret), `"${secret}" ${where}`);
       }
@@ -100,5 +110,7 @@ test('no raw session id or prompt text in Redis (sent or stored) or in any log l
     r.disconnect();
     await proxy.close();
     await redis.stop();
+    await tracing.shutdown();
+    await receiver.close();
   }
 });

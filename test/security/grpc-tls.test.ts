@@ -17,8 +17,8 @@ import { chat, harness } from '../helpers/envoy.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { FALLBACK_CLUSTER, problemWith } from '../helpers/load.js';
+import { KVGATE } from '../helpers/kvgate-cli.js';
 
-const BIN = path.resolve(import.meta.dirname, '../../bin/kvgate.js');
 const FLEET = [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }];
 
 let certs: CertFiles;
@@ -103,7 +103,7 @@ describe('the command line', () => {
       KVGATE_TLS_CLIENT_CA: certs.caCert,
     });
     try {
-      assert.equal(gate.lines.find((l) => l['msg'] === 'kvgate serving')?.['grpcTls'], 'mtls');
+      assert.equal(gate.lines.find((l) => l['msg'] === 'kvgate serving')?.['grpc_tls'], 'mtls');
       assert.equal(await attempt(gate.target, clientCreds({ ca: certs.caCert, cert: certs.clientCert, key: certs.clientKey })), 'ok');
       assert.equal('refused', await attempt(gate.target, clientCreds({ ca: certs.caCert })), 'ok');
     } finally {
@@ -126,7 +126,7 @@ describe('the command line', () => {
     }
     // And the command line turns them into exit status 2.
     const config = writeConfig({ workers: FLEET });
-    const r = spawnSync(process.execPath, [BIN, 'serve', '--config', config, '--grpc-port', '0', '--admin-port', '0', '--tls-cert', certs.serverCert], { encoding: 'utf8', timeout: 30_000 });
+    const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', config, '--grpc-port', '0', '--admin-port', '0', '--tls-cert', certs.serverCert], { encoding: 'utf8', timeout: 30_000 });
     assert.equal(r.status, 2, r.stderr);
     assert.match(r.stderr, /needs both --tls-cert and --tls-key/);
   });

@@ -199,9 +199,11 @@ function originalDstFromHeader(c: ParsedEnvoyConfig, header: string): ParsedEnvo
   return { ...c, originalDstClusters: new Map(names.map((k) => [k, { header }])), originalDstHeaders: new Map(names.map((k) => [k, header])) };
 }
 
-async function run(s: Shipped, config: ParsedEnvoyConfig, target: string): Promise<Outcome> {
+async function run(s: Shipped, config: ParsedEnvoyConfig, target: string, messageTimeoutMs = 150): Promise<Outcome> {
   // A short message timeout keeps the "slow" cases fast; the held replies never come at all.
-  const extProcOverride = { messageTimeoutMs: 150, ...(s.grpcAuthority ? { grpcAuthority: s.grpcAuthority } : {}) };
+  // The healthy case passes a long one: on a loaded machine a real decision can take longer
+  // than 150 ms, and a timed-out reply would fail open and hide whether kvgate routed.
+  const extProcOverride = { messageTimeoutMs, ...(s.grpcAuthority ? { grpcAuthority: s.grpcAuthority } : {}) };
   const h = new EnvoyHarness({ config, target, extProcOverride });
   try {
     return await h.request(s.request({ [s.header]: s.spoof }), { status: 200 });
@@ -249,7 +251,7 @@ for (const s of SHIPPED) {
     test('a healthy kvgate still routes: its answer re-picks the route', async () => {
       proxy.setPolicy((r) => r);
       const seen = gate.results.length;
-      const out = await run(s, s.envoy(), proxy.target);
+      const out = await run(s, s.envoy(), proxy.target, 10_000);
       const result = gate.results.slice(seen).find((r) => r.kind === 'route');
       assert.ok(result && result.kind === 'route', 'kvgate routed the request');
       assert.equal(out.kind, 'upstream');

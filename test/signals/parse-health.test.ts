@@ -78,7 +78,7 @@ describe('health from signals', () => {
 });
 
 describe('migration plan', () => {
-  const w = (id: string, inflight: number, state: WorkerView['state'] = 'healthy'): WorkerView => ({ id, cluster: id, state, inflight, maxInflight: 10, prefixBlocks: 0 });
+  const w = (id: string, inflight: number, state: WorkerView['state'] = 'healthy'): WorkerView => ({ id, state, inflight, maxInflight: 10, prefixBlocks: 0 });
   test('cold sessions spread over the workers that take new work, least loaded first', () => {
     const plan = planMigration(['a', 'b', 'c', 'd'], 'hot', [w('hot', 9, 'pressured'), w('x', 0), w('y', 2), w('z', 0, 'draining')]);
     // x: 0→3 and y: 2→3 in flight-or-assigned: level, and nothing to the pressured or the drained.

@@ -11,7 +11,7 @@ import { hashSessionId } from '../../src/request/hashing.js';
 import type { RedisStore } from '../../src/state/redis-store.js';
 import type { InstrumentedStore } from '../../src/telemetry/instrumented-store.js';
 import type { EnvoyHarness } from '../harness/envoy-harness.js';
-import { chat, harness, waitFor } from '../helpers/envoy.js';
+import { chat, clusterOf, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers, type TestGate } from '../helpers/gate.js';
 import { startFakeWorkerProcess, type FakeWorkerProcess } from '../helpers/fake-worker-process.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
@@ -87,12 +87,12 @@ describe('worker load and health', () => {
         assert.equal(e['reason'], 'kv_pressure');
         assert.ok(Number(e['time']) > 0);
       }
-      for (const s of cold) assert.notEqual((await hb.request(chat({ session: s, text: 'moved?' }))).cluster, 'worker_1', `${s} moved`);
+      for (const s of cold) assert.notEqual(clusterOf(await hb.request(chat({ session: s, text: 'moved?' }))), 'worker_1', `${s} moved`);
     } finally {
       raw.disconnect();
     }
     for (const s of hot) assert.equal((await hb.request(chat({ session: s, text: 'hot' }))).cluster, 'worker_1', `${s} keeps its worker`);
-    for (let i = 0; i < 12; i++) assert.notEqual((await ha.request(chat({ session: `fresh-${i}` }))).cluster, 'worker_1', 'no new sessions');
+    for (let i = 0; i < 12; i++) assert.notEqual(clusterOf(await ha.request(chat({ session: `fresh-${i}` }))), 'worker_1', 'no new sessions');
 
     await m[0]!.control({ kv_usage: 0.2 });
     await waitFor(async () => (await stateOf(a, 'w1')) === 'healthy', 3000, 'w1 healthy again');
@@ -106,7 +106,7 @@ describe('worker load and health', () => {
     assert.ok(took <= 2500, `down after ${took} ms`);
     // The other replica reads the same shared signals on its next read (every 100 ms).
     await waitFor(async () => (await stateOf(b, 'w2')) === 'down', 1000, 'both replicas agree');
-    for (let i = 0; i < 9; i++) assert.notEqual((await ha.request(chat({ session: `stale-${i}` }))).cluster, 'worker_2');
+    for (let i = 0; i < 9; i++) assert.notEqual(clusterOf(await ha.request(chat({ session: `stale-${i}` }))), 'worker_2');
     await m[1]!.control({ metrics: 'ok' });
     await waitFor(async () => (await stateOf(a, 'w2')) === 'healthy', 3000, 'w2 back');
   });

@@ -5,6 +5,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { Gate } from '../../src/gate/gate.js';
+import type { Pool } from '../../src/gate/pools.js';
 import { SignalCollector } from '../../src/signals/collector.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { RedisStore } from '../../src/state/redis-store.js';
@@ -52,7 +53,7 @@ test('a collector stopped while its first scrape hangs starts no loops afterward
   metrics.mode('hang');
   const config = parseConfig({ signals: { timeout_ms: 300 }, workers: [{ id: 'slow', cluster: 'worker_1', metrics_url: metrics.url }] });
   const store = new MemoryStore();
-  const collector = new SignalCollector({ gate: new Gate(config, store, silentLogger()), store, logger: silentLogger() });
+  const collector = new SignalCollector<Pool>({ gate: new Gate(config, store, silentLogger()), store, logger: silentLogger() });
   try {
     const started = collector.start();
     collector.stop(); // shutdown while the first scrape waits on a worker that does not answer

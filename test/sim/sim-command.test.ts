@@ -33,6 +33,19 @@ describe('kvgate sim', () => {
     assert.equal(typeof rows[0]!['ttft_p99_s'], 'number');
   });
 
+  test('--report onto an existing file fails before the run', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-report-'));
+    try {
+      const file = join(dir, 'report.md');
+      writeFileSync(file, 'x');
+      const started = performance.now();
+      await assert.rejects(sim(['--workload', 'rag', '--requests', '2000', '--report', file]), /report\.md is a file: name a directory/);
+      assert.ok(performance.now() - started < 5000, 'refused at once, not after simulating');
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
+  });
+
   test('--policies chooses; the table and --report DIR write a markdown report with SVG charts', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-report-'));
     after(() => rmSync(dir, { recursive: true, force: true }));
@@ -46,6 +59,14 @@ describe('kvgate sim', () => {
       assert.ok(existsSync(join(dir, f)));
       assert.match(readFileSync(join(dir, f), 'utf8'), /^<svg/);
     }
+    // Each bar carries its value, to a tenth of a percent, as the table has it.
+    const bars = readFileSync(join(dir, 'hit-rate.svg'), 'utf8');
+    const table = [...out.matchAll(/(\d+\.\d)%/g)].map((m) => `${m[1]}%`);
+    const labels = [...bars.matchAll(/>(\d+\.\d%)</g)].map((m) => m[1]!);
+    assert.equal(labels.length, 3, 'a label per policy');
+    for (const l of labels) assert.ok(table.includes(l), `${l} is a hit rate of the table (${table.join(' ')})`);
+    assert.match(readFileSync(join(dir, 'ttft.svg'), 'utf8'), />p50 [\d.]+ s · p99 [\d.]+ s</);
+    assert.match(readFileSync(join(dir, 'load-over-time.svg'), 'utf8'), /busiest worker/);
   });
 
   test('--gate-config runs the simulated gate with a kvgate config; a typo in it is refused before any run', async () => {

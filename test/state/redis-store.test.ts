@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { RedisStore } from '../../src/state/redis-store.js';
 import { silentLogger } from '../helpers/logger.js';
+import { startLatencyProxy } from '../helpers/latency-proxy.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { storeContract } from './store.contract.js';
 
@@ -66,10 +67,11 @@ describe('redis store specifics', () => {
       const seen = await b.snapshot({ pool: 'p', key: 's:shared', workers, blocks: [] });
       assert.equal(seen.affinity, 'w2');
       assert.equal(seen.inflight.get('w2'), 1);
-      // b's cached view is stale for this key until it reads: a commit on the stale view fails
-      // and hands back the truth instead of overwriting a's placement.
-      const stale = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
-      assert.ok(stale.ok);
+      // A decision on s:shared made from a view older than a's commit (no affinity yet) fails at
+      // commit and hands back the truth instead of overwriting a's placement; the same commit for a
+      // key nobody placed goes through (the control: nothing else made it fail).
+      const fresh = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      assert.ok(fresh.ok);
       const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.equal(race.ok, false);
       assert.equal(race.snapshot.affinity, 'w2');
@@ -105,24 +107,66 @@ describe('redis store specifics', () => {
     }
   });
 
-  test('Redis time decides lease expiry: an unrenewed lease lapses', async () => {
+  test('Redis time decides lease expiry: a renewed lease stays, an unrenewed one lapses', async () => {
     const redis = await startRedis();
-    const store = redisStore(redis.url, { leaseTtlMs: 300 });
+    const proxy = await startLatencyProxy(redis.port);
+    // Renewal runs every max(1 s, TTL / 3): with a 1.5 s TTL, once at 1 s, to 2.5 s.
+    const kept = redisStore(redis.url, { leaseTtlMs: 1500 });
+    const cut = redisStore(`redis://${proxy.address}`, { leaseTtlMs: 1500 });
     const other = redisStore(redis.url);
     try {
+      for (const s of [kept, cut, other]) assert.ok(await s.waitReady(3000));
+      const workers = ['w1', 'w2'];
+      const base = { pool: 'p', key: undefined, workers, preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 };
+      assert.ok((await kept.commit({ ...base, worker: 'w1' })).ok);
+      assert.ok((await cut.commit({ ...base, worker: 'w2' })).ok);
+      const seen = async () => (await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight;
+      assert.deepEqual([...(await seen())], [['w1', 1], ['w2', 1]]);
+      // The second gate is cut off from Redis (a crash or a partition looks the same to Redis):
+      // nobody renews its lease.
+      proxy.setDown(true);
+      await new Promise((r) => setTimeout(r, 2200));
+      assert.deepEqual([...(await seen())], [['w1', 1], ['w2', 0]], 'w1 renewed past its first TTL; w2 lapsed');
+    } finally {
+      await kept.close();
+      await cut.close();
+      await other.close();
+      await proxy.close();
+      await redis.stop();
+    }
+  });
+
+  test('a commit ioredis resends after NOSCRIPT, landing past the decision’s deadline, writes nothing', async () => {
+    const redis = await startRedis();
+    const proxy = await startLatencyProxy(redis.port);
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    // No refresh meanwhile: the only script call in flight is the commit under test.
+    const store = redisStore(`redis://${proxy.address}`, { timeoutMs: 200, refreshMs: 60_000 });
+    try {
       assert.ok(await store.waitReady(3000));
-      assert.ok(await other.waitReady(3000));
-      const workers = ['w1'];
-      const res = await store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
-      assert.ok(res.ok);
-      assert.equal((await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight.get('w1'), 1);
-      // Renewal runs every max(1 s, ttl/3); stop it by closing without release (as a crash would).
-      (store as unknown as { liveLeases: Map<string, unknown> }).liveLeases.clear();
-      await new Promise((r) => setTimeout(r, 600));
-      assert.equal((await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight.get('w1'), 0);
+      const workers = ['w1', 'w2'];
+      const base = { pool: 'p', workers, blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
+      const warm = await store.commit({ ...base, key: 's:warm', worker: 'w1' });
+      assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+      await store.release(warm.lease);
+      // Redis forgets the script (a restart or failover does that); every hop now takes 80 ms.
+      await raw.script('FLUSH');
+      proxy.setLatency(80);
+      // EVALSHA reaches Redis at 80 ms, NOSCRIPT comes back at 160 ms, within the command timeout,
+      // so ioredis resends the script as EVAL; it reaches Redis at 240 ms, after the 200 ms
+      // deadline at which the gate decided locally.
+      const late = await store.commit({ ...base, key: 's:late', worker: 'w2' });
+      assert.ok(late.ok);
+      assert.equal(late.degraded, true, 'decided locally past the deadline');
+      await new Promise((r) => setTimeout(r, 900));
+      assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0, 'no lease nobody holds (it would count against w2 until its TTL)');
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:late'), null, 'no affinity written behind the local decision’s back');
+      await store.release(late.lease);
     } finally {
       await store.close();
-      await other.close();
+      raw.disconnect();
+      await proxy.close();
       await redis.stop();
     }
   });

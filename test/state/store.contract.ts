@@ -172,6 +172,19 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal((await store.snapshot(q(p, undefined, blocks))).prefix.get('w1'), 4);
     });
 
+    test('blocks of another prompt evicted past a worker’s capacity stop matching on it, not on others', async () => {
+      const p = pool();
+      const older = chain('older', 4);
+      const newer = chain('newer', 4);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, older, { capacityBlocks: 4 }))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, older, { capacityBlocks: 4 }))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, newer, { capacityBlocks: 4 }))).ok);
+      const s = await store.snapshot(q(p, undefined, older));
+      assert.equal(s.prefix.get('w1') ?? 0, 0, 'w1 had room for the newer prompt only');
+      assert.equal(s.prefix.get('w2'), 4, 'w2 still holds the older one');
+      assert.equal((await store.snapshot(q(p, undefined, newer))).prefix.get('w1'), 4);
+    });
+
     test('prefix blocks expire after their TTL', async () => {
       const p = pool();
       const blocks = chain('t', 3);
@@ -185,10 +198,34 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       const blocks = chain('deep', 5);
       assert.ok((await store.commit(req(p, undefined, 'w3', {}, 60_000, blocks))).ok);
-      const res = await store.commit(req(p, undefined, 'w1', { prefixAtMost: 0 }, 60_000, blocks));
+      const res = await store.commit(req(p, undefined, 'w1', { prefix: { atMost: 0, over: WORKERS } }, 60_000, blocks));
       assert.equal(res.ok, false);
       assert.equal(res.snapshot.prefix.get('w3'), 5);
-      assert.ok((await store.commit(req(p, undefined, 'w1', { prefixAtMost: 5 }, 60_000, blocks))).ok);
+      assert.ok((await store.commit(req(p, undefined, 'w1', { prefix: { atMost: 5, over: WORKERS } }, 60_000, blocks))).ok);
+    });
+
+    test('the prefix check weighs only the workers the decision weighed: a deeper holder outside them does not fail the commit', async () => {
+      const p = pool();
+      const blocks = chain('subset', 40);
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks))).ok);
+      // Decided over {w2, w3} (an endpoint subset hint): neither holds anything.
+      const res = await store.commit(req(p, undefined, 'w2', { prefix: { atMost: 0, over: ['w2', 'w3'] } }, 60_000, blocks));
+      assert.ok(res.ok, 'w1 is deeper but was not a candidate');
+      // A deeper match on a worker the decision did weigh still fails it.
+      const stale = await store.commit(req(p, undefined, 'w3', { prefix: { atMost: 0, over: ['w2', 'w3'] } }, 60_000, blocks));
+      assert.equal(stale.ok, false);
+      assert.equal(stale.ok ? 0 : stale.snapshot.prefix.get('w2'), 40);
+    });
+
+    test('a worker gone from the query’s workers (a reload removed it) is neither matched nor checked', async () => {
+      const p = pool();
+      const blocks = chain('removed', 30);
+      assert.ok((await store.commit(req(p, undefined, 'w3', {}, 60_000, blocks))).ok);
+      const remaining = ['w1', 'w2'];
+      const s = await store.snapshot({ pool: p, key: undefined, workers: remaining, blocks });
+      assert.equal(s.prefix.get('w3'), undefined, 'a removed worker is not a holder to the new config');
+      const res = await store.commit({ ...req(p, undefined, 'w1', { prefix: { atMost: 0, over: remaining } }, 60_000, blocks), workers: remaining });
+      assert.ok(res.ok);
     });
 
     test('a session’s requests in flight on its worker are counted', async () => {
@@ -236,6 +273,37 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const cold = await store.coldSessions(p, 'w1', 2);
       assert.deepEqual(cold.keys, ['s:b', 's:c']);
       assert.equal(cold.total, 3);
+    });
+
+    test('a worker’s expired sessions leave its cold list and its total', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:gone', 'w1', {}, 150))).ok);
+      assert.ok((await store.commit(req(p, 's:moved', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:kept', 'w1'))).ok);
+      assert.ok((await store.commit(req(p, 's:moved', 'w2', { affinity: 'w1' }))).ok);
+      assert.equal((await store.coldSessions(p, 'w1', 10)).total, 2, 'the moved one left at once');
+      await new Promise((r) => setTimeout(r, 400));
+      const cold = await store.coldSessions(p, 'w1', 10);
+      assert.deepEqual(cold.keys, ['s:kept'], 'the expired one is not a session of w1 any more');
+      assert.equal(cold.total, 1, 'nor counted: a migrator takes its share of this total');
+    });
+
+    test('several workers hold one block, and each holder expires on its own', async () => {
+      const p = pool();
+      const blocks = chain('shared', 12);
+      const ttl = { prefixTtlMs: 700 };
+      assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks, ttl))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.ok((await store.commit(req(p, undefined, 'w2', {}, 60_000, blocks, ttl))).ok);
+      const both = await store.snapshot(q(p, undefined, blocks));
+      assert.equal(both.prefix.get('w1'), 12);
+      assert.equal(both.prefix.get('w2'), 12);
+      // w1 was last sent these blocks 400 ms before w2: its holding lapses first, though w2's
+      // keeps the blocks alive.
+      await new Promise((r) => setTimeout(r, 450));
+      const later = await store.snapshot(q(p, undefined, blocks));
+      assert.equal(later.prefix.get('w1') ?? 0, 0, 'w1 was not sent these blocks within the TTL');
+      assert.equal(later.prefix.get('w2'), 12);
     });
 
     test('migrate moves only sessions still on the worker and records one offload event each', async () => {

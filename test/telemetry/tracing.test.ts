@@ -262,8 +262,8 @@ describe('tracing configuration', () => {
       storeMs: 0,
       explanation: { mode: 'both', totalBlocks: 0, rule: 'scored', spilled: false, candidates: [] },
       views: [
-        { id: 'w1', cluster: 'worker_1', state: 'healthy', inflight: 3, maxInflight: 8, prefixBlocks: 1 },
-        { id: 'w2', cluster: 'worker_2', state: 'pressured', inflight: 1, maxInflight: 8, prefixBlocks: 3 },
+        { id: 'w1', state: 'healthy', inflight: 3, maxInflight: 8, prefixBlocks: 1 },
+        { id: 'w2', state: 'pressured', inflight: 1, maxInflight: 8, prefixBlocks: 3 },
       ],
     };
     // Read defensively: older and foreign shapes of the explanation must work too.

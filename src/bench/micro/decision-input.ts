@@ -23,7 +23,6 @@ export interface BenchDecisionRequest {
 export function benchFleet(n: number, rng: Rng, maxInflight = 16): WorkerView[] {
   return Array.from({ length: n }, (_, i) => ({
     id: `worker_${i + 1}`,
-    cluster: `worker_${i + 1}`,
     state: 'healthy' as const,
     inflight: rng.int(0, maxInflight - 1),
     maxInflight,

@@ -1,0 +1,101 @@
+/**
+ * `kvgate serve`: the gate itself. The modules that serve (the app, its store, its servers) are
+ * imported when the command runs, so `kvgate status` and `--help` never load them.
+ */
+import { Command, Option } from 'commander';
+import { LOG_LEVELS, port, secondsUpTo } from './arg-parsers.js';
+import { DEFAULTS } from '../config/defaults.js';
+
+interface ServeOptions {
+  config: string;
+  grpcPort: number;
+  grpcHost: string;
+  adminPort: number;
+  adminHost: string;
+  store: string;
+  storeCaFile?: string;
+  storeCertFile?: string;
+  storeKeyFile?: string;
+  tlsCert?: string;
+  tlsKey?: string;
+  tlsClientCa?: string;
+  logLevel: string;
+  shutdownGraceS: number;
+}
+
+export function registerServeCommand(program: Command): void {
+  program
+    .command('serve')
+    .description('run the gate: answer Envoy ext_proc streams with the worker cluster for each request')
+    .addOption(new Option('--config <file>', 'kvgate YAML config (workers, limits, keys)').env('KVGATE_CONFIG').makeOptionMandatory())
+    .addOption(new Option('--grpc-port <port>', 'ext_proc gRPC port').env('KVGATE_GRPC_PORT').argParser(port).default(DEFAULTS.grpcPort))
+    .addOption(new Option('--grpc-host <host>', 'ext_proc gRPC bind address').env('KVGATE_GRPC_HOST').default(DEFAULTS.grpcHost))
+    .addOption(new Option('--admin-port <port>', 'admin HTTP port').env('KVGATE_ADMIN_PORT').argParser(port).default(DEFAULTS.adminPort))
+    .addOption(new Option('--admin-host <host>', 'admin HTTP bind address').env('KVGATE_ADMIN_HOST').default(DEFAULTS.adminHost))
+    .addOption(
+      new Option('--store <spec>', 'state store: memory, or a redis://, rediss://, redis+cluster://host:port,host:port or rediss+cluster:// URL')
+        .env('KVGATE_STORE')
+        .default(DEFAULTS.store),
+    )
+    .addOption(new Option('--store-ca-file <file>', 'PEM CA bundle to trust for rediss:// (default: the system CAs)').env('KVGATE_STORE_CA_FILE'))
+    .addOption(new Option('--store-cert-file <file>', 'PEM client certificate for rediss:// (Redis tls-auth-clients)').env('KVGATE_STORE_CERT_FILE'))
+    .addOption(new Option('--store-key-file <file>', 'PEM key of --store-cert-file').env('KVGATE_STORE_KEY_FILE'))
+    .addOption(new Option('--tls-cert <file>', 'PEM certificate: serve ext_proc over TLS').env('KVGATE_TLS_CERT'))
+    .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('KVGATE_TLS_KEY'))
+    .addOption(new Option('--tls-client-ca <file>', 'PEM CA: require client certificates it signed (mTLS)').env('KVGATE_TLS_CLIENT_CA'))
+    .addOption(new Option('--log-level <level>', 'log level').env('KVGATE_LOG_LEVEL').choices(LOG_LEVELS).default(DEFAULTS.logLevel))
+    .addOption(
+      new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
+        .env('KVGATE_SHUTDOWN_GRACE_S')
+        .argParser(secondsUpTo())
+        .default(DEFAULTS.shutdownGraceS),
+    )
+    .action(async (o: ServeOptions) => {
+      const [grpc, { loadConfigFile }, { createLogger }, { startTracing }, { startKvgate }] = await Promise.all([
+        import('@grpc/grpc-js'),
+        import('../config/load.js'),
+        import('../telemetry/logger.js'),
+        import('../telemetry/tracing.js'),
+        import('../app.js'),
+      ]);
+      const logger = createLogger(o.logLevel);
+      // gRPC's own diagnostics as log lines (it prints to stderr otherwise). A failed bind is
+      // reported by kvgate itself, naming the port and the flag that changes it.
+      grpc.setLogger({
+        error: (...args: unknown[]) => {
+          const text = args.map(String).join(' ');
+          if (!/No address added out of total/.test(text)) logger.warn({ source: 'grpc' }, text);
+        },
+      });
+      const config = loadConfigFile(o.config);
+      // Span export follows the standard OTEL_* variables; off when they are unset.
+      const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
+      logger.info({ tracing: tracing.enabled, detail: tracing.description }, 'tracing');
+      const running = await startKvgate({
+        config,
+        logger,
+        store: o.store,
+        storeTls: { caFile: o.storeCaFile, certFile: o.storeCertFile, keyFile: o.storeKeyFile },
+        tls: { certFile: o.tlsCert, keyFile: o.tlsKey, clientCaFile: o.tlsClientCa },
+        grpcHost: o.grpcHost,
+        grpcPort: o.grpcPort,
+        adminHost: o.adminHost,
+        adminPort: o.adminPort,
+        configFile: o.config,
+      });
+      const stop = (signal: string) => {
+        logger.info({ signal, open_streams: running.extproc.openStreams, grace_s: o.shutdownGraceS }, 'shutting down: draining open streams');
+        void running
+          .close(o.shutdownGraceS * 1000)
+          .then(() => tracing.shutdown())
+          .then(() => {
+            logger.info('stopped');
+            process.exit(0);
+          });
+      };
+      process.once('SIGINT', () => stop('SIGINT'));
+      process.once('SIGTERM', () => stop('SIGTERM'));
+      // Re-read the config file (it is also watched); without this handler SIGHUP would end the process.
+      process.on('SIGHUP', () => running.reload('SIGHUP'));
+    });
+}

@@ -1,0 +1,295 @@
+/**
+ * The Redis store's key layout and its typed script calls: the one place that knows where each
+ * fact lives in Redis, and how each script's KEYS and arguments are laid out and its reply read.
+ * The Lua itself is in ./redis-scripts.ts.
+ *
+ * Key layout. Every key of a pool shares the hash tag `{<pool>}`, so one script's keys live on one
+ * Redis Cluster slot:
+ *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
+ *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
+ *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
+ *   <prefix>:{<pool>}:b:<block>    hash: worker id → when its holding of the block lapses (ms)
+ *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
+ *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions → when their affinity lapses (ms)
+ *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape (`StoredScrape`)
+ *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
+ *   <prefix>:{<pool>}:offload      stream: one entry per migrated session (session, from, to, reason, time)
+ *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
+ *   <prefix>:{<pool>}:lock:<name>  a lapsing lock (SET NX PX)
+ *   <prefix>:{<pool>}:r:<hash>     the worker that produced a stored response (Responses API; PX = TTL)
+ */
+import type { Result } from 'ioredis';
+import type { Preconditions } from '../routing/types.js';
+import type { RedisClient } from './redis-connection.js';
+import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
+
+// ioredis's own typed declarations for the commands `defineScripts` adds: clients, clusters and
+// pipelines all get them (RedisCommander is what each of them implements).
+declare module 'ioredis' {
+  interface RedisCommander<Context> {
+    /** DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). */
+    kvgateDecide(numKeys: number, ...keysThenSpec: string[]): Result<string, Context>;
+    kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
+    kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
+    kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
+    kvgateReadSignals(signals: string): Result<[number, string[]], Context>;
+    kvgateHeartbeat(gates: string, gateId: string, ttlMs: number): Result<string[], Context>;
+    /** MIGRATE_LUA; the key count comes first (it varies with the moves). */
+    kvgateMigrate(numKeys: number, ...keysThenSpec: string[]): Result<string, Context>;
+    kvgateColdSessions(sessions: string, limit: number): Result<[string[], number], Context>;
+  }
+}
+
+/** Registers every script on a client (EVALSHA, with EVAL when Redis does not have it yet). */
+export function defineScripts(redis: RedisClient): void {
+  redis.defineCommand('kvgateDecide', { lua: DECIDE_LUA });
+  redis.defineCommand('kvgateRenew', { numberOfKeys: 1, lua: RENEW_LUA });
+  redis.defineCommand('kvgateRestoreLeases', { numberOfKeys: 1, lua: RESTORE_LEASES_LUA });
+  redis.defineCommand('kvgatePublishSignals', { numberOfKeys: 1, lua: PUBLISH_SIGNALS_LUA });
+  redis.defineCommand('kvgateReadSignals', { numberOfKeys: 1, lua: READ_SIGNALS_LUA });
+  redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
+  redis.defineCommand('kvgateMigrate', { lua: MIGRATE_LUA });
+  redis.defineCommand('kvgateColdSessions', { numberOfKeys: 1, lua: COLD_SESSIONS_LUA });
+}
+
+/** The keys of one pool (see the layout above). */
+export class PoolKeys {
+  readonly tag: string;
+  constructor(
+    keyPrefix: string,
+    readonly pool: string,
+  ) {
+    this.tag = `${keyPrefix}:{${pool}}`;
+  }
+  affinity(key: string): string {
+    return `${this.tag}:a:${key}`;
+  }
+  get states(): string {
+    return `${this.tag}:s`;
+  }
+  inflight(worker: string): string {
+    return `${this.tag}:f:${worker}`;
+  }
+  block(hash: string): string {
+    return `${this.tag}:b:${hash}`;
+  }
+  blockSet(worker: string): string {
+    return `${this.tag}:bw:${worker}`;
+  }
+  sessions(worker: string): string {
+    return `${this.tag}:ws:${worker}`;
+  }
+  get signals(): string {
+    return `${this.tag}:sig`;
+  }
+  get gates(): string {
+    return `${this.tag}:gates`;
+  }
+  get offload(): string {
+    return `${this.tag}:offload`;
+  }
+  get alive(): string {
+    return `${this.tag}:alive`;
+  }
+  lock(name: string): string {
+    return `${this.tag}:lock:${name}`;
+  }
+  response(hash: string): string {
+    return `${this.tag}:r:${hash}`;
+  }
+}
+
+/** What a decision reads: a pool's workers, one key, one prompt. */
+export interface DecideQuery {
+  workers: readonly string[];
+  /** The session's store key; undefined when the request has none. */
+  key: string | undefined;
+  blocks: readonly string[];
+}
+
+/** What a commit writes, and the facts it checks first. */
+export interface DecideCommit {
+  worker: string;
+  preconditions: Preconditions;
+  affinityTtlMs: number;
+  /** The lease's member in the worker's in-flight set (./store.ts `leaseMember`). */
+  leaseMember: string;
+  leaseTtlMs: number;
+  prefixTtlMs: number;
+  capacityBlocks: number;
+  /** Redis time (ms) after which the commit must write nothing (0: no limit). */
+  notAfter: number;
+}
+
+export interface DecideReply {
+  /** The commit's checks held and it wrote (always false for a read). */
+  ok: boolean;
+  /** The commit reached Redis after `notAfter` and wrote nothing. */
+  late: boolean;
+  /** Redis's clock when the script ran (ms). */
+  now: number;
+  affinity: string | undefined;
+  /** The key's requests in flight on its affine worker. */
+  keyInflight: number;
+  /** In-flight leases per worker, in the query's worker order. */
+  inflight: number[];
+  /** Recorded worker states (absent = healthy). */
+  states: Map<string, string>;
+  /** Leading blocks of the prompt each configured worker holds (absent = none). */
+  depth: Map<string, number>;
+  /** Blocks the commit evicted from the chosen worker past its capacity (see `unholdEvicted`). */
+  evicted: string[];
+}
+
+/** The script's JSON argument (DECIDE_LUA reads exactly these fields). */
+interface DecideSpec {
+  mode: 'read' | 'commit';
+  keyed: boolean;
+  workers: readonly string[];
+  leaseKey: string;
+  blocks: readonly string[];
+  chosen?: number;
+  expectedAffinity?: string;
+  below?: Array<{ worker: number; limit: number }>;
+  atOrAbove?: Array<{ worker: number; limit: number }>;
+  states?: Array<{ worker: string; allowed: readonly string[] }>;
+  prefix?: { atMost: number; over: number[] };
+  affinityTtlMs?: number;
+  leaseMember?: string;
+  leaseTtlMs?: number;
+  prefixTtlMs?: number;
+  capacityBlocks?: number;
+  notAfter?: number;
+}
+
+/** The script's JSON reply (cjson writes an empty table as `{}`, hence the unions). */
+interface RawDecideReply {
+  ok: boolean;
+  late: boolean;
+  now: number;
+  affinity: string;
+  keyInflight: number;
+  inflight?: number[] | Record<string, never>;
+  states?: Record<string, string>;
+  depth?: Record<string, number>;
+  evicted: string[] | Record<string, never>;
+}
+
+/** The KEYS of DECIDE_LUA, in the order its header lists them. */
+export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit): string[] {
+  const expected = commit?.preconditions.affinity;
+  return [
+    q.key === undefined ? keys.states : keys.affinity(q.key),
+    keys.states,
+    ...q.workers.map((w) => keys.inflight(w)),
+    commit ? keys.blockSet(commit.worker) : keys.states,
+    commit ? keys.sessions(commit.worker) : keys.states,
+    expected !== undefined && commit ? keys.sessions(expected) : keys.states,
+    ...q.blocks.map((b) => keys.block(b)),
+  ];
+}
+
+/**
+ * Reads a pool's state for one key and prompt, or (with `commit`) checks the decision's
+ * preconditions and, when they hold, records affinity, lease and prompt blocks, atomically.
+ * A worker of the commit that is not in `q.workers` throws.
+ */
+export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit): Promise<DecideReply> {
+  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', blocks: q.blocks };
+  if (commit) {
+    const index = (w: string) => q.workers.indexOf(w) + 1;
+    const p = commit.preconditions;
+    const chosen = index(commit.worker);
+    if (chosen === 0) throw new Error(`worker ${commit.worker} is not in pool ${keys.pool}`);
+    Object.assign(spec, {
+      chosen,
+      expectedAffinity: p.affinity ?? '',
+      below: p.below.filter((b) => index(b.worker) > 0).map((b) => ({ worker: index(b.worker), limit: b.limit })),
+      atOrAbove: p.atOrAbove.filter((g) => index(g.worker) > 0).map((g) => ({ worker: index(g.worker), limit: g.limit })),
+      states: p.states.map((s) => ({ worker: s.worker, allowed: s.in })),
+      ...(p.prefix ? { prefix: { atMost: p.prefix.atMost, over: p.prefix.over.map(index).filter((i) => i > 0) } } : {}),
+      affinityTtlMs: commit.affinityTtlMs,
+      leaseMember: commit.leaseMember,
+      leaseTtlMs: commit.leaseTtlMs,
+      prefixTtlMs: commit.prefixTtlMs,
+      capacityBlocks: commit.capacityBlocks,
+      notAfter: commit.notAfter,
+    } satisfies Partial<DecideSpec>);
+  }
+  const k = decideKeys(keys, q, commit);
+  const raw = JSON.parse(await redis.kvgateDecide(k.length, ...k, JSON.stringify(spec))) as RawDecideReply;
+  return {
+    ok: raw.ok === true,
+    late: raw.late === true,
+    now: Number(raw.now),
+    affinity: raw.affinity === '' ? undefined : raw.affinity,
+    keyInflight: Number(raw.keyInflight) || 0,
+    inflight: q.workers.map((_, i) => Number((Array.isArray(raw.inflight) ? raw.inflight[i] : 0) ?? 0)),
+    states: new Map(Object.entries(raw.states ?? {})),
+    depth: new Map(Object.entries(raw.depth ?? {}).map(([w, d]) => [w, Number(d)])),
+    evicted: Array.isArray(raw.evicted) ? raw.evicted : [],
+  };
+}
+
+/**
+ * Deletes the worker from the holders of blocks a commit evicted past its capacity: plain HDELs,
+ * each naming its key (the script cannot: those blocks' keys are not among its KEYS).
+ */
+export async function unholdEvicted(redis: RedisClient, keys: PoolKeys, worker: string, evicted: readonly string[]): Promise<void> {
+  if (evicted.length === 0) return;
+  const p = redis.pipeline();
+  for (const b of evicted) p.hdel(keys.block(b), worker);
+  await p.exec();
+}
+
+/** Moves sessions still on `from` to their targets, recording an offload event each (MIGRATE_LUA). */
+export async function migrate(
+  redis: RedisClient,
+  keys: PoolKeys,
+  from: string,
+  moves: ReadonlyArray<{ key: string; to: string }>,
+  reason: string,
+  opts: { defaultTtlMs: number; streamMaxLen: number },
+): Promise<{ now: number; moved: Array<{ key: string; to: string }> }> {
+  const k = [keys.offload, keys.sessions(from), ...moves.flatMap((m) => [keys.affinity(m.key), keys.sessions(m.to)])];
+  const spec = { from, reason, defaultTtlMs: opts.defaultTtlMs, streamMaxLen: opts.streamMaxLen, moves: moves.map((m) => ({ key: m.key, to: m.to })) };
+  const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string }> | Record<string, never> };
+  return { now: Number(raw.now), moved: Array.isArray(raw.moved) ? raw.moved : [] };
+}
+
+/** A worker's sessions, coldest first, and how many live ones it has (expired ones dropped first). */
+export async function coldSessions(redis: RedisClient, keys: PoolKeys, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
+  const [list, total] = await redis.kvgateColdSessions(keys.sessions(worker), limit);
+  return { keys: list, total: Number(total) };
+}
+
+/**
+ * One worker's last scrape as stored in the `sig` hash. The short field names are the stored
+ * format, kept so replicas of different versions read each other's records.
+ */
+export interface StoredScrape {
+  /** The signals (cjson writes an empty object as an empty array). */
+  s?: unknown;
+  /** When they were scraped (ms, Redis clock); -1 when never. */
+  t?: number;
+  /** Failed scrapes since the last good one. */
+  f?: number;
+  /** The last failure's message. */
+  e?: string;
+}
+
+export async function publishSignals(redis: RedisClient, keys: PoolKeys, worker: string, update: { signalsJson: string } | { error: string }): Promise<void> {
+  await redis.kvgatePublishSignals(keys.signals, worker, 'signalsJson' in update ? update.signalsJson : '', 'error' in update ? update.error : '');
+}
+
+/** Every worker's stored scrape (unparsed) and Redis's clock when read. */
+export async function readSignals(redis: RedisClient, keys: PoolKeys): Promise<{ now: number; records: Map<string, string> }> {
+  const [now, pairs] = await redis.kvgateReadSignals(keys.signals);
+  const records = new Map<string, string>();
+  for (let i = 0; i + 1 < pairs.length; i += 2) records.set(pairs[i]!, pairs[i + 1]!);
+  return { now: Number(now), records };
+}
+
+export async function heartbeat(redis: RedisClient, keys: PoolKeys, gateId: string, ttlMs: number): Promise<string[]> {
+  return redis.kvgateHeartbeat(keys.gates, gateId, ttlMs);
+}

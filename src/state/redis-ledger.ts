@@ -1,0 +1,129 @@
+/**
+ * The Redis store's ledger of what this replica holds or decided that Redis may not know: its
+ * leases in their three states, and the affinities it decided while Redis was unreachable. The
+ * store's timers and its reconnect handler act on it; this module only keeps it consistent.
+ * docs/DESIGN.md "The Redis store's ledger" has the state diagram.
+ *
+ * A lease is in exactly one of:
+ *   local       taken while Redis was unreachable; counted only in this process
+ *   shared      in Redis's in-flight set; renewed until released
+ *   unreleased  released, but the ZREM failed; retried on each refresh
+ * and leaves the ledger when released (local), removed from Redis (shared, unreleased) or when the
+ * store closes. A local lease becomes shared once a resync has re-added it to Redis.
+ */
+import { LRUCache } from 'lru-cache';
+import type { Lease } from './store.js';
+
+/** An affinity decided while Redis was unreachable, to be written back when it returns. */
+export interface UnsyncedAffinity {
+  pool: string;
+  key: string;
+  worker: string;
+  expiresAt: number;
+}
+
+export class RedisLedger {
+  private readonly local = new Map<string, Lease>();
+  private readonly shared = new Map<string, Lease>();
+  private readonly unreleased = new Map<string, Lease>();
+  /** Keyed like the store's affinity cache (pool and key). */
+  private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
+
+  constructor(maxUnsyncedAffinities: number) {
+    this.unsynced = new LRUCache({ max: maxUnsyncedAffinities });
+  }
+
+  /** A commit Redis accepted. */
+  addShared(lease: Lease): void {
+    this.shared.set(lease.id, lease);
+  }
+
+  /** A commit made on local state while Redis was unreachable. */
+  addLocal(lease: Lease): void {
+    this.local.set(lease.id, lease);
+  }
+
+  /**
+   * Ends a lease. 'shared': Redis counts it, so the caller removes it there (and reports a failure
+   * with `releaseFailed`); 'local': nothing to tell Redis; undefined: already released.
+   */
+  release(id: string): 'local' | 'shared' | undefined {
+    if (this.local.delete(id)) return 'local';
+    if (this.shared.delete(id)) return 'shared';
+    return undefined;
+  }
+
+  releaseFailed(lease: Lease): void {
+    this.unreleased.set(lease.id, lease);
+  }
+
+  /** Released leases Redis may still count, to remove again. */
+  unreleasedLeases(): Lease[] {
+    return [...this.unreleased.values()];
+  }
+
+  removedFromRedis(ids: Iterable<string>): void {
+    for (const id of ids) this.unreleased.delete(id);
+  }
+
+  /** Leases to keep alive in Redis. */
+  sharedLeases(pool?: string): Lease[] {
+    const all = [...this.shared.values()];
+    return pool === undefined ? all : all.filter((l) => l.pool === pool);
+  }
+
+  localLeases(pool: string): Lease[] {
+    return [...this.local.values()].filter((l) => l.pool === pool);
+  }
+
+  isShared(id: string): boolean {
+    return this.shared.has(id);
+  }
+
+  /** Local leases this process holds on a worker (added to Redis's count, which lacks them). */
+  localCount(pool: string, worker: string): number {
+    let n = 0;
+    for (const l of this.local.values()) if (l.pool === pool && l.worker === worker) n++;
+    return n;
+  }
+
+  /** A resync re-added these local leases to Redis: they are shared now, unless released meanwhile. */
+  shareLocal(leases: readonly Lease[]): void {
+    for (const l of leases) if (this.local.delete(l.id)) this.shared.set(l.id, l);
+  }
+
+  decidedLocally(cacheKey: string, a: UnsyncedAffinity): void {
+    this.unsynced.set(cacheKey, a);
+  }
+
+  /** Locally decided affinities of a pool still worth writing back. */
+  unsyncedAffinities(pool: string, now: number): Array<[string, UnsyncedAffinity]> {
+    return [...this.unsynced.entries()].filter(([, u]) => u.pool === pool && u.expiresAt > now);
+  }
+
+  /** Written back (or overtaken by another replica's): forgotten, unless decided again meanwhile. */
+  affinityWritten(cacheKey: string, a: UnsyncedAffinity): void {
+    if (this.unsynced.get(cacheKey) === a) this.unsynced.delete(cacheKey);
+  }
+
+  /** Something decided locally still needs writing back. */
+  get behind(): boolean {
+    return this.unsynced.size > 0 || this.local.size > 0;
+  }
+
+  /** Pools with something to write back. */
+  poolsBehind(): Set<string> {
+    const pools = new Set<string>();
+    for (const u of this.unsynced.values()) pools.add(u.pool);
+    for (const l of this.local.values()) pools.add(l.pool);
+    return pools;
+  }
+
+  /** On close: every lease Redis may still count for this process; the ledger is emptied. */
+  drainForClose(): Lease[] {
+    const out = [...this.shared.values(), ...this.unreleased.values()];
+    this.shared.clear();
+    this.unreleased.clear();
+    return out;
+  }
+}

@@ -1,0 +1,134 @@
+/**
+ * The production shape: the package's binary runs the compiled build, `kvgate serve` imports
+ * nothing it does not serve with (no simulator, benchmark, demo or chart code, no development
+ * dependency), and the Dockerfile builds that shape. Docker itself is not available here: the
+ * Dockerfile is checked as text.
+ */
+import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { ROOT } from '../helpers/kvgate-cli.js';
+
+interface Pkg {
+  version: string;
+  bin: Record<string, string>;
+  scripts: Record<string, string>;
+  dependencies: Record<string, string>;
+  devDependencies: Record<string, string>;
+  engines: { node: string };
+}
+const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as Pkg;
+
+/**
+ * The modules a source file reaches: static imports (not `import type`) and, when `dynamic`,
+ * `import('literal')` too. Returns the source files reached and the bare packages they import.
+ */
+function reach(entries: string[], dynamic: (file: string) => boolean): { files: Set<string>; packages: Map<string, string> } {
+  const files = new Set<string>();
+  const packages = new Map<string, string>();
+  const visit = (file: string) => {
+    if (files.has(file)) return;
+    files.add(file);
+    const src = readFileSync(file, 'utf8');
+    const specs: string[] = [];
+    for (const m of src.matchAll(/^\s*(?:import|export)\s+(?!type\b)[^'";]*?\bfrom\s+'([^']+)'|^\s*import\s+'([^']+)'/gm)) specs.push((m[1] ?? m[2])!);
+    if (dynamic(file)) for (const m of src.matchAll(/\bimport\(\s*'([^']+)'\s*\)/g)) specs.push(m[1]!);
+    for (const spec of specs) {
+      if (spec.startsWith('.')) visit(path.resolve(path.dirname(file), spec.replace(/\.js$/, '.ts')));
+      else if (!spec.startsWith('node:')) {
+        const name = spec.startsWith('@') ? spec.split('/').slice(0, 2).join('/') : spec.split('/')[0]!;
+        if (!packages.has(name)) packages.set(name, path.relative(ROOT, file));
+      }
+    }
+  };
+  for (const e of entries) visit(path.join(ROOT, e));
+  return { files, packages };
+}
+
+describe('production shape', () => {
+  test('kvgate serve reaches only serving code and production dependencies', () => {
+    // cli.ts loads subcommands other than `serve` lazily, so its dynamic imports are not followed;
+    // everything `serve` itself imports (statically or in its action) is.
+    const { files, packages } = reach(['src/cli/main.ts'], (f) => !f.endsWith(path.join('cli', 'cli.ts')));
+    const rel = [...files].map((f) => path.relative(ROOT, f));
+    assert.ok(rel.includes('src/app.ts'), 'the walk reaches the app');
+    assert.ok(rel.includes('src/extproc/server.ts'));
+    const notServing = rel.filter((f) => /^src\/(sim|bench|demo|fake-worker)\//.test(f) || /^src\/cli\/(sim|bench|demo|fake-worker|status|try)-command\.ts$/.test(f));
+    assert.deepEqual(notServing, [], 'serve imports code it does not serve with');
+    const dev = [...packages].filter(([name]) => !(name in pkg.dependencies)).map(([n, f]) => `${n} (${f})`);
+    assert.deepEqual(dev, [], 'serve imports packages outside production dependencies');
+  });
+
+  test('fake-worker, demo, status and try run on production dependencies; sim and bench may need dev ones', () => {
+    for (const cmd of ['fake-worker', 'demo', 'status', 'try']) {
+      const { packages } = reach([`src/cli/${cmd}-command.ts`], () => true);
+      const dev = [...packages].filter(([name]) => !(name in pkg.dependencies)).map(([n, f]) => `${n} (${f})`);
+      assert.deepEqual(dev, [], `kvgate ${cmd} imports packages outside production dependencies`);
+    }
+    for (const cmd of ['sim', 'bench']) {
+      const { packages } = reach([`src/cli/${cmd}-command.ts`], () => true);
+      for (const [name, file] of packages) assert.ok(name in pkg.dependencies || name in pkg.devDependencies, `${name} (${file}) is declared`);
+    }
+  });
+
+  test("the in-process store allocates nothing for entries it may hold one day (a gate's start-up)", async () => {
+    // lru-cache allocates `max` slots at construction; the store's million-entry bounds did that
+    // for tens of megabytes and ~0.15 s of every start. Bounded by maxSize, they grow with use.
+    const { MemoryStore } = await import('../../src/state/memory-store.js');
+    new MemoryStore(); // modules loaded, caches warm
+    const before = process.memoryUsage().heapUsed;
+    const store = new MemoryStore();
+    const grown = process.memoryUsage().heapUsed - before;
+    await store.close();
+    assert.ok(grown < 4 * 1024 * 1024, `a new MemoryStore took ${(grown / 1048576).toFixed(1)} MB of heap`);
+  });
+
+  test('development tools are not production dependencies', () => {
+    for (const tool of ['tsx', 'typescript', 'tinybench', 'cli-progress', '@datastructures-js/priority-queue', 'vega', 'vega-lite', 'fast-check', '@bufbuild/buf']) {
+      assert.ok(!(tool in pkg.dependencies), `${tool} is a production dependency`);
+    }
+  });
+
+  test('the binary runs the compiled build; npm ci builds it and npm start runs it', () => {
+    assert.equal(pkg.bin['kvgate'], 'bin/kvgate.js');
+    const bin = readFileSync(path.join(ROOT, 'bin/kvgate.js'), 'utf8');
+    assert.match(bin, /dist\/cli\/main\.js/);
+    assert.doesNotMatch(bin, /tsx/, 'no TypeScript compiler at run time');
+    assert.match(pkg.scripts['prepare']!, /\bbuild\b/, 'npm ci runs the build (prepare)');
+    assert.match(pkg.scripts['build']!, /tsc -p tsconfig\.build\.json/);
+    assert.match(pkg.scripts['start']!, /^node bin\/kvgate\.js serve /);
+  });
+
+  test('bin/kvgate.js --version prints the package version (when dist/ is built)', (t) => {
+    if (!existsSync(path.join(ROOT, 'dist/cli/main.js'))) return t.skip('dist/ not built (npm run build)');
+    const r = spawnSync(process.execPath, [path.join(ROOT, 'bin/kvgate.js'), '--version'], { encoding: 'utf8', timeout: 20_000 });
+    assert.equal(r.status, 0, r.stderr);
+    assert.equal(r.stdout.trim(), pkg.version);
+  });
+
+  test('Dockerfile: multi-stage, compiled, production dependencies, non-root; what it copies exists', () => {
+    const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const froms = [...text.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]!);
+    assert.equal(froms.length, 2, 'a build stage and a run stage');
+    // The image's Node is one of the supported versions package.json's engines names.
+    const major = /^node:(\d+)/.exec(froms[1]!)?.[1];
+    assert.ok(major === '20' || major === '22', `run stage on Node ${major}`);
+    assert.match(pkg.engines.node, new RegExp(`\\b${major}\\b`));
+    assert.match(text, /npm run build/);
+    assert.match(text, /npm prune --omit=dev/);
+    const run = text.slice(text.lastIndexOf('\nFROM '));
+    assert.match(run, /^USER node$/m, 'the run stage is not root');
+    assert.doesNotMatch(run, /COPY src\b/, 'no TypeScript sources in the image');
+    assert.match(run, /COPY --from=build \/app\/dist \.\/dist/);
+    assert.match(run, /ENTRYPOINT \["node", "bin\/kvgate\.js"\]/);
+    assert.match(run, /CMD \["serve", "--config", "\/etc\/kvgate\/kvgate\.yaml"\]/);
+    for (const m of text.matchAll(/^COPY\s+(?!--from)(.+)$/gm)) {
+      const parts = m[1]!.trim().split(/\s+/);
+      for (const src of parts.slice(0, -1)) assert.ok(existsSync(path.join(ROOT, src)), `COPY ${src}`);
+    }
+    const ignored = readFileSync(path.join(ROOT, '.dockerignore'), 'utf8').split('\n');
+    for (const p of ['node_modules', 'dist']) assert.ok(ignored.includes(p), `.dockerignore leaves out ${p} (built inside)`);
+  });
+});

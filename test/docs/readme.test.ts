@@ -1,0 +1,221 @@
+/**
+ * The README's examples work as written. Every fenced YAML block is validated (a kvgate config by
+ * the config loader; the Envoy fragment against the file it is quoted from). Every shell line is
+ * checked without running anything slow: `kvgate …` command lines parse with the real command
+ * definitions (a misspelt flag or a bad value fails), `npm` commands name scripts that exist,
+ * files named exist. Every synopsis block (`kvgate SUB [--flag …]`) names only flags SUB has.
+ * An example of a kind this test does not know fails it, so new examples get checked too.
+ */
+import assert from 'node:assert/strict';
+import { existsSync, readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { describe, test } from 'node:test';
+import { parse } from 'yaml';
+import { buildCli } from '../../src/cli/cli.js';
+import { parseConfig } from '../../src/config/load.js';
+import { parseKvgate } from '../helpers/cli-parse.js';
+import { ROOT } from '../helpers/kvgate-cli.js';
+
+const README = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+
+interface Block {
+  lang: string;
+  text: string;
+  line: number;
+}
+
+function blocks(md: string): Block[] {
+  const out: Block[] = [];
+  const lines = md.split('\n');
+  for (let i = 0; i < lines.length; i++) {
+    const open = /^```(\w*)\s*$/.exec(lines[i]!);
+    if (!open) continue;
+    const start = i;
+    const body: string[] = [];
+    for (i++; i < lines.length && !/^```\s*$/.test(lines[i]!); i++) body.push(lines[i]!);
+    out.push({ lang: open[1]!, text: body.join('\n'), line: start + 1 });
+  }
+  return out;
+}
+
+/** Shell words of one command line: quotes respected, a `#` comment dropped. */
+function words(line: string): string[] {
+  const out: string[] = [];
+  let cur = '';
+  let quote: string | undefined;
+  let started = false;
+  for (let i = 0; i < line.length; i++) {
+    const c = line[i]!;
+    if (quote) {
+      if (c === quote) quote = undefined;
+      else cur += c;
+    } else if (c === "'" || c === '"') {
+      quote = c;
+      started = true;
+    } else if (c === '#' && !started && cur === '') {
+      break;
+    } else if (/\s/.test(c)) {
+      if (cur !== '' || started) out.push(cur);
+      cur = '';
+      started = false;
+    } else {
+      cur += c;
+      started = true;
+    }
+  }
+  if (cur !== '' || started) out.push(cur);
+  return out;
+}
+
+/** The commands of a shell block: continuation lines joined, split at `;`, `&&`, `|` and loop keywords. */
+function commands(text: string): string[][] {
+  const joined = text.replace(/\\\n\s*/g, ' ');
+  const out: string[][] = [];
+  for (const line of joined.split('\n')) {
+    let cmd: string[] = [];
+    for (const w of words(line.replace(/^\$ /, ''))) {
+      if ([';', '&&', '|', 'do', 'done', 'then', 'fi'].includes(w) || w.endsWith(';')) {
+        const last = w.endsWith(';') && w !== ';' ? w.slice(0, -1) : undefined;
+        if (last && !['do', 'done'].includes(last)) cmd.push(last);
+        if (cmd.length) out.push(cmd);
+        cmd = [];
+        continue;
+      }
+      cmd.push(w);
+    }
+    if (cmd.length) out.push(cmd);
+  }
+  return out;
+}
+
+async function checkCommand(cmd: string[], where: string): Promise<void> {
+  let argv = [...cmd];
+  while (argv.length && /^[A-Z_][A-Z0-9_]*=/.test(argv[0]!)) argv = argv.slice(1); // VAR=value prefixes
+  const [head, ...rest] = argv;
+  if (head === 'npx' && rest[0] === 'kvgate') return void (await parseKvgate(rest.slice(1)));
+  if (head === 'kvgate') return void (await parseKvgate(rest));
+  if (head === 'npm') {
+    const [verb, ...args] = rest;
+    if (verb === 'ci' || verb === 'install') return;
+    if (verb === 'start' || verb === 'test') return assert.ok(pkg.scripts[verb], `${where}: npm ${verb} has a script`);
+    assert.equal(verb, 'run', `${where}: npm ${verb}`);
+    const script = pkg.scripts[args[0]!];
+    assert.ok(script, `${where}: npm run ${args[0]} exists`);
+    // `npm run sim -- ARGS` runs `kvgate sim ARGS`: those must parse too.
+    const sub = /src\/cli\/main\.ts (\S+)/.exec(script)?.[1];
+    const dashes = args.indexOf('--');
+    if (sub && dashes > 0) await parseKvgate([sub, ...args.slice(dashes + 1)]);
+    return;
+  }
+  if (head === 'docker') {
+    const f = rest.indexOf('-f');
+    if (f >= 0) assert.ok(existsSync(path.join(ROOT, rest[f + 1]!)), `${where}: ${rest[f + 1]} exists`);
+    return;
+  }
+  if (head === 'envoy') return assert.ok(existsSync(path.join(ROOT, rest[rest.indexOf('-c') + 1]!)), `${where}: envoy config exists`);
+  if (head === 'curl' || head === 'for') return;
+  assert.fail(`${where}: an example command this test does not know how to check: ${cmd.join(' ')}`);
+}
+
+/** The long flags (and their --no- forms) subcommand `sub` accepts. */
+async function flagsOf(sub: string): Promise<Set<string>> {
+  const program = await buildCli(['node', 'kvgate', sub]);
+  const cmd = program.commands.find((c) => c.name() === sub);
+  assert.ok(cmd, `kvgate ${sub} exists`);
+  return new Set([...cmd.options.map((o) => o.long!), '--help']);
+}
+
+describe('README examples', () => {
+  const all = blocks(README);
+
+  test('the README has examples of every kind this test checks', () => {
+    assert.ok(all.filter((b) => b.lang === 'yaml').length >= 3);
+    assert.ok(all.filter((b) => b.lang === 'sh').length >= 3);
+    assert.ok(all.filter((b) => /^kvgate \w/m.test(b.text) && b.lang === '').length >= 5);
+  });
+
+  test('every YAML block: kvgate configs pass the config loader, the Envoy fragment matches its source', () => {
+    for (const b of all.filter((x) => x.lang === 'yaml')) {
+      const where = `README.md:${b.line}`;
+      const doc = parse(b.text) as Record<string, unknown> | unknown[];
+      if (!Array.isArray(doc) && ('workers' in doc || 'pools' in doc)) {
+        assert.doesNotThrow(() => parseConfig(doc, where), where);
+        continue;
+      }
+      // Envoy fragments are quoted from a config of envoy/: a route list from envoy/envoy.yaml,
+      // virtual hosts and filters from envoy/pools/envoy.yaml. Every name, key and value in the
+      // fragment is in that file (its schema is checked where the file is).
+      const isRoutes = Array.isArray(doc) && doc.every((r) => typeof r === 'object' && r !== null && 'match' in r);
+      const isPools = !Array.isArray(doc) && ('virtual_hosts' in doc || 'http_filters' in doc);
+      assert.ok(isRoutes || isPools, `${where}: a YAML example this test does not know how to check`);
+      const file = isRoutes ? 'envoy/envoy.yaml' : 'envoy/pools/envoy.yaml';
+      const source = readFileSync(path.join(ROOT, file), 'utf8');
+      for (const m of b.text.matchAll(/\b([a-z_]+): ([\w./-]+)/g)) assert.ok(source.includes(`${m[1]}: ${m[2]}`) || source.includes(m[2]!), `${where}: ${m[1]}: ${m[2]} is in ${file}`);
+    }
+  });
+
+  test('every shell line runs a command that exists, with flags that parse', async () => {
+    for (const b of all.filter((x) => x.lang === 'sh')) {
+      for (const cmd of commands(b.text)) await checkCommand(cmd, `README.md:${b.line}`);
+    }
+    // Output examples that start with a prompt (`$ kvgate …`) show a command too.
+    for (const b of all.filter((x) => x.lang === '')) {
+      for (const line of b.text.split('\n').filter((l) => l.startsWith('$ '))) await checkCommand(words(line.slice(2)), `README.md:${b.line}`);
+    }
+  });
+
+  test('every synopsis names only flags its subcommand has', async () => {
+    let checked = 0;
+    for (const b of all.filter((x) => x.lang === '')) {
+      // A synopsis: `kvgate SUB` then bracketed options, possibly over several lines.
+      const parts = b.text.split(/^(?=kvgate \w)/m).filter((p) => /^kvgate [\w-]+ /.test(p));
+      for (const part of parts) {
+        const sub = /^kvgate ([\w-]+)/.exec(part)![1]!;
+        const flags = await flagsOf(sub);
+        for (const m of part.matchAll(/(?<![\w-])(--[a-z][\w-]*)/g)) assert.ok(flags.has(m[1]!), `README.md:${b.line}: kvgate ${sub} has ${m[1]}`);
+        checked++;
+      }
+    }
+    assert.ok(checked >= 5, `${checked} synopses`);
+  });
+
+  test('the Layout lists folders that exist, and every folder of src/', () => {
+    const layout = all.find((b) => b.lang === '' && /^src\/$/m.test(b.text));
+    assert.ok(layout, 'a Layout block');
+    let parent = '';
+    const listed: string[] = [];
+    for (const line of layout.text.split('\n')) {
+      const m = /^(\s*)([\w.-]+\/)/.exec(line);
+      if (!m) continue;
+      const dir = m[1] ? `${parent}${m[2]}` : m[2]!;
+      if (!m[1]) parent = m[2]!;
+      listed.push(dir);
+      // dist/ is built, not committed.
+      if (dir !== 'dist/') assert.ok(existsSync(path.join(ROOT, dir)), `Layout lists ${dir}, which does not exist`);
+    }
+    for (const d of readdirSync(path.join(ROOT, 'src'), { withFileTypes: true }).filter((e) => e.isDirectory())) {
+      assert.ok(listed.includes(`src/${d.name}/`), `src/${d.name}/ is in the Layout`);
+    }
+  });
+
+  test('no sentence appears twice', () => {
+    const prose = README.replace(/```[\s\S]*?```/g, '').replace(/\s+/g, ' ');
+    const seen = new Set<string>();
+    for (const s of prose.split(/(?<=[.!?])\s+/).map((x) => x.trim()).filter((x) => x.length > 40)) {
+      assert.ok(!seen.has(s), `said twice: ${s}`);
+      seen.add(s);
+    }
+  });
+
+  test('documented: prefix_hit, /debug/decisions, workers without metrics_url, exit statuses, every sim policy', async () => {
+    for (const outcome of ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback']) {
+      assert.match(README, new RegExp(`\`${outcome}\` \\(`), `outcome ${outcome} is explained`);
+    }
+    assert.match(README, /`GET \/debug\/decisions\?limit=N` \| the last decisions/);
+    assert.match(README, /\*\*A worker without `metrics_url`\*\* has no load signals/);
+    assert.match(README, /\*\*Exit status\*\*/);
+    const { POLICY_FACTORIES, POOLED_BOUND } = await import('../../src/sim/policies/registry.js');
+    for (const p of [...Object.keys(POLICY_FACTORIES), POOLED_BOUND]) assert.match(README, new RegExp(`^\\| \`${p}\` \\| `, 'm'), `sim policy ${p} is in the README`);
+  });
+});

@@ -1,0 +1,117 @@
+/**
+ * Every key a store script touches is declared in its KEYS, checked on a real Redis Cluster.
+ *
+ * Redis Cluster routes a script by its declared keys and checks only those: during a resharding
+ * a script whose declared keys are all still on the source node runs there, and a key it reaches
+ * without declaring may already have moved (it then reads nothing and writes a stray copy). Proxies
+ * (Envoy's Redis proxy, twemproxy) route by declared keys alone. So the store declares every key.
+ *
+ * The check: MONITOR on the master owning the pool's slot shows each script call with its KEYS,
+ * then every command the script ran (`[0 lua]`); COMMAND GETKEYS names each command's keys, and
+ * each must be among the declared ones.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import type { Redis } from 'ioredis';
+import { RedisStore } from '../../src/state/redis-store.js';
+import type { CommitRequest } from '../../src/state/store.js';
+import { silentLogger } from '../helpers/logger.js';
+import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
+
+const POOL = 'keys';
+const WORKERS = ['w1', 'w2', 'w3'];
+
+let cluster: TestCluster;
+before(async () => {
+  cluster = await startRedisCluster({ masters: 3, replicas: 0 });
+});
+after(async () => cluster.stop());
+
+/** The quoted arguments of one MONITOR line. */
+function args(line: string): string[] {
+  const out: string[] = [];
+  for (const m of line.matchAll(/"((?:[^"\\]|\\.)*)"/g)) out.push(m[1]!.replace(/\\(.)/g, '$1'));
+  return out;
+}
+
+describe('store scripts on a Redis Cluster', () => {
+  test('touch only the keys they declare', async () => {
+    const slot = await (async () => {
+      const r = cluster.nodes[0]!.client();
+      try {
+        return (await r.cluster('KEYSLOT', `kvgate:{${POOL}}:s`)) as number;
+      } finally {
+        r.disconnect();
+      }
+    })();
+    const master = await cluster.masterOf(slot);
+    const monitor: Redis = master.client();
+    const probe: Redis = master.client();
+    const lines: string[] = [];
+    // MONITOR takes a connection of its own.
+    const mon = await monitor.monitor();
+    mon.on('monitor', (_time: string, a: string[], source: string) => {
+      lines.push(`${source} ${a.map((x) => JSON.stringify(x)).join(' ')}`);
+    });
+    const store = new RedisStore({ url: cluster.url, keyPrefix: 'kvgate', timeoutMs: 2000, refreshMs: 60_000, leaseTtlMs: 30_000, localAffinityCacheSize: 1000, logger: silentLogger() });
+    try {
+      assert.ok(await store.waitReady(5000));
+      const blocks = Array.from({ length: 24 }, (_, i) => `blk${i}`);
+      const base: Omit<CommitRequest, 'worker' | 'key' | 'preconditions'> = { pool: POOL, workers: WORKERS, blocks, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 10 };
+      const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+      // A session placed, then moved (its old worker's session list is written), with more blocks
+      // than the worker's capacity (evictions), and an unkeyed commit, a read, renewals.
+      const a = await store.commit({ ...base, key: 's:one', worker: 'w1', preconditions: none });
+      assert.ok(a.ok);
+      const b = await store.commit({ ...base, key: 's:one', worker: 'w2', preconditions: { ...none, affinity: 'w1' }, blocks: [...blocks, 'more1', 'more2'] });
+      assert.ok(b.ok);
+      const c = await store.commit({ ...base, key: undefined, worker: 'w3', preconditions: { ...none, prefix: { atMost: 26, over: WORKERS } } });
+      assert.ok(c.ok);
+      await store.snapshot({ pool: POOL, key: 's:one', workers: WORKERS, blocks });
+      await store.coldSessions(POOL, 'w2', 10);
+      await store.migrate(POOL, 'w2', [{ key: 's:one', to: 'w3' }, { key: 's:none', to: 'w1' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
+      await store.publishSignals(POOL, 'w1', { signals: { kvUsage: 0.5 } });
+      await store.publishSignals(POOL, 'w1', { error: 'refused' });
+      await store.readSignals(POOL);
+      await store.heartbeat(POOL, 'gate-a', 5000);
+      for (const l of [a, b, c]) if (l.ok) await store.release(l.lease);
+      await new Promise((r) => setTimeout(r, 200));
+
+      let declared: Set<string> | undefined;
+      let scripts = 0;
+      let checked = 0;
+      const undeclared: string[] = [];
+      for (const line of lines) {
+        const a = args(line);
+        const cmd = a[0]!.toLowerCase();
+        if (cmd === 'eval' || cmd === 'evalsha') {
+          const n = Number(a[2]);
+          declared = new Set(a.slice(3, 3 + n));
+          scripts++;
+          continue;
+        }
+        if (!line.startsWith('lua')) {
+          declared = undefined;
+          continue;
+        }
+        assert.ok(declared, `a script command with no script call before it: ${line}`);
+        let keys: string[] = [];
+        try {
+          keys = (await probe.call('COMMAND', 'GETKEYS', ...a)) as string[];
+        } catch {
+          // TIME and the like: no keys.
+        }
+        checked++;
+        for (const k of keys) if (!declared.has(k)) undeclared.push(`${a[0]} ${k}`);
+      }
+      assert.ok(scripts >= 10, `saw ${scripts} script calls`);
+      assert.ok(checked > 50, `checked ${checked} commands run by scripts`);
+      assert.deepEqual(undeclared, [], 'every key a script touched was in its KEYS');
+    } finally {
+      await store.close();
+      mon.disconnect();
+      monitor.disconnect();
+      probe.disconnect();
+    }
+  });
+});

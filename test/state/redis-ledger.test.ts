@@ -1,0 +1,70 @@
+/**
+ * The Redis store's ledger moves each lease along the diagram in docs/DESIGN.md ("The Redis
+ * store's ledger") and nowhere else: local → shared (resync) → gone or unreleased → gone.
+ */
+import assert from 'node:assert/strict';
+import { test } from 'node:test';
+import { RedisLedger } from '../../src/state/redis-ledger.js';
+import type { Lease } from '../../src/state/store.js';
+
+const lease = (id: string, pool = 'p', worker = 'w1'): Lease => ({ id, pool, worker, shared: false });
+
+test('a local lease counts locally until a resync shares it; released first, it is never shared', () => {
+  const l = new RedisLedger(10);
+  const a = lease('a');
+  const b = lease('b');
+  l.addLocal(a);
+  l.addLocal(b);
+  assert.equal(l.localCount('p', 'w1'), 2);
+  assert.equal(l.behind, true);
+  assert.deepEqual([...l.poolsBehind()], ['p']);
+  // b ends while the resync's pipeline runs: only a becomes shared.
+  const snapshot = l.localLeases('p');
+  assert.equal(l.release('b'), 'local');
+  l.shareLocal(snapshot);
+  assert.equal(l.isShared('a'), true);
+  assert.equal(l.isShared('b'), false);
+  assert.equal(l.localCount('p', 'w1'), 0);
+  assert.equal(l.behind, false);
+  assert.deepEqual(l.sharedLeases('p'), [a]);
+});
+
+test('a shared lease whose removal failed is retried until Redis confirms it, and is released only once', () => {
+  const l = new RedisLedger(10);
+  const a = lease('a');
+  l.addShared(a);
+  assert.equal(l.release('a'), 'shared');
+  assert.equal(l.release('a'), undefined, 'a second release is a no-op');
+  l.releaseFailed(a);
+  assert.deepEqual(l.unreleasedLeases(), [a]);
+  assert.deepEqual(l.sharedLeases(), [], 'not renewed any more');
+  l.removedFromRedis(['a']);
+  assert.deepEqual(l.unreleasedLeases(), []);
+});
+
+test('closing hands back every lease Redis may still count, and empties the ledger', () => {
+  const l = new RedisLedger(10);
+  l.addShared(lease('s'));
+  l.addShared(lease('u'));
+  l.release('u');
+  l.releaseFailed(lease('u'));
+  l.addLocal(lease('local'));
+  assert.deepEqual(l.drainForClose().map((x) => x.id).sort(), ['s', 'u']);
+  assert.deepEqual(l.sharedLeases(), []);
+  assert.deepEqual(l.unreleasedLeases(), []);
+});
+
+test('a locally decided affinity is written back once, unless decided again meanwhile; expired ones are not', () => {
+  const l = new RedisLedger(10);
+  const first = { pool: 'p', key: 's:x', worker: 'w1', expiresAt: Date.now() + 60_000 };
+  l.decidedLocally('p\u0000s:x', first);
+  l.decidedLocally('p\u0000s:old', { pool: 'p', key: 's:old', worker: 'w1', expiresAt: Date.now() - 1 });
+  assert.deepEqual(l.unsyncedAffinities('p', Date.now()).map(([, u]) => u.key), ['s:x']);
+  // Decided again (another worker) while the write-back ran: the newer one stays to be written.
+  const second = { ...first, worker: 'w2' };
+  l.decidedLocally('p\u0000s:x', second);
+  l.affinityWritten('p\u0000s:x', first);
+  assert.deepEqual(l.unsyncedAffinities('p', Date.now()).map(([, u]) => u.worker), ['w2']);
+  l.affinityWritten('p\u0000s:x', second);
+  assert.deepEqual(l.unsyncedAffinities('p', Date.now()), []);
+});
