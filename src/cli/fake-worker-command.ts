@@ -25,6 +25,8 @@ interface FakeWorkerFlags {
   outputTokens: number;
   dcgm?: boolean;
   gpuMemoryMib: number;
+  loraModules?: string;
+  maxLoras: number;
   kvUsage?: number;
   gpuTemp?: number;
   metrics: ControlState['metrics'];
@@ -57,6 +59,8 @@ export function registerFakeWorkerCommand(program: Command, out: FakeWorkerOutpu
     .addOption(new Option('--output-tokens <n>', 'tokens generated when a request sets no max_tokens').argParser(positiveInt).default(D.defaultOutputTokens))
     .addOption(new Option('--dcgm', 'also expose DCGM GPU metrics (FB_USED, FB_FREE, GPU_TEMP) on /metrics'))
     .addOption(new Option('--gpu-memory-mib <n>', 'GPU framebuffer size DCGM reports').argParser(positiveInt).default(D.gpuMemoryMib))
+    .addOption(new Option('--lora-modules <names>', "LoRA adapters served, comma-separated (vLLM's --lora-modules names); adds vllm:lora_requests_info"))
+    .addOption(new Option('--max-loras <n>', "most adapters in one batch (vLLM's --max-loras), reported as max_lora").argParser(positiveInt).default(D.maxLoras))
     .addOption(new Option('--kv-usage <x>', 'test hook: report this KV usage (0..1) whatever the load').argParser(finiteNumber))
     .addOption(new Option('--gpu-temp <c>', 'test hook: report this GPU temperature, °C').argParser(finiteNumber))
     .addOption(new Option('--metrics <mode>', 'test hook: how /metrics answers').choices(METRICS_MODES).default('ok'))
@@ -83,6 +87,8 @@ export function registerFakeWorkerCommand(program: Command, out: FakeWorkerOutpu
         defaultOutputTokens: o.outputTokens,
         dcgm: o.dcgm === true,
         gpuMemoryMib: o.gpuMemoryMib,
+        loraModules: (o.loraModules ?? '').split(',').map((x) => x.trim()).filter(Boolean),
+        maxLoras: o.maxLoras,
         controls: {
           ...(o.kvUsage !== undefined ? { kv_usage: o.kvUsage } : {}),
           ...(o.gpuTemp !== undefined ? { gpu_temp_c: o.gpuTemp } : {}),

@@ -101,6 +101,14 @@ export const DEFAULTS = {
    */
   balanceWeight: 3,
   /**
+   * LoRA adapter affinity (src/routing/filters/adapter.ts): a worker already running or queueing
+   * the request's adapter scores this much more. Half the load range: loading an adapter from host
+   * memory stalls a batch for tens of milliseconds, about what a few queued prefills cost, so a
+   * worker with the adapter wins until it is half a limit busier than one without. Workers whose
+   * adapter slots are all taken are filtered out (while another can serve), not merely scored.
+   */
+  adapterWeight: 0.5,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
    * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than
@@ -116,6 +124,38 @@ export const DEFAULTS = {
    * from spreading than from one cache (SMG caps sticky sessions at 2 for the same reason).
    */
   maxInflightPerSession: 4,
+
+  /**
+   * Classes of service, highest first, each with the share of a worker's in-flight limit its
+   * requests may fill (src/routing/class-share.ts). The names are the Gateway API Inference
+   * Extension's criticality bands. The top class uses the whole limit, so it is never shed while
+   * any worker could take it; a lower class stops short of it, and that headroom is the top's:
+   *  - standard 1: unclassified traffic (the default class) keeps every worker's whole limit, so a
+   *    fleet that sends no class routes and sheds exactly as it did before classes existed, and as
+   *    the GIE's picker without flow control does (it sheds only negative-priority requests). A
+   *    fleet that wants headroom for critical over standard lowers it: 0.875 keeps 2 of 16;
+   *  - sheddable 0.5: batch and background work stops at half of every worker, so it never takes
+   *    the places interactive traffic needs and is the first shed as the fleet fills.
+   * A share never rounds a worker down to nothing: at a limit of 1 every class gets that place.
+   */
+  classes: [
+    { name: 'critical', share: 1 },
+    { name: 'standard', share: 1 },
+    { name: 'sheddable', share: 0.5 },
+  ] as ReadonlyArray<{ name: string; share: number }>,
+  /** The class of a request nothing classifies: the GIE's unset criticality is treated as Standard too. */
+  defaultClass: 'standard',
+  /**
+   * The request header that names a request's class. Clients can set it: on routes where they are
+   * not trusted, Envoy strips it (or the route's `class` knob, which wins, fixes the class). Not
+   * `x-kvgate-class`: that is the knob's gRPC metadata key, a different channel.
+   */
+  classHeader: 'x-kvgate-request-class',
+  /**
+   * Endpoint-picker mode: the Gateway API Inference Extension's header naming the request's
+   * InferenceObjective (its `metadata.name`); `classes.objectives` maps those names to classes.
+   */
+  objectiveHeader: 'x-gateway-inference-objective',
 
   /** An idle conversation's KV cache is long evicted after an hour; keep the map small. */
   affinityTtlS: 3600,

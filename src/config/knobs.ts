@@ -21,7 +21,7 @@
  */
 import { z } from 'zod';
 import { DEFAULTS } from './defaults.js';
-import { POOL_NAME, blockChars, headerName, type Config } from './schema.js';
+import { CLASS_NAME, POOL_NAME, blockChars, headerName, type Config } from './schema.js';
 import { POLICY_MODES, type PolicyMode } from './vocabulary.js';
 
 export interface Knobs {
@@ -36,6 +36,11 @@ export interface Knobs {
   retry_after_s?: number;
   /** Prefix block size in characters. */
   block_chars?: number;
+  /**
+   * The class of service of this route's requests (a class of the config's `classes.levels`; the
+   * gate checks that). Set, it wins over the request's own class headers.
+   */
+  class?: string;
 }
 
 export type KnobName = keyof Knobs;
@@ -70,6 +75,7 @@ const SCHEMAS: { readonly [K in KnobName]-?: z.ZodType<NonNullable<Knobs[K]>> } 
   shed_status: z.preprocess(fromDigits, z.union([z.literal(429), z.literal(503)])),
   retry_after_s: integer(0, 3600),
   block_chars: z.preprocess(fromDigits, blockChars),
+  class: z.preprocess((v) => (typeof v === 'string' ? v.trim().toLowerCase() : v), z.string().regex(CLASS_NAME, 'not a class name')),
 };
 
 export const KNOB_NAMES = Object.keys(SCHEMAS) as KnobName[];

@@ -77,6 +77,9 @@ const workerSchema = z.strictObject({
   memory_pressure_from_framebuffer: z.boolean().default(false),
 });
 
+/** Adapter names as requests give them in `model` (vLLM's `--lora-modules name=path`). */
+const adapterList = z.array(z.string().min(1).max(256)).min(1).max(4096);
+
 /** Pool names go into Redis hash tags (`{<pool>}`) and logs: no braces, no spaces. */
 export const POOL_NAME = /^[A-Za-z0-9._:-]+$/;
 
@@ -104,8 +107,53 @@ const poolSchema = z.strictObject({
   models: z.array(z.string().min(1)).min(1).optional(),
   /** Per-worker in-flight limit for this pool's workers that set none (else limits.max_inflight). */
   max_inflight: z.number().int().positive().optional(),
+  /**
+   * LoRA adapters of this pool's base model, by the `model` value that names them in a request. A
+   * request naming one is routed in this pool, preferring workers that have the adapter loaded.
+   */
+  adapters: adapterList.optional(),
   workers: workersSchema,
 });
+
+/** Class names go into metrics labels and the 429 body: short, plain. */
+export const CLASS_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/;
+const className = z.string().regex(CLASS_NAME, 'lower-case letters, digits, _ and - only (at most 32)');
+
+/**
+ * Classes of service (src/routing/class-share.ts): highest first, each with the share of a
+ * worker's in-flight limit its requests may fill. The top class uses the whole limit.
+ */
+const classesSchema = z
+  .strictObject({
+    levels: z
+      .array(z.strictObject({ name: className, share: z.number().gt(0).max(1) }))
+      .min(1)
+      .default(DEFAULTS.classes.map((c) => ({ ...c }))),
+    /** The class of requests that no knob or header classifies. */
+    default: className.default(DEFAULTS.defaultClass),
+    /** The request header naming a request's class (on routes whose `class` knob is unset). */
+    header: headerName.default(DEFAULTS.classHeader),
+    /** Endpoint-picker mode: InferenceObjective names (`x-gateway-inference-objective`) → class. */
+    objectives: z.record(z.string().min(1).max(253), className).default({}),
+  })
+  .superRefine((c, ctx) => {
+    const names = new Set<string>();
+    for (const [i, l] of c.levels.entries()) {
+      if (names.has(l.name)) ctx.addIssue({ code: 'custom', path: ['levels', i, 'name'], message: `duplicate class "${l.name}"` });
+      names.add(l.name);
+    }
+    if (c.levels[0] && c.levels[0].share !== 1) {
+      ctx.addIssue({ code: 'custom', path: ['levels', 0, 'share'], message: 'the top class uses the whole limit (share 1): it is never shed while any worker could take it' });
+    }
+    for (const [i, l] of c.levels.entries()) {
+      const above = c.levels[i - 1];
+      if (above && l.share > above.share) ctx.addIssue({ code: 'custom', path: ['levels', i, 'share'], message: `a lower class may not use more than the class above it ("${above.name}": ${above.share})` });
+    }
+    if (!names.has(c.default)) ctx.addIssue({ code: 'custom', path: ['default'], message: `no class named "${c.default}" (classes: ${[...names].join(', ')})` });
+    for (const [objective, cls] of Object.entries(c.objectives)) {
+      if (!names.has(cls)) ctx.addIssue({ code: 'custom', path: ['objectives', objective], message: `no class named "${cls}" (classes: ${[...names].join(', ')})` });
+    }
+  });
 
 const configObject = z.strictObject({
   routing: z
@@ -145,6 +193,7 @@ const configObject = z.strictObject({
       kv_weight: z.number().nonnegative().default(DEFAULTS.kvWeight),
       balance_weight: z.number().nonnegative().default(DEFAULTS.balanceWeight),
       balance_floor: z.number().nonnegative().default(DEFAULTS.balanceFloor),
+      adapter_weight: z.number().nonnegative().default(DEFAULTS.adapterWeight),
     })
     .prefault({}),
   affinity: z
@@ -163,6 +212,7 @@ const configObject = z.strictObject({
       stream_idle_s: z.number().positive().default(DEFAULTS.streamIdleS),
     })
     .prefault({}),
+  classes: classesSchema.prefault({}),
   leases: z.strictObject({ ttl_s: z.number().int().min(3).default(DEFAULTS.leaseTtlS) }).prefault({}),
   store: z
     .strictObject({
@@ -199,6 +249,8 @@ const configObject = z.strictObject({
     .prefault({}),
   /** One pool (named `default`): today's single-fleet form. Give either `workers` or `pools`. */
   workers: workersSchema.optional(),
+  /** The LoRA adapters of the one pool's base model (with `workers`; each of `pools` lists its own). */
+  adapters: adapterList.optional(),
   pools: z.array(poolSchema).min(1, 'at least one pool is required').superRefine(checkPools).optional(),
   /** The pool for requests that name no model and no pool; the first pool when left out. */
   default_pool: z.string().min(1).optional(),
@@ -229,6 +281,16 @@ function checkPools(pools: readonly RawPoolConfig[], ctx: z.RefinementCtx): void
       if (other !== undefined) ctx.addIssue({ code: 'custom', path: [i, 'models', j], message: `model "${m}" is already served by pool "${other}"` });
       modelPool.set(m, p.name);
     }
+  }
+  // After every pool's models, so an adapter named like any model is caught whatever the order.
+  for (const [i, p] of pools.entries()) {
+    for (const [j, a] of (p.adapters ?? []).entries()) {
+      const other = modelPool.get(a);
+      if (other !== undefined) ctx.addIssue({ code: 'custom', path: [i, 'adapters', j], message: `adapter "${a}" is already a model or adapter of pool "${other}"` });
+      modelPool.set(a, p.name);
+    }
+  }
+  for (const [i, p] of pools.entries()) {
     if (p.models === undefined) {
       if (catchAll !== undefined) {
         ctx.addIssue({ code: 'custom', path: [i, 'models'], message: `only one pool may leave out \`models\` (pool "${catchAll}" already does)` });
@@ -244,6 +306,7 @@ function checkShape(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
   const hasPools = c.pools !== undefined;
   if (!hasWorkers && !hasPools) ctx.addIssue({ code: 'custom', path: ['workers'], message: 'give `workers` (one pool) or `pools` (several)' });
   if (hasWorkers && hasPools) ctx.addIssue({ code: 'custom', path: ['pools'], message: 'give `workers` (one pool) or `pools`, not both' });
+  if (hasPools && c.adapters !== undefined) ctx.addIssue({ code: 'custom', path: ['adapters'], message: 'with `pools`, each pool lists its own `adapters`' });
   if (typeof c.default_pool !== 'string' || (hasPools && !Array.isArray(c.pools))) return;
   const known = [...new Set(Array.isArray(c.pools) ? c.pools.map((p) => (p as { name?: unknown } | null)?.name) : [DEFAULTS.pool])];
   if (!known.includes(c.default_pool)) {
@@ -291,8 +354,8 @@ function checkProtocol(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
  * endpoint_picker mode a worker needs no Envoy cluster; its id stands in for it in traces and logs.
  */
 function normalize(c: RawConfig) {
-  const { workers, pools, default_pool, ...rest } = c;
-  const raw: RawPoolConfig[] = pools ?? [{ name: DEFAULTS.pool, workers: workers ?? [] }];
+  const { workers, pools, default_pool, adapters, ...rest } = c;
+  const raw: RawPoolConfig[] = pools ?? [{ name: DEFAULTS.pool, workers: workers ?? [], ...(adapters ? { adapters } : {}) }];
   const all = raw.map((p) => ({ ...p, workers: p.workers.map((w) => ({ ...w, cluster: w.cluster ?? w.id })) }));
   return {
     ...rest,

@@ -31,7 +31,8 @@ export const CONTINUE: CommonResponse = { status: 'CONTINUE' };
 
 export function immediate(
   status: number,
-  body: { message: string; type: string; code: string },
+  /** OpenAI's error shape; `class` names the class of service a shed request had. */
+  body: { message: string; type: string; code: string; class?: string },
   details: string,
   retryAfterS?: number,
 ): ProcessingResponse {

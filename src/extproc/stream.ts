@@ -407,7 +407,12 @@ export class ExtProcStream {
     this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
     this.answeredImmediately = true;
     this.reply(
-      immediate(answer.status, { message: result.error.message, type: answer.type, code: result.error.code }, `kvgate_${result.error.code}`, answer.retryAfterS),
+      immediate(
+        answer.status,
+        { message: result.error.message, type: answer.type, code: result.error.code, ...(result.class !== undefined ? { class: result.class } : {}) },
+        `kvgate_${result.error.code}`,
+        answer.retryAfterS,
+      ),
     );
     t.decided(result, { ...facts, status: answer.status });
   }

@@ -37,6 +37,13 @@ export interface FakeWorkerOptions {
   gpuMemoryMib: number;
   /** Share of the framebuffer vLLM claims at start (weights + preallocated KV), used or not. */
   gpuMemoryUtilization: number;
+  /**
+   * LoRA adapters served (vLLM's `--lora-modules` names): a request whose `model` is one runs with
+   * it, and `/metrics` carries `vllm:lora_requests_info`. Empty: no LoRA, no such metric.
+   */
+  loraModules: readonly string[];
+  /** Most adapters in one batch (vLLM's `--max-loras`), reported as `max_lora`. */
+  maxLoras: number;
 }
 
 export const FAKE_WORKER_DEFAULTS: Readonly<FakeWorkerOptions> = Object.freeze({
@@ -70,6 +77,10 @@ export const FAKE_WORKER_DEFAULTS: Readonly<FakeWorkerOptions> = Object.freeze({
   gpuMemoryMib: 81_559,
   /** vLLM's `--gpu-memory-utilization` default: it takes 90% of the GPU at start, busy or idle. */
   gpuMemoryUtilization: 0.9,
+  /** vLLM serves no adapters unless started with `--enable-lora`. */
+  loraModules: [],
+  /** vLLM's `--max-loras` default. */
+  maxLoras: 1,
 });
 
 /**

@@ -43,6 +43,8 @@ export interface GenerateRequest {
   onAccepted?: () => void;
   /** Called once per generated token, in order; the first call is the first token. */
   onToken?: (text: string, index: number) => void;
+  /** The LoRA adapter the request runs with (its `model`, when that is one of the worker's adapters). */
+  adapter?: string;
 }
 
 export interface GenerateResult {
@@ -82,6 +84,9 @@ export class FakeEngine {
    * concurrent prefills of one new prefix both compute it, as in vLLM).
    */
   private readonly computing = new Map<BlockId, number>();
+  /** Requests per LoRA adapter, running and waiting (entries at zero are removed). */
+  private readonly loraRunning = new Map<string, number>();
+  private readonly loraWaiting = new Map<string, number>();
   /** Test hook: stretches prefill and decode (1 = normal). */
   slowFactor = 1;
 
@@ -135,12 +140,16 @@ export class FakeEngine {
     const result: GenerateResult = { promptTokens, cachedTokens: 0, completionTokens: 0, output: '', aborted: false, ttftS: NaN };
     const signal = req.signal;
     req.onAccepted?.();
+    const adapter = req.adapter;
+    if (adapter !== undefined) bump(this.loraWaiting, adapter, 1);
 
     const hit = await this.waitForSlot(blocks, anonymous, signal);
+    if (adapter !== undefined) bump(this.loraWaiting, adapter, -1);
     if (hit === undefined) {
       result.aborted = true;
       return result;
     }
+    if (adapter !== undefined) bump(this.loraRunning, adapter, 1);
     // The engine always computes at least the last prompt token (it needs its logits).
     result.cachedTokens = Math.min(hit * bt, promptTokens - 1);
     this.totals.requests++;
@@ -176,9 +185,20 @@ export class FakeEngine {
       this.cache.release(blocks, anonymous);
       if (!result.aborted && result.output.length >= CHARS_PER_TOKEN) this.cache.touch(this.intern(textBlockIds(req.prompt + result.output, bt)));
       this.running--;
+      if (adapter !== undefined) bump(this.loraRunning, adapter, -1);
       this.pump();
     }
     return result;
+  }
+
+  /** Adapters of running requests (vLLM's `running_lora_adapters`). */
+  get adaptersRunning(): string[] {
+    return [...this.loraRunning.keys()];
+  }
+
+  /** Adapters of waiting requests (vLLM's `waiting_lora_adapters`). */
+  get adaptersWaiting(): string[] {
+    return [...this.loraWaiting.keys()];
   }
 
   /** Resolves with the prefix hit (in blocks) once admitted, or undefined if the signal aborts first. */
@@ -248,4 +268,10 @@ export class FakeEngine {
   private freshCache(): KvCache {
     return new KvCache(Math.max(1, Math.floor(this.opts.kvCapacityTokens / this.opts.blockTokens)));
   }
+}
+
+function bump(counts: Map<string, number>, key: string, by: number): void {
+  const n = (counts.get(key) ?? 0) + by;
+  if (n > 0) counts.set(key, n);
+  else counts.delete(key);
 }

@@ -23,7 +23,7 @@ const TTFT_BUCKETS = [0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5
 const IDLE_TEMP_C = 35;
 const BUSY_TEMP_C = 75;
 
-type MetricsOptions = Pick<FakeWorkerOptions, 'id' | 'model' | 'blockTokens' | 'maxBatch' | 'gpuMemoryMib' | 'gpuMemoryUtilization'>;
+type MetricsOptions = Pick<FakeWorkerOptions, 'id' | 'model' | 'blockTokens' | 'maxBatch' | 'gpuMemoryMib' | 'gpuMemoryUtilization' | 'loraModules' | 'maxLoras'>;
 
 export class WorkerMetrics {
   readonly registry = new Registry();
@@ -94,6 +94,21 @@ export class WorkerMetrics {
       },
       1,
     );
+
+    if (opts.loraModules.length > 0) {
+      // As vLLM (v1 loggers): one series, its labels the current adapters, its value the time of the update.
+      this.names.push('vllm:lora_requests_info');
+      new Gauge({
+        name: 'vllm:lora_requests_info',
+        help: 'Running stats on lora requests.',
+        labelNames: ['max_lora', 'waiting_lora_adapters', 'running_lora_adapters'],
+        registers: reg,
+        collect() {
+          this.reset();
+          this.set({ max_lora: String(opts.maxLoras), waiting_lora_adapters: engine.adaptersWaiting.join(','), running_lora_adapters: engine.adaptersRunning.join(',') }, Date.now() / 1000);
+        },
+      });
+    }
 
     this.names.push('vllm:time_to_first_token_seconds');
     const ttft = new Histogram({

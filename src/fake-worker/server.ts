@@ -161,6 +161,7 @@ export async function startFakeWorker(options: StartFakeWorkerOptions = {}): Pro
             }
           : undefined,
         ...(r.stream ? { onAccepted: startStream } : {}),
+        ...(r.model !== undefined && opts.loraModules.includes(r.model) ? { adapter: r.model } : {}),
       });
       if (result.aborted) return;
       const u = usage(result.promptTokens, result.completionTokens, result.cachedTokens);
@@ -225,6 +226,7 @@ export async function startFakeWorker(options: StartFakeWorkerOptions = {}): Pro
             }
           : undefined,
         ...(r.stream ? { onAccepted: startStream } : {}),
+        ...(r.model !== undefined && opts.loraModules.includes(r.model) ? { adapter: r.model } : {}),
       });
       if (result.aborted) return;
       Object.assign(outcome, { text: result.output, promptTokens: result.promptTokens, cachedTokens: result.cachedTokens, completionTokens: result.completionTokens, truncated: r.maxTokens !== undefined });

@@ -15,6 +15,8 @@ export interface DecisionRecord {
   reason?: string;
   attempts?: number;
   degraded?: boolean;
+  /** The request's class of service. */
+  class?: string;
   explanation: Explanation;
 }
 

@@ -11,6 +11,7 @@ import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
 import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
+import { serviceClass, type ServiceClass } from '../request/service-class.js';
 import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
@@ -40,6 +41,8 @@ export type GateResult =
       storeMs: number;
       /** The candidates as the deciding snapshot showed them (for traces). */
       views?: readonly WorkerView[];
+      /** The request's class of service. */
+      class?: string;
     }
   | {
       kind: 'reject';
@@ -50,6 +53,8 @@ export type GateResult =
       views?: readonly WorkerView[];
       /** The shed answer this request's knobs asked for (status and retry-after), when they were read. */
       routing?: Pick<Config['routing'], 'shed_status' | 'retry_after_s'>;
+      /** The class of service that was shed (sheds only: 429/503 for load). */
+      class?: string;
     };
 
 /** How one request is to be routed, beyond the request itself. Protocol-free: the transport fills it. */
@@ -147,6 +152,8 @@ export class Gate {
       return { kind: 'reject', error: pick.error, key, routing: answer };
     }
     const pool = pick.pool;
+    const cls = serviceClass(req.headers, cfg.classes, knobs.class, cfg.routing.protocol === 'endpoint_picker', DEFAULTS.objectiveHeader);
+    if (cls.ignored) this.unknownClass(cls, cfg);
     const session = key?.kind === 'session';
     const eligible = opts.eligible;
     if (eligible && !pool.workerIds.some((id) => eligible.has(id))) {
@@ -203,6 +210,8 @@ export class Gate {
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
+        ...(cls.share < 1 ? { classShare: cls.share } : {}),
+        ...(model !== undefined && isAdapter(model, pool, views) ? { adapter: { name: model, weight: cfg.scoring.adapter_weight } } : {}),
       });
       // A subset (the proxy's hint) needs nothing here: the policy's prefix bound names the workers it weighed.
       const decision = pinned === undefined ? decided : pinnedDecision(decided, pinned);
@@ -214,7 +223,7 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key, pool, answer, views);
+        return this.shed(decision, key, pool, answer, views, cls);
       }
       const res = await timed(
         this.store.commit({
@@ -226,7 +235,7 @@ export class Gate {
           capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
         }),
       );
-      if (res.ok) return { ...this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs), views };
+      if (res.ok) return { ...this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls), views };
       snap = res.snapshot;
       fresh = true;
     }
@@ -237,6 +246,7 @@ export class Gate {
       pool,
       answer,
       views,
+      cls,
     );
   }
 
@@ -314,6 +324,10 @@ export class Gate {
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
+      const lora = s?.lora;
+      if (lora && Array.isArray(lora.running) && Array.isArray(lora.waiting) && Number.isFinite(lora.maxLora)) {
+        view.adapters = { names: lora.waiting.length === 0 ? lora.running : [...new Set([...lora.running, ...lora.waiting])], max: lora.maxLora };
+      }
       return view;
     });
   }
@@ -367,6 +381,17 @@ export class Gate {
     return Math.max(1, Math.floor(tokens / tokensPerBlock));
   }
 
+  /** A knob or header named a class the config does not have: said once a minute per value; the next source classified the request. */
+  private unknownClass(cls: ServiceClass, cfg: Config): void {
+    const ignored = cls.ignored!;
+    const suppressed = this.problems.take(`class:${ignored.source}:${ignored.value}`);
+    if (suppressed === undefined) return;
+    this.logger.warn(
+      { source: ignored.source, value: ignored.value, classes: cfg.classes.levels.map((l) => l.name), class: cls.name, class_source: cls.source, repeats: suppressed },
+      'unknown class of service ignored',
+    );
+  }
+
   /** A route named a pool the config does not have: said once a minute, and the request is placed as if it had not. */
   private unknownPool(name: string, pools: PoolTable): void {
     const suppressed = this.problems.take(`pool:${name}`);
@@ -385,6 +410,7 @@ export class Gate {
     degraded: boolean,
     attempts: number,
     storeMs: number,
+    cls: ServiceClass,
   ): GateResult {
     const record: DecisionRecord = {
       at: new Date().toISOString(),
@@ -396,6 +422,7 @@ export class Gate {
       ...(decision.from !== undefined ? { from: decision.from } : {}),
       attempts,
       degraded,
+      class: cls.name,
       explanation: decision.explanation,
     };
     this.decisions.push(record);
@@ -429,6 +456,7 @@ export class Gate {
       attempts,
       explanation: decision.explanation,
       storeMs,
+      class: cls.name,
     };
   }
 
@@ -438,14 +466,18 @@ export class Gate {
     pool: Pool,
     routing: NonNullable<Extract<GateResult, { kind: 'reject' }>['routing']>,
     views: readonly WorkerView[],
+    cls: ServiceClass,
   ): GateResult {
+    const details = { class: cls.name };
     const error =
-      decision.reason === 'overloaded'
-        ? new KvgateError('overloaded', 'every eligible worker is at its in-flight limit')
-        : new KvgateError('no_healthy_workers', 'no worker is healthy');
-    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, explanation: decision.explanation });
-    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason }, 'shed');
-    return { kind: 'reject', error, key, explanation: decision.explanation, views, routing };
+      decision.reason !== 'overloaded'
+        ? new KvgateError('no_healthy_workers', 'no worker is healthy', { details })
+        : cls.share < 1
+          ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
+          : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
+    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
+    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
+    return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }
 
@@ -482,6 +514,16 @@ function pinnedDecision(d: Decision, pinned: string): Decision {
 }
 
 const PIN_KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
+
+/**
+ * A request's model is a LoRA adapter when its pool declares it, or when a worker of the pool
+ * reports it among its adapters (vLLM names adapters by their served name, the request's `model`).
+ */
+function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boolean {
+  if (pool.adapters.has(model)) return true;
+  if (pool.models?.has(model)) return false;
+  return views.some((v) => v.adapters !== undefined && v.adapters.names.includes(model));
+}
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {

@@ -15,6 +15,8 @@ export interface Pool {
   readonly workers: ReadonlyMap<string, WorkerConfig>;
   /** The models it serves; undefined: every model no other pool names. */
   readonly models: ReadonlySet<string> | undefined;
+  /** LoRA adapters of its base model (requests name them in `model`); empty: none declared. */
+  readonly adapters: ReadonlySet<string>;
 }
 
 export type PoolPick =
@@ -40,9 +42,12 @@ export class PoolTable {
         workerIds: p.workers.map((w) => w.id),
         workers: new Map(p.workers.map((w) => [w.id, w])),
         models: p.models ? new Set(p.models) : undefined,
+        adapters: new Set(p.adapters ?? []),
       };
       this.byName.set(p.name, pool);
       for (const m of p.models ?? []) this.byModel.set(m, pool);
+      // An adapter belongs to its base model's pool: only those workers can load it.
+      for (const a of p.adapters ?? []) this.byModel.set(a, pool);
       for (const w of p.workers) this.byWorker.set(w.id, pool);
       if (!p.models) catchAll ??= pool;
     }
@@ -68,7 +73,7 @@ export class PoolTable {
     const pinned = knobPool === undefined ? undefined : this.byName.get(knobPool);
     const unknownKnob = knobPool !== undefined && !pinned ? { unknownKnob: knobPool } : {};
     if (pinned) {
-      if (m !== undefined && pinned.models && !pinned.models.has(m)) {
+      if (m !== undefined && pinned.models && !pinned.models.has(m) && !pinned.adapters.has(m)) {
         return reject(`model "${cut(m)}" is not served by pool "${pinned.name}", the pool of this route`, m, pinned.name);
       }
       return { kind: 'pool', pool: pinned, via: 'knob' };

@@ -26,6 +26,16 @@ export interface WorkerSignals {
   gpuTempC?: number;
   blockSize?: number;
   numGpuBlocks?: number;
+  /** LoRA adapters (vLLM `vllm:lora_requests_info`), when the engine reports them. */
+  lora?: LoraSignals;
+}
+
+/** The adapters a worker has: those of running requests, those of waiting ones, and how many fit at once. */
+export interface LoraSignals {
+  running: string[];
+  waiting: string[];
+  /** Most adapters one batch may hold (vLLM `--max-loras`). */
+  maxLora: number;
 }
 
 export interface HealthThresholds {

@@ -17,6 +17,8 @@
  * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
+import { admitLimit } from './class-share.js';
+import { adapterFit, adapterScore, excludedForAdapter } from './filters/adapter.js';
 import { rendezvousScore } from './rendezvous.js';
 import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
@@ -24,32 +26,35 @@ import type { CandidateExplanation, Decision, DecisionInput, Explanation, Precon
 const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 const TAKES: readonly WorkerState[] = ['healthy'];
 
-/** Can keep serving the keys it already holds. */
-export function keepsSessions(w: WorkerView): boolean {
-  return KEEPS.includes(w.state) && w.inflight < w.maxInflight;
+/** Can keep serving the keys it already holds (below its limit, or its class's share of it). */
+export function keepsSessions(w: WorkerView, classShare?: number): boolean {
+  return KEEPS.includes(w.state) && w.inflight < admitLimit(w, classShare);
 }
 
-/** Can take a key it does not hold. */
-export function takesNewSessions(w: WorkerView): boolean {
-  return w.state === 'healthy' && w.inflight < w.maxInflight;
+/** Can take a key it does not hold (below its limit, or its class's share of it). */
+export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
+  return w.state === 'healthy' && w.inflight < admitLimit(w, classShare);
 }
 
 export function decide(input: DecisionInput): Decision {
-  const { workers, keyHash, mode } = input;
+  const { keyHash, mode, classShare, adapter } = input;
+  // Filters: a worker a rule excludes is invisible to the rest of the decision.
+  const excluded = adapter ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
+  const workers = excluded && excluded.size > 0 ? input.workers.filter((w) => !excluded.has(w.id)) : input.workers;
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
-  const spilled = affine !== undefined && keepsSessions(affine) && input.keyInflight >= input.maxInflightPerSession;
+  const spilled = affine !== undefined && keepsSessions(affine, classShare) && input.keyInflight >= input.maxInflightPerSession;
   const usePrefix = (mode === 'both' || mode === 'prefix') && input.totalBlocks > 0;
 
-  if (affine && keepsSessions(affine) && !spilled) {
+  if (affine && keepsSessions(affine, classShare) && !spilled) {
     return {
       kind: 'route',
       worker: affine.id,
       outcome: 'affinity_hit',
       preconditions: {
         affinity,
-        below: [{ worker: affine.id, limit: affine.maxInflight }],
+        below: [{ worker: affine.id, limit: admitLimit(affine, classShare) }],
         atOrAbove: [],
         states: [{ worker: affine.id, in: KEEPS }],
       },
@@ -65,10 +70,11 @@ export function decide(input: DecisionInput): Decision {
   // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
   // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
-  const fleet = usePrefix && sticky && !spilled ? fleetLoad(workers, input.balanceFloor) : undefined;
+  const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   for (const w of workers) {
-    if (!takesNewSessions(w)) continue;
-    const s = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    if (!takesNewSessions(w, classShare)) continue;
+    const base = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    const s = adapter ? base + adapterScore(w, adapter.name, adapter.weight) : base;
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
       best = w;
@@ -80,14 +86,14 @@ export function decide(input: DecisionInput): Decision {
   const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
 
   if (!best) {
-    const anyUp = workers.some((w) => KEEPS.includes(w.state));
+    const anyUp = input.workers.some((w) => KEEPS.includes(w.state));
     return {
       kind: 'shed',
       reason: anyUp ? 'overloaded' : 'no_healthy_workers',
       preconditions: {
         affinity,
         below: [],
-        atOrAbove: workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: w.maxInflight })),
+        atOrAbove: input.workers.filter((w) => w.state === 'healthy').map((w) => ({ worker: w.id, limit: admitLimit(w, classShare) })),
         states: [],
       },
       explanation: explain(input, 'shed', spilled, scores),
@@ -96,9 +102,10 @@ export function decide(input: DecisionInput): Decision {
 
   const preconditions: Preconditions = {
     affinity,
-    below: [{ worker: best.id, limit: best.maxInflight }],
+    below: [{ worker: best.id, limit: admitLimit(best, classShare) }],
     // A move away from a live, merely full worker is only right while it is still full.
-    atOrAbove: affine && KEEPS.includes(affine.state) && affine.inflight >= affine.maxInflight ? [{ worker: affine.id, limit: affine.maxInflight }] : [],
+    atOrAbove:
+      affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [],
     states: [
       { worker: best.id, in: TAKES },
       // Leaving a dead or drained worker is only right while it still is.
@@ -153,6 +160,9 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
     candidates: input.workers.map((w): CandidateExplanation => {
       const c: CandidateExplanation = { worker: w.id, state: w.state, inflight: w.inflight, maxInflight: w.maxInflight, prefixBlocks: w.prefixBlocks };
       if (w.kvUsage !== undefined) c.kvUsage = w.kvUsage;
+      const limit = admitLimit(w, input.classShare);
+      if (limit !== w.maxInflight) c.classLimit = limit;
+      if (input.adapter) c.adapter = adapterFit(w, input.adapter.name);
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;

@@ -36,6 +36,11 @@ export interface WorkerView {
    * gate's own in-flight count ends at the first token, so this is the only view of decode work.
    */
   running?: number;
+  /**
+   * LoRA adapters the worker reported (vLLM `vllm:lora_requests_info`): those of its running and
+   * waiting requests, and how many one batch may hold. Absent when it reports none.
+   */
+  adapters?: { names: readonly string[]; max: number };
 }
 
 /** Weights of the score (see docs/DESIGN.md "Scoring"). */
@@ -64,6 +69,13 @@ export interface DecisionInput {
   balanceFloor: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
+  /**
+   * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
+   * for the top class.
+   */
+  classShare?: number;
+  /** The LoRA adapter the request names, and the weight of having it loaded (./filters/adapter.ts). */
+  adapter?: { name: string; weight: number };
 }
 
 export type RouteOutcome =
@@ -86,6 +98,10 @@ export interface CandidateExplanation {
   maxInflight: number;
   prefixBlocks: number;
   kvUsage?: number;
+  /** The in-flight bound this request's class is held to on this worker, when below its limit. */
+  classLimit?: number;
+  /** What the worker offers the request's LoRA adapter (./filters/adapter.ts), for adapter requests. */
+  adapter?: 'has' | 'slot' | 'full' | 'unknown';
   /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
   work?: number;
   /** Undefined for workers that could not take the request. */

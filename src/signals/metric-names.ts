@@ -22,6 +22,13 @@ export interface EngineMetrics {
   kvUsage: Selector[];
   /** Labels of a *_info metric carrying the KV block size and block count, when the engine has one. */
   cacheInfo?: { name: string; blockSizeLabel: string; numBlocksLabel: string };
+  /**
+   * The LoRA adapter gauge, when the engine has one: vLLM's `vllm:lora_requests_info`, whose labels
+   * list the adapters of running and waiting requests (comma-separated) and the most adapters one
+   * batch may hold; its value is the wall-clock time of the update, so the latest series is current
+   * (vLLM docs/design/metrics.md "LoRA Metrics"; the GIE model-server protocol reads it the same way).
+   */
+  loraInfo?: { name: string; runningLabel: string; waitingLabel: string; maxLabel: string };
 }
 
 export const ENGINE_METRICS: Readonly<Record<Engine, EngineMetrics>> = {
@@ -30,6 +37,7 @@ export const ENGINE_METRICS: Readonly<Record<Engine, EngineMetrics>> = {
     waiting: [{ name: 'vllm:num_requests_waiting' }],
     kvUsage: [{ name: 'vllm:kv_cache_usage_perc' }, { name: 'vllm:gpu_cache_usage_perc' }],
     cacheInfo: { name: 'vllm:cache_config_info', blockSizeLabel: 'block_size', numBlocksLabel: 'num_gpu_blocks' },
+    loraInfo: { name: 'vllm:lora_requests_info', runningLabel: 'running_lora_adapters', waitingLabel: 'waiting_lora_adapters', maxLabel: 'max_lora' },
   },
   sglang: {
     running: [{ name: 'sglang:num_running_reqs' }],

@@ -4,12 +4,15 @@
  * true (NaN, negative counts, KV use outside [0, 1]). Never throws: a scrape is untrusted input.
  */
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
-import { DCGM, ENGINE_METRICS, type Engine, type Selector } from './metric-names.js';
-
-import type { WorkerSignals } from '../routing/health.js';
+import type { LoraSignals, WorkerSignals } from '../routing/health.js';
+import { DCGM, ENGINE_METRICS, type Engine, type EngineMetrics, type Selector } from './metric-names.js';
 
 /** What one scrape says about a worker: defined where health is judged from it. */
-export type { WorkerSignals } from '../routing/health.js';
+export type { LoraSignals, WorkerSignals } from '../routing/health.js';
+
+/** Adapter names kept per list: a scrape is untrusted, and a real engine holds a handful. */
+const MAX_ADAPTERS = 256;
+const MAX_ADAPTER_CHARS = 256;
 
 export interface ParseResult {
   signals: WorkerSignals;
@@ -55,6 +58,10 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
     if (Number.isFinite(bs) && bs > 0) signals.blockSize = bs;
     if (Number.isFinite(nb) && nb > 0) signals.numGpuBlocks = nb;
   }
+  if (m.loraInfo) {
+    const lora = loraOf(byName.get(m.loraInfo.name), m.loraInfo, problems);
+    if (lora) signals.lora = lora;
+  }
   for (const [field, sel] of [
     ['fbUsedMiB', DCGM.fbUsed],
     ['fbFreeMiB', DCGM.fbFree],
@@ -66,6 +73,46 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
     else signals[field] = v;
   }
   return { signals, problems };
+}
+
+/**
+ * The current series of the LoRA gauge (its value is the update's time: the greatest is the
+ * latest), read into adapter lists. A series without a valid `max_lora` is refused.
+ */
+function loraOf(fam: Family | undefined, sel: NonNullable<EngineMetrics['loraInfo']>, problems: string[]): LoraSignals | undefined {
+  if (!fam || fam.metrics.length === 0) return undefined;
+  let latest: Family['metrics'][number] | undefined;
+  let at = -Infinity;
+  for (const s of fam.metrics) {
+    const v = Number(s.value);
+    if (Number.isFinite(v) && v >= at) {
+      latest = s;
+      at = v;
+    }
+  }
+  if (!latest) {
+    problems.push(`${sel.name} has no series with a finite value`);
+    return undefined;
+  }
+  const labels = latest.labels ?? {};
+  const max = Number(labels[sel.maxLabel]);
+  if (!Number.isInteger(max) || max < 0) {
+    problems.push(`${sel.name} ${sel.maxLabel}="${String(labels[sel.maxLabel] ?? '').slice(0, 32)}" is not a count`);
+    return undefined;
+  }
+  return { running: adapterList(labels[sel.runningLabel]), waiting: adapterList(labels[sel.waitingLabel]), maxLora: max };
+}
+
+function adapterList(raw: string | undefined): string[] {
+  if (!raw) return [];
+  const out = new Set<string>();
+  for (const part of raw.split(',')) {
+    const name = part.trim();
+    if (name === '' || name.length > MAX_ADAPTER_CHARS) continue;
+    out.add(name);
+    if (out.size >= MAX_ADAPTERS) break;
+  }
+  return [...out];
 }
 
 /**

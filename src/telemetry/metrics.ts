@@ -65,8 +65,16 @@ export class Metrics {
 
   readonly sheds = new Counter({
     name: 'kvgate_sheds_total',
-    help: 'Requests answered at once instead of queued: overloaded (429) or no eligible worker (503).',
-    labelNames: ['reason', 'status'] as const,
+    help: 'Requests answered at once instead of queued: overloaded (429) or no eligible worker (503), by the class of service shed.',
+    labelNames: ['reason', 'status', 'class'] as const,
+    registers: [this.registry],
+  });
+
+  /** The denominator of each class's shed rate: sheds{class} / class_requests{class}. */
+  readonly classRequests = new Counter({
+    name: 'kvgate_class_requests_total',
+    help: 'Requests routed or shed, by class of service (with kvgate_sheds_total: each class\'s shed rate).',
+    labelNames: ['class'] as const,
     registers: [this.registry],
   });
 

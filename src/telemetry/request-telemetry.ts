@@ -119,8 +119,9 @@ export class RequestTelemetry {
         if (result.outcome === 'migrated') m.migrations.inc({ from: result.from ?? 'unknown' });
         if (result.degraded) m.degradedDecisions.inc();
       } else if (outcome === 'shed') {
-        m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? '') });
+        m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? ''), class: result.class ?? '' });
       }
+      if (result.class !== undefined) m.classRequests.inc({ class: result.class });
       const span = this.span;
       if (!span || this.ended) return;
       // With no exporter the span is non-recording and would drop every attribute: none is built.
@@ -257,6 +258,7 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
     a['kvgate.reject.code'] = result.error.code;
     a['kvgate.reject.reason'] = result.error.message;
   }
+  if (result.class !== undefined) a['kvgate.class'] = result.class;
   if (facts.status !== undefined) a['kvgate.response.status'] = facts.status;
   if (facts.endpoint !== undefined) a['kvgate.endpoint'] = facts.endpoint;
   if (facts.subsetSize !== undefined) a['kvgate.subset.size'] = facts.subsetSize;

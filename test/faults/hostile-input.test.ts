@@ -105,7 +105,7 @@ describe('hostile input corpus', () => {
     assert.ok(HOSTILE_CASES.length >= 50, `${HOSTILE_CASES.length} cases`);
     assert.equal(new Set(HOSTILE_CASES.map((c) => c.name)).size, HOSTILE_CASES.length);
     const classes = new Set(HOSTILE_CASES.map((c) => c.class));
-    for (const k of ['invalid JSON', 'deep nesting', 'huge', 'non-UTF-8', 'content type', 'content-length lie', 'header flood', 'prompt type', 'phase order']) {
+    for (const k of ['invalid JSON', 'deep nesting', 'huge', 'non-UTF-8', 'content type', 'content-length lie', 'header flood', 'class of service', 'prompt type', 'phase order']) {
       assert.ok(classes.has(k as never), k);
     }
   });

@@ -194,6 +194,10 @@ describe('keying', () => {
     assert.equal(r.status, 0, `child failed (${r.signal ?? r.status}): ${r.stderr.slice(-2000)}`);
     const { ratios } = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { ratios: Record<string, number> };
     assert.ok(Object.keys(ratios).length >= 10);
-    for (const [shape, ratio] of Object.entries(ratios)) assert.ok(ratio < 10, `${shape}: ${ratio.toFixed(1)}× a plain prompt`);
+    // The bound is for shapes that make the work superlinear: at 4 MB a quadratic path costs
+    // thousands of times a plain prompt. 30× leaves room for a loaded machine's noise and the GC
+    // that millions of tiny values cause in a 64 MB heap (seen at 10-14× under load) while
+    // still failing on any such path.
+    for (const [shape, ratio] of Object.entries(ratios)) assert.ok(ratio < 30, `${shape}: ${ratio.toFixed(1)}× a plain prompt`);
   });
 });

@@ -84,8 +84,10 @@ describe('/metrics', () => {
       m = await scrape(g.admin);
       assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed' }), 2);
       assert.equal(m.value('kvgate_decisions_total', { outcome: 'rejected' }), 1);
-      assert.equal(m.value('kvgate_sheds_total', { reason: 'overloaded', status: '429' }), 1);
-      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503' }), 1);
+      // Each shed names its class of service (unclassified requests are the default class).
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'overloaded', status: '429', class: 'standard' }), 1);
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503', class: 'standard' }), 1);
+      assert.equal(m.value('kvgate_class_requests_total', { class: 'standard' }), 9, 'every routed or shed request, by class');
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'down' }), 1);
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 0);
       const routed = m.sum('kvgate_decisions_total') - 3;

@@ -1,0 +1,156 @@
+/**
+ * Classes of service under overload, simulated: the same workload, each request given a class by a
+ * seeded mix (a conversation keeps one class, as an application sends all its turns with one), run
+ * through the real gate with its classes config, and reported per class: how many were shed and
+ * how long the served ones waited for their first token. The policy is kvgate's own (Gate.route
+ * with a MemoryStore), built as `policies/kvgate.ts` builds it, plus the class header; nothing of
+ * the decision is copied.
+ */
+import { parseConfig } from '../config/load.js';
+import { Gate } from '../gate/gate.js';
+import { initHashing } from '../request/hashing.js';
+import type { SignalRecord } from '../routing/health.js';
+import { MemoryStore } from '../state/memory-store.js';
+import type { Lease } from '../state/store.js';
+import { createLogger } from '../telemetry/logger.js';
+import type { CostModel, FleetOptions } from './cost-model.js';
+import { percentile } from './metrics.js';
+import { requestInfo, workerId } from './policies/kvgate.js';
+import type { RouteChoice, RouterPolicy, WorkerObservation } from './policies/policy.js';
+import { hashString32, Rng } from './rng.js';
+import { simulate } from './simulator.js';
+import type { SimRequest, Workload } from './workload.js';
+
+/** Class name → weight in the mix. */
+export type ClassMix = Readonly<Record<string, number>>;
+
+/** A fifth critical, half standard, the rest sheddable: an interactive product with batch work beside it. */
+export const DEFAULT_CLASS_MIX: ClassMix = { critical: 0.2, standard: 0.5, sheddable: 0.3 };
+
+/**
+ * The classes the simulated gate runs with: the defaults but standard at 0.875, so that critical
+ * has headroom over standard too and the run shows all three bands apart.
+ */
+export const SIM_CLASSES = {
+  levels: [
+    { name: 'critical', share: 1 },
+    { name: 'standard', share: 0.875 },
+    { name: 'sheddable', share: 0.5 },
+  ],
+};
+
+/** Each request's class: by its conversation where it has one (all turns alike), else by its index. */
+export function assignClasses(workload: Workload, mix: ClassMix, seed: number): string[] {
+  const names = Object.keys(mix);
+  const total = names.reduce((s, n) => s + Math.max(0, mix[n]!), 0);
+  if (names.length === 0 || !(total > 0)) throw new Error('a class mix needs at least one positive weight');
+  const pick = (u: number): string => {
+    let acc = 0;
+    for (const n of names) {
+      acc += Math.max(0, mix[n]!) / total;
+      if (u < acc) return n;
+    }
+    return names[names.length - 1]!;
+  };
+  const rng = new Rng(seed);
+  return workload.requests.map((r) => (r.sessionId !== undefined ? pick(new Rng(hashString32(r.sessionId) ^ seed).next()) : pick(rng.next())));
+}
+
+/** kvgate with each request's class in the class header. */
+class ClassedKvgate implements RouterPolicy {
+  readonly name = 'kvgate (classes)';
+  private readonly leases = new Map<number, Lease>();
+  private readonly index: ReadonlyMap<string, number>;
+
+  constructor(
+    private readonly gate: Gate,
+    private readonly classOf: readonly string[],
+  ) {
+    this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
+  }
+
+  async route(req: SimRequest): Promise<RouteChoice> {
+    const info = requestInfo(req, this.gate.currentConfig);
+    const headers = new Map(info.headers);
+    headers.set(this.gate.currentConfig.classes.header, this.classOf[req.index]!);
+    const res = await this.gate.route({ ...info, headers });
+    if (res.kind === 'reject') return { shed: res.error.code };
+    this.leases.set(req.index, res.lease);
+    return { worker: this.index.get(res.worker)! };
+  }
+
+  async firstToken(req: SimRequest): Promise<void> {
+    const lease = this.leases.get(req.index);
+    if (!lease) return;
+    this.leases.delete(req.index);
+    await this.gate.release(lease);
+  }
+
+  observe(workers: readonly WorkerObservation[]): void {
+    const records = new Map<string, SignalRecord>();
+    workers.forEach((w, i) => records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: (w.ageS ?? 0) * 1000, failures: 0 }));
+    this.gate.setSignals(records);
+  }
+
+  close(): Promise<void> {
+    return this.gate.store.close();
+  }
+}
+
+export interface ClassRow {
+  class: string;
+  requests: number;
+  shed: number;
+  /** shed / requests. */
+  shedRate: number;
+  /** Seconds from arrival to first token of served requests. */
+  ttftP50: number | null;
+  ttftP95: number | null;
+}
+
+export interface ClassMixOptions {
+  fleet: FleetOptions;
+  cost: CostModel;
+  maxInflight: number;
+  mix?: ClassMix;
+  seed: number;
+  /** The gate's `classes` config; default SIM_CLASSES. */
+  classes?: Record<string, unknown>;
+}
+
+/** Runs the workload through the gate with classes and reports each class (highest first, as configured). */
+export async function runClassMix(workload: Workload, opts: ClassMixOptions): Promise<ClassRow[]> {
+  await initHashing();
+  const classOf = assignClasses(workload, opts.mix ?? DEFAULT_CLASS_MIX, opts.seed);
+  const config = parseConfig(
+    {
+      workers: Array.from({ length: opts.fleet.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
+      limits: { max_inflight: opts.maxInflight },
+      classes: opts.classes ?? SIM_CLASSES,
+    },
+    'simulator gate config (classes)',
+  );
+  const policy = new ClassedKvgate(new Gate(config, new MemoryStore(), createLogger('silent')), classOf);
+  policy.observe(Array.from({ length: opts.fleet.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
+  try {
+    const run = await simulate(workload, policy, { fleet: opts.fleet, cost: opts.cost });
+    return config.classes.levels
+      .map(({ name }) => {
+        const mine = run.outcomes.filter((_, i) => classOf[i] === name);
+        const served = mine.filter((o) => o.worker >= 0).map((o) => o.firstTokenS - o.arrivalS).sort((a, b) => a - b);
+        const shed = mine.length - served.length;
+        return { class: name, requests: mine.length, shed, shedRate: mine.length > 0 ? shed / mine.length : 0, ttftP50: percentile(served, 0.5), ttftP95: percentile(served, 0.95) };
+      })
+      .filter((r) => r.requests > 0);
+  } finally {
+    await policy.close();
+  }
+}
+
+/** The per-class table, as `scripts/sim-classes.ts` prints it. */
+export function classTable(rows: readonly ClassRow[]): string {
+  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
+  const lines = ['| class | requests | shed | shed rate | TTFT p50 | TTFT p95 |', '|---|---|---|---|---|---|'];
+  for (const r of rows) lines.push(`| ${r.class} | ${r.requests} | ${r.shed} | ${(r.shedRate * 100).toFixed(1)}% | ${ms(r.ttftP50)} | ${ms(r.ttftP95)} |`);
+  return lines.join('\n');
+}
