@@ -2,12 +2,10 @@
  * Run as a child process with a small heap (see test/faults/request-properties.test.ts): feeds
  * request understanding (src/request/) adversarial inputs at the largest body size kvgate accepts
  * and prints, as one JSON line, each shape's time as a multiple of a plain prompt of the same
- * size (or of reading that shape's own body, decoding and JSON.parse, when that alone costs
- * more), measured in this same run. Running out of heap kills the process: that is the memory bound.
+ * size, measured in this same run. Running out of heap kills the process: that is the memory bound.
  */
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { parseConfig } from '../../src/config/load.js';
-import { parseJsonBody } from '../../src/request/body.js';
 import { initHashing } from '../../src/request/hashing.js';
 import { understand } from '../../src/request/keys.js';
 import type { RequestInfo } from '../../src/request/request.js';
@@ -65,25 +63,9 @@ function timeOf(make: () => RequestInfo): number {
   return best;
 }
 
-/** Reading the shape's body alone (decode, complexity scan, JSON.parse: src/request/body.ts). */
-function readTimeOf(make: () => RequestInfo): number {
-  const body = make().body;
-  let best = Infinity;
-  for (let i = 0; i < 2; i++) {
-    const t = process.hrtime.bigint();
-    parseJsonBody(body);
-    best = Math.min(best, Number(process.hrtime.bigint() - t) / 1e6);
-  }
-  return best;
-}
-
 await initHashing();
 const baseline = () => chat(fill('{"model":"m","messages":[{"role":"user","content":"', 'lorem ipsum ', '', '"}]}'));
 const base = timeOf(baseline);
 const ratios: Record<string, number> = {};
-// Each shape against the larger of a plain prompt's whole keying and reading that same body
-// (decoding and JSON.parse, which V8 does, and a body too complex to parse is refused before):
-// what keying adds must stay a small multiple of what reading the body costs anyway. Two million
-// token ids cost V8 alone about ten plain prompts to parse, whatever keying does after.
-for (const [name, make] of Object.entries(SHAPES)) ratios[name] = timeOf(make) / Math.max(base, readTimeOf(make));
+for (const [name, make] of Object.entries(SHAPES)) ratios[name] = timeOf(make) / base;
 process.stdout.write(`${JSON.stringify({ baseMs: base, bytes: SIZE, ratios })}\n`);
