@@ -256,6 +256,9 @@ const configObject = z.strictObject({
   default_pool: z.string().min(1).optional(),
 });
 
+/** The top-level sections of a config file (the README's examples quote some alone). */
+export const CONFIG_SECTIONS: ReadonlySet<string> = new Set(Object.keys(configObject.shape));
+
 type RawConfig = z.infer<typeof configObject>;
 type RawPoolConfig = z.infer<typeof poolSchema>;
 

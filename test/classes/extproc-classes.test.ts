@@ -85,6 +85,23 @@ describe('classes of service through ext_proc', () => {
     assert.equal((JSON.parse(out.body.toString()) as { error: { class: string } }).error.class, 'sheddable');
   });
 
+  test("envoy/envoy.yaml's batch route makes its requests sheddable, whatever their header says", async () => {
+    const g = await startTestGate(FLEET);
+    const h = harness(g.target);
+    gates.push(g);
+    harnesses.push(h);
+    // A free fleet: the batch request is routed (a cluster named), and its class is the route's.
+    const batch = { ...chat({ text: longText('nightly'), headers: { [DEFAULTS.classHeader]: 'critical' } }), path: '/v1/batch/chat/completions' };
+    const routed = await h.request(batch);
+    assert.ok(routed.kind === 'upstream' && ['worker_1', 'worker_2'].includes(routed.cluster!), 'routed to a worker');
+    const last = g.results.at(-1)!;
+    assert.equal(last.kind === 'route' && last.class, 'sheddable');
+    // The same request on the ordinary route keeps the class its header names.
+    await h.request(chat({ text: longText('nightly'), headers: { [DEFAULTS.classHeader]: 'critical' } }));
+    const plain = g.results.at(-1)!;
+    assert.equal(plain.kind === 'route' && plain.class, 'critical');
+  });
+
   test('two replicas on one Redis: what one holds counts against the class share on the other', async () => {
     redis = await startRedis();
     const a = await startTestGate(FLEET, { store: `${redis.url}/1` });

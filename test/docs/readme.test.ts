@@ -13,6 +13,7 @@ import { describe, test } from 'node:test';
 import { parse } from 'yaml';
 import { buildCli } from '../../src/cli/cli.js';
 import { parseConfig } from '../../src/config/load.js';
+import { CONFIG_SECTIONS } from '../../src/config/schema.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { ROOT } from '../helpers/kvgate-cli.js';
 
@@ -141,6 +142,11 @@ describe('README examples', () => {
       const doc = parse(b.text) as Record<string, unknown> | unknown[];
       if (!Array.isArray(doc) && ('workers' in doc || 'pools' in doc)) {
         assert.doesNotThrow(() => parseConfig(doc, where), where);
+        continue;
+      }
+      // A fragment of kvgate's config (sections only, no fleet): checked with a one-worker fleet.
+      if (!Array.isArray(doc) && Object.keys(doc).every((k) => CONFIG_SECTIONS.has(k) && k !== 'workers' && k !== 'pools')) {
+        assert.doesNotThrow(() => parseConfig({ ...doc, workers: [{ id: 'w', cluster: 'w' }] }, where), where);
         continue;
       }
       // Envoy fragments are quoted from a config of envoy/: a route list from envoy/envoy.yaml,
