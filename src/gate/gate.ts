@@ -14,7 +14,9 @@ import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
 import { assessHealth, effectiveState, hasEngineRoom, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
-import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
+import { weightsByName } from '../routing/profiles.js';
+import { SCORER_NAMES } from '../routing/scorers/index.js';
+import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
 import { DecisionLog, type DecisionRecord } from './decision-log.js';
@@ -207,7 +209,7 @@ export class Gate {
         totalBlocks: blocks.length,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
-        weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
+        weights: scoreWeights(cfg.scoring),
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
         overflowFactor: cfg.limits.overflow_factor,
@@ -531,4 +533,19 @@ function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boo
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {
   return key?.kind === 'session' ? `s:${key.hash}` : undefined;
+}
+
+const weightsOfScoring = new WeakMap<Config['scoring'], ScoreWeights>();
+
+/**
+ * The score weights of a config, by scorer name (`scoring.<name>_weight`), as one object per config:
+ * the policy builds its profiles once per weights object.
+ */
+function scoreWeights(scoring: Config['scoring']): ScoreWeights {
+  let w = weightsOfScoring.get(scoring);
+  if (!w) {
+    w = { prefix: scoring.prefix_weight, load: scoring.load_weight, kv: scoring.kv_weight, balance: scoring.balance_weight, ...weightsByName(scoring, SCORER_NAMES) };
+    weightsOfScoring.set(scoring, w);
+  }
+  return w;
 }

@@ -30,9 +30,7 @@
  * agent sweeps.) When every worker is at its limit, a session queues on its own worker if that
  * one has room, anything else on the best score with the load counted past the limit.
  */
-import { adapterScore } from './filters/adapter.js';
-import { rendezvousScore } from './rendezvous.js';
-import { score, type FleetLoad } from './score.js';
+import { KEEPS } from './filters/takes-new-work.js';
 import type { DecisionInput, WorkerState, WorkerView } from './types.js';
 
 /** Can take a request past its in-flight limit: its engine reports room, and the hard bound holds. */
@@ -57,58 +55,11 @@ export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limi
   return takesOverflow(affine, limit) ? { limit, in: KEEPS } : undefined;
 }
 
-const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
 
 /**
  * Only the top class of service goes past the limit: a lower class is held to a share of it
  * (./class-share.ts) to keep room for the top one, and overflow would undo that.
  */
-function topClass(input: DecisionInput): boolean {
+export function topClass(input: DecisionInput): boolean {
   return (input.classShare ?? 1) >= 1;
-}
-
-export interface OverflowChoice {
-  worker: WorkerView;
-  limit: number;
-  /** Scores of the candidates, for the explanation. */
-  scores: Map<string, number>;
-}
-
-/**
- * The worker an over-limit request queues on, or undefined when none can take it (shed).
- * `affine` is the session's worker when it is sticky and not spilled.
- */
-export function chooseOverflow(
-  input: DecisionInput,
-  workers: readonly WorkerView[],
-  affine: WorkerView | undefined,
-  usePrefix: boolean,
-  fleet: FleetLoad | undefined,
-): OverflowChoice | undefined {
-  const factor = input.overflowFactor ?? 0;
-  if (factor <= 1 || !topClass(input)) return undefined;
-  const scores = new Map<string, number>();
-  if (affine && takesOverflow(affine, overflowLimitOf(affine, factor))) {
-    return { worker: affine, limit: overflowLimitOf(affine, factor), scores };
-  }
-  let best: WorkerView | undefined;
-  let bestScore = -Infinity;
-  for (const w of workers) {
-    const limit = overflowLimitOf(w, factor);
-    if (!takesOverflow(w, limit)) continue;
-    const base = usePrefix ? score(w, input.totalBlocks, input.weights, fleet, true) : -(w.inflight / w.maxInflight);
-    const s = input.adapter ? base + adapterScore(w, input.adapter.name, input.adapter.weight) : base;
-    scores.set(w.id, s);
-    if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, input.keyHash ?? ''))) {
-      best = w;
-      bestScore = s;
-    }
-  }
-  return best ? { worker: best, limit: overflowLimitOf(best, factor), scores } : undefined;
-}
-
-/** As policy.ts: the lower in-flight count, then rendezvous hashing on the key. */
-function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
-  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
-  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
 }

@@ -23,36 +23,28 @@
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
  */
 import { admitLimit } from './class-share.js';
-import { adapterFit, adapterScore, excludedForAdapter } from './filters/adapter.js';
-import { rendezvousScore } from './rendezvous.js';
-import { chooseOverflow, keepsOverLimit } from './overflow.js';
-import { score, work, type FleetLoad } from './score.js';
-import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
+import { adapterFit } from './filters/adapter.js';
+import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
+import { keepsOverLimit, overflowLimitOf, takesOverflow, topClass } from './overflow.js';
+import { runFilters, runProfile, type FilterContext, type ScoreContext } from './plugins.js';
+import { profilesFor, VISIBLE } from './profiles.js';
+import { fleetLoad, work } from './score.js';
+import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerView } from './types.js';
 
-const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
-const TAKES: readonly WorkerState[] = ['healthy'];
-
-/** Can keep serving the keys it already holds (below its limit, or its class's share of it). */
-export function keepsSessions(w: WorkerView, classShare?: number): boolean {
-  return KEEPS.includes(w.state) && w.inflight < admitLimit(w, classShare);
-}
-
-/** Can take a key it does not hold (below its limit, or its class's share of it). */
-export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
-  return w.state === 'healthy' && w.inflight < admitLimit(w, classShare);
-}
+export { keepsSessions, takesNewSessions } from './filters/takes-new-work.js';
 
 export function decide(input: DecisionInput): Decision {
-  const { keyHash, mode, classShare, adapter } = input;
-  // Filters: a worker a rule excludes is invisible to the rest of the decision.
-  const excluded = adapter ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
-  const workers = excluded && excluded.size > 0 ? input.workers.filter((w) => !excluded.has(w.id)) : input.workers;
+  const { mode, classShare } = input;
+  const profiles = profilesFor(input.weights, input.adapter?.weight ?? 0);
+  // Filters that hide a worker from the whole decision (a session's home included).
+  const workers = runFilters(VISIBLE, input.workers, { input });
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
   const affine = affinity === undefined ? undefined : workers.find((w) => w.id === affinity);
   const spilled = affine !== undefined && keepsSessions(affine, classShare) && input.keyInflight >= input.maxInflightPerSession;
   const usePrefix = (mode === 'both' || mode === 'prefix') && input.totalBlocks > 0;
 
+  // Stickiness is a step of its own, not a filter: it ends the decision without weighing anyone.
   if (affine && keepsSessions(affine, classShare) && !spilled) {
     return {
       kind: 'route',
@@ -71,32 +63,26 @@ export function decide(input: DecisionInput): Decision {
   // against the prefill a move would recompute (overflow.ts).
   const home = affine && !spilled && usePrefix ? keepsOverLimit(affine, input) : undefined;
 
-  const scores = new Map<string, number>();
-  let best: WorkerView | undefined;
-  let bestScore = -Infinity;
   // Fair share is weighed only where a session is placed (new, or moving off a full or dead
   // worker): that commits its future turns to the worker, as they are sticky. A one-off request,
   // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
   // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
   const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
-  for (const w of workers) {
-    const atHome = home !== undefined && w === affine;
-    if (!atHome && !takesNewSessions(w, classShare)) continue;
-    // Staying is no new placement: no fair-share term, and the load counts past the limit.
-    const base = usePrefix ? score(w, input.totalBlocks, input.weights, atHome ? undefined : fleet, atHome) : -(w.inflight / w.maxInflight);
-    const s = adapter ? base + adapterScore(w, adapter.name, adapter.weight) : base;
-    scores.set(w.id, s);
-    if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
-      best = w;
-      bestScore = s;
-    }
-  }
+  const profile = usePrefix ? profiles.prefix : profiles.load;
+  const placing: ScoreContext = { input, fleet, overLimit: false };
+  // Staying is no new placement: no fair-share term, and the load counts past the limit.
+  const staying: ScoreContext = { input, fleet: undefined, overLimit: true };
+  const fctx: FilterContext = { input, home: home !== undefined ? affine : undefined };
+  const placed = runProfile(profile.place, workers, fctx, (w) => (home !== undefined && w === affine ? staying : placing));
+  const scores = placed.scores;
+  let best: WorkerView | undefined = placed.best?.worker;
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
   // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
   const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
 
-  // Every healthy worker at its limit: queue where an engine reports room (overflow.ts).
+  // Every healthy worker at its limit: queue where an engine reports room (overflow.ts). An explicit
+  // step too: a session whose own worker has room queues there without a contest.
   let rule: Explanation['rule'] = 'scored';
   let limit = best ? admitLimit(best, classShare) : 0;
   let keptIn = TAKES;
@@ -105,13 +91,23 @@ export function decide(input: DecisionInput): Decision {
     keptIn = home.in;
     rule = 'overflow';
   }
-  const over = best ? undefined : chooseOverflow(input, workers, spilled ? undefined : affine, usePrefix, fleet);
-  if (over) {
-    best = over.worker;
-    limit = over.limit;
-    keptIn = KEEPS;
-    rule = 'overflow';
-    for (const [id, s] of over.scores) scores.set(id, s);
+  const factor = input.overflowFactor ?? 0;
+  if (!best && factor > 1 && topClass(input)) {
+    const queueHome = spilled ? undefined : affine;
+    let over: WorkerView | undefined;
+    if (queueHome && takesOverflow(queueHome, overflowLimitOf(queueHome, factor))) over = queueHome;
+    else {
+      const queueing: ScoreContext = { input, fleet, overLimit: true };
+      const queued = runProfile(profile.overflow, workers, { input }, () => queueing);
+      over = queued.best?.worker;
+      if (over) for (const [id, s] of queued.scores) scores.set(id, s);
+    }
+    if (over) {
+      best = over;
+      limit = overflowLimitOf(over, factor);
+      keptIn = KEEPS;
+      rule = 'overflow';
+    }
   }
 
   if (!best) {
@@ -161,23 +157,6 @@ export function decide(input: DecisionInput): Decision {
     preconditions,
     explanation: explain(input, rule, spilled, scores),
   };
-}
-
-/** The mean work of the workers serving anything (healthy or pressured): each one's fair share. */
-function fleetLoad(workers: readonly WorkerView[], floor: number): FleetLoad {
-  let total = 0;
-  let n = 0;
-  for (const w of workers) {
-    if (!KEEPS.includes(w.state)) continue;
-    total += work(w);
-    n++;
-  }
-  return { meanWork: n > 0 ? total / n : 0, floor };
-}
-
-function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
-  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
-  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
 }
 
 function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boolean, scores: ReadonlyMap<string, number>): Explanation {

@@ -1,5 +1,6 @@
 /**
- * The score of one candidate worker for one request (higher is better):
+ * The score of one candidate worker for one request (higher is better), as the scorers of
+ * ./scorers/ add it up (each term one file there, weighed by its `scoring.<name>_weight`):
  *
  *   score = prefix_weight  · matched_blocks / total_blocks
  *         − load_weight    · max(inflight, engine_queue) / max_inflight
@@ -28,7 +29,7 @@
  * evicting. This is the additive shape of llm-d's weighted scorers and Dynamo's cost (prefill
  * saved vs queueing), in shares rather than tokens so the weights do not depend on prompt length.
  */
-import type { ScoreWeights, WorkerView } from './types.js';
+import type { WorkerView } from './types.js';
 
 /** The fleet's figures a score compares a worker with. */
 export interface FleetLoad {
@@ -44,20 +45,19 @@ export function work(w: WorkerView): number {
   return Math.max(w.inflight, engine);
 }
 
-/**
- * `fleet` is given for new sessions only (see policy.ts); without it there is no balance term.
- * `overLimit` (overflow.ts): every candidate is at or past its limit, so the load term keeps
- * counting past 1 and the shortest queue still tells.
- */
-export function score(w: WorkerView, totalBlocks: number, weights: ScoreWeights, fleet?: FleetLoad, overLimit = false): number {
-  const prefix = totalBlocks > 0 ? Math.min(1, w.prefixBlocks / totalBlocks) : 0;
-  const busy = Math.max(w.inflight, finite(w.waiting));
-  const load = w.maxInflight > 0 ? (overLimit ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1;
-  const kv = w.kvUsage === undefined || !Number.isFinite(w.kvUsage) ? 0 : Math.min(1, Math.max(0, w.kvUsage));
-  const excess = fleet ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0;
-  return weights.prefix * prefix - weights.load * load - weights.kv * kv - weights.balance * excess;
+/** The mean work of the workers serving anything (healthy or pressured): each one's fair share. */
+export function fleetLoad(workers: readonly WorkerView[], floor: number): FleetLoad {
+  let total = 0;
+  let n = 0;
+  for (const w of workers) {
+    if (w.state !== 'healthy' && w.state !== 'pressured') continue;
+    total += work(w);
+    n++;
+  }
+  return { meanWork: n > 0 ? total / n : 0, floor };
 }
 
-function finite(v: number | undefined): number {
+/** A reported figure, or 0 when absent, negative or not a number. */
+export function finite(v: number | undefined): number {
   return v !== undefined && Number.isFinite(v) ? Math.max(0, v) : 0;
 }

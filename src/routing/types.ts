@@ -49,12 +49,16 @@ export interface WorkerView {
   adapters?: { names: readonly string[]; max: number };
 }
 
-/** Weights of the score (see docs/DESIGN.md "Scoring"). */
+/**
+ * Weights of the score by scorer name (./scorers/; docs/DESIGN.md "Scoring"): the four the policy
+ * has always had, and any other scorer's under its name (absent: weight 0).
+ */
 export interface ScoreWeights {
   prefix: number;
   load: number;
   kv: number;
   balance: number;
+  readonly [scorer: string]: number | undefined;
 }
 
 export interface DecisionInput {

@@ -44,6 +44,9 @@ export function benchDecisionRequests(fleet: readonly WorkerView[], count: numbe
   });
 }
 
+/** One weights object for every input, as the gate hands one per config (the policy builds its profiles once per weights object). */
+const WEIGHTS = { prefix: DEFAULTS.prefixWeight, load: DEFAULTS.loadWeight, kv: DEFAULTS.kvWeight, balance: DEFAULTS.balanceWeight };
+
 /** `decide()`'s input for one request on one fleet: the one function to adapt when that input changes. */
 export function decisionInput(fleet: readonly WorkerView[], req: BenchDecisionRequest): DecisionInput {
   return {
@@ -54,7 +57,7 @@ export function decisionInput(fleet: readonly WorkerView[], req: BenchDecisionRe
     totalBlocks: req.totalBlocks,
     workers: fleet.map((w, i) => ({ ...w, prefixBlocks: req.matchedBlocks[i] ?? 0 })),
     mode: 'both',
-    weights: { prefix: DEFAULTS.prefixWeight, load: DEFAULTS.loadWeight, kv: DEFAULTS.kvWeight, balance: DEFAULTS.balanceWeight },
+    weights: WEIGHTS,
     balanceFloor: DEFAULTS.balanceFloor,
     maxInflightPerSession: 4,
   };

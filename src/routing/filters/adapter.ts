@@ -1,5 +1,5 @@
 /**
- * LoRA adapter affinity, as a filter and a scorer of the decision. A request whose `model` is an
+ * LoRA adapter affinity, as a filter (here) and a scorer of the decision. A request whose `model` is an
  * adapter runs fastest on a worker that has the adapter in its batch already (or queued: the
  * engine is loading it), next on one with a free adapter slot (it loads the adapter, a few tens of
  * milliseconds from host memory), and worst on one whose slots are all taken by other adapters:
@@ -10,13 +10,16 @@
  *    worker that can take the request has the adapter, a free slot, or reports nothing (no
  *    metrics: unknown is not full). With no such worker, every worker stays a candidate, and
  *    the request queues where the score sends it rather than being shed for want of an adapter.
- *  - scorer: `weight` for a worker that has the adapter (running or waiting), 0 otherwise; added to
- *    the score, so the adapter is one more term traded against load and prefix overlap.
+ *  - scorer (../scorers/adapter.ts): `weight` for a worker that has the adapter (running or
+ *    waiting), 0 otherwise; added to the score, so the adapter is one more term traded against load
+ *    and prefix overlap.
  *
  * The same rule as the Gateway API Inference Extension's LoRA affinity (loaded, then free slot),
  * on vLLM's `vllm:lora_requests_info`.
  */
+import type { Filter } from '../plugins.js';
 import type { WorkerView } from '../types.js';
+import { takesNewSessions } from './takes-new-work.js';
 
 /** What a worker offers an adapter: it has it, it has room for it, it has no room, or it says nothing. */
 export type AdapterFit = 'has' | 'slot' | 'full' | 'unknown';
@@ -43,9 +46,16 @@ export function excludedForAdapter(workers: readonly WorkerView[], adapter: stri
   return full && fits ? new Set(full) : NO_EXCLUSION;
 }
 
-/** The adapter term of a worker's score. */
-export function adapterScore(w: WorkerView, adapter: string, weight: number): number {
-  return adapterFit(w, adapter) === 'has' ? weight : 0;
-}
 
 const NO_EXCLUSION: ReadonlySet<string> = new Set();
+
+/** The filter: who may serve this adapter request (everyone, for a request that names no adapter). */
+export const adapterSlots: Filter = {
+  name: 'adapter-slots',
+  filter(workers, { input }) {
+    const adapter = input.adapter;
+    if (!adapter) return workers;
+    const excluded = excludedForAdapter(workers, adapter.name, (w) => takesNewSessions(w, input.classShare));
+    return excluded.size > 0 ? workers.filter((w) => !excluded.has(w.id)) : workers;
+  },
+};

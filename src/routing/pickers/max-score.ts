@@ -1,0 +1,25 @@
+/**
+ * The highest score wins. Ties go to the lower in-flight count, then by rendezvous hashing on the
+ * request's key, so every gate replica picks the same worker from the same view and unkeyed ties
+ * spread over workers. Among equals the first candidate stays.
+ */
+import type { Picker, Scored } from '../plugins.js';
+import { rendezvousScore } from '../rendezvous.js';
+import type { WorkerView } from '../types.js';
+
+export const maxScorePicker: Picker = {
+  name: 'max-score',
+  pick(scored, input) {
+    const key = input.keyHash ?? '';
+    let best: Scored | undefined;
+    for (const c of scored) {
+      if (best === undefined || c.score > best.score || (c.score === best.score && breaksTie(c.worker, best.worker, key))) best = c;
+    }
+    return best;
+  },
+};
+
+function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
+  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
+  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
+}

@@ -1,0 +1,14 @@
+/**
+ * The worker's excess over its fair share of the fleet's work, for a session being placed (the
+ * context carries the fleet's figures only then; ../score.ts says why the term exists):
+ * min(1, max(0, work − fleet_mean_work) / max(fleet_mean_work, balance_floor)).
+ */
+import type { Scorer } from '../plugins.js';
+import { work } from '../score.js';
+
+export const balanceScorer: Scorer = {
+  name: 'balance',
+  score(w, { fleet }) {
+    return -(fleet ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0);
+  },
+};

@@ -1,0 +1,16 @@
+/**
+ * The worker's load against its limit: the gate's own in-flight count (instant) or the queue the
+ * engine last reported (delayed, but it sees traffic that bypassed this fleet of gates), whichever
+ * is worse. Capped at the limit, except when every candidate is past it (../overflow.ts): then the
+ * shortest queue still tells.
+ */
+import type { Scorer } from '../plugins.js';
+import { finite } from '../score.js';
+
+export const loadScorer: Scorer = {
+  name: 'load',
+  score(w, { overLimit }) {
+    const busy = Math.max(w.inflight, finite(w.waiting));
+    return -(w.maxInflight > 0 ? (overLimit ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1);
+  },
+};
