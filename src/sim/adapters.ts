@@ -110,6 +110,8 @@ export interface AdapterRow {
   /** Share of routed adapter requests that found their adapter resident. */
   hitRate: number;
   evictions: number;
+  /** Prompt tokens served from the KV cache over all prompt tokens of served requests. */
+  kvHitRate: number;
 }
 
 export interface AdapterRunOptions {
@@ -173,6 +175,7 @@ export async function runAdapterComparison(workload: Workload, opts: AdapterRunO
         loadsPerRequest: routedAdapterRequests > 0 ? loads / routedAdapterRequests : 0,
         hitRate: hits + loads > 0 ? hits / (hits + loads) : 0,
         evictions: sum(run.lora!.evictions),
+        kvHitRate: sum(served.map((o) => o.cachedTokens)) / Math.max(1, sum(served.map((o) => o.cachedTokens + o.computedTokens))),
       });
     } finally {
       await policy.close?.();
@@ -184,9 +187,9 @@ export async function runAdapterComparison(workload: Workload, opts: AdapterRunO
 /** The comparison table, as `scripts/sim-adapters.ts` prints it. */
 export function adapterTable(rows: readonly AdapterRow[]): string {
   const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
-  const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions |', '|---|---:|---:|---:|---:|---:|---:|---:|'];
+  const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions | KV hit rate |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|'];
   for (const r of rows) {
-    lines.push(`| ${r.policy} | ${r.routed} | ${r.shed} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${r.loadsPerRequest.toFixed(3)} | ${(r.hitRate * 100).toFixed(1)}% | ${r.evictions} |`);
+    lines.push(`| ${r.policy} | ${r.routed} | ${r.shed} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${r.loadsPerRequest.toFixed(3)} | ${(r.hitRate * 100).toFixed(1)}% | ${r.evictions} | ${(r.kvHitRate * 100).toFixed(1)}% |`);
   }
   return lines.join('\n');
 }
