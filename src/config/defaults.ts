@@ -152,9 +152,10 @@ export const DEFAULTS = {
   /** The class of a request nothing classifies: the GIE's unset criticality is treated as Standard too. */
   defaultClass: 'standard',
   /**
-   * The request header that names a request's class. Clients can set it: on routes where they are
-   * not trusted, Envoy strips it (or the route's `class` knob, which wins, fixes the class). Not
-   * `x-kvgate-class`: that is the knob's gRPC metadata key, a different channel.
+   * The request header that names a request's class. Clients set it by design (as they set the
+   * GIE objective header): the shipped configs keep it. On routes where clients are not trusted,
+   * the route's `class` knob wins over it, or the HCM's early header mutation can remove it as it
+   * removes the routing header. Not `x-kvgate-class`: that is the knob's gRPC metadata key.
    */
   classHeader: 'x-kvgate-request-class',
   /**
@@ -174,6 +175,19 @@ export const DEFAULTS = {
   responseTtlS: 86_400,
   /** Per-worker concurrent requests before it counts as saturated; tune per GPU and model. */
   maxInflight: 16,
+  /**
+   * Past `maxInflight`, a worker whose engine reports KV room (below `kvPressure`; a long queue
+   * alone does not count as full) still takes work, up to this many times its limit
+   * (src/routing/overflow.ts); 0 or 1 makes the limit hard, as it was. A request count is a poor
+   * "full": at 16, kvgate shed short agent turns that engines would have served in well under a
+   * second (taubench sessions in `kvgate sim --sweep`: 330 of 2,000 shed at 1.4 of capacity). The
+   * bound only has to cover what arrives while a scrape is on its way: 4 × 16 = 64 is the
+   * `--max-inflight 64` that first showed the gain. On the held-out sweeps (chat and agent seeds
+   * 101-102, the Mooncake synthetic trace; docs/BENCHMARKS.md) goodput was the same at 0 and 4
+   * (and at 8 on agent seed 101, the one run at 8), and 8 let agent loops past capacity run more unevenly (imbalance 1.71 against 1.25 at 4,
+   * tokens/s 14% lower at 1.6), so the smaller bound.
+   */
+  overflowFactor: 4,
   /**
    * Longest body kvgate reads. 8 MiB holds a ~1M-token prompt's text with room to spare and matches
    * the per_connection_buffer_limit_bytes in envoy/envoy.yaml; past it Envoy itself answers 413.

@@ -210,6 +210,7 @@ const configObject = z.strictObject({
       max_body_bytes: z.number().int().positive().default(DEFAULTS.maxBodyBytes),
       malformed_body: z.enum(['forward', 'reject']).default(DEFAULTS.malformedBody),
       max_inflight: z.number().int().positive().default(DEFAULTS.maxInflight),
+      overflow_factor: z.number().min(0).max(1000).default(DEFAULTS.overflowFactor),
       stream_idle_s: z.number().positive().default(DEFAULTS.streamIdleS),
     })
     .prefault({}),

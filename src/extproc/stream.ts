@@ -146,13 +146,22 @@ export class ExtProcStream {
     call.on('close', () => t.run(() => this.finish(false)));
   }
 
-  /** Runs `step` after everything queued before it, inside the request's trace context. */
+  /**
+   * Runs `step` after everything queued before it, inside the request's trace context. One
+   * reaction for success and failure alike instead of `.catch().finally()`: two promises fewer
+   * per message, the same order (a failed step is failed, then `after` runs, either way).
+   */
   private enqueue(step: () => Promise<void> | void, after?: () => void): void {
     const t = this.hooks.telemetry;
     this.queue = this.queue
       .then(() => t.run(step))
-      .catch((err: unknown) => t.run(() => this.fail(err)))
-      .finally(() => after?.());
+      .then(after, (err: unknown) => {
+        try {
+          t.run(() => this.fail(err));
+        } finally {
+          after?.();
+        }
+      });
   }
 
   private get duplexWaitMs(): number {

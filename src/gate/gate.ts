@@ -12,7 +12,7 @@ import { KvgateError } from '../errors.js';
 import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
-import { assessHealth, effectiveState, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
+import { assessHealth, effectiveState, hasEngineRoom, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
@@ -210,6 +210,7 @@ export class Gate {
         weights: { prefix: cfg.scoring.prefix_weight, load: cfg.scoring.load_weight, kv: cfg.scoring.kv_weight, balance: cfg.scoring.balance_weight },
         balanceFloor: cfg.scoring.balance_floor,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
+        overflowFactor: cfg.limits.overflow_factor,
         ...(cls.share < 1 ? { classShare: cls.share } : {}),
         ...(model !== undefined && isAdapter(model, pool, views) ? { adapter: { name: model, weight: cfg.scoring.adapter_weight, ...(cfg.scoring.adapter_filter ? {} : { filter: false }) } } : {}),
       });
@@ -324,6 +325,8 @@ export class Gate {
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
+      const operator = snap.states.get(id);
+      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict);
       const lora = s?.lora;
       if (lora && Array.isArray(lora.running) && Array.isArray(lora.waiting) && Number.isFinite(lora.maxLora)) {
         view.adapters = { names: lora.waiting.length === 0 ? lora.running : [...new Set([...lora.running, ...lora.waiting])], max: lora.maxLora };

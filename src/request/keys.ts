@@ -17,8 +17,9 @@ import { parse as parseCookies } from 'cookie';
 import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import { objectField, parseJsonBody, stringField, type ParsedBody } from './body.js';
-import { chainedBlockHashes, hashSessionId, hashText, seedFor } from './hashing.js';
-import { canonicalPrompt, messagesPrompt, promptApiOf, responsesPrompt, type PromptApi } from './prompt.js';
+import { hashSessionId, seedFor } from './hashing.js';
+import { promptBlocks } from './prompt-blocks.js';
+import { promptApiOf, type PromptApi } from './prompt.js';
 import type { RequestInfo } from './request.js';
 
 export type KeySource =
@@ -175,13 +176,13 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
   const storedResponse = previous ? responseIdHash(previous) : undefined;
-  // Only the blocks that are hashed need rendering: a 400 KB prompt is cut at max_blocks blocks.
-  const maxChars = cfg.prefix.block_chars * cfg.prefix.max_blocks;
-  const text = api === 'openai' ? canonicalPrompt(body, maxChars) : api === 'messages' ? messagesPrompt(body, maxChars) : responsesPrompt(body, maxChars);
-  if (!text) return { model, blocks: [], api, body, ...(storedResponse ? { storedResponse } : {}) };
   const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
-  const chain = chainedBlockHashes(text, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
-  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashText(text, seed);
+  // One pass over the body's strings, no prompt text built, only the first max_blocks blocks: the
+  // same hashes as chainedBlockHashes of prompt.ts's text (prompt-blocks.ts; the tests hold it to that).
+  const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
+  if (!hashed) return { model, blocks: [], api, body, ...(storedResponse ? { storedResponse } : {}) };
+  const chain = hashed.chain;
+  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashed.short!;
   return {
     model,
     body,

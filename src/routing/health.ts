@@ -108,3 +108,12 @@ export function effectiveState(operator: WorkerState | undefined, fromSignals: H
   if (operator !== undefined && operator !== 'healthy') return operator;
   return fromSignals?.state ?? 'healthy';
 }
+
+/**
+ * The engine has the memory for more work: healthy, or pressured by its queue alone. A long queue
+ * is latency, which the score weighs; KV, memory or heat past their limits mean more work would
+ * evict or throttle. What "full" means past the in-flight limit (overflow.ts).
+ */
+export function hasEngineRoom(v: HealthVerdict): boolean {
+  return v.state === 'healthy' || (v.state === 'pressured' && v.codes.every((c) => c === 'queue'));
+}

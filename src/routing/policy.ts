@@ -10,7 +10,12 @@
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes "best" is the least loaded.
- * 3. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
+ * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
+ *    session's worker at its limit is scored with the others, its load counted past the limit,
+ *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
+ *    when every worker is at its limit, work queues on the session's worker, else the best
+ *    score. The limit spreads work; the engines say when the fleet is full.
+ * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.
  *
@@ -20,6 +25,7 @@
 import { admitLimit } from './class-share.js';
 import { adapterFit, adapterScore, excludedForAdapter } from './filters/adapter.js';
 import { rendezvousScore } from './rendezvous.js';
+import { chooseOverflow, keepsOverLimit } from './overflow.js';
 import { score, work, type FleetLoad } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerState, WorkerView } from './types.js';
 
@@ -61,6 +67,9 @@ export function decide(input: DecisionInput): Decision {
       explanation: explain(input, 'sticky', false, new Map()),
     };
   }
+  // Past its limit, a session's worker whose engine reports room competes to keep it: its queue
+  // against the prefill a move would recompute (overflow.ts).
+  const home = affine && !spilled && usePrefix ? keepsOverLimit(affine, input) : undefined;
 
   const scores = new Map<string, number>();
   let best: WorkerView | undefined;
@@ -72,8 +81,10 @@ export function decide(input: DecisionInput): Decision {
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
   const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   for (const w of workers) {
-    if (!takesNewSessions(w, classShare)) continue;
-    const base = usePrefix ? score(w, input.totalBlocks, input.weights, fleet) : -(w.inflight / w.maxInflight);
+    const atHome = home !== undefined && w === affine;
+    if (!atHome && !takesNewSessions(w, classShare)) continue;
+    // Staying is no new placement: no fair-share term, and the load counts past the limit.
+    const base = usePrefix ? score(w, input.totalBlocks, input.weights, atHome ? undefined : fleet, atHome) : -(w.inflight / w.maxInflight);
     const s = adapter ? base + adapterScore(w, adapter.name, adapter.weight) : base;
     scores.set(w.id, s);
     if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, keyHash ?? ''))) {
@@ -84,6 +95,24 @@ export function decide(input: DecisionInput): Decision {
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
   // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
   const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
+
+  // Every healthy worker at its limit: queue where an engine reports room (overflow.ts).
+  let rule: Explanation['rule'] = 'scored';
+  let limit = best ? admitLimit(best, classShare) : 0;
+  let keptIn = TAKES;
+  if (best !== undefined && home !== undefined && best === affine) {
+    limit = home.limit;
+    keptIn = home.in;
+    rule = 'overflow';
+  }
+  const over = best ? undefined : chooseOverflow(input, workers, spilled ? undefined : affine, usePrefix, fleet);
+  if (over) {
+    best = over.worker;
+    limit = over.limit;
+    keptIn = KEEPS;
+    rule = 'overflow';
+    for (const [id, s] of over.scores) scores.set(id, s);
+  }
 
   if (!best) {
     const anyUp = input.workers.some((w) => KEEPS.includes(w.state));
@@ -102,12 +131,12 @@ export function decide(input: DecisionInput): Decision {
 
   const preconditions: Preconditions = {
     affinity,
-    below: [{ worker: best.id, limit: admitLimit(best, classShare) }],
+    below: [{ worker: best.id, limit }],
     // A move away from a live, merely full worker is only right while it is still full.
     atOrAbove:
       affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [],
     states: [
-      { worker: best.id, in: TAKES },
+      { worker: best.id, in: keptIn },
       // Leaving a dead or drained worker is only right while it still is.
       ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
     ],
@@ -130,7 +159,7 @@ export function decide(input: DecisionInput): Decision {
     outcome,
     ...(moved ? { from: affinity } : {}),
     preconditions,
-    explanation: explain(input, 'scored', spilled, scores),
+    explanation: explain(input, rule, spilled, scores),
   };
 }
 

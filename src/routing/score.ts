@@ -44,11 +44,15 @@ export function work(w: WorkerView): number {
   return Math.max(w.inflight, engine);
 }
 
-/** `fleet` is given for new sessions only (see policy.ts); without it there is no balance term. */
-export function score(w: WorkerView, totalBlocks: number, weights: ScoreWeights, fleet?: FleetLoad): number {
+/**
+ * `fleet` is given for new sessions only (see policy.ts); without it there is no balance term.
+ * `overLimit` (overflow.ts): every candidate is at or past its limit, so the load term keeps
+ * counting past 1 and the shortest queue still tells.
+ */
+export function score(w: WorkerView, totalBlocks: number, weights: ScoreWeights, fleet?: FleetLoad, overLimit = false): number {
   const prefix = totalBlocks > 0 ? Math.min(1, w.prefixBlocks / totalBlocks) : 0;
   const busy = Math.max(w.inflight, finite(w.waiting));
-  const load = w.maxInflight > 0 ? Math.min(1, busy / w.maxInflight) : 1;
+  const load = w.maxInflight > 0 ? (overLimit ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1;
   const kv = w.kvUsage === undefined || !Number.isFinite(w.kvUsage) ? 0 : Math.min(1, Math.max(0, w.kvUsage));
   const excess = fleet ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0;
   return weights.prefix * prefix - weights.load * load - weights.kv * kv - weights.balance * excess;

@@ -37,6 +37,12 @@ export interface WorkerView {
    */
   running?: number;
   /**
+   * The engine's last scrape says it has the memory for more work (KV and memory below pressure,
+   * not too hot), however long its queue. Only set for workers with engine metrics; past its
+   * in-flight limit only such a worker takes work (overflow.ts).
+   */
+  engineRoom?: boolean;
+  /**
    * LoRA adapters the worker reported (vLLM `vllm:lora_requests_info`): those of its running and
    * waiting requests, and how many one batch may hold. Absent when it reports none.
    */
@@ -69,6 +75,11 @@ export interface DecisionInput {
   balanceFloor: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
+  /**
+   * Past its in-flight limit a worker whose engine reports room still takes work, up to this many
+   * times the limit (overflow.ts); 0 or 1: the limit is hard, as for a worker without metrics.
+   */
+  overflowFactor?: number;
   /**
    * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
    * for the top class.
@@ -115,7 +126,7 @@ export interface Explanation {
   mode: PolicyMode;
   totalBlocks: number;
   /** How the choice was made. */
-  rule: 'sticky' | 'scored' | 'shed';
+  rule: 'sticky' | 'scored' | 'overflow' | 'shed';
   /** The session had too many requests in flight on its worker and spilled to scoring. */
   spilled: boolean;
   candidates: CandidateExplanation[];

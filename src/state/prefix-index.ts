@@ -28,6 +28,16 @@ export class PrefixIndex {
   /** worker → its blocks, in routing recency, bounded by capacity */
   private readonly perWorker = new Map<string, LRUCache<string, true>>();
   private readonly sweptAt = new Map<string, number>();
+  /** Bumped by every change to the holders (record, forget, clear), for the memo below. */
+  private version = 0;
+  /**
+   * The last match: a decision matches its chain for the view it decides on and again, in the
+   * same synchronous step, when the commit checks its prefix precondition. Same chain and worker
+   * set (the same objects), same index version, same millisecond: the same answer, no second walk.
+   */
+  private memo:
+    | { blocks: readonly string[]; among: ReadonlySet<string> | undefined; version: number; now: number; depth: Map<string, number> }
+    | undefined;
 
   constructor(
     private readonly ttlMs: number,
@@ -41,25 +51,47 @@ export class PrefixIndex {
    * until they expire, and nothing may weigh them).
    */
   match(blocks: readonly string[], among?: ReadonlySet<string>): Map<string, number> {
-    const depth = new Map<string, number>();
     const now = this.now();
-    let alive: string[] | undefined;
-    for (let i = 0; i < blocks.length; i++) {
+    const m = this.memo;
+    // A copy: callers own the map they get.
+    if (m !== undefined && m.blocks === blocks && m.among === among && m.version === this.version && m.now === now) return new Map(m.depth);
+    const depth = this.walk(blocks, now, among);
+    this.memo = { blocks, among, version: this.version, now, depth: new Map(depth) };
+    return depth;
+  }
+
+  private walk(blocks: readonly string[], now: number, among: ReadonlySet<string> | undefined): Map<string, number> {
+    const depth = new Map<string, number>();
+    // Two reused lists instead of one per block; a worker's depth is written when it drops out
+    // (or at the end), not at every block. Block 0's holders are inserted first, in the same
+    // order as always, so callers iterating the map see what they always saw.
+    let alive: string[] = [];
+    let next: string[] = [];
+    let i = 0;
+    for (; i < blocks.length; i++) {
       const h = this.holders.get(blocks[i]!);
       if (!h) break;
-      const next: string[] = [];
-      if (alive === undefined) {
-        for (const [w, at] of h) if (now - at <= this.ttlMs && (among === undefined || among.has(w))) next.push(w);
+      next.length = 0;
+      if (i === 0) {
+        for (const [w, at] of h) {
+          if (now - at <= this.ttlMs && (among === undefined || among.has(w))) {
+            next.push(w);
+            depth.set(w, 1);
+          }
+        }
       } else {
         for (const w of alive) {
           const at = h.get(w);
           if (at !== undefined && now - at <= this.ttlMs) next.push(w);
+          else depth.set(w, i);
         }
       }
-      if (next.length === 0) break;
-      for (const w of next) depth.set(w, i + 1);
+      if (next.length === 0) return depth;
+      const t = alive;
       alive = next;
+      next = t;
     }
+    for (const w of alive) depth.set(w, i);
     return depth;
   }
 
@@ -68,6 +100,7 @@ export class PrefixIndex {
    * the worker's share of the index; without it an existing size is kept (or a default used).
    */
   record(worker: string, blocks: readonly string[], capacityBlocks?: number): void {
+    this.version++;
     let lru = this.perWorker.get(worker);
     if (!lru || (capacityBlocks !== undefined && lru.max !== capacityBlocks)) {
       const old = lru;
@@ -96,6 +129,7 @@ export class PrefixIndex {
 
   /** The worker dropped these blocks (an engine's eviction event). */
   forget(worker: string, blocks: readonly string[]): void {
+    this.version++;
     const lru = this.perWorker.get(worker);
     for (const b of blocks) lru?.delete(b);
   }
@@ -106,6 +140,7 @@ export class PrefixIndex {
   }
 
   clear(): void {
+    this.version++;
     for (const lru of this.perWorker.values()) lru.clear();
     this.perWorker.clear();
     this.holders.clear();

@@ -118,9 +118,11 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     const node = ep.nodes[0]!;
     return new Redis({ ...base, ...auth, host: node.host, port: node.port, ...(ep.db !== undefined ? { db: ep.db } : {}), ...(tls ? { tls } : {}) });
   }
-  const { retryStrategy, enableOfflineQueue, ...nodeOptions } = base;
+  const { retryStrategy, enableOfflineQueue, enableAutoPipelining, ...nodeOptions } = base;
   const options: ClusterOptions = {
     enableOfflineQueue: enableOfflineQueue ?? false,
+    // A cluster-level option: commands are pipelined per node.
+    ...(enableAutoPipelining !== undefined ? { enableAutoPipelining } : {}),
     // The same capped backoff as a single server while the whole cluster is unreachable.
     clusterRetryStrategy: retryStrategy ?? ((times: number) => Math.min(50 * times, 1000)),
     // After a failover the dead master's slots move to its replica: re-read the slot map soon

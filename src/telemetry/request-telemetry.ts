@@ -124,9 +124,12 @@ export class RequestTelemetry {
       if (result.class !== undefined) m.classRequests.inc({ class: result.class });
       const span = this.span;
       if (!span || this.ended) return;
-      span.setAttributes(decisionAttributes(result, outcome, facts));
-      span.setAttributes(this.storeAttributes());
-      for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+      // With no exporter the span is non-recording and would drop every attribute: none is built.
+      if (span.isRecording()) {
+        span.setAttributes(decisionAttributes(result, outcome, facts));
+        span.setAttributes(this.storeAttributes());
+        for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+      }
       this.endSpan();
     });
   }
@@ -137,7 +140,7 @@ export class RequestTelemetry {
       this.metrics.decisions.inc({ outcome: 'fallback' });
       const span = this.span;
       if (!span || this.ended) return;
-      span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
+      if (span.isRecording()) span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
       span.recordException(err);
       span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
       this.endSpan();

@@ -181,13 +181,17 @@ describe('envoy-config', () => {
         { kind: 'cluster_header', header: 'x-kvgate-cluster', clusterNotFoundStatus: 503 },
         { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
         { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
+        { kind: 'cluster', cluster: 'kvgate_fallback', clusterNotFoundStatus: 503 },
       ],
     );
     // The Responses route's fallback sends response bodies (the ids kvgate learns); the rest do not.
     assert.equal(routes[1]?.match.path, '/v1/responses');
     assert.equal(routes[1]?.extProcPerRoute?.processingMode?.response_body_mode, 'STREAMED');
     assert.equal(routes[1]?.extProcPerRoute?.processingMode?.request_body_mode, 'BUFFERED');
-    assert.equal(routes[2]?.extProcPerRoute, undefined);
+    // The batch route only sets the class knob; its body modes are the filter's.
+    assert.equal(routes[2]?.match.prefix, '/v1/batch');
+    assert.equal(routes[2]?.extProcPerRoute?.processingMode, undefined);
+    assert.equal(routes[3]?.extProcPerRoute, undefined);
     for (const c of ['worker_1', 'worker_2', 'worker_3', 'kvgate_fallback', 'kvgate_ext_proc']) {
       assert.ok(envoy.clusters.has(c), c);
     }

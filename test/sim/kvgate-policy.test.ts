@@ -75,6 +75,27 @@ describe('the kvgate policy runs the real Gate', () => {
     assert.equal(p.gate.signalsOf('w0')?.verdict.state, 'healthy');
   });
 
+  test('past the in-flight limit the real gate queues where engines report room, keeps sessions home, and sheds once KV is full', async () => {
+    const p = await KvgatePolicy.create({ ...ctx, maxInflight: 2 });
+    const req = (i: number, session: string) => handWorkload([{ at: 0, prompt: 1000, out: 1, blocks: Array.from({ length: 10 }, (_, b) => i * 100 + b), session }]).requests[0]!;
+    // Six sessions, no first token yet: the gate's count passes 2 on both workers.
+    const placed = [];
+    for (let i = 0; i < 6; i++) placed.push(await p.route(req(i, `s${i}`)));
+    assert.ok(placed.every((c) => 'worker' in c), `every request named a worker: ${JSON.stringify(placed)}`);
+    assert.deepEqual(new Set(placed.map((c) => ('worker' in c ? c.worker : -1))), new Set([0, 1]), 'spread over both');
+    // A later turn of s0 goes to s0's worker, past its limit: it holds the conversation.
+    const home = (placed[0] as { worker: number }).worker;
+    assert.deepEqual(await p.route(req(0, 's0')), { worker: home });
+    assert.equal(p.outcomes.get('affinity_hit'), 1);
+    // A long engine queue is latency, not a full engine: still routed.
+    p.observe([{ running: 8, waiting: 40, kvUsage: 0.5 }, { running: 8, waiting: 40, kvUsage: 0.5 }]);
+    assert.equal(p.gate.signalsOf('w0')?.verdict.state, 'pressured');
+    assert.ok('worker' in (await p.route(req(7, 's7'))));
+    // Both engines' KV past 85%: the fleet is full, a new session is refused (429).
+    p.observe([{ running: 8, waiting: 0, kvUsage: 0.9 }, { running: 8, waiting: 0, kvUsage: 0.9 }]);
+    assert.deepEqual(await p.route(req(8, 's8')), { shed: 'overloaded' });
+  });
+
   test("the simulator hands the gate every worker's latest scrape every 100 ms of simulated time (its collector's read loop)", async () => {
     const p = await KvgatePolicy.create(ctx);
     const seen: Array<{ t: number; kv: number[] }> = [];

@@ -59,3 +59,57 @@ describe('PrefixIndex', () => {
     assert.equal(ix.match(chain('a', 5)).size, 0);
   });
 });
+
+describe('PrefixIndex.match against a per-worker reference', () => {
+  test('any records, expiries and chains: the same depths, in the same map order', async () => {
+    const { default: fc } = await import('fast-check');
+    const block = fc.constantFrom('a0', 'a1', 'a2', 'a3', 'b0', 'b1', 'x');
+    const op = fc.record({ worker: fc.constantFrom('w1', 'w2', 'w3', 'w4'), blocks: fc.array(block, { maxLength: 6 }), advance: fc.integer({ min: 0, max: 40 }) });
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 12 }), fc.array(block, { maxLength: 8 }), (ops, query) => {
+        let now = 0;
+        const ix = new PrefixIndex(50, () => now);
+        for (const o of ops) {
+          now += o.advance;
+          ix.record(o.worker, o.blocks);
+        }
+        // Reference: the first block's live holders, in the index's order, each walked alone.
+        const got = [...ix.match(query)];
+        const first = query.length > 0 ? ix.match(query.slice(0, 1)) : new Map<string, number>();
+        const want: Array<[string, number]> = [];
+        for (const w of first.keys()) {
+          let d = 0;
+          while (d < query.length && ix.match(query.slice(d, d + 1)).has(w)) d++;
+          want.push([w, d]);
+        }
+        assert.deepEqual(got, want);
+      }),
+      { numRuns: 500 },
+    );
+  });
+});
+
+describe('PrefixIndex.match memo', () => {
+  test('the same chain matched again answers afresh after a record, a forget, a clear or a tick, and callers own their map', () => {
+    let now = 0;
+    const ix = new PrefixIndex(100, () => now);
+    const q = chain('a', 4);
+    ix.record('w1', chain('a', 4));
+    const first = ix.match(q);
+    assert.deepEqual(Object.fromEntries(first), { w1: 4 });
+    first.set('w9', 9); // a caller's change stays its own, whether its map was walked or remembered
+    const second = ix.match(q);
+    assert.deepEqual(Object.fromEntries(second), { w1: 4 });
+    second.set('w8', 8);
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 4 });
+    ix.record('w2', chain('a', 2));
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 4, w2: 2 }, 'after record');
+    ix.forget('w1', ['a2']);
+    assert.deepEqual(Object.fromEntries(ix.match(q)), { w1: 2, w2: 2 }, 'after forget');
+    now = 101; // w1 and w2 were routed at 0: past the TTL
+    assert.equal(ix.match(q).size, 0, 'after the TTL');
+    now = 0;
+    ix.clear();
+    assert.equal(ix.match(q).size, 0, 'after clear');
+  });
+});

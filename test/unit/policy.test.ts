@@ -1,6 +1,7 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { DEFAULTS } from '../../src/config/defaults.js';
+import { assessHealth, hasEngineRoom } from '../../src/routing/health.js';
 import { decide } from '../../src/routing/policy.js';
 import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
@@ -107,6 +108,119 @@ describe('routing policy', () => {
   test('a full pool whose only free worker is pressured still sheds new sessions', () => {
     const d = decide(input({ keyHash: 'k', affinity: undefined, workers: [w('a', 10), w('p', 0, 10, 'pressured')] }));
     assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
+  });
+
+  describe('past the in-flight limit (overflow)', () => {
+    /** A scraped worker: its engine reports queue and KV use, and whether it has room (health.ts hasEngineRoom). */
+    const m = (id: string, inflight: number, state: WorkerView['state'] = 'healthy', prefixBlocks = 0, engineRoom = true): WorkerView => ({
+      ...w(id, inflight, 10, state, prefixBlocks),
+      waiting: 0,
+      running: 0,
+      kvUsage: engineRoom ? 0.3 : 0.9,
+      engineRoom,
+    });
+
+    test('every worker at its limit but reporting room: the request queues on one of them instead of shedding', () => {
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 10), m('b', 12)] }));
+      assert.equal(d.kind, 'route');
+      if (d.kind !== 'route') return;
+      assert.equal(d.worker, 'a', 'the shorter queue');
+      assert.equal(d.outcome, 'new');
+      assert.equal(d.explanation.rule, 'overflow');
+      assert.deepEqual(d.preconditions.below, [{ worker: 'a', limit: 40 }], 'the commit relies on the hard bound, not the limit');
+      assert.deepEqual(d.preconditions.states, [{ worker: 'a', in: ['healthy', 'pressured'] }]);
+    });
+
+    test('a session’s worker past its limit keeps it while its queue costs less than the prefill a move recomputes', () => {
+      const pick = (homeInflight: number, homeState: WorkerView['state'] = 'healthy') => {
+        const d = decide(input({ keyHash: 'k', affinity: 'home', totalBlocks: 20, overflowFactor: 4, workers: [m('home', homeInflight, homeState, 20), m('free', 3)] }));
+        assert.equal(d.kind, 'route');
+        return d.kind === 'route' ? d : undefined;
+      };
+      // Whole prompt at home: 1 − 1.2 (12 of 10) beats 0 − 0.3 at the free worker.
+      const stay = pick(12)!;
+      assert.equal(stay.worker, 'home');
+      assert.equal(stay.outcome, 'affinity_hit');
+      assert.equal(stay.explanation.rule, 'overflow');
+      assert.deepEqual(stay.preconditions.below, [{ worker: 'home', limit: 40 }], 'the hard bound, not the limit');
+      // Pressured by its queue alone (engine room): the same.
+      assert.equal(pick(12, 'pressured')!.worker, 'home');
+      // 1 − 1.4 loses to 0 − 0.3: the queue at home now costs more than recomputing the prompt.
+      const move = pick(14)!;
+      assert.equal(move.worker, 'free');
+      assert.equal(move.outcome, 'migrated');
+      assert.equal(move.explanation.rule, 'scored');
+    });
+
+    test('a session’s worker past its limit and out of KV room loses the session to a free worker', () => {
+      const d = decide(input({ keyHash: 'k', affinity: 'home', totalBlocks: 20, overflowFactor: 4, workers: [m('home', 11, 'pressured', 20, false), m('free', 3)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'free');
+      assert.equal(d.kind === 'route' && d.outcome, 'migrated');
+    });
+
+    test('fan-out past the limit spreads: a session with maxInflightPerSession running at home is not kept there', () => {
+      const d = decide(input({ keyHash: 'k', affinity: 'home', keyInflight: 4, totalBlocks: 20, overflowFactor: 4, workers: [m('home', 11, 'healthy', 20), m('free', 3)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'free');
+    });
+
+    test('past the limit the load term keeps counting: a whole-prompt holder 3 limits deep loses to an empty queue', () => {
+      const d = decide(input({ session: false, totalBlocks: 20, overflowFactor: 4, workers: [m('holder', 30, 'healthy', 20), m('other', 10)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'other', '1 − 3 < 0 − 1');
+      const e = decide(input({ session: false, totalBlocks: 20, overflowFactor: 4, workers: [m('holder', 12, 'healthy', 20), m('other', 10)] }));
+      assert.equal(e.kind === 'route' && e.worker, 'holder', '1 − 1.2 > 0 − 1');
+    });
+
+    test('a queue-pressured worker (room, long queue) takes overflow; a KV-pressured one does not; all KV-pressured sheds', () => {
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('kv', 10, 'pressured', 0, false), m('queue', 10, 'pressured', 0, true)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'queue');
+      const e = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 10, 'pressured', 0, false), m('b', 10, 'pressured', 0, false)] }));
+      assert.equal(e.kind === 'shed' && e.reason, 'overloaded');
+    });
+
+    test('the hard bound holds while a scrape is on its way: at factor × limit the worker is full', () => {
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 40), m('b', 40)] }));
+      assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
+      const e = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 40), m('b', 39)] }));
+      assert.equal(e.kind === 'route' && e.worker, 'b');
+    });
+
+    test('a worker without engine metrics has only the count: its limit stays hard', () => {
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [w('a', 10), w('b', 10)] }));
+      assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
+      const e = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [w('a', 10), m('b', 10)] }));
+      assert.equal(e.kind === 'route' && e.worker, 'b');
+      const home = decide(input({ keyHash: 'k', affinity: 'a', totalBlocks: 20, overflowFactor: 4, workers: [w('a', 11, 10, 'healthy', 20), m('b', 3)] }));
+      assert.equal(home.kind === 'route' && home.worker, 'b', 'no engine word: the session moves, as before');
+    });
+
+    test('a lower class of service is held to its share: it never goes past the limit', () => {
+      const top = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 10), m('b', 10)] }));
+      assert.equal(top.kind === 'route' && top.explanation.rule, 'overflow');
+      const low = decide(input({ keyHash: 'k', overflowFactor: 4, classShare: 0.5, workers: [m('a', 10), m('b', 10)] }));
+      assert.equal(low.kind === 'shed' && low.reason, 'overloaded');
+      const home = decide(input({ keyHash: 'k', affinity: 'a', totalBlocks: 20, overflowFactor: 4, classShare: 0.5, workers: [m('a', 6, 'healthy', 20), m('b', 0)] }));
+      assert.equal(home.kind === 'route' && home.worker, 'b', 'past its class share at home, the session moves');
+    });
+
+    test('factor 0 or 1 turns overflow off', () => {
+      for (const overflowFactor of [0, 1]) {
+        const d = decide(input({ keyHash: 'k', overflowFactor, workers: [m('a', 10), m('b', 10)] }));
+        assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
+        const e = decide(input({ keyHash: 'k', affinity: 'a', totalBlocks: 20, overflowFactor, workers: [m('a', 11, 'healthy', 20), m('b', 3)] }));
+        assert.equal(e.kind === 'route' && e.worker, 'b');
+      }
+    });
+
+    test('engine room: a queue alone leaves room; KV, memory or heat do not', () => {
+      const t = { kvPressure: 0.85, memoryPressure: 0.9, maxQueue: 32, maxTempC: 85, staleAfterMs: 5000, failuresDown: 3 };
+      const v = (signals: Record<string, number>) => assessHealth({ signals, ageMs: 0, failures: 0 }, t, false);
+      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.5 })), true);
+      assert.equal(v({ waiting: 40, kvUsage: 0.5 }).state, 'pressured', 'still no new sessions below the limit');
+      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.9 })), false);
+      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2, gpuTempC: 90 })), false);
+      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2 })), true);
+      assert.equal(hasEngineRoom(assessHealth(undefined, t, false)), false);
+    });
   });
 
   test('no worker healthy sheds as no_healthy_workers (503)', () => {

@@ -19,6 +19,7 @@ import { parseJsonBody } from '../../request/body.js';
 import { chainedBlockHashes, initHashing, seedFor } from '../../request/hashing.js';
 import { understand } from '../../request/keys.js';
 import { canonicalPrompt } from '../../request/prompt.js';
+import { promptBlocks } from '../../request/prompt-blocks.js';
 import type { RequestInfo } from '../../request/request.js';
 import { decide } from '../../routing/policy.js';
 import { Rng } from '../../sim/rng.js';
@@ -148,6 +149,16 @@ function hashingGroups(cfg: Config, sizes: readonly number[]): GroupSpec[] {
           name: `chained block hashes, first ${cfg.prefix.max_blocks} blocks (what a request matches)`,
           ops: 1,
           fn: () => chainedBlockHashes(text, blockChars, cfg.prefix.max_blocks, seed),
+        },
+        {
+          name: `from the parsed body: canonical prompt, then its first ${cfg.prefix.max_blocks} blocks (the reference)`,
+          ops: 1,
+          fn: () => chainedBlockHashes(canonicalPrompt(parsed.value, blockChars * cfg.prefix.max_blocks) ?? '', blockChars, cfg.prefix.max_blocks, seed),
+        },
+        {
+          name: `from the parsed body: one pass, no prompt text (the request path)`,
+          ops: 1,
+          fn: () => promptBlocks('openai', parsed.value, blockChars, cfg.prefix.max_blocks, seed),
         },
       ],
     };

@@ -1,0 +1,108 @@
+/**
+ * CPU profile of the gate alone under `kvgate bench`'s load: the gate on one store, loaded at
+ * saturation by the bench's client threads, profiled (main thread only, through the inspector)
+ * over the measured window, warm-up and start-up excluded. Prints self time grouped by layer and
+ * the top functions, as fractions of the main thread's busy time: under a shared machine the
+ * fractions hold where absolute times do not.
+ *
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { Session } from 'node:inspector/promises';
+import { parseArgs } from 'node:util';
+import { parseSize } from '../src/bench/bodies.js';
+import { LoadPool } from '../src/bench/load-pool.js';
+import { startServer } from '../src/bench/servers.js';
+
+const { values } = parseArgs({
+  options: {
+    size: { type: 'string', default: '2k' },
+    store: { type: 'string', default: 'memory' },
+    seconds: { type: 'string', default: '4' },
+    top: { type: 'string', default: '30' },
+    out: { type: 'string' },
+    concurrency: { type: 'string', default: '64' },
+    summarise: { type: 'string' },
+  },
+});
+
+interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
+interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
+
+/** Which layer a frame belongs to, from its script URL. */
+function layer(cf: Node['callFrame']): string {
+  const u = cf.url;
+  const n = cf.functionName;
+  if (n === '(garbage collector)') return 'GC';
+  if (n === '(idle)') return 'idle';
+  if (n === '(program)') return 'V8 (program)';
+  // The inspector's own work (serialising the profile) and the load pool's samplers are not the gate.
+  if (n === 'dispatch' && u === '') return 'profiler';
+  if (u.includes('/src/bench/')) return 'bench harness (RSS sampler)';
+  if (u.includes('/src/request/') || u.includes('xxhash') || u.startsWith('wasm:')) return 'request: body, keys, hashing';
+  if (u.includes('/src/telemetry/') || u.includes('@opentelemetry') || u.includes('prom-client') || u.includes('pino')) return 'telemetry';
+  if (u.includes('/src/extproc/')) return 'ext_proc stream layer (kvgate)';
+  if (u.includes('@grpc/') || u.includes('protobufjs')) return 'grpc-js';
+  if (u.includes('/src/gate/') || u.includes('/src/routing/') || u.includes('/src/state/') || u.includes('lru-cache')) return 'gate.route (policy, store)';
+  if (u.startsWith('node:internal/http2') || u.startsWith('node:http2')) return 'node http2';
+  if (u.startsWith('node:internal/streams') || u.startsWith('node:stream')) return 'node streams';
+  if (u.includes('async_hooks') || u.includes('task_queues') || n === 'runMicrotasks') return 'node async/microtasks';
+  if (u.startsWith('node:') || u === '') return `node other${n === 'JSON.parse' ? ' (JSON.parse)' : ''}`;
+  return `other (${u.split('/node_modules/').pop()!.split('/')[0]})`;
+}
+
+function summarise(p: Profile, top: number): string {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const self = new Map<number, number>();
+  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  const groups = new Map<string, number>();
+  const fns = new Map<string, number>();
+  let busy = 0;
+  for (const [id, t] of self) {
+    const cf = byId.get(id)!.callFrame;
+    const g = layer(cf);
+    if (g === 'idle' || g === 'profiler') continue;
+    busy += t;
+    groups.set(g, (groups.get(g) ?? 0) + t);
+    const where = cf.url.replace(/^.*\/(node_modules|src)\//, '$1/');
+    const k = `${cf.functionName || '(anonymous)'}  ${where}${where ? `:${cf.lineNumber + 1}` : ''}`;
+    fns.set(k, (fns.get(k) ?? 0) + t);
+  }
+  const pct = (t: number) => `${((100 * t) / busy).toFixed(1).padStart(5)}%`;
+  const lines = [`busy ${(busy / 1000).toFixed(0)} ms of main-thread time`, '', 'by layer:'];
+  for (const [g, t] of [...groups].sort((a, b) => b[1] - a[1])) lines.push(`${pct(t)}  ${g}`);
+  lines.push('', 'top functions (self time):');
+  for (const [k, t] of [...fns].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
+  return lines.join('\n');
+}
+
+if (values.summarise) {
+  console.log(summarise(JSON.parse(readFileSync(values.summarise, 'utf8')) as Profile, Number(values.top)));
+  process.exit(0);
+}
+
+const bytes = parseSize(values.size!);
+const store = values.store!;
+const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
+  workers: 16,
+  logLevel: 'error',
+  ...(store === 'memory' ? {} : { redisUrl: store }),
+});
+const pool = LoadPool.create(1);
+const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency) };
+await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
+const session = new Session();
+session.connect();
+await session.post('Profiler.enable');
+await session.post('Profiler.setSamplingInterval', { interval: 200 });
+await session.post('Profiler.start');
+const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
+const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+session.disconnect();
+pool.forget(server.target);
+await server.close();
+await pool.close();
+if (values.out) writeFileSync(values.out, JSON.stringify(profile));
+console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request, errors ${w.errors}`);
+console.log(summarise(profile, Number(values.top)));

@@ -1,0 +1,258 @@
+/**
+ * The canonical prompt's block hashes in one pass over the parsed body, without building the
+ * prompt. Gives exactly what `chainedBlockHashes(text, ...)` of prompt.ts's text gives for each
+ * request shape (OpenAI chat and completions, Anthropic Messages, OpenAI Responses; the reference,
+ * kept in prompt.ts and hashing.ts as the tests' oracle), but:
+ *  - no part string (`role + SEP + content`) and no joined prompt are built: each block is
+ *    assembled from slices of the body's own strings (V8 slices share their parent's characters),
+ *    so a 400 KB body no longer copies its first 128 K characters twice before hashing them;
+ *  - it stops walking the body as soon as the last block it hashes is full.
+ * A block is still made a string of its 256 characters before encoding, so a surrogate pair
+ * split between two parts, or a lone surrogate, encodes exactly as it does in the joined text.
+ */
+import { xxh } from '../util/xxhash.js';
+import { hashText } from './hashing.js';
+import type { PromptApi } from './prompt.js';
+
+/** Must match prompt.ts's separator (the reference). */
+const SEP = '\u001e';
+
+const encoder = new TextEncoder();
+
+export interface PromptBlocks {
+  /** Chained hashes of the leading whole blocks (at most maxBlocks). */
+  chain: bigint[];
+  /** Hash of the whole text when it is shorter than one block; undefined otherwise. */
+  short: bigint | undefined;
+}
+
+/** Accumulates the canonical text's characters into blocks and hashes each as it fills. */
+class BlockHasher {
+  readonly chain: bigint[] = [];
+  /** Characters fed so far (the canonical text's length up to where feeding stopped). */
+  total = 0;
+  /** The current block's characters so far, as the pieces they came in (joined once it is full). */
+  private readonly pending: string[] = [];
+  private pendingLen = 0;
+  private prev: bigint;
+  private readonly scratch: Uint8Array;
+  private readonly raw = xxh().h64Raw;
+
+  constructor(
+    private readonly blockChars: number,
+    private readonly maxBlocks: number,
+    seed: bigint,
+  ) {
+    this.prev = seed;
+    // A UTF-16 unit is at most 3 UTF-8 bytes.
+    this.scratch = new Uint8Array(blockChars * 3);
+  }
+
+  get done(): boolean {
+    return this.chain.length >= this.maxBlocks;
+  }
+
+  /** The text of a prompt shorter than one block (only meaningful when no block filled). */
+  get rest(): string {
+    return this.pending.join('');
+  }
+
+  feed(s: string): void {
+    let pos = 0;
+    while (pos < s.length && !this.done) {
+      const need = this.blockChars - this.pendingLen;
+      const left = s.length - pos;
+      if (left < need) {
+        this.pending.push(pos === 0 ? s : s.slice(pos));
+        this.pendingLen += left;
+        this.total += left;
+        return;
+      }
+      const tail = s.slice(pos, pos + need);
+      pos += need;
+      this.total += need;
+      // Many small pieces (token ids, tiny messages) are joined once, not concatenated one by one.
+      let block = tail;
+      if (this.pending.length > 0) {
+        this.pending.push(tail);
+        block = this.pending.join('');
+        this.pending.length = 0;
+        this.pendingLen = 0;
+      }
+      const { written } = encoder.encodeInto(block, this.scratch);
+      this.prev = this.raw(this.scratch.subarray(0, written), this.prev);
+      this.chain.push(this.prev);
+    }
+  }
+}
+
+/**
+ * The canonical prompt as prompt.ts renders it, fed part by part into a hasher: a part is its
+ * pieces (`role`, SEP, content...) fed in turn, and the running length decides where the
+ * reference stops adding parts, exactly as prompt.ts's `Parts` does.
+ */
+class HashedParts {
+  private parts = 0;
+  private length = 0;
+
+  constructor(
+    readonly h: BlockHasher,
+    private readonly maxChars: number,
+  ) {}
+
+  /** Starts a part: a separator before every part but the first. */
+  begin(): void {
+    if (this.parts++ > 0) this.h.feed(SEP);
+  }
+
+  /** Ends a part of `chars` characters; true when the reference stops adding parts (or every block is hashed). */
+  end(chars: number): boolean {
+    this.length += chars + 1;
+    return this.length >= this.maxChars || this.h.done;
+  }
+
+  /** A part of one string. */
+  add(s: string): boolean {
+    this.begin();
+    this.h.feed(s);
+    return this.end(s.length);
+  }
+
+  /** A part `label SEP text`. */
+  labelled(label: string, text: string): boolean {
+    this.begin();
+    this.h.feed(label);
+    this.h.feed(SEP);
+    this.h.feed(text);
+    return this.end(label.length + 1 + text.length);
+  }
+
+  /** A part `role SEP content` with content rendered as contentText renders it. */
+  turn(role: string, content: unknown): boolean {
+    this.begin();
+    this.h.feed(role);
+    this.h.feed(SEP);
+    return this.end(role.length + 1 + feedContent(this.h, content));
+  }
+
+  /** Tool definitions, when the field is a non-empty list; true when the text is long enough. */
+  tools(json: string | undefined): boolean {
+    return json !== undefined && this.labelled('tools', json);
+  }
+
+  /** Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped. */
+  turns(messages: readonly unknown[]): void {
+    for (const m of messages) {
+      if (m === null || typeof m !== 'object') continue;
+      const msg = m as Record<string, unknown>;
+      if (this.turn(typeof msg['role'] === 'string' ? msg['role'] : '', msg['content'])) return;
+    }
+  }
+
+  result(seed: bigint): PromptBlocks | undefined {
+    // The reference's `!text`: no part, or parts that join to the empty string.
+    if (this.parts === 0 || this.h.total === 0) return undefined;
+    return { chain: this.h.chain, short: this.h.chain.length === 0 ? hashText(this.h.rest, seed) : undefined };
+  }
+}
+
+/**
+ * The block hashes of the canonical prompt of a body of the given shape (prompt.ts:
+ * `canonicalPrompt`, `messagesPrompt`, `responsesPrompt`), read up to `blockChars × maxBlocks`
+ * characters as keys.ts reads it. Undefined when the body carries no prompt or an empty one.
+ */
+export function promptBlocks(api: PromptApi, body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint): PromptBlocks | undefined {
+  const maxChars = blockChars * maxBlocks;
+  const parts = new HashedParts(new BlockHasher(blockChars, maxBlocks, seed), maxChars);
+  const tools = body['tools'];
+  const toolsJson = Array.isArray(tools) && tools.length > 0 ? stableJson(tools) : undefined;
+  if (api === 'openai') {
+    const messages = body['messages'];
+    const prompt = body['prompt'];
+    // canonicalPrompt returns no text for a prompt of another type, unless the tools part alone
+    // already reached maxChars (it returns before looking at the prompt). Decided before hashing.
+    const badPrompt = !Array.isArray(messages) && prompt !== undefined && typeof prompt !== 'string' && !Array.isArray(prompt);
+    if (badPrompt && (toolsJson === undefined || 'tools'.length + 1 + toolsJson.length + 1 < maxChars)) return undefined;
+    if (!parts.tools(toolsJson)) {
+      if (Array.isArray(messages)) parts.turns(messages);
+      else if (typeof prompt === 'string') {
+        // A single string is one part whatever its length.
+        parts.begin();
+        parts.h.feed(prompt);
+      } else if (Array.isArray(prompt)) {
+        for (const x of prompt) if (parts.add(typeof x === 'string' ? x : stableJson(x))) break;
+      }
+    }
+  } else if (api === 'messages') {
+    if (!parts.tools(toolsJson)) {
+      const system = body['system'];
+      const hasSystem = (typeof system === 'string' && system.length > 0) || Array.isArray(system);
+      if (!(hasSystem && parts.turn('system', system))) {
+        const messages = body['messages'];
+        if (Array.isArray(messages)) parts.turns(messages);
+      }
+    }
+  } else if (!parts.tools(toolsJson)) {
+    const instructions = body['instructions'];
+    if (!(typeof instructions === 'string' && instructions.length > 0 && parts.labelled('system', instructions))) {
+      const input = body['input'];
+      if (typeof input === 'string') parts.labelled('user', input);
+      else if (Array.isArray(input)) {
+        for (const item of input) {
+          if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
+          const it = item as Record<string, unknown>;
+          const role = it['role'];
+          const full =
+            typeof role === 'string'
+              ? parts.turn(role, it['content'])
+              : parts.labelled(typeof it['type'] === 'string' ? it['type'] : '', stableJson(withoutCacheControl(it)));
+          if (full) break;
+        }
+      }
+    }
+  }
+  return parts.result(seed);
+}
+
+/** Feeds message content as prompt.ts's contentText renders it; returns its length. */
+function feedContent(h: BlockHasher, content: unknown): number {
+  if (typeof content === 'string') {
+    h.feed(content);
+    return content.length;
+  }
+  if (!Array.isArray(content)) {
+    const s = content === undefined || content === null ? '' : stableJson(content);
+    h.feed(s);
+    return s.length;
+  }
+  let chars = 0;
+  for (const part of content) {
+    // Once the last block is full the caller stops: the rest of the length no longer matters.
+    if (h.done) break;
+    let s: string;
+    if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
+    else {
+      const p = part as Record<string, unknown>;
+      s = typeof p['text'] === 'string' ? p['text'] : stableJson(withoutCacheControl(p));
+    }
+    h.feed(s);
+    chars += s.length;
+  }
+  return chars;
+}
+
+/** As prompt.ts's: Anthropic's `cache_control` marks a cache breakpoint, not text the model reads. */
+function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
+  if (!('cache_control' in p)) return p;
+  const { cache_control: _ignored, ...rest } = p;
+  return rest;
+}
+
+/** JSON.stringify that never throws, as prompt.ts's. */
+function stableJson(v: unknown): string {
+  try {
+    return JSON.stringify(v) ?? '';
+  } catch {
+    return '';
+  }
+}

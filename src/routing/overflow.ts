@@ -1,0 +1,114 @@
+/**
+ * What happens when every healthy worker is at its in-flight limit: queue at an engine that says
+ * it has room, instead of refusing.
+ *
+ * The in-flight limit counts requests between routing and first token. It is the right signal for
+ * spreading (below it, policy.ts scores and spills as before) but a poor definition of "full": 16
+ * queued requests of 175 tokens are 0.3 s of prefill, 16 of 8k tokens are five seconds. Refusing
+ * at a request count shed work the engines could have served within any latency target
+ * (`kvgate sim --sweep`, agent-session traces: 330 of 2,000 requests shed at 1.4 of capacity while
+ * every engine's queue was a fraction of a second long), and every shed session lost its cache.
+ *
+ * So past the limit the engine's own word decides. A worker keeps taking work while its last
+ * scrape says it has the memory for it (health.ts `hasEngineRoom`: KV use below
+ * `thresholds.kv_pressure`, memory and temperature below theirs). A queue past
+ * `thresholds.max_queue` still stops new sessions below the limit, but past it a queue is
+ * latency, which the score weighs, not a lack of room: counted in requests, it cannot tell 32
+ * chat turns (half a second) from 32 long documents. Shedding stays for a fleet that is truly
+ * full: every worker out of memory, down or draining, or past `overflowLimit` in flight from
+ * this fleet of gates (the bound that holds while a scrape is on its way).
+ *
+ * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
+ * hard one, as before.
+ *
+ * Where the work goes: a session whose worker is at its limit is not moved at once; that worker
+ * competes with the others (policy.ts), scored with its load counted past the limit (score.ts
+ * `overLimit`), so holding the whole conversation it keeps the session until its queue is about
+ * one limit deeper than the best alternative's: the queue it would skip against the prefill a
+ * move recomputes. (Keeping every session home while its engine had room, the first try, held
+ * sessions behind deep queues while other workers idled: it lost goodput on held-out chat and
+ * agent sweeps.) When every worker is at its limit, a session queues on its own worker if that
+ * one has room, anything else on the best score with the load counted past the limit.
+ */
+import { adapterScore } from './filters/adapter.js';
+import { rendezvousScore } from './rendezvous.js';
+import { score, type FleetLoad } from './score.js';
+import type { DecisionInput, WorkerState, WorkerView } from './types.js';
+
+/** Can take a request past its in-flight limit: its engine reports room, and the hard bound holds. */
+export function takesOverflow(w: WorkerView, overflowLimit: number): boolean {
+  return (w.state === 'healthy' || w.state === 'pressured') && w.engineRoom === true && w.inflight < overflowLimit;
+}
+
+/** The hard in-flight bound of one worker: `overflowFactor` × its limit (0 or 1: no overflow). */
+export function overflowLimitOf(w: WorkerView, factor: number): number {
+  return factor > 1 ? Math.floor(w.maxInflight * factor) : w.maxInflight;
+}
+
+/**
+ * A session's own worker, at or past its in-flight limit, keeps the session while its engine
+ * reports room: moving would recompute the conversation's prompt elsewhere to skip a queue the
+ * engine itself says is short. The session must not have `maxInflightPerSession` requests
+ * running there (fan-out spreads, as below the limit). Undefined: it does not.
+ */
+export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limit: number; in: readonly WorkerState[] } | undefined {
+  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0);
+  if (limit <= affine.maxInflight || !topClass(input) || input.keyInflight >= input.maxInflightPerSession) return undefined;
+  return takesOverflow(affine, limit) ? { limit, in: KEEPS } : undefined;
+}
+
+const KEEPS: readonly WorkerState[] = ['healthy', 'pressured'];
+
+/**
+ * Only the top class of service goes past the limit: a lower class is held to a share of it
+ * (./class-share.ts) to keep room for the top one, and overflow would undo that.
+ */
+function topClass(input: DecisionInput): boolean {
+  return (input.classShare ?? 1) >= 1;
+}
+
+export interface OverflowChoice {
+  worker: WorkerView;
+  limit: number;
+  /** Scores of the candidates, for the explanation. */
+  scores: Map<string, number>;
+}
+
+/**
+ * The worker an over-limit request queues on, or undefined when none can take it (shed).
+ * `affine` is the session's worker when it is sticky and not spilled.
+ */
+export function chooseOverflow(
+  input: DecisionInput,
+  workers: readonly WorkerView[],
+  affine: WorkerView | undefined,
+  usePrefix: boolean,
+  fleet: FleetLoad | undefined,
+): OverflowChoice | undefined {
+  const factor = input.overflowFactor ?? 0;
+  if (factor <= 1 || !topClass(input)) return undefined;
+  const scores = new Map<string, number>();
+  if (affine && takesOverflow(affine, overflowLimitOf(affine, factor))) {
+    return { worker: affine, limit: overflowLimitOf(affine, factor), scores };
+  }
+  let best: WorkerView | undefined;
+  let bestScore = -Infinity;
+  for (const w of workers) {
+    const limit = overflowLimitOf(w, factor);
+    if (!takesOverflow(w, limit)) continue;
+    const base = usePrefix ? score(w, input.totalBlocks, input.weights, fleet, true) : -(w.inflight / w.maxInflight);
+    const s = input.adapter ? base + adapterScore(w, input.adapter.name, input.adapter.weight) : base;
+    scores.set(w.id, s);
+    if (best === undefined || s > bestScore || (s === bestScore && breaksTie(w, best, input.keyHash ?? ''))) {
+      best = w;
+      bestScore = s;
+    }
+  }
+  return best ? { worker: best, limit: overflowLimitOf(best, factor), scores } : undefined;
+}
+
+/** As policy.ts: the lower in-flight count, then rendezvous hashing on the key. */
+function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
+  if (w.inflight !== best.inflight) return w.inflight < best.inflight;
+  return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);
+}

@@ -1,0 +1,158 @@
+/**
+ * The one-pass prompt hasher (src/request/prompt-blocks.ts) against the reference it replaced on
+ * the request path: chainedBlockHashes(canonicalPrompt(body, blockChars × maxBlocks)), with
+ * hashText of the whole text under one block. Any body fast-check makes, including prompts of many
+ * blocks, surrogate pairs split at block and part boundaries, lone surrogates, tools, content
+ * arrays, prompt arrays and fields of the wrong type, must give the same hashes, or none alike.
+ */
+import assert from 'node:assert/strict';
+import { before, describe, test } from 'node:test';
+import fc from 'fast-check';
+import { chainedBlockHashes, hashText, initHashing } from '../../src/request/hashing.js';
+import { canonicalPrompt, messagesPrompt, responsesPrompt, type PromptApi } from '../../src/request/prompt.js';
+import { promptBlocks } from '../../src/request/prompt-blocks.js';
+
+before(async () => {
+  await initHashing();
+});
+
+const RENDER = { openai: canonicalPrompt, messages: messagesPrompt, responses: responsesPrompt } as const;
+
+function reference(body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint, api: PromptApi = 'openai') {
+  const text = RENDER[api](body, blockChars * maxBlocks);
+  if (!text) return undefined;
+  const chain = chainedBlockHashes(text, blockChars, maxBlocks, seed);
+  return { chain, short: chain.length === 0 ? hashText(text, seed) : undefined };
+}
+
+/** Text with the characters that break naive block cutting: astral pairs, lone halves, multi-byte. */
+const text = fc.string({
+  unit: fc.constantFrom('a', 'b', ' ', 'é', '€', '😀', '\ud83d', '\ude00', '\u001e', '"', '\u0000', 'xyzxyzxyzxyz'),
+  maxLength: 120,
+});
+const anyJson = fc.jsonValue({ maxDepth: 4 });
+const content = fc.oneof(
+  text,
+  fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text }), fc.record({ type: fc.constant('image_url'), image_url: fc.record({ url: text }) }), text, anyJson), { maxLength: 5 }),
+  anyJson,
+);
+const message = fc.oneof(
+  { weight: 4, arbitrary: fc.record({ role: fc.oneof(fc.constantFrom('system', 'user', 'assistant', 'tool'), anyJson), content }, { requiredKeys: [] }) },
+  { weight: 1, arbitrary: anyJson },
+);
+const body = fc.record(
+  {
+    messages: fc.oneof({ weight: 4, arbitrary: fc.array(message, { maxLength: 10 }) }, { weight: 1, arbitrary: anyJson }),
+    prompt: fc.oneof(text, fc.array(fc.oneof(text, fc.integer(), fc.array(fc.integer(), { maxLength: 5 })), { maxLength: 8 }), anyJson),
+    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+  },
+  { requiredKeys: [] },
+) as fc.Arbitrary<Record<string, unknown>>;
+
+const block = fc.oneof(
+  fc.record({ type: fc.constant('text'), text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type', 'text'] }),
+  fc.record({ type: fc.constant('image'), source: fc.record({ data: text }), cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
+  text,
+  anyJson,
+);
+/** Anthropic Messages bodies, fields possibly of the wrong type. */
+const messagesBody = fc.record(
+  {
+    system: fc.oneof(text, fc.array(block, { maxLength: 3 }), anyJson),
+    messages: fc.oneof({ weight: 4, arbitrary: fc.array(fc.oneof(fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.oneof(text, fc.array(block, { maxLength: 4 })) }), anyJson), { maxLength: 8 }) }, { weight: 1, arbitrary: anyJson }),
+    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+  },
+  { requiredKeys: [] },
+) as fc.Arbitrary<Record<string, unknown>>;
+/** OpenAI Responses bodies: instructions, input as a string or items (turns and typed items). */
+const responsesBody = fc.record(
+  {
+    instructions: fc.oneof(text, anyJson),
+    input: fc.oneof(
+      text,
+      fc.array(
+        fc.oneof(
+          fc.record({ role: fc.constantFrom('user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })) }),
+          fc.record({ type: fc.constantFrom('function_call', 'function_call_output', 'reasoning'), call_id: text, output: text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
+          anyJson,
+        ),
+        { maxLength: 8 },
+      ),
+      anyJson,
+    ),
+    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+  },
+  { requiredKeys: [] },
+) as fc.Arbitrary<Record<string, unknown>>;
+
+describe('promptBlocks gives exactly the reference hashes', () => {
+  for (const [api, arb] of [['messages', messagesBody], ['responses', responsesBody], ['openai', messagesBody], ['messages', body]] as const) {
+    test(`${api} path, ${arb === body ? 'OpenAI-shaped' : 'its own'} bodies, small blocks and caps`, () => {
+      fc.assert(
+        fc.property(arb, fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 40 }), (b, bc, mb) => {
+          assert.deepEqual(promptBlocks(api, b, bc, mb, 3n), reference(b, bc, mb, 3n, api));
+        }),
+        { numRuns: 1000 },
+      );
+    });
+  }
+
+  test('any body, block sizes from 1 to 64 characters, any block cap', () => {
+    fc.assert(
+      fc.property(body, fc.integer({ min: 1, max: 64 }), fc.integer({ min: 1, max: 40 }), fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }), (b, bc, mb, seed) => {
+        assert.deepEqual(promptBlocks('openai', b, bc, mb, seed), reference(b, bc, mb, seed));
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('prompts of many 256-character blocks, cut at the configured cap', () => {
+    const long = fc.string({ unit: fc.constantFrom('a', 'é', '😀', '\ud800', ' ', 'the quick brown fox '), minLength: 200, maxLength: 2000 });
+    const chat = fc.record({
+      messages: fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: fc.oneof(long, fc.array(fc.record({ type: fc.constant('text'), text: long }), { maxLength: 3 })) }), { minLength: 1, maxLength: 12 }),
+      tools: fc.oneof(fc.constant(undefined), fc.array(fc.record({ name: long }), { maxLength: 2 })),
+    }).map((r) => (r.tools === undefined ? { messages: r.messages } : r)) as fc.Arbitrary<Record<string, unknown>>;
+    fc.assert(
+      fc.property(chat, fc.integer({ min: 1, max: 600 }), (b, mb) => {
+        const got = promptBlocks('openai', b, 256, mb, 7n);
+        assert.deepEqual(got, reference(b, 256, mb, 7n));
+        // Not vacuous: these bodies reach the hashing of many blocks.
+        return got !== undefined;
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  test('edge cases by hand', () => {
+    const cases: Array<Record<string, unknown>> = [
+      {},
+      { prompt: '' },
+      { prompt: ['', ''] },
+      { prompt: [''] },
+      { prompt: 5 },
+      { prompt: 5, tools: [{ a: 'x'.repeat(3000) }] },
+      { prompt: 5, tools: [{ a: 'x' }] },
+      // With 4 × 3 = 12 characters read, a tools part of 11 (`tools` + SEP + `[1,2]`) reaches the
+      // cap with its separator, so the reference returns it before looking at the prompt; 10 does not.
+      { prompt: 5, tools: [1, 2] },
+      { prompt: 5, tools: [1] },
+      { prompt: 5, tools: [1, 22] },
+      { messages: [] },
+      { messages: [{}, {}] },
+      { messages: [null, 3, 'x', [1, 2]] },
+      { messages: 'nope', prompt: 'p'.repeat(1000) },
+      { messages: [{ role: 'user', content: '\ud83d' }, { role: '\ude00', content: 'x'.repeat(600) }] },
+      { tools: [], messages: [{ role: 'system', content: [{ type: 'text', text: 'a'.repeat(255) }, { type: 'image_url', image_url: { url: 'u' } }] }] },
+      { system: '', messages: [{ role: 'user', content: 'x'.repeat(300) }] },
+      { system: [{ type: 'text', text: 's'.repeat(600), cache_control: { type: 'ephemeral' } }], messages: [{ role: 'user', content: [{ type: 'image', source: {}, cache_control: {} }] }] },
+      { instructions: '', input: 'u'.repeat(300) },
+      { instructions: 'i'.repeat(260), input: [{ type: 'function_call', call_id: 'c', cache_control: {} }, [1], null, { role: 'user', content: 'q' }] },
+      { input: 7, tools: [1, 2] },
+    ];
+    for (const c of cases) for (const [bc, mb] of [[256, 512], [4, 3], [1, 1], [255, 2]] as const) {
+      for (const api of ['openai', 'messages', 'responses'] as const) {
+        assert.deepEqual(promptBlocks(api, c, bc, mb, 1n), reference(c, bc, mb, 1n, api), `${api} ${JSON.stringify(c).slice(0, 80)}`);
+      }
+    }
+  });
+});
