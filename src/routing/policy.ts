@@ -45,7 +45,7 @@ export function takesNewSessions(w: WorkerView, classShare?: number): boolean {
 export function decide(input: DecisionInput): Decision {
   const { keyHash, mode, classShare, adapter } = input;
   // Filters: a worker a rule excludes is invisible to the rest of the decision.
-  const excluded = adapter ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
+  const excluded = adapter && adapter.filter !== false ? excludedForAdapter(input.workers, adapter.name, (w) => takesNewSessions(w, classShare)) : undefined;
   const workers = excluded && excluded.size > 0 ? input.workers.filter((w) => !excluded.has(w.id)) : input.workers;
   const sticky = input.session && (mode === 'both' || mode === 'session');
   const affinity = sticky ? input.affinity : undefined;
