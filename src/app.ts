@@ -19,7 +19,7 @@ import { Readiness, unreachableReason } from './health/readiness.js';
 import { initHashing } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
-import { RedisStore } from './state/redis-store.js';
+import type { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
 import { InstrumentedStore } from './telemetry/instrumented-store.js';
 import { Metrics } from './telemetry/metrics.js';
@@ -81,8 +81,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   await initHashing();
   installTraceContext();
   const credentials = grpcCredentials(opts.tls);
-  const backend = createStore(opts.store, config, logger, opts.storeTls);
-  if (backend instanceof RedisStore && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
+  const backend = await createStore(opts.store, config, logger, opts.storeTls);
+  if (isRedisStore(backend) && !(await backend.waitReady(STORE_STARTUP_WAIT_MS))) {
     logger.error({ store: describeStore(opts.store) }, `redis not reachable at startup: ${unreachableReason(config.store.ready_when_unreachable)}`);
   }
   let gate: Gate | undefined;
@@ -242,4 +242,9 @@ function grpcCredentials(files: GrpcTlsFiles | undefined) {
     key: readPem(keyFile, '--tls-key'),
     ...(clientCaFile ? { clientCa: readPem(clientCaFile, '--tls-client-ca') } : {}),
   });
+}
+
+/** The Redis backend, told apart without importing it (the memory store never loads ioredis). */
+function isRedisStore(store: RoutingStore | RedisStore): store is RedisStore {
+  return typeof (store as Partial<RedisStore>).waitReady === 'function';
 }

@@ -109,6 +109,12 @@ export const DEFAULTS = {
    */
   adapterWeight: 0.5,
   /**
+   * Whether workers whose adapter slots are all held by other adapters are excluded (while another
+   * can serve). On: such a worker would hold the request back behind unrelated work. Off (with
+   * weight 0) turns adapter affinity off entirely, e.g. to measure it (scripts/sim-adapters.ts).
+   */
+  adapterFilter: true,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
    * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than

@@ -194,6 +194,7 @@ const configObject = z.strictObject({
       balance_weight: z.number().nonnegative().default(DEFAULTS.balanceWeight),
       balance_floor: z.number().nonnegative().default(DEFAULTS.balanceFloor),
       adapter_weight: z.number().nonnegative().default(DEFAULTS.adapterWeight),
+      adapter_filter: z.boolean().default(DEFAULTS.adapterFilter),
     })
     .prefault({}),
   affinity: z

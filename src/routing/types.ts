@@ -89,8 +89,11 @@ export interface DecisionInput {
    * for the top class.
    */
   classShare?: number;
-  /** The LoRA adapter the request names, and the weight of having it loaded (./filters/adapter.ts). */
-  adapter?: { name: string; weight: number };
+  /**
+   * The LoRA adapter the request names, the weight of having it loaded, and whether workers with no
+   * room for it are filtered out (absent: they are; `scoring.adapter_filter`) (./filters/adapter.ts).
+   */
+  adapter?: { name: string; weight: number; filter?: boolean };
 }
 
 export type RouteOutcome =

@@ -5,6 +5,7 @@
 import type { CostModel, FleetOptions } from './cost-model.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { EventLoop } from './event-loop.js';
+import type { LoraOptions } from './lora-slots.js';
 import type { RouterPolicy } from './policies/policy.js';
 import { SimWorker, type Job, type WorkerHooks } from './worker.js';
 import type { Workload } from './workload.js';
@@ -18,6 +19,11 @@ export interface SimOptions {
   onProgress?: (routed: number) => void;
   /** How engine metrics reach policies that read them; default: kvgate's production cadence. */
   signals?: SignalCadence;
+  /**
+   * LoRA adapters: each worker's slots and load cost, and each request's adapter (lora-slots.ts).
+   * Absent: no request names an adapter and the workers are exactly as without this option.
+   */
+  lora?: LoraOptions;
 }
 
 /**
@@ -67,6 +73,8 @@ export interface PolicyRun {
   load: LoadSample[];
   /** Wall-clock seconds the run took (includes the policy's own cost, e.g. kvgate's hashing). */
   wallS: number;
+  /** Per worker, with adapters only: admissions that found their adapter resident, loads, evictions. */
+  lora?: { hits: number[]; loads: number[]; evictions: number[] };
 }
 
 export async function simulate(workload: Workload, policy: RouterPolicy, opts: SimOptions): Promise<PolicyRun> {
@@ -104,7 +112,7 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
   };
   const workers = Array.from(
     { length: opts.fleet.workers },
-    (_, i) => new SimWorker(i, opts.fleet, opts.cost, workload.blockTokens, loop, hooks),
+    (_, i) => new SimWorker(i, opts.fleet, opts.cost, workload.blockTokens, loop, hooks, opts.lora),
   );
 
   let next = 0;
@@ -185,5 +193,8 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
     workerEvictions: workers.map((w) => w.cache.evictions),
     load,
     wallS: (performance.now() - started) / 1000,
+    ...(opts.lora
+      ? { lora: { hits: workers.map((w) => w.lora!.hits), loads: workers.map((w) => w.lora!.loads), evictions: workers.map((w) => w.lora!.evictions) } }
+      : {}),
   };
 }

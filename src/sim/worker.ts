@@ -28,6 +28,7 @@ import {
 } from './cost-model.js';
 import type { EventLoop } from './event-loop.js';
 import { KvCache } from './kv-cache.js';
+import { LoraSlots, type LoraOptions } from './lora-slots.js';
 import type { SimRequest } from './workload.js';
 
 /** A request on a worker, and what happened to it there. */
@@ -46,6 +47,8 @@ export interface Job {
   anonymousBlocks: number;
   /** Virtual decode clock value at which this sequence has generated all its tokens. */
   doneAtVt: number;
+  /** The LoRA adapter it runs with (only on a fleet with adapters). */
+  adapter?: string;
 }
 
 export interface WorkerHooks {
@@ -78,6 +81,8 @@ export class SimWorker {
   private area = 0;
   private areaAt = 0;
   private count = 0;
+  /** LoRA adapter slots, on a fleet with adapters only (lora-slots.ts); otherwise nothing changes. */
+  readonly lora: LoraSlots | undefined;
 
   constructor(
     readonly id: number,
@@ -86,7 +91,9 @@ export class SimWorker {
     private readonly blockTokens: number,
     private readonly loop: EventLoop,
     private readonly hooks: WorkerHooks,
+    private readonly loraOptions?: LoraOptions,
   ) {
+    this.lora = loraOptions ? new LoraSlots(loraOptions.maxLoras) : undefined;
     this.cache = new KvCache(
       Math.max(1, Math.floor(fleet.cacheTokens / blockTokens)),
       Math.floor(fleet.offloadTokens / blockTokens),
@@ -94,9 +101,10 @@ export class SimWorker {
   }
 
   /** What the engine's /metrics would report now. */
-  observe(): { running: number; waiting: number; kvUsage: number } {
+  observe(): { running: number; waiting: number; kvUsage: number; lora?: ReturnType<LoraSlots['observe']> } {
     const waiting = this.waiting.length - this.waitingHead;
-    return { running: this.count - waiting, waiting, kvUsage: Math.min(1, this.cache.pinnedBlocks / this.cache.capacityBlocks) };
+    const obs = { running: this.count - waiting, waiting, kvUsage: Math.min(1, this.cache.pinnedBlocks / this.cache.capacityBlocks) };
+    return this.lora ? { ...obs, lora: this.lora.observe() } : obs;
   }
 
   /** Requests on this worker: waiting, prefilling and decoding. */
@@ -118,6 +126,8 @@ export class SimWorker {
 
   submit(req: SimRequest): void {
     this.changeCount(1);
+    const adapter = this.loraOptions?.adapterOf(req.index);
+    if (adapter !== undefined) this.lora!.enqueued(adapter);
     this.waiting.push({
       req,
       worker: this.id,
@@ -129,6 +139,7 @@ export class SimWorker {
       computedTokens: 0,
       anonymousBlocks: 0,
       doneAtVt: 0,
+      ...(adapter !== undefined ? { adapter } : {}),
     });
     this.tryStartPrefill();
   }
@@ -136,7 +147,10 @@ export class SimWorker {
   private tryStartPrefill(): void {
     if (this.prefilling || this.waitingHead >= this.waiting.length) return;
     if (this.running.size() + 1 > this.fleet.maxBatch) return;
-    const job = this.waiting[this.waitingHead]!;
+    // With adapters, the first waiting request whose adapter can be placed (vLLM skips the others).
+    const at = this.lora ? this.firstAdmissible() : this.waitingHead;
+    if (at < 0) return;
+    const job = this.waiting[at]!;
     const req = job.req;
     // The prompt's partial tail and the output get private blocks; whole prompt blocks are shared.
     const tailTokens = req.promptTokens - req.blocks.length * this.blockTokens;
@@ -145,7 +159,8 @@ export class SimWorker {
     // An oversized request may start alone, over-committing, rather than block the queue forever.
     if (!this.cache.fits(need) && this.cache.pinnedBlocks > 0) return;
 
-    this.waitingHead++;
+    if (at !== this.waitingHead) this.waiting.splice(at, 1);
+    else this.waitingHead++;
     if (this.waitingHead > 1024 && this.waitingHead * 2 > this.waiting.length) {
       this.waiting.splice(0, this.waitingHead);
       this.waitingHead = 0;
@@ -161,6 +176,11 @@ export class SimWorker {
     job.computedTokens = req.promptTokens - cached;
     job.anonymousBlocks = anonymous;
     this.cache.acquire(req.blocks, anonymous);
+    let adapterLoadS = 0;
+    if (job.adapter !== undefined) {
+      this.lora!.dequeued(job.adapter);
+      if (this.lora!.admit(job.adapter, now)) adapterLoadS = this.loraOptions!.loadS;
+    }
     this.checkPressure();
     const rate = prefillTokensPerS(this.cost, this.fleet.prefillChunkTokens, this.running.size(), this.runningContext);
     this.advanceDecodeClock(now);
@@ -168,7 +188,16 @@ export class SimWorker {
     this.rescheduleDecode(now); // decode steps now share the GPU with the chunks
     // Blocks are cached from the moment the prefill starts: prefills on a worker run one at a time,
     // so no later request can look them up before they are computed.
-    this.loop.at(now + prefillSeconds(this.cost, job.computedTokens, reloaded, rate), () => this.prefillDone(job));
+    this.loop.at(now + adapterLoadS + prefillSeconds(this.cost, job.computedTokens, reloaded, rate), () => this.prefillDone(job));
+  }
+
+  /** Index of the first waiting job whose adapter (if any) can be placed now, or -1. */
+  private firstAdmissible(): number {
+    for (let i = this.waitingHead; i < this.waiting.length; i++) {
+      const a = this.waiting[i]!.adapter;
+      if (a === undefined || this.lora!.admissible(a)) return i;
+    }
+    return -1;
   }
 
   private prefillDone(job: Job): void {
@@ -229,6 +258,7 @@ export class SimWorker {
     job.finishS = this.loop.now;
     this.changeCount(-1);
     this.cache.release(job.req.blocks, job.anonymousBlocks);
+    if (job.adapter !== undefined) this.lora!.finished(job.adapter, this.loop.now);
     this.checkPressure();
     this.loop.settle(this.hooks.finished(job));
   }

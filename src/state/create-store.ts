@@ -8,8 +8,9 @@ import type { Config } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { MemoryStore } from './memory-store.js';
-import { isRedisSpec, redact, type StoreTls } from './redis-connection.js';
-import { RedisStore } from './redis-store.js';
+import type { StoreTls } from './redis-connection.js';
+import type { RedisStore } from './redis-store.js';
+import { isRedisSpec, redact } from './store-spec.js';
 import type { RoutingStore } from './store.js';
 
 /** PEM files for TLS to Redis (`--store-ca-file`, `--store-cert-file`, `--store-key-file`). */
@@ -19,7 +20,11 @@ export interface StoreTlsFiles {
   keyFile?: string;
 }
 
-export function createStore(spec: string, config: Config, logger: Logger, tlsFiles: StoreTlsFiles = {}): RoutingStore {
+/**
+ * The Redis backend (and ioredis) is imported only when the store is Redis, so a gate on the
+ * memory store starts without loading it.
+ */
+export async function createStore(spec: string, config: Config, logger: Logger, tlsFiles: StoreTlsFiles = {}): Promise<RoutingStore | RedisStore> {
   if (spec === 'memory') {
     if (tlsFiles.caFile || tlsFiles.certFile || tlsFiles.keyFile) {
       throw new KvgateError('invalid_config', 'store TLS files need a rediss:// or rediss+cluster:// store');
@@ -27,6 +32,7 @@ export function createStore(spec: string, config: Config, logger: Logger, tlsFil
     return new MemoryStore();
   }
   if (isRedisSpec(spec)) {
+    const { RedisStore } = await import('./redis-store.js');
     return new RedisStore({
       url: spec,
       keyPrefix: config.store.key_prefix,

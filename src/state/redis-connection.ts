@@ -12,6 +12,7 @@
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { KvgateError } from '../errors.js';
+import { redact, STORE_SCHEME as SCHEME } from './store-spec.js';
 
 /** PEM contents (already read) for TLS to Redis. */
 export interface StoreTls {
@@ -31,11 +32,7 @@ export interface StoreEndpoint {
 
 export type RedisClient = Redis | Cluster;
 
-const SCHEME = /^(rediss?)(\+cluster)?:\/\//;
-
-export function isRedisSpec(spec: string): boolean {
-  return SCHEME.test(spec);
-}
+export { isRedisSpec, redact } from './store-spec.js';
 
 /** Parses a store URL; throws KvgateError('invalid_config') with the reason when it is not one. */
 export function parseStoreUrl(spec: string): StoreEndpoint {
@@ -82,13 +79,6 @@ function parseHostPort(raw: string, spec: string): { host: string; port: number 
   return { host: m[1]!.replace(/^\[|\]$/g, ''), port };
 }
 
-/** The store URL with any password replaced, for logs and error messages. */
-export function redact(spec: string): string {
-  return spec.replace(/^([a-z+]+:\/\/)([^@/]*)@/i, (_all, scheme: string, auth: string) => {
-    const colon = auth.indexOf(':');
-    return `${scheme}${colon >= 0 ? `${auth.slice(0, colon)}:***` : '***'}@`;
-  });
-}
 
 /**
  * Opens the client. `base` carries the fail-fast settings the store relies on (no offline queue,

@@ -93,6 +93,16 @@ describe('adapter filter and scorer in the policy', () => {
     assert.equal(routedTo(decide(input([full, w('slot', 8, { names: [], max: 2 }), w('has', 8, { names: ['sql-lora'], max: 1 })]))), 'full');
   });
 
+  test('scoring.adapter_filter: false keeps full workers as candidates; with weight 0 the adapter no longer counts', () => {
+    const has = w('has', 2, { names: ['sql-lora'], max: 1 });
+    const slot = w('slot', 1, { names: ['chat-lora'], max: 2 });
+    const full = w('full', 0, { names: ['chat-lora', 'legal-lora'], max: 2 });
+    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', weight: 0.5, filter: false } }))), 'has', 'the score term alone');
+    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', weight: 0, filter: false } }))), 'full', 'load alone');
+    assert.equal(parseConfig({ workers: [{ id: 'w1', cluster: 'w1' }] }).scoring.adapter_filter, true);
+    assert.equal(parseConfig({ workers: [{ id: 'w1', cluster: 'w1' }], scoring: { adapter_filter: false } }).scoring.adapter_filter, false);
+  });
+
   test('a worker that reports no adapters is not excluded; a session on a full worker moves; the explanation says why', () => {
     const full = w('full', 0, { names: ['a', 'b'], max: 2 });
     assert.equal(excludedForAdapter([full, w('quiet', 3)], 'sql-lora', () => true).has('full'), true);

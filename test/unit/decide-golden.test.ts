@@ -1,7 +1,7 @@
 /**
  * Golden decisions: `decide()` over 800 seeded random inputs (fleets of 1-16 workers in every
  * state, in flight below, at and past their limits, with and without engine figures, engine room,
- * LoRA adapters; prefix matches, sessions and their affinities, classes of service, overflow
+ * LoRA adapters, with and without the adapter filter; prefix matches, sessions and their affinities, classes of service, overflow
  * factors, every mode, random weights) must give exactly the decisions in decide-golden.json:
  * kind, worker, outcome, preconditions and the whole explanation with every candidate's score.
  *
@@ -92,6 +92,8 @@ function randomInput(seed: number): DecisionInput {
   if (r.chance(0.7)) input.overflowFactor = r.pick([0, 1, 1.5, 2, 4]);
   if (r.chance(0.35)) input.classShare = r.pick([1, 0.875, 0.5, 0.25, 0.01]);
   if (r.chance(0.35)) input.adapter = { name: r.pick(ADAPTERS), weight: r.pick([0, 0.5, 1, 2]) };
+  // Drawn last, so the cases written before `scoring.adapter_filter` existed kept their inputs.
+  if (input.adapter && r.chance(0.3)) input.adapter.filter = false;
   return input;
 }
 

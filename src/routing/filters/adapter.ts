@@ -54,7 +54,8 @@ export const adapterSlots: Filter = {
   name: 'adapter-slots',
   filter(workers, { input }) {
     const adapter = input.adapter;
-    if (!adapter) return workers;
+    // `scoring.adapter_filter: false` leaves only the score term.
+    if (!adapter || adapter.filter === false) return workers;
     const excluded = excludedForAdapter(workers, adapter.name, (w) => takesNewSessions(w, input.classShare));
     return excluded.size > 0 ? workers.filter((w) => !excluded.has(w.id)) : workers;
   },

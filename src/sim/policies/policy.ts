@@ -17,6 +17,8 @@ export interface WorkerObservation {
   kvUsage: number;
   /** Seconds since this figure was scraped (0 when handed over directly, as in unit tests). */
   ageS?: number;
+  /** vLLM's `vllm:lora_requests_info`, on a fleet with adapters only (lora-slots.ts). */
+  lora?: { running: string[]; waiting: string[]; maxLora: number };
 }
 
 export interface RouterPolicy {

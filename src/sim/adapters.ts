@@ -1,0 +1,195 @@
+/**
+ * LoRA adapters, simulated: the same workload with each conversation's requests naming one of N
+ * adapters (a Zipf mix: a few adapters are hot, most are cold), served by engines with `max_loras`
+ * adapter slots and a cost to load an adapter that is not resident (lora-slots.ts). kvgate runs
+ * through the real gate (Gate.route with a MemoryStore, built as `policies/kvgate.ts` builds it)
+ * with the adapter in the request's `model`, and reads each worker's `vllm:lora_requests_info`
+ * at the same scrape cadence and age as its other engine metrics (simulator.ts `SignalCadence`).
+ * It runs twice: with adapter affinity (the defaults) and without it (a gate config of
+ * `scoring.adapter_weight: 0, adapter_filter: false`). Round robin and least loaded read no
+ * engine metrics, as their real systems, so they see no adapters either.
+ */
+import { Gate } from '../gate/gate.js';
+import { initHashing } from '../request/hashing.js';
+import type { SignalRecord, WorkerSignals } from '../routing/health.js';
+import { MemoryStore } from '../state/memory-store.js';
+import type { Lease } from '../state/store.js';
+import { createLogger } from '../telemetry/logger.js';
+import type { CostModel, FleetOptions } from './cost-model.js';
+import type { LoraOptions } from './lora-slots.js';
+import { percentile } from './metrics.js';
+import { requestInfo, simGateConfig, workerId } from './policies/kvgate.js';
+import { LeastLoadedPolicy } from './policies/least-loaded.js';
+import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policies/policy.js';
+import { RoundRobinPolicy } from './policies/round-robin.js';
+import { hashString32, Rng, Zipf } from './rng.js';
+import { simulate } from './simulator.js';
+import type { SimRequest, Workload } from './workload.js';
+
+export interface AdapterMix {
+  /** Distinct adapters. */
+  adapters: number;
+  /** Zipf exponent of their popularity (1: the hottest gets about twice the second's requests). */
+  zipfS: number;
+  /** Share of conversations that use the base model (no adapter). */
+  baseShare: number;
+}
+
+export const DEFAULT_ADAPTER_MIX: AdapterMix = { adapters: 16, zipfS: 1, baseShare: 0 };
+
+export function adapterName(rank: number): string {
+  return `lora-${rank}`;
+}
+
+/**
+ * Each request's adapter (undefined: the base model): by its conversation where it has one (an
+ * application sends all its turns with one adapter), else drawn per request; seeded.
+ */
+export function assignAdapters(workload: Workload, mix: AdapterMix, seed: number): (string | undefined)[] {
+  if (!(Number.isInteger(mix.adapters) && mix.adapters >= 1)) throw new Error('an adapter mix needs at least one adapter');
+  const draw = (rng: Rng): string | undefined => (rng.next() < mix.baseShare ? undefined : adapterName(new Zipf(mix.adapters, mix.zipfS, rng).sample()));
+  const rng = new Rng(seed);
+  return workload.requests.map((r) => draw(r.sessionId !== undefined ? new Rng(hashString32(r.sessionId) ^ seed) : rng));
+}
+
+/** kvgate with each request's adapter in its body's `model`, reading the adapter gauge with the rest. */
+class AdapterKvgate implements RouterPolicy {
+  private readonly leases = new Map<number, Lease>();
+  private readonly index: ReadonlyMap<string, number>;
+
+  constructor(
+    readonly name: string,
+    private readonly gate: Gate,
+    private readonly adapterOf: readonly (string | undefined)[],
+  ) {
+    this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
+  }
+
+  async route(req: SimRequest): Promise<RouteChoice> {
+    const info = requestInfo(req, this.gate.currentConfig);
+    const adapter = this.adapterOf[req.index];
+    const body = adapter === undefined ? info.body : Buffer.from(JSON.stringify({ ...(JSON.parse(info.body!.toString()) as object), model: adapter }));
+    const res = await this.gate.route({ ...info, body });
+    if (res.kind === 'reject') return { shed: res.error.code };
+    this.leases.set(req.index, res.lease);
+    return { worker: this.index.get(res.worker)! };
+  }
+
+  async firstToken(req: SimRequest): Promise<void> {
+    const lease = this.leases.get(req.index);
+    if (!lease) return;
+    this.leases.delete(req.index);
+    await this.gate.release(lease);
+  }
+
+  observe(workers: readonly WorkerObservation[]): void {
+    const records = new Map<string, SignalRecord>();
+    workers.forEach((w, i) => {
+      const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
+      if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };
+      records.set(workerId(i), { signals, ageMs: (w.ageS ?? 0) * 1000, failures: 0 });
+    });
+    this.gate.setSignals(records);
+  }
+
+  close(): Promise<void> {
+    return this.gate.store.close();
+  }
+}
+
+export interface AdapterRow {
+  policy: string;
+  requests: number;
+  routed: number;
+  shed: number;
+  /** Seconds from arrival to first token of served requests. */
+  ttftP50: number | null;
+  ttftP99: number | null;
+  /** Adapter loads per routed adapter request. */
+  loadsPerRequest: number;
+  /** Share of routed adapter requests that found their adapter resident. */
+  hitRate: number;
+  evictions: number;
+  /** Prompt tokens served from the KV cache over all prompt tokens of served requests. */
+  kvHitRate: number;
+}
+
+export interface AdapterRunOptions {
+  fleet: FleetOptions;
+  cost: CostModel;
+  maxInflight: number;
+  seed: number;
+  mix?: AdapterMix;
+  /** Adapter slots per worker (vLLM `--max-loras`). */
+  maxLoras: number;
+  /** Seconds to load an adapter that is not resident. */
+  loadS: number;
+  /** Which policies to run; default all four. */
+  policies?: readonly AdapterPolicyName[];
+}
+
+export const ADAPTER_POLICIES = ['kvgate', 'kvgate (adapter affinity off)', 'round-robin', 'least-loaded'] as const;
+export type AdapterPolicyName = (typeof ADAPTER_POLICIES)[number];
+
+/** The gate config that turns adapter affinity off: no score term and no exclusion. */
+export const AFFINITY_OFF = { scoring: { adapter_weight: 0, adapter_filter: false } };
+
+async function makePolicy(name: AdapterPolicyName, ctx: PolicyContext, adapters: readonly string[], adapterOf: readonly (string | undefined)[], maxLoras: number): Promise<RouterPolicy> {
+  if (name === 'round-robin') return new RoundRobinPolicy(ctx);
+  if (name === 'least-loaded') return new LeastLoadedPolicy(ctx);
+  await initHashing();
+  // The adapters are declared, as the README advises, so a request for one nobody runs yet is known as an adapter.
+  const gateConfig = { adapters: [...adapters], ...(name === 'kvgate' ? {} : AFFINITY_OFF) };
+  const gate = new Gate(simGateConfig({ ...ctx, gateConfig }), new MemoryStore(), createLogger('silent'));
+  const policy = new AdapterKvgate(name, gate, adapterOf);
+  // As `kvgate serve` reads every worker once before serving: an idle fleet with empty slots.
+  policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } })));
+  return policy;
+}
+
+/** Runs the workload with adapters under each policy and reports TTFT, adapter loads and hit rate. */
+export async function runAdapterComparison(workload: Workload, opts: AdapterRunOptions): Promise<AdapterRow[]> {
+  const mix = opts.mix ?? DEFAULT_ADAPTER_MIX;
+  const adapterOf = assignAdapters(workload, mix, opts.seed);
+  const adapters = Array.from({ length: mix.adapters }, (_, i) => adapterName(i));
+  const lora: LoraOptions = { maxLoras: opts.maxLoras, loadS: opts.loadS, adapterOf: (i) => adapterOf[i] };
+  const rows: AdapterRow[] = [];
+  for (const name of opts.policies ?? ADAPTER_POLICIES) {
+    const ctx: PolicyContext = { workers: opts.fleet.workers, blockTokens: workload.blockTokens, seed: opts.seed, maxInflight: opts.maxInflight, cacheTokens: opts.fleet.cacheTokens };
+    const policy = await makePolicy(name, ctx, adapters, adapterOf, opts.maxLoras);
+    try {
+      const run = await simulate(workload, policy, { fleet: opts.fleet, cost: opts.cost, lora });
+      const served = run.outcomes.filter((o) => o.worker >= 0);
+      const ttft = served.map((o) => o.firstTokenS - o.arrivalS).sort((a, b) => a - b);
+      const routedAdapterRequests = run.outcomes.filter((o, i) => o.worker >= 0 && adapterOf[i] !== undefined).length;
+      const sum = (xs: readonly number[]) => xs.reduce((s, x) => s + x, 0);
+      const loads = sum(run.lora!.loads);
+      const hits = sum(run.lora!.hits);
+      rows.push({
+        policy: name,
+        requests: run.outcomes.length,
+        routed: served.length,
+        shed: run.outcomes.length - served.length,
+        ttftP50: percentile(ttft, 0.5),
+        ttftP99: percentile(ttft, 0.99),
+        loadsPerRequest: routedAdapterRequests > 0 ? loads / routedAdapterRequests : 0,
+        hitRate: hits + loads > 0 ? hits / (hits + loads) : 0,
+        evictions: sum(run.lora!.evictions),
+        kvHitRate: sum(served.map((o) => o.cachedTokens)) / Math.max(1, sum(served.map((o) => o.cachedTokens + o.computedTokens))),
+      });
+    } finally {
+      await policy.close?.();
+    }
+  }
+  return rows;
+}
+
+/** The comparison table, as `scripts/sim-adapters.ts` prints it. */
+export function adapterTable(rows: readonly AdapterRow[]): string {
+  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
+  const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions | KV hit rate |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|'];
+  for (const r of rows) {
+    lines.push(`| ${r.policy} | ${r.routed} | ${r.shed} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${r.loadsPerRequest.toFixed(3)} | ${(r.hitRate * 100).toFixed(1)}% | ${r.evictions} | ${(r.kvHitRate * 100).toFixed(1)}% |`);
+  }
+  return lines.join('\n');
+}
