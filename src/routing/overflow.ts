@@ -22,7 +22,7 @@
  * hard one, as before.
  *
  * Where the work goes: a session whose worker is at its limit is not moved at once; that worker
- * competes with the others (policy.ts), scored with its load counted past the limit (score.ts
+ * competes with the others (policy.ts), scored with its load counted past the limit (scorers/load.ts
  * `overLimit`), so holding the whole conversation it keeps the session until its queue is about
  * one limit deeper than the best alternative's: the queue it would skip against the prefill a
  * move recomputes. (Keeping every session home while its engine had room, the first try, held

@@ -3,7 +3,7 @@
  * (its scheduling framework's Filter, Scorer with a weight, Picker, run as a profile):
  *
  *  - a **filter** says who may serve: it takes the candidates and returns those it keeps, in order;
- *  - a **scorer** says how well one candidate would serve, as a term in [-1, 1] (a cost is
+ *  - a **scorer** says how well each candidate would serve, as a term in [-1, 1] (a cost is
  *    negative); its profile multiplies it by the scorer's weight from the config and adds the
  *    terms up in the order the profile lists them;
  *  - a **picker** chooses among the scored candidates.
@@ -27,19 +27,29 @@ export interface Filter {
   filter(workers: readonly WorkerView[], ctx: FilterContext): readonly WorkerView[];
 }
 
-/** What scorers read besides the worker. */
+/** What scorers read besides the candidates. */
 export interface ScoreContext {
   readonly input: DecisionInput;
   /** The fleet's mean work, given only where a session is placed (the balance scorer). */
   readonly fleet: FleetLoad | undefined;
   /** Every candidate is at or past its limit: load terms keep counting past 1. */
   readonly overLimit: boolean;
+  /**
+   * The session's own worker past its limit, competing to keep the session (overflow.ts
+   * `keepsOverLimit`): staying is no new placement, so it has no fair-share term and its load
+   * counts past the limit.
+   */
+  readonly staying?: WorkerView | undefined;
 }
 
 export interface Scorer {
   readonly name: string;
-  /** A term in [-1, 1] (past the limit the load term may go below -1): higher is better. */
-  score(w: WorkerView, ctx: ScoreContext): number;
+  /**
+   * One term per candidate, in their order: in [-1, 1] (past the limit the load term may go below
+   * -1), higher is better. All candidates at once, as the extension's scorers do: each scorer's
+   * loop stays a tight one of its own.
+   */
+  score(candidates: readonly WorkerView[], ctx: ScoreContext): readonly number[];
 }
 
 /** A scorer with the weight the config gives it. */
@@ -48,15 +58,10 @@ export interface WeightedScorer {
   readonly weight: number;
 }
 
-export interface Scored {
-  readonly worker: WorkerView;
-  readonly score: number;
-}
-
 export interface Picker {
   readonly name: string;
-  /** The chosen candidate, or undefined when there is none. */
-  pick(scored: readonly Scored[], input: DecisionInput): Scored | undefined;
+  /** The index of the chosen candidate, or -1 when there is none. */
+  pick(candidates: readonly WorkerView[], scores: ArrayLike<number>, input: DecisionInput): number;
 }
 
 /** One pass of a decision: who may serve, how well, and who is chosen. */
@@ -73,31 +78,31 @@ export function runFilters(filters: readonly Filter[], workers: readonly WorkerV
   return out;
 }
 
-/** The weighted sum of a candidate's terms, in the profile's order (so sums are the same to the last bit). */
-export function totalScore(scorers: readonly WeightedScorer[], w: WorkerView, ctx: ScoreContext): number {
-  let total = 0;
-  for (const s of scorers) total += s.weight * s.scorer.score(w, ctx);
-  return total;
+/**
+ * Each candidate's weighted sum of terms, added in the profile's order (so every sum is the same
+ * to the last bit, whatever the number of scorers).
+ */
+export function totalScores(scorers: readonly WeightedScorer[], candidates: readonly WorkerView[], ctx: ScoreContext): number[] {
+  const totals = new Array<number>(candidates.length).fill(0);
+  for (const s of scorers) {
+    const terms = s.scorer.score(candidates, ctx);
+    const weight = s.weight;
+    for (let i = 0; i < totals.length; i++) totals[i] = totals[i]! + weight * terms[i]!;
+  }
+  return totals;
 }
 
 export interface ProfileResult {
-  best: Scored | undefined;
+  best: WorkerView | undefined;
   /** Every candidate's score, for the explanation. */
   scores: Map<string, number>;
 }
 
-/**
- * Runs a profile over `workers`. `ctxOf` gives each candidate's score context (the session's own
- * worker past its limit is scored as staying, see policy.ts).
- */
-export function runProfile(profile: Profile, workers: readonly WorkerView[], fctx: FilterContext, ctxOf: (w: WorkerView) => ScoreContext): ProfileResult {
+export function runProfile(profile: Profile, workers: readonly WorkerView[], fctx: FilterContext, sctx: ScoreContext): ProfileResult {
   const candidates = runFilters(profile.filters, workers, fctx);
-  const scored: Scored[] = [];
+  const totals = totalScores(profile.scorers, candidates, sctx);
   const scores = new Map<string, number>();
-  for (const w of candidates) {
-    const s = totalScore(profile.scorers, w, ctxOf(w));
-    scored.push({ worker: w, score: s });
-    scores.set(w.id, s);
-  }
-  return { best: profile.picker.pick(scored, fctx.input), scores };
+  for (let i = 0; i < candidates.length; i++) scores.set(candidates[i]!.id, totals[i]!);
+  const i = profile.picker.pick(candidates, totals, fctx.input);
+  return { best: i >= 0 ? candidates[i] : undefined, scores };
 }

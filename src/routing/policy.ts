@@ -21,12 +21,17 @@
  *
  * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
  * replica picks the same worker from the same view and unkeyed ties spread over workers.
+ *
+ * Steps 2 and 3 run profiles of filters, weighted scorers and a picker (./profiles.ts, one file per
+ * plugin under ./filters, ./scorers, ./pickers); steps 1 and 3's own-worker rule and the
+ * preconditions the store checks stay here (docs/DESIGN.md "The decision as filters, scorers and a
+ * picker" says why).
  */
 import { admitLimit } from './class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
 import { keepsOverLimit, overflowLimitOf, takesOverflow, topClass } from './overflow.js';
-import { runFilters, runProfile, type FilterContext, type ScoreContext } from './plugins.js';
+import { runFilters, runProfile, type FilterContext } from './plugins.js';
 import { profilesFor, VISIBLE } from './profiles.js';
 import { fleetLoad, work } from './score.js';
 import type { CandidateExplanation, Decision, DecisionInput, Explanation, Preconditions, RouteOutcome, WorkerView } from './types.js';
@@ -70,13 +75,12 @@ export function decide(input: DecisionInput): Decision {
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
   const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   const profile = usePrefix ? profiles.prefix : profiles.load;
-  const placing: ScoreContext = { input, fleet, overLimit: false };
-  // Staying is no new placement: no fair-share term, and the load counts past the limit.
-  const staying: ScoreContext = { input, fleet: undefined, overLimit: true };
-  const fctx: FilterContext = { input, home: home !== undefined ? affine : undefined };
-  const placed = runProfile(profile.place, workers, fctx, (w) => (home !== undefined && w === affine ? staying : placing));
+  // The session's worker past its limit is scored as staying: no fair-share term, and the load counts past the limit.
+  const staying = home !== undefined ? affine : undefined;
+  const fctx: FilterContext = { input, home: staying };
+  const placed = runProfile(profile.place, workers, fctx, { input, fleet, overLimit: false, staying });
   const scores = placed.scores;
-  let best: WorkerView | undefined = placed.best?.worker;
+  let best: WorkerView | undefined = placed.best;
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
   // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
   const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
@@ -97,9 +101,8 @@ export function decide(input: DecisionInput): Decision {
     let over: WorkerView | undefined;
     if (queueHome && takesOverflow(queueHome, overflowLimitOf(queueHome, factor))) over = queueHome;
     else {
-      const queueing: ScoreContext = { input, fleet, overLimit: true };
-      const queued = runProfile(profile.overflow, workers, { input }, () => queueing);
-      over = queued.best?.worker;
+      const queued = runProfile(profile.overflow, workers, { input }, { input, fleet, overLimit: true });
+      over = queued.best;
       if (over) for (const [id, s] of queued.scores) scores.set(id, s);
     }
     if (over) {

@@ -45,8 +45,9 @@ export function weightsByName(section: Readonly<Record<string, unknown>>, names:
 export function buildProfiles(weights: ScoreWeights, adapterWeight: number): Profiles {
   const adapter: WeightedScorer = { scorer: adapterScorer, weight: adapterWeight };
   // The adapter term is the request's (its weight rides with the request); the others the config's.
-  const prefixScorers: WeightedScorer[] = SCORERS.map((scorer) => (scorer === adapterScorer ? adapter : { scorer, weight: weights[scorer.name] ?? 0 }));
-  const loadScorers: WeightedScorer[] = [{ scorer: inflightScorer, weight: 1 }, adapter];
+  // A scorer of weight 0 adds nothing (every term is finite), so it is left out: no cost per candidate.
+  const prefixScorers = SCORERS.map((scorer) => (scorer === adapterScorer ? adapter : { scorer, weight: weights[scorer.name] ?? 0 })).filter(weighed);
+  const loadScorers = [{ scorer: inflightScorer, weight: 1 }, adapter].filter(weighed);
   const place = [takesNewWork, classShare];
   const overflow = [overflowRoom];
   return {
@@ -59,6 +60,10 @@ export function buildProfiles(weights: ScoreWeights, adapterWeight: number): Pro
       overflow: { name: 'load-overflow', filters: overflow, scorers: loadScorers, picker: maxScorePicker },
     },
   };
+}
+
+function weighed(s: WeightedScorer): boolean {
+  return s.weight !== 0;
 }
 
 const cache = new WeakMap<ScoreWeights, Map<number, Profiles>>();

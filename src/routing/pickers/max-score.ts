@@ -3,17 +3,17 @@
  * request's key, so every gate replica picks the same worker from the same view and unkeyed ties
  * spread over workers. Among equals the first candidate stays.
  */
-import type { Picker, Scored } from '../plugins.js';
+import type { Picker } from '../plugins.js';
 import { rendezvousScore } from '../rendezvous.js';
 import type { WorkerView } from '../types.js';
 
 export const maxScorePicker: Picker = {
   name: 'max-score',
-  pick(scored, input) {
+  pick(candidates, scores, input) {
     const key = input.keyHash ?? '';
-    let best: Scored | undefined;
-    for (const c of scored) {
-      if (best === undefined || c.score > best.score || (c.score === best.score && breaksTie(c.worker, best.worker, key))) best = c;
+    let best = -1;
+    for (let i = 0; i < candidates.length; i++) {
+      if (best < 0 || scores[i]! > scores[best]! || (scores[i] === scores[best] && breaksTie(candidates[i]!, candidates[best]!, key))) best = i;
     }
     return best;
   },

@@ -7,7 +7,13 @@ import type { Scorer } from '../plugins.js';
 
 export const adapterScorer: Scorer = {
   name: 'adapter',
-  score(w, { input }) {
-    return input.adapter !== undefined && adapterFit(w, input.adapter.name) === 'has' ? 1 : 0;
+  score(candidates, { input }) {
+    const adapter = input.adapter;
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const w = candidates[i]!;
+      out[i] = (adapter !== undefined && adapterFit(w, adapter.name) === 'has' ? 1 : 0);
+    }
+    return out;
   },
 };

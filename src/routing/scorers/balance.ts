@@ -8,7 +8,13 @@ import { work } from '../score.js';
 
 export const balanceScorer: Scorer = {
   name: 'balance',
-  score(w, { fleet }) {
-    return -(fleet ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0);
+  score(candidates, { fleet, staying }) {
+    // Staying on its own worker is no new placement: no fair-share term there.
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const w = candidates[i]!;
+      out[i] = -(fleet && w !== staying ? Math.min(1, Math.max(0, work(w) - fleet.meanWork) / Math.max(fleet.meanWork, fleet.floor, 1e-9)) : 0);
+    }
+    return out;
   },
 };

@@ -6,7 +6,12 @@ import type { Scorer } from '../plugins.js';
 
 export const inflightScorer: Scorer = {
   name: 'inflight',
-  score(w) {
-    return -(w.inflight / w.maxInflight);
+  score(candidates) {
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const w = candidates[i]!;
+      out[i] = -(w.inflight / w.maxInflight);
+    }
+    return out;
   },
 };

@@ -3,7 +3,12 @@ import type { Scorer } from '../plugins.js';
 
 export const kvScorer: Scorer = {
   name: 'kv',
-  score(w) {
-    return -(w.kvUsage === undefined || !Number.isFinite(w.kvUsage) ? 0 : Math.min(1, Math.max(0, w.kvUsage)));
+  score(candidates) {
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const w = candidates[i]!;
+      out[i] = -(w.kvUsage === undefined || !Number.isFinite(w.kvUsage) ? 0 : Math.min(1, Math.max(0, w.kvUsage)));
+    }
+    return out;
   },
 };

@@ -9,8 +9,14 @@ import { finite } from '../score.js';
 
 export const loadScorer: Scorer = {
   name: 'load',
-  score(w, { overLimit }) {
-    const busy = Math.max(w.inflight, finite(w.waiting));
-    return -(w.maxInflight > 0 ? (overLimit ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1);
+  score(candidates, { overLimit, staying }) {
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      const w = candidates[i]!;
+      const busy = Math.max(w.inflight, finite(w.waiting));
+      const past = overLimit || w === staying;
+      out[i] = -(w.maxInflight > 0 ? (past ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1);
+    }
+    return out;
   },
 };
