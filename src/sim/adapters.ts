@@ -11,20 +11,18 @@
  */
 import { Gate } from '../gate/gate.js';
 import { initHashing } from '../request/hashing.js';
-import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { MemoryStore } from '../state/memory-store.js';
-import type { Lease } from '../state/store.js';
 import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import type { LoraOptions } from './lora-slots.js';
 import { percentile } from './metrics.js';
-import { requestInfo, simGateConfig, workerId } from './policies/kvgate.js';
+import { KvgatePolicy, simGateConfig } from './policies/kvgate.js';
 import { LeastLoadedPolicy } from './policies/least-loaded.js';
-import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policies/policy.js';
+import type { PolicyContext, RouterPolicy } from './policies/policy.js';
 import { RoundRobinPolicy } from './policies/round-robin.js';
 import { hashString32, Rng, Zipf } from './rng.js';
 import { simulate } from './simulator.js';
-import type { SimRequest, Workload } from './workload.js';
+import type { Workload } from './workload.js';
 
 export interface AdapterMix {
   /** Distinct adapters. */
@@ -52,49 +50,13 @@ export function assignAdapters(workload: Workload, mix: AdapterMix, seed: number
   return workload.requests.map((r) => draw(r.sessionId !== undefined ? new Rng(hashString32(r.sessionId) ^ seed) : rng));
 }
 
-/** kvgate with each request's adapter in its body's `model`, reading the adapter gauge with the rest. */
-class AdapterKvgate implements RouterPolicy {
-  private readonly leases = new Map<number, Lease>();
-  private readonly index: ReadonlyMap<string, number>;
-
-  constructor(
-    readonly name: string,
-    private readonly gate: Gate,
-    private readonly adapterOf: readonly (string | undefined)[],
-  ) {
-    this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
-  }
-
-  async route(req: SimRequest): Promise<RouteChoice> {
-    const info = requestInfo(req, this.gate.currentConfig);
-    const adapter = this.adapterOf[req.index];
-    const body = adapter === undefined ? info.body : Buffer.from(JSON.stringify({ ...(JSON.parse(info.body!.toString()) as object), model: adapter }));
-    const res = await this.gate.route({ ...info, body });
-    if (res.kind === 'reject') return { shed: res.error.code };
-    this.leases.set(req.index, res.lease);
-    return { worker: this.index.get(res.worker)! };
-  }
-
-  async firstToken(req: SimRequest): Promise<void> {
-    const lease = this.leases.get(req.index);
-    if (!lease) return;
-    this.leases.delete(req.index);
-    await this.gate.release(lease);
-  }
-
-  observe(workers: readonly WorkerObservation[]): void {
-    const records = new Map<string, SignalRecord>();
-    workers.forEach((w, i) => {
-      const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
-      if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };
-      records.set(workerId(i), { signals, ageMs: (w.ageS ?? 0) * 1000, failures: 0 });
-    });
-    this.gate.setSignals(records);
-  }
-
-  close(): Promise<void> {
-    return this.gate.store.close();
-  }
+/** kvgate with each request's adapter in its body's `model` (KvgatePolicy reads the adapter gauge with the rest). */
+function adapterKvgate(name: string, gate: Gate, adapterOf: readonly (string | undefined)[]): KvgatePolicy {
+  return new KvgatePolicy(gate, name, (info, req) => {
+    const adapter = adapterOf[req.index];
+    if (adapter === undefined) return info;
+    return { ...info, body: Buffer.from(JSON.stringify({ ...(JSON.parse(info.body!.toString()) as object), model: adapter })) };
+  });
 }
 
 export interface AdapterRow {
@@ -141,7 +103,7 @@ async function makePolicy(name: AdapterPolicyName, ctx: PolicyContext, adapters:
   // The adapters are declared, as the README advises, so a request for one nobody runs yet is known as an adapter.
   const gateConfig = { adapters: [...adapters], ...(name === 'kvgate' ? {} : AFFINITY_OFF) };
   const gate = new Gate(simGateConfig({ ...ctx, gateConfig }), new MemoryStore(), createLogger('silent'));
-  const policy = new AdapterKvgate(name, gate, adapterOf);
+  const policy = adapterKvgate(name, gate, adapterOf);
   // As `kvgate serve` reads every worker once before serving: an idle fleet with empty slots.
   policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } })));
   return policy;

@@ -9,17 +9,14 @@
 import { parseConfig } from '../config/load.js';
 import { Gate } from '../gate/gate.js';
 import { initHashing } from '../request/hashing.js';
-import type { SignalRecord } from '../routing/health.js';
 import { MemoryStore } from '../state/memory-store.js';
-import type { Lease } from '../state/store.js';
 import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import { percentile } from './metrics.js';
-import { requestInfo, workerId } from './policies/kvgate.js';
-import type { RouteChoice, RouterPolicy, WorkerObservation } from './policies/policy.js';
+import { KvgatePolicy, workerId } from './policies/kvgate.js';
 import { hashString32, Rng } from './rng.js';
 import { simulate } from './simulator.js';
-import type { SimRequest, Workload } from './workload.js';
+import type { Workload } from './workload.js';
 
 /** Class name → weight in the mix. */
 export type ClassMix = Readonly<Record<string, number>>;
@@ -57,44 +54,12 @@ export function assignClasses(workload: Workload, mix: ClassMix, seed: number): 
 }
 
 /** kvgate with each request's class in the class header. */
-class ClassedKvgate implements RouterPolicy {
-  readonly name = 'kvgate (classes)';
-  private readonly leases = new Map<number, Lease>();
-  private readonly index: ReadonlyMap<string, number>;
-
-  constructor(
-    private readonly gate: Gate,
-    private readonly classOf: readonly string[],
-  ) {
-    this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
-  }
-
-  async route(req: SimRequest): Promise<RouteChoice> {
-    const info = requestInfo(req, this.gate.currentConfig);
+function classedKvgate(gate: Gate, classOf: readonly string[]): KvgatePolicy {
+  return new KvgatePolicy(gate, 'kvgate (classes)', (info, req) => {
     const headers = new Map(info.headers);
-    headers.set(this.gate.currentConfig.classes.header, this.classOf[req.index]!);
-    const res = await this.gate.route({ ...info, headers });
-    if (res.kind === 'reject') return { shed: res.error.code };
-    this.leases.set(req.index, res.lease);
-    return { worker: this.index.get(res.worker)! };
-  }
-
-  async firstToken(req: SimRequest): Promise<void> {
-    const lease = this.leases.get(req.index);
-    if (!lease) return;
-    this.leases.delete(req.index);
-    await this.gate.release(lease);
-  }
-
-  observe(workers: readonly WorkerObservation[]): void {
-    const records = new Map<string, SignalRecord>();
-    workers.forEach((w, i) => records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: (w.ageS ?? 0) * 1000, failures: 0 }));
-    this.gate.setSignals(records);
-  }
-
-  close(): Promise<void> {
-    return this.gate.store.close();
-  }
+    headers.set(gate.currentConfig.classes.header, classOf[req.index]!);
+    return { ...info, headers };
+  });
 }
 
 export interface ClassRow {
@@ -130,7 +95,7 @@ export async function runClassMix(workload: Workload, opts: ClassMixOptions): Pr
     },
     'simulator gate config (classes)',
   );
-  const policy = new ClassedKvgate(new Gate(config, new MemoryStore(), createLogger('silent')), classOf);
+  const policy = classedKvgate(new Gate(config, new MemoryStore(), createLogger('silent')), classOf);
   policy.observe(Array.from({ length: opts.fleet.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
   try {
     const run = await simulate(workload, policy, { fleet: opts.fleet, cost: opts.cost });

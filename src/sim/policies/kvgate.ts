@@ -19,7 +19,7 @@ import { MemoryStore } from '../../state/memory-store.js';
 import type { Lease } from '../../state/store.js';
 import { createLogger } from '../../telemetry/logger.js';
 import type { SimRequest } from '../workload.js';
-import type { SignalRecord } from '../../routing/health.js';
+import type { SignalRecord, WorkerSignals } from '../../routing/health.js';
 import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policy.js';
 
 /** The model named in simulated bodies (the one the cost model describes). */
@@ -57,14 +57,21 @@ export function requestInfo(req: SimRequest, config: Config): RequestInfo {
   return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(body) };
 }
 
+/** What a simulation adds to each request before the gate sees it (a class header, an adapter as `model`). */
+export type DecorateRequest = (info: RequestInfo, req: SimRequest) => RequestInfo;
+
 export class KvgatePolicy implements RouterPolicy {
-  readonly name = 'kvgate';
   private readonly leases = new Map<number, Lease>();
   private readonly index: ReadonlyMap<string, number>;
   /** How the gate decided, by outcome, for the report. */
   readonly outcomes = new Map<RouteOutcome | 'shed', number>();
 
-  private constructor(readonly gate: Gate) {
+  /** The real gate as a simulated router; `decorate` lets a simulation shape its requests. */
+  constructor(
+    readonly gate: Gate,
+    readonly name = 'kvgate',
+    private readonly decorate?: DecorateRequest,
+  ) {
     this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
   }
 
@@ -77,7 +84,8 @@ export class KvgatePolicy implements RouterPolicy {
   }
 
   async route(req: SimRequest): Promise<RouteChoice> {
-    const res = await this.gate.route(requestInfo(req, this.gate.currentConfig));
+    const info = requestInfo(req, this.gate.currentConfig);
+    const res = await this.gate.route(this.decorate ? this.decorate(info, req) : info);
     if (res.kind === 'reject') {
       this.count('shed');
       return { shed: res.error.code };
@@ -97,9 +105,12 @@ export class KvgatePolicy implements RouterPolicy {
   /** A scrape of every worker, handed to the gate as its collector would after reading the store. */
   observe(workers: readonly WorkerObservation[], _nowS?: number): void {
     const records = new Map<string, SignalRecord>();
-    workers.forEach((w, i) =>
-      records.set(workerId(i), { signals: { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage }, ageMs: (w.ageS ?? 0) * 1000, failures: 0 }),
-    );
+    workers.forEach((w, i) => {
+      const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
+      // The adapter gauge, where the simulated engines run adapters (as vLLM's lora_requests_info).
+      if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };
+      records.set(workerId(i), { signals, ageMs: (w.ageS ?? 0) * 1000, failures: 0 });
+    });
     this.gate.setSignals(records);
   }
 
