@@ -108,8 +108,12 @@ describe('kvgate bench', () => {
         assert.ok(r.gate && Object.values(r.gate.outcomes).reduce((n, v) => n + v, 0) >= r.completed, `${what}: the gate decided them`);
       }
     }
-    // The issue's targets stay about BUFFERED: one ratio for memory, not two.
-    assert.equal(report.targets.filter((t) => t.store === 'memory' && t.unit === 'ratio').length, 1);
+    // The ceiling ratio targets stay about BUFFERED (one for memory, not two); full duplex gets
+    // its own: its rate against buffered's at the same size.
+    assert.equal(report.targets.filter((t) => t.store === 'memory' && t.target.startsWith('decisions/s')).length, 1);
+    const duplex = report.targets.filter((t) => t.store === 'memory' && t.target.startsWith('full duplex'));
+    assert.equal(duplex.length, 1);
+    assert.equal(typeof duplex[0]!.value, 'number');
     assert.match(formatReport(report), /^memory\s+2k\s+8 streams\s+full_duplex/m);
   });
 
