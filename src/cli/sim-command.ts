@@ -13,6 +13,8 @@ import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
 import { parseConfig, readConfigText } from '../config/load.js';
 import { initHashing } from '../request/hashing.js';
+import { adapterTable, DEFAULT_ADAPTER_MIX, runAdapterComparison } from '../sim/adapters.js';
+import { classTable, runClassMix } from '../sim/classes.js';
 import { DEFAULT_COST_MODEL, DEFAULT_FLEET } from '../sim/cost-model.js';
 import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '../sim/policies/registry.js';
 import { writeReport } from '../sim/report.js';
@@ -60,6 +62,10 @@ interface SimFlags {
   gateConfig?: string;
   loads: number[];
   sloTtft: number;
+  classes?: boolean;
+  adapters?: number;
+  maxLoras: number;
+  adapterLoadMs: number;
 }
 
 function loadList(value: string): number[] {
@@ -98,12 +104,17 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
     .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
     .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
+    .addOption(new Option('--classes', 'classes of service: a critical/standard/sheddable mix through the gate, each class\'s shed rate and TTFT (overload it with --rate-scale)').conflicts(['sweep', 'trace', 'adapters']))
+    .addOption(new Option('--adapters <n>', 'LoRA adapters: requests name one of N adapters (Zipf), workers hold --max-loras at once; kvgate with and without adapter affinity against round robin and least loaded').argParser(positiveInt).conflicts(['sweep', 'trace']))
+    .addOption(new Option('--max-loras <n>', 'adapter slots per worker with --adapters (vLLM --max-loras)').argParser(positiveInt).default(4))
+    .addOption(new Option('--adapter-load-ms <ms>', 'time to load an adapter that is not resident, with --adapters').argParser(positiveNumber).default(50))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
       await initHashing();
       const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
       if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');
       if (o.sweep) return sweep(o, out, gateConfig);
+      if (o.classes || o.adapters !== undefined) return classesOrAdapters(o, out);
       const workload = loadWorkload(o);
       // On a terminal a bar with the time left; piped, a line as each policy starts.
       const bar = o.json ? undefined : process.stderr.isTTY ? progressBar(workload, o.policies) : progressLines(workload, o.policies);
@@ -259,4 +270,30 @@ function progressBar(w: Workload, policies: readonly string[]): { update: Progre
     },
     stop: () => bar.stop(),
   };
+}
+
+/**
+ * `--classes` and `--adapters`: the same workload through the real gate with a class mix or with
+ * adapters named in `model`, reporting what those features change (shed rate and TTFT per class;
+ * adapter loads, hit rate and TTFT per policy).
+ */
+async function classesOrAdapters(o: SimFlags, out: SimOutput): Promise<void> {
+  const name = o.workload ?? 'chat';
+  if (!isSyntheticName(name)) throw new InvalidArgumentError(`unknown workload ${name}`);
+  const workload = syntheticWorkload(name, { requests: o.requests ?? DEFAULT_SYNTHETIC_REQUESTS, seed: o.seed, rateScale: o.rateScale });
+  const fleet = { ...DEFAULT_FLEET, workers: o.workers, cacheTokens: o.cacheTokens, offloadTokens: o.offloadTokens, maxBatch: o.maxBatch };
+  const cost = { ...DEFAULT_COST_MODEL, prefillTokensPerS: o.prefillTokS };
+  const head = `${workload.name}, ${workload.requests.length} requests at ${o.rateScale}× its rate, ${o.workers} workers, max_inflight ${o.maxInflight}, seed ${o.seed}`;
+  if (o.classes) {
+    const rows = await runClassMix(workload, { fleet, cost, maxInflight: o.maxInflight, seed: o.seed });
+    out.write(o.json ? `${JSON.stringify(rows)}\n` : `${head}\n${classTable(rows)}\n`);
+    return;
+  }
+  const mix = { ...DEFAULT_ADAPTER_MIX, adapters: o.adapters! };
+  const rows = await runAdapterComparison(workload, { fleet, cost, maxInflight: o.maxInflight, seed: o.seed, mix, maxLoras: o.maxLoras, loadS: o.adapterLoadMs / 1000 });
+  out.write(
+    o.json
+      ? `${JSON.stringify(rows)}\n`
+      : `${head}, ${mix.adapters} adapters (Zipf ${mix.zipfS}), max_loras ${o.maxLoras}, load ${o.adapterLoadMs} ms\n${adapterTable(rows)}\n`,
+  );
 }

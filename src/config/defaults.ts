@@ -111,7 +111,7 @@ export const DEFAULTS = {
   /**
    * Whether workers whose adapter slots are all held by other adapters are excluded (while another
    * can serve). On: such a worker would hold the request back behind unrelated work. Off (with
-   * weight 0) turns adapter affinity off entirely, e.g. to measure it (scripts/sim-adapters.ts).
+   * weight 0) turns adapter affinity off entirely, e.g. to measure it (`kvgate sim --adapters`).
    */
   adapterFilter: true,
   /**

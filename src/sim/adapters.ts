@@ -146,7 +146,7 @@ export async function runAdapterComparison(workload: Workload, opts: AdapterRunO
   return rows;
 }
 
-/** The comparison table, as `scripts/sim-adapters.ts` prints it. */
+/** The comparison table, as `kvgate sim --adapters` prints it. */
 export function adapterTable(rows: readonly AdapterRow[]): string {
   const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
   const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions | KV hit rate |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|'];

@@ -112,7 +112,7 @@ export async function runClassMix(workload: Workload, opts: ClassMixOptions): Pr
   }
 }
 
-/** The per-class table, as `scripts/sim-classes.ts` prints it. */
+/** The per-class table, as `kvgate sim --classes` prints it. */
 export function classTable(rows: readonly ClassRow[]): string {
   const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
   const lines = ['| class | requests | shed | shed rate | TTFT p50 | TTFT p95 |', '|---|---|---|---|---|---|'];

@@ -33,6 +33,24 @@ describe('kvgate sim', () => {
     assert.equal(typeof rows[0]!['ttft_p99_s'], 'number');
   });
 
+  test('--classes: each class of the mix with its shed rate; under overload the lowest class is shed most', async () => {
+    const rows = JSON.parse(await sim(['--classes', '--requests', '3000', '--rate-scale', '10', '--workers', '4', '--max-inflight', '8', '--json'])) as Array<{ class: string; requests: number; shedRate: number }>;
+    assert.deepEqual(rows.map((r) => r.class), ['critical', 'standard', 'sheddable']);
+    assert.equal(rows.reduce((n, r) => n + r.requests, 0), 3000);
+    const rate = (c: string) => rows.find((r) => r.class === c)!.shedRate;
+    assert.ok(rate('standard') > 0.1, `the fleet is overloaded: standard shed ${rate('standard')}`);
+    assert.ok(rate('sheddable') > rate('standard') && rate('standard') > rate('critical'), `shed rates ${rows.map((r) => `${r.class} ${r.shedRate}`).join(', ')}`);
+    assert.match(await sim(['--classes', '--requests', '200', '--workers', '4']), /critical/);
+  });
+
+  test('--adapters: kvgate with adapter affinity loads fewer adapters than with it off, every request routed', async () => {
+    const rows = JSON.parse(await sim(['--adapters', '8', '--max-loras', '2', '--requests', '600', '--seed', '3', '--json'])) as Array<{ policy: string; routed: number; requests: number; loadsPerRequest: number }>;
+    assert.deepEqual(rows.map((r) => r.policy), ['kvgate', 'kvgate (adapter affinity off)', 'round-robin', 'least-loaded']);
+    for (const r of rows) assert.equal(r.routed, r.requests, `${r.policy} routed everything`);
+    assert.ok(rows[0]!.loadsPerRequest < rows[1]!.loadsPerRequest, `on ${rows[0]!.loadsPerRequest} vs off ${rows[1]!.loadsPerRequest}`);
+    await assert.rejects(sim(['--adapters', '4', '--sweep']), /cannot be used with option '--sweep'/);
+  });
+
   test('--report onto an existing file fails before the run', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-report-'));
     try {
