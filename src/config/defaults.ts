@@ -74,7 +74,8 @@ export const DEFAULTS = {
   prefixTtlS: 1800,
   /**
    * KV tokens a worker can hold when its config does not say: Llama-3-8B on one H100 (80 GB,
-   * ~128 KiB of KV per token, ~50 GB left for KV) holds about 400k tokens (routing-landscape §3).
+   * ~128 KiB of KV per token, ~50 GB left for KV) holds about 400k tokens (an estimate from vLLM's
+   * default `gpu_memory_utilization` of 0.9, less the weights and activations).
    * Bounds how many prefix blocks the index believes a worker holds.
    */
   kvCapacityTokens: 400_000,

@@ -1,7 +1,7 @@
 /**
  * The fake worker's defaults, each with its reason. They describe one vLLM engine serving
  * Llama-3-8B on one H100, the same GPU the simulator's cost model describes (src/sim/cost-model.ts,
- * figures from ../shared/reference/routing-landscape.md), so a fake fleet behaves like the one
+ * where each figure's source is given), so a fake fleet behaves like the one
  * `kvgate sim` reasons about, only in real time. Tests and the demo shrink them.
  */
 
@@ -53,15 +53,15 @@ export const FAKE_WORKER_DEFAULTS: Readonly<FakeWorkerOptions> = Object.freeze({
   /** A simulator has no business on a public interface unless asked. */
   host: '127.0.0.1',
   port: 0,
-  /** ~400k tokens: Llama-3-8B BF16 on an 80 GB H100 (routing-landscape §3.2), as DEFAULT_FLEET. */
+  /** ~400k tokens: Llama-3-8B BF16 on an 80 GB H100 (an estimate, as DEFAULT_FLEET). */
   kvCapacityTokens: 400_000,
-  /** vLLM's default block size on CUDA (routing-landscape §3.6). */
+  /** vLLM's default block size on CUDA (vLLM `docs/design/prefix_caching.md`). */
   blockTokens: 16,
   /** ~25-30k prompt tok/s for 8B BF16 on one H100 in vLLM; the midpoint, as DEFAULT_COST_MODEL. */
   prefillTokensPerS: 27_500,
-  /** A full prefix hit on an 8k prompt still takes ~15-30 ms to first token (routing-landscape §3.4). */
+  /** A full prefix hit on an 8k prompt still takes ~15-30 ms to first token (an estimate, as DEFAULT_COST_MODEL). */
   prefillOverheadMs: 15,
-  /** One decode step reads 16 GB of weights at ~70% of 3.35 TB/s ≈ 7 ms (routing-landscape §3.3). */
+  /** One decode step reads 16 GB of weights at ~70% of 3.35 TB/s ≈ 7 ms (as DEFAULT_COST_MODEL). */
   decodeMsPerToken: 7,
   /** vLLM's `--max-num-seqs` default. */
   maxBatch: 256,

@@ -1,6 +1,8 @@
 /**
  * Where each signal lives in each model server's Prometheus output. Names from the engines' own
- * metrics as the Gateway API Inference Extension and llm-d read them (gateways.md §4). Each signal
+ * metrics as the Gateway API Inference Extension and llm-d read them (llm-d-router
+ * `pkg/epp/framework/plugins/datalayer/extractor/metrics/factories.go`; GIE
+ * `docs/proposals/003-model-server-protocol/README.md`). Each signal
  * lists aliases in order: a metric renamed between server versions (vLLM's
  * `gpu_cache_usage_perc` → `kv_cache_usage_perc`) is found under either name.
  */

@@ -2,16 +2,16 @@
  * From prompt text to what a KV cache stores: an estimated token count and the chain of block ids.
  *
  * Engines cache KV in fixed blocks of tokens, each keyed by a chained hash (a block's hash covers
- * every block before it), and only whole blocks are reused (routing-landscape.md §3.6). Without a
+ * every block before it), and only whole blocks are reused (vLLM `docs/design/prefix_caching.md`). Without a
  * tokenizer, the UTF-8 text is cut into blocks of `blockTokens × CHARS_PER_TOKEN` bytes, chained
  * with xxhash64 (the project's hasher, src/util/xxhash.ts; `initHashing()` must have run).
  */
 import { xxh } from '../util/xxhash.js';
 
-/** ≈4 characters per token for English-like text (routing-landscape.md §2.2 measures the agent traces with it). */
+/** ≈4 characters per token for English-like text (an assumption; prefix reuse on the shared agent traces was measured with it). */
 export const CHARS_PER_TOKEN = 4;
 
-/** Block size for text workloads: vLLM's default of 16 tokens on CUDA (routing-landscape.md §3.6). */
+/** Block size for text workloads: vLLM's default of 16 tokens on CUDA (vLLM `docs/design/prefix_caching.md`). */
 export const TEXT_BLOCK_TOKENS = 16;
 
 /** A block id: ids are compared for equality only (chained, so equal id ⇔ equal prefix). */

@@ -1,26 +1,33 @@
 /**
- * What a GPU worker costs in time and memory. Every default is a published figure for Llama-3-8B
- * in BF16 on one H100 SXM under vLLM, with its source in
- * ../shared/reference/routing-landscape.md (section numbers below). All are overridable.
+ * What a GPU worker costs in time and memory. Every default is a figure for Llama-3-8B in BF16 on
+ * one H100 SXM under vLLM, each with its source or basis below (a published figure, or arithmetic
+ * from published ones where marked as an estimate). All are overridable.
  */
 
 export interface CostModel {
-  /** KV bytes per token: 2 × 32 layers × 8 KV heads × 128 dims × 2 bytes = 128 KiB (§3.1). */
+  /** KV bytes per token: 2 × 32 layers × 8 KV heads × 128 dims × 2 bytes = 128 KiB (Llama-3-8B's config). */
   kvBytesPerToken: number;
-  /** Prefill throughput on uncached tokens: ~25-30k prompt tok/s for 8B BF16 on one H100 in vLLM; midpoint (§3.3). */
+  /**
+   * Prefill throughput on uncached tokens: ~25-30k prompt tok/s for 8B BF16 on one H100 in vLLM;
+   * midpoint (an estimate: half of TensorRT-LLM's published FP8 figure,
+   * `docs/source/performance/perf-overview.md`).
+   */
   prefillTokensPerS: number;
   /**
    * Fixed cost of admitting a request (one forward pass plus scheduling): a full prefix hit on an
-   * 8k prompt still has a TTFT of ~15-30 ms (§3.4); the low end, as the rest is the short forward.
+   * 8k prompt still has a TTFT of ~15-30 ms (an estimate); the low end, as the rest is the short forward.
    */
   prefillOverheadS: number;
-  /** Weight bytes read per decode step: 8B params in BF16 ≈ 16 GB (§3.2). */
+  /** Weight bytes read per decode step: 8B params in BF16 ≈ 16 GB (2 bytes per parameter). */
   weightBytes: number;
-  /** HBM bandwidth of an H100 SXM, HBM3: 3.35 TB/s (§3.3, §3.5). */
+  /** HBM bandwidth of an H100 SXM, HBM3: 3.35 TB/s (NVIDIA H100 specifications). */
   hbmBytesPerS: number;
-  /** Achieved share of HBM bandwidth in a decode step: ~0.6-0.8; midpoint (§3.3). */
+  /** Achieved share of HBM bandwidth in a decode step: ~0.6-0.8; midpoint (an assumption). */
   decodeEfficiency: number;
-  /** Host-to-device bandwidth for reloading offloaded KV: PCIe Gen5 x16, ~50 GB/s in practice (§3.5). */
+  /**
+   * Host-to-device bandwidth for reloading offloaded KV: PCIe Gen5 x16, ~50 GB/s in practice (an
+   * estimate from NVIDIA's 64 GB/s per direction).
+   */
   offloadBytesPerS: number;
 }
 
@@ -35,11 +42,17 @@ export const DEFAULT_COST_MODEL: Readonly<CostModel> = Object.freeze({
 });
 
 export interface FleetOptions {
-  /** Workers (one engine instance each): "a simple 8-GPU cluster of 8B instances" (§3.2). */
+  /** Workers (one engine instance each): a simple 8-GPU cluster of 8B instances (an assumption). */
   workers: number;
-  /** HBM KV capacity per worker in tokens: ~400k for 8B BF16 on an 80 GB H100 (§3.2). */
+  /**
+   * HBM KV capacity per worker in tokens: ~400k for 8B BF16 on an 80 GB H100 (an estimate from
+   * vLLM's default `gpu_memory_utilization` of 0.9).
+   */
   cacheTokens: number;
-  /** CPU offload tier per worker in tokens; 0 turns it off (off by default: its gains are conditional, §3.5). */
+  /**
+   * CPU offload tier per worker in tokens; 0 turns it off (off by default: its gains are
+   * conditional, per LMCache's own and third-party benchmarks).
+   */
   offloadTokens: number;
   /** Most sequences in one continuous batch: vLLM's `--max-num-seqs` default of 256. */
   maxBatch: number;
@@ -54,7 +67,7 @@ export interface FleetOptions {
   /**
    * Share of KV blocks pinned by running requests at which a worker reports itself 'pressured'
    * (kvgate's worker state): the 85% trigger of the article and the issue. Pinned blocks, not
-   * cached ones, because that is what vLLM's usage gauge measures (§3.6).
+   * cached ones, because that is what vLLM's usage gauge measures (`vllm/v1/core/block_pool.py` `get_usage`).
    */
   pressureThreshold: number;
 }
@@ -92,7 +105,7 @@ export function prefillSeconds(cost: CostModel, computedTokens: number, reloaded
 
 /**
  * Seconds per decode step: decode is bandwidth-bound, so a step reads the weights once plus the KV
- * of every running sequence (§3.3). Each running sequence gains one token per step.
+ * of every running sequence. Each running sequence gains one token per step.
  */
 export function decodeStepSeconds(cost: CostModel, contextTokens: number): number {
   return (cost.weightBytes + contextTokens * cost.kvBytesPerToken) / (cost.hbmBytesPerS * cost.decodeEfficiency);

@@ -1,6 +1,6 @@
 /**
  * One worker's prefix KV cache, block-granular, with the semantics of vLLM's automatic prefix
- * caching (routing-landscape.md §3.6):
+ * caching (vLLM `docs/design/prefix_caching.md`, v1):
  *  - a request pins the blocks it uses (reference counts); pinned blocks are never evicted;
  *  - a block whose count drops to 0 stays cached but becomes evictable, in LRU order; a finished
  *    request's blocks are queued tail first, so a prompt's last blocks go before its first ones;

@@ -2,6 +2,8 @@
  * Product text (code, docs, configs, scripts) names no path of a development machine and no
  * internal tracking number: readers outside the team cannot follow either. Upstream projects'
  * issues are cited by their own names (e.g. "GIE issue #692"), which this does not match.
+ * Nor does it cite the team's internal reference notes, which do not ship: a figure names the
+ * public source it came from (a paper, a project's doc or source file) or says what it is.
  */
 import assert from 'node:assert/strict';
 import { existsSync, readdirSync, readFileSync, statSync } from 'node:fs';
@@ -13,6 +15,10 @@ const ROOTS = ['src', 'docs', 'envoy', 'scripts', 'proto', 'README.md'];
 const FORBIDDEN: Array<[RegExp, string]> = [
   [/\/work\//, 'a development machine path'],
   [/\bissue \d/i, 'an internal tracking number'],
+  [/shared\/reference/, 'an internal reference note'],
+  [/routing-landscape/, 'an internal reference note'],
+  [/gateways\.md/, 'an internal reference note'],
+  [/stateful-llm-load-balancing/, 'an internal reference note'],
 ];
 
 function files(p: string): string[] {
@@ -22,7 +28,7 @@ function files(p: string): string[] {
   return readdirSync(abs).flatMap((e) => files(path.join(p, e)));
 }
 
-test('no product file names a development machine path or an internal tracking number', () => {
+test('no product file names a development machine path, an internal tracking number or an internal reference note', () => {
   const found: string[] = [];
   const all = ROOTS.flatMap(files);
   assert.ok(all.length > 50, `scanned ${all.length} files`);

@@ -1,6 +1,6 @@
 /**
- * The article's algorithm (../shared/reference/stateful-llm-load-balancing.txt,
- * `StatefulLLMLoadBalancer.assign_worker`): a session → worker map; stay on the session's worker
+ * The article's algorithm (a web article on stateful LLM load balancing with KV-cache affinity;
+ * its example `StatefulLLMLoadBalancer.assign_worker`): a session → worker map; stay on the session's worker
  * while its load is under a fixed threshold of 10; otherwise (or for a new session) take the least
  * loaded worker under the threshold and re-pin the session there; if every worker is at the
  * threshold, refuse ("System Capacity Full"), which the simulator counts as a shed. The article

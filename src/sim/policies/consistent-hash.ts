@@ -1,6 +1,6 @@
 /**
  * Consistent hashing on the session id, as vLLM production-stack's `session` router does
- * (routing-landscape.md §1.2): a hash ring over the workers keyed by the session. Ketama-style,
+ * (`src/vllm_router/routers/routing_logic.py`): a hash ring over the workers keyed by the session. Ketama-style,
  * 160 points per worker (uhashring's default of 40 vnodes × 4 replicas). A request without a
  * session goes where the router's own load is lowest (the stack's "lowest QPS" fallback).
  */

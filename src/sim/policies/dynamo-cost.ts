@@ -1,7 +1,7 @@
 /**
- * NVIDIA Dynamo's KV router, re-implemented from its published description (routing-landscape.md
- * §1.3; `docs/components/router/*`, `DefaultWorkerSelector`), in the mode a router without engine
- * KV events runs (`--no-router-kv-events`):
+ * NVIDIA Dynamo's KV router, re-implemented from its published description (ai-dynamo/dynamo
+ * `docs/components/router/*`, `lib/kv-router/src/scheduling/` `DefaultWorkerSelector`), in the
+ * mode a router without engine KV events runs (`--no-router-kv-events`):
  *  - an approximate indexer: each routed request's blocks are recorded under its worker for
  *    `router_ttl_secs` = 120 s; past `router_max_tree_size` = 2^20 blocks the oldest go, down to
  *    `router_prune_target_ratio` = 0.8 of it;

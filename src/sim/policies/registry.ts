@@ -1,6 +1,7 @@
 /**
  * Policy names for `--policies`, and how to build each for one run. `article` is the algorithm of
- * the article kvgate started from (stateful-llm-load-balancing: sticky sessions under a fixed load
+ * the article kvgate started from (a web article on stateful LLM load balancing with KV-cache
+ * affinity, its `StatefulLLMLoadBalancer` example: sticky sessions under a fixed load
  * threshold of 10, least-loaded fallback, refuse when every worker is at it).
  */
 import { ArticlePolicy } from './article.js';

@@ -1,6 +1,7 @@
 /**
- * SGLang's cache-aware router, re-implemented from its published description (routing-landscape.md
- * §1.1; sgl-model-gateway / SMG `cache_aware.rs`, current defaults):
+ * SGLang's cache-aware router, re-implemented from its published description (SMG
+ * `model_gateway/src/policies/cache_aware.rs`, formerly sgl-model-gateway / `sgl-router`; current
+ * defaults from SMG `model_gateway/src/config/types.rs`):
  *  1. load = the router's own in-flight requests per worker. If (max − min) > balance_abs_threshold
  *     AND max > balance_rel_threshold × min, the fleet is imbalanced: take the least-loaded worker.
  *  2. Otherwise walk the router's approximate multi-tenant prefix tree to the deepest node that
