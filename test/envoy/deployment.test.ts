@@ -40,7 +40,7 @@ const ofKind = (all: Obj[], kind: string): Obj[] => all.filter((d) => d.kind ===
 
 /**
  * Istio's EnvoyFilter applyTo → the Envoy message a patch value is (istio networking/v1alpha3
- * envoy_filter.proto; /work/shared/reference/envoy-ext-proc.md §2.3).
+ * envoy_filter.proto).
  */
 const APPLY_TO_TYPE: Record<string, string> = {
   HTTP_FILTER: 'envoy.extensions.filters.network.http_connection_manager.v3.HttpFilter',

@@ -5,8 +5,8 @@
  * (spurious replies, timeouts, mutation rules, route cache) and reports what Envoy would have
  * done: which cluster the request reached, or which local reply the client got.
  *
- * It imitates Envoy's ext_proc filter as of about Envoy 1.35+ (reference:
- * /work/shared/reference/envoy-ext-proc.md §3, §5.1, §7). Each rule names the Envoy source it
+ * It imitates Envoy's ext_proc filter as of about Envoy 1.35+ (Envoy's external_processor.proto
+ * and the filter's source in envoyproxy/envoy). Each rule names the Envoy source it
  * follows where it is implemented; read from envoyproxy/envoy, not run. The routing rules:
  *  - HCM ConnectionManagerImpl::ActiveStream::decodeHeaders (source/common/http/conn_manager_impl.cc):
  *    early header mutations (HttpConnectionManager.early_header_mutation_extensions; the

@@ -1,7 +1,8 @@
 /**
  * Tests of the Envoy harness itself, against small ext_proc servers scripted here with grpc-js.
  * Each test's server answers exactly as the scenario needs; the assertions are what Envoy's
- * ext_proc filter does in that case (/work/shared/reference/envoy-ext-proc.md §3, §5.1).
+ * ext_proc filter does in that case (source/extensions/filters/http/ext_proc/ext_proc.cc and
+ * processor_state.cc in envoyproxy/envoy, as the harness's rules cite them).
  */
 import assert from 'node:assert/strict';
 import { readFileSync } from 'node:fs';

@@ -30,7 +30,7 @@ function input(p: Partial<DecisionInput> & Pick<DecisionInput, 'workers'>): Deci
 
 describe('routing policy', () => {
   test('the article example: abc stays on worker_1 at 9 of 10; def and ghi go to worker_2', () => {
-    // stateful-llm-load-balancing.txt: loads {worker_1: 9, worker_2: 2}, threshold 10, abc → worker_1.
+    // The article's example (StatefulLLMLoadBalancer.assign_worker): loads {worker_1: 9, worker_2: 2}, threshold 10, abc → worker_1.
     const loads = new Map([
       ['worker_1', 9],
       ['worker_2', 2],

@@ -11,7 +11,9 @@ import path from 'node:path';
 import { test } from 'node:test';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
-const ROOTS = ['src', 'docs', 'envoy', 'scripts', 'proto', 'README.md'];
+const ROOTS = ['src', 'docs', 'envoy', 'scripts', 'proto', 'test', 'README.md', 'Dockerfile', '.ci'];
+/** This file names the patterns it looks for. */
+const SELF = path.relative(ROOT, import.meta.filename);
 const FORBIDDEN: Array<[RegExp, string]> = [
   [/\/work\//, 'a development machine path'],
   [/\bissue \d/i, 'an internal tracking number'],
@@ -30,7 +32,7 @@ function files(p: string): string[] {
 
 test('no product file names a development machine path, an internal tracking number or an internal reference note', () => {
   const found: string[] = [];
-  const all = ROOTS.flatMap(files);
+  const all = ROOTS.flatMap(files).filter((f) => f !== SELF && !f.endsWith('.json') && !f.endsWith('.binpb'));
   assert.ok(all.length > 50, `scanned ${all.length} files`);
   for (const f of all) {
     const lines = readFileSync(path.join(ROOT, f), 'utf8').split('\n');
