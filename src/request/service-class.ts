@@ -53,7 +53,9 @@ export function serviceClass(
   if (endpointPicker) {
     const objective = headers.get(objectiveHeader)?.trim();
     if (objective !== undefined && objective !== '' && objective.length <= MAX_VALUE) {
-      const mapped = classes.objectives[objective] ?? (share(objective.toLowerCase()) !== undefined ? objective.toLowerCase() : undefined);
+      // Own keys only: the header is the client's, and `constructor` or `__proto__` must not
+      // reach Object.prototype.
+      const mapped = (Object.hasOwn(classes.objectives, objective) ? classes.objectives[objective] : undefined) ?? (share(objective.toLowerCase()) !== undefined ? objective.toLowerCase() : undefined);
       // An objective with no class is not an error: the GIE's own picker gives it priority 0.
       if (mapped !== undefined) {
         const byObjective = found(mapped, 'objective');

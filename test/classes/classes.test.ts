@@ -221,6 +221,11 @@ describe('classes: the pure pieces', () => {
     // An objective kvgate has no class for: the default, as the GIE picker gives an unknown one priority 0.
     const unknown = serviceClass(H({ [obj]: 'who-knows' }), cfg, undefined, true, obj);
     assert.deepEqual([unknown.name, unknown.source, unknown.ignored], ['standard', 'default', undefined]);
+    // Names on Object.prototype are objectives like any other: no mapping, so the default, nothing ignored.
+    for (const name of ['constructor', 'toString', '__proto__', 'hasOwnProperty']) {
+      const p = serviceClass(H({ [obj]: name }), cfg, undefined, true, obj);
+      assert.deepEqual([p.name, p.source, p.ignored], ['standard', 'default', undefined], name);
+    }
     // The class header beats the objective.
     assert.equal(serviceClass(H({ [obj]: 'chat-prod', [DEFAULTS.classHeader]: 'sheddable' }), cfg, undefined, true, obj).name, 'sheddable');
     // Garbage in the header: ignored and reported, never thrown.
