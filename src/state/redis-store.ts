@@ -356,7 +356,13 @@ export class RedisStore implements RoutingStore {
       if (late) return Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed'));
       const full = commit ? { ...commit, notAfter: this.clockOffsetMs === undefined ? 0 : deadline + this.clockOffsetMs } : undefined;
       return cmd.decide(this.redis, this.poolKeys(q.pool), q, full).then((reply) => {
-        this.clockOffsetMs = reply.now - Date.now();
+        // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
+        // however long the reply waited (the event loop, the way back): the largest seen is the
+        // truest. Taking the latest let one late reply pull the deadlines of later commits
+        // earlier, and Redis then refused commits that were in time. A reconnection starts over
+        // (learnClock), so a clock step does not stick.
+        const sample = reply.now - Date.now();
+        if (this.clockOffsetMs === undefined || sample > this.clockOffsetMs) this.clockOffsetMs = sample;
         return reply;
       });
     };
