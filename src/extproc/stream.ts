@@ -232,7 +232,7 @@ export class ExtProcStream {
       // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
       return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
     }
-    if (!noBody && mode === 'full_duplex' && readsBody(this.request, this.gate.currentConfig)) {
+    if (!noBody && mode === 'full_duplex' && readsBody(this.request, this.config)) {
       // The headers reply waits for the body; the chunks keep coming meanwhile.
       this.duplexWaiting = true;
       this.duplexTimer = setTimeout(() => this.enqueue(() => this.onDuplexDeadline()), this.duplexWaitMs);
@@ -459,7 +459,7 @@ export class ExtProcStream {
   private watchResponseId(msg: ProcessingRequest): void {
     const path = this.request?.path;
     if (!this.chosen || path === undefined || msg.response_headers?.end_of_stream) return;
-    if (promptApiOf(path) !== 'responses' || !this.config.keys.session_paths.includes(path)) return;
+    if (promptApiOf(path) !== 'responses' || !readsBody({ path }, this.config)) return;
     if (readableResponse(headerMapToMap(msg.response_headers?.headers))) this.responseIds = new ResponseIdReader();
   }
 

@@ -12,10 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import type { PromptApi } from './prompt.js';
-
-/** Must match prompt.ts's separator (the reference). */
-const SEP = '\u001e';
+import { SEP, stableJson, withoutCacheControl, type PromptApi } from './prompt.js';
 
 const encoder = new TextEncoder();
 
@@ -239,20 +236,4 @@ function feedContent(h: BlockHasher, content: unknown): number {
     chars += s.length;
   }
   return chars;
-}
-
-/** As prompt.ts's: Anthropic's `cache_control` marks a cache breakpoint, not text the model reads. */
-function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
-  if (!('cache_control' in p)) return p;
-  const { cache_control: _ignored, ...rest } = p;
-  return rest;
-}
-
-/** JSON.stringify that never throws, as prompt.ts's. */
-function stableJson(v: unknown): string {
-  try {
-    return JSON.stringify(v) ?? '';
-  } catch {
-    return '';
-  }
 }

@@ -29,7 +29,7 @@ export function promptApiOf(path: string): PromptApi {
  * stable. One byte on purpose: a character above U+00FF (U+241E, used before) made V8 store the
  * whole canonical prompt as a two-byte string, and joining 400 KB cost 3x as much.
  */
-const SEP = '\u001e';
+export const SEP = '\u001e';
 
 /**
  * Canonical text of an OpenAI chat or completions body, or undefined when it carries no prompt.
@@ -158,14 +158,15 @@ function contentText(content: unknown): string {
     .join('');
 }
 
-function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
+/** Anthropic's `cache_control` marks a cache breakpoint, not text the model reads. */
+export function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
   if (!('cache_control' in p)) return p;
   const { cache_control: _ignored, ...rest } = p;
   return rest;
 }
 
 /** JSON.stringify that never throws (bodies came from JSON.parse, so no cycles or BigInts). */
-function stableJson(v: unknown): string {
+export function stableJson(v: unknown): string {
   try {
     return JSON.stringify(v) ?? '';
   } catch {
