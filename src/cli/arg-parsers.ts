@@ -66,3 +66,9 @@ export function secondsUpTo(max = Infinity): (value: string) => number {
 
 /** The log levels (pino's), for `.choices()`: a typo is a usage error naming them, not pino's internal text. */
 export const LOG_LEVELS = ['fatal', 'error', 'warn', 'info', 'debug', 'trace', 'silent'] as const;
+
+/** An address given as host:port (a bracketed IPv6 host too), e.g. a gate's ext_proc address. */
+export function hostPort(value: string): string {
+  if (!/^(\[[^\]]+\]|[^:\s]+):\d{1,5}$/.test(value.trim())) throw new InvalidArgumentError('must be host:port, e.g. 127.0.0.1:9002');
+  return value.trim();
+}

@@ -4,7 +4,7 @@
  * It ends by itself after `--turns` turns per session or `--duration` seconds (Ctrl-C ends it early).
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { LOG_LEVELS, nonNegativeNumber, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
+import { hostPort, LOG_LEVELS, nonNegativeNumber, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
 import { ENVOY_MESSAGE_TIMEOUT_MS } from '../demo/envoy-client.js';
 import { runDemo, type DemoState } from '../demo/run.js';
 import { eventLine, frameLines, headerLines, summaryLines } from '../demo/view.js';
@@ -44,11 +44,6 @@ function upstream(value: string, previous: Record<string, string> = {}): Record<
 }
 
 /** `host:port`, as Envoy's cluster for the gate would name it. */
-function hostPort(value: string): string {
-  if (!/^(\[[^\]]+\]|[^:\s]+):\d{1,5}$/.test(value.trim())) throw new InvalidArgumentError('must be host:port, e.g. 127.0.0.1:9002');
-  return value.trim();
-}
-
 export function registerDemoCommand(program: Command, out: DemoOutput = process.stdout): void {
   program
     .command('demo')

@@ -20,7 +20,7 @@ import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
 import { hasSessions } from '../sim/scale.js';
-import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, goodputs, runSweep } from '../sim/sweep.js';
+import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep } from '../sim/sweep.js';
 import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
@@ -219,7 +219,7 @@ async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unk
     copySessions,
   });
   if (o.json) {
-    const good = new Map(goodputs(report.rows, [...new Set(report.rows.map((r) => r.policy))], report.capacity.capacityRps).map((g) => [g.policy, g.load]));
+    const good = new Map(report.goodput.map((g) => [g.policy, g.load]));
     out.write(`${JSON.stringify(report.rows.map((r) => ({ ...r, goodput_load: good.get(r.policy) ?? 0 })))}\n`);
   } else {
     out.write(formatSweep(report));

@@ -8,7 +8,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { positiveIntUpTo, positiveNumber } from './arg-parsers.js';
+import { hostPort, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
 import { ENVOY_MESSAGE_TIMEOUT_MS, EnvoyLikeClient, type RouteAnswer } from '../demo/envoy-client.js';
 import { hashSessionId } from '../request/hashing.js';
 
@@ -80,11 +80,6 @@ export interface TurnReport {
   decision?: DecisionRecord;
   /** Why there is no decision record. */
   explanation_missing?: string;
-}
-
-function hostPort(value: string): string {
-  if (!/^(\[[^\]]+\]|[^:\s]+):\d{1,5}$/.test(value.trim())) throw new InvalidArgumentError('must be host:port, e.g. 127.0.0.1:9002');
-  return value.trim();
 }
 
 function header(value: string, previous: Record<string, string> = {}): Record<string, string> {
