@@ -104,8 +104,8 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
     .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
     .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
-    .addOption(new Option('--classes', 'classes of service: a critical/standard/sheddable mix through the gate, each class\'s shed rate and TTFT (overload it with --rate-scale)').conflicts(['sweep', 'trace', 'adapters']))
-    .addOption(new Option('--adapters <n>', 'LoRA adapters: requests name one of N adapters (Zipf), workers hold --max-loras at once; kvgate with and without adapter affinity against round robin and least loaded').argParser(positiveInt).conflicts(['sweep', 'trace']))
+    .addOption(new Option('--classes', 'classes of service: a critical/standard/sheddable mix through the gate, each class\'s shed rate and TTFT (overload it with --rate-scale)').conflicts(['sweep', 'trace', 'adapters', 'report', 'gateConfig', 'policies']))
+    .addOption(new Option('--adapters <n>', 'LoRA adapters: requests name one of N adapters (Zipf), workers hold --max-loras at once; kvgate with and without adapter affinity against round robin and least loaded').argParser(positiveInt).conflicts(['sweep', 'trace', 'report', 'gateConfig', 'policies']))
     .addOption(new Option('--max-loras <n>', 'adapter slots per worker with --adapters (vLLM --max-loras)').argParser(positiveInt).default(4))
     .addOption(new Option('--adapter-load-ms <ms>', 'time to load an adapter that is not resident, with --adapters').argParser(positiveNumber).default(50))
     .action(async (o: SimFlags) => {

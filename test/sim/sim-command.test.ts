@@ -49,6 +49,10 @@ describe('kvgate sim', () => {
     for (const r of rows) assert.equal(r.routed, r.requests, `${r.policy} routed everything`);
     assert.ok(rows[0]!.loadsPerRequest < rows[1]!.loadsPerRequest, `on ${rows[0]!.loadsPerRequest} vs off ${rows[1]!.loadsPerRequest}`);
     await assert.rejects(sim(['--adapters', '4', '--sweep']), /cannot be used with option '--sweep'/);
+    // Options these modes do not use are refused, not silently dropped.
+    await assert.rejects(sim(['--adapters', '4', '--report', 'out']), /cannot be used with option '--report/);
+    await assert.rejects(sim(['--classes', '--gate-config', 'x.yaml']), /cannot be used with option '--gate-config/);
+    await assert.rejects(sim(['--adapters', '4', '--policies', 'kvgate']), /cannot be used with option '--policies/);
   });
 
   test('--report onto an existing file fails before the run', async () => {
