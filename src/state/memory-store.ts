@@ -34,7 +34,6 @@ export class MemoryStore implements RoutingStore {
   private readonly leases = new Map<string, Map<string, Map<string, string>>>();
   private readonly states = new Map<string, Map<string, WorkerState>>();
   private readonly indexes = new Map<string, PrefixIndex>();
-  private readonly workerSets = new WeakMap<readonly string[], ReadonlySet<string>>();
   /** pool → worker → session key → last routed (ms): which sessions are coldest */
   private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
   private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
@@ -59,16 +58,7 @@ export class MemoryStore implements RoutingStore {
     });
   }
 
-  /**
-   * A pool's worker list as a set, one per list (a pool's list is one array, built once per config and never changed):
-   * the same object for a decision's view and its commit, so the prefix index can tell the
-   * commit's match repeats the view's.
-   */
-  private workerSet(workers: readonly string[]): ReadonlySet<string> {
-    let set = this.workerSets.get(workers);
-    if (!set) this.workerSets.set(workers, (set = new Set(workers)));
-    return set;
-  }
+  
 
   cachedSnapshot(q: StateQuery): Snapshot {
     const inflight = new Map<string, number>();
@@ -83,7 +73,7 @@ export class MemoryStore implements RoutingStore {
       affinity,
       inflight,
       states: new Map(this.states.get(q.pool) ?? []),
-      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks, this.workerSet(q.workers)) ?? new Map()) : new Map(),
+      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks, q.workers) ?? new Map()) : new Map(),
       keyInflight,
     };
   }

@@ -36,7 +36,7 @@ export class PrefixIndex {
    * set (the same objects), same index version, same millisecond: the same answer, no second walk.
    */
   private memo:
-    | { blocks: readonly string[]; among: ReadonlySet<string> | undefined; version: number; now: number; depth: Map<string, number> }
+    | { blocks: readonly string[]; among: readonly string[] | undefined; version: number; now: number; depth: Map<string, number> }
     | undefined;
 
   constructor(
@@ -48,16 +48,26 @@ export class PrefixIndex {
    * For each worker, how many leading blocks of the chain it holds (the longest consecutive run
    * from block 0, as engines only reuse a prefix). Stops at the first block nobody holds. With
    * `among`, only those workers count (the pool's configured ones: a removed worker's blocks stay
-   * until they expire, and nothing may weigh them).
+   * until they expire, and nothing may weigh them). Callers pass the pool's own worker list, the
+   * same array every time, so its set is built once and the memo below can hit.
    */
-  match(blocks: readonly string[], among?: ReadonlySet<string>): Map<string, number> {
+  match(blocks: readonly string[], among?: readonly string[]): Map<string, number> {
     const now = this.now();
     const m = this.memo;
     // A copy: callers own the map they get.
     if (m !== undefined && m.blocks === blocks && m.among === among && m.version === this.version && m.now === now) return new Map(m.depth);
-    const depth = this.walk(blocks, now, among);
+    const depth = this.walk(blocks, now, among === undefined ? undefined : this.setOf(among));
     this.memo = { blocks, among, version: this.version, now, depth: new Map(depth) };
     return depth;
+  }
+
+  /** The set of a worker list, built once per list (the pools' lists live as long as their config). */
+  private readonly sets = new WeakMap<readonly string[], ReadonlySet<string>>();
+
+  private setOf(workers: readonly string[]): ReadonlySet<string> {
+    let set = this.sets.get(workers);
+    if (!set) this.sets.set(workers, (set = new Set(workers)));
+    return set;
   }
 
   private walk(blocks: readonly string[], now: number, among: ReadonlySet<string> | undefined): Map<string, number> {

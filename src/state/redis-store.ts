@@ -150,7 +150,7 @@ export class RedisStore implements RoutingStore {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, new Set(q.workers)) : new Map(),
+      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map(),
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
