@@ -17,6 +17,7 @@ import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-ho
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
 import type { Logger } from 'pino';
+import { LogThrottle } from '../util/log-throttle.js';
 
 /** The instrumentation scope of every kvgate span (`trace.getTracer(TRACER_NAME)`). */
 export const TRACER_NAME = 'kvgate';
@@ -98,21 +99,14 @@ const DIAG_LOG_INTERVAL_MS = 30_000;
  * unrelated request's trace id), and at most once per cause every 30 s.
  */
 export function diagToPino(logger: Logger, now: () => number = Date.now): DiagLogger {
-  const last = new Map<string, { at: number; skipped: number }>();
+  const throttle = new LogThrottle(DIAG_LOG_INTERVAL_MS, 100, now);
   const warn = (msg: string, ...args: unknown[]) => {
     const text = [msg, ...args.map(describeDiagArg)].map(firstLine).filter(Boolean).join(': ');
-    const key = text.slice(0, 200);
-    const seen = last.get(key);
-    const t = now();
-    if (seen && t - seen.at < DIAG_LOG_INTERVAL_MS) {
-      seen.skipped++;
-      return;
-    }
-    last.set(key, { at: t, skipped: 0 });
-    if (last.size > 100) last.delete(last.keys().next().value!);
+    const repeats = throttle.take(text.slice(0, 200));
+    if (repeats === undefined) return;
     context.with(ROOT_CONTEXT, () =>
       logger.warn(
-        { source: 'opentelemetry', hint: DIAG_HINT, ...(seen && seen.skipped > 0 ? { repeats_not_logged: seen.skipped } : {}) },
+        { source: 'opentelemetry', hint: DIAG_HINT, ...(repeats > 0 ? { repeats_not_logged: repeats } : {}) },
         `opentelemetry: ${text}`,
       ),
     );
