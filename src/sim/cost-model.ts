@@ -64,12 +64,6 @@ export interface FleetOptions {
    * independent servers (used by the hand-computed tests).
    */
   prefillChunkTokens: number;
-  /**
-   * Share of KV blocks pinned by running requests at which a worker reports itself 'pressured'
-   * (kvgate's worker state): the 85% trigger of the article and the issue. Pinned blocks, not
-   * cached ones, because that is what vLLM's usage gauge measures (`vllm/v1/core/block_pool.py` `get_usage`).
-   */
-  pressureThreshold: number;
 }
 
 export const DEFAULT_FLEET: Readonly<FleetOptions> = Object.freeze({
@@ -78,7 +72,6 @@ export const DEFAULT_FLEET: Readonly<FleetOptions> = Object.freeze({
   offloadTokens: 0,
   maxBatch: 256,
   prefillChunkTokens: 2048,
-  pressureThreshold: 0.85,
 });
 
 /**

@@ -153,7 +153,7 @@ export async function writeReport(dir: string, r: SimReport, command: string): P
     '',
     `Fleet: ${f.workers} workers, ${f.cacheTokens.toLocaleString('en-US')} KV tokens each` +
       (f.offloadTokens > 0 ? ` + ${f.offloadTokens.toLocaleString('en-US')} in a CPU tier` : '') +
-      `, batches of up to ${f.maxBatch}, 'pressured' at ${pct(f.pressureThreshold)} of KV pinned. ` +
+      `, batches of up to ${f.maxBatch}; a worker's KV pressure reaches the routers only through its scraped KV use. ` +
       `Cost model: prefill ${c.prefillTokensPerS.toLocaleString('en-US')} tok/s + ${(c.prefillOverheadS * 1000).toFixed(0)} ms, ` +
       `${(c.kvBytesPerToken / 1024).toFixed(0)} KiB of KV per token, decode step (${(c.weightBytes / 1e9).toFixed(0)} GB weights + KV read) / ` +
       `(${(c.hbmBytesPerS / 1e12).toFixed(2)} TB/s × ${c.decodeEfficiency}) (src/sim/cost-model.ts). kvgate limit: ${r.maxInflight} in flight per worker. Seed ${r.seed}.`,

@@ -107,8 +107,6 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
       settled++;
       return policy.completed?.(job.req, job.worker, loop.now);
     },
-    // No policy is told of pressure the instant it happens: they learn it from scraped KV use.
-    pressure: () => undefined,
   };
   const workers = Array.from(
     { length: opts.fleet.workers },

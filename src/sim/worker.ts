@@ -54,7 +54,6 @@ export interface Job {
 export interface WorkerHooks {
   firstToken(job: Job): void | Promise<void>;
   finished(job: Job): void | Promise<void>;
-  pressure(worker: number, pressured: boolean): void | Promise<void>;
 }
 
 /** Float slack when comparing the virtual clock, relative to its size (it grows through a run). */
@@ -74,7 +73,6 @@ export class SimWorker {
   private tokensPerS = 0;
   /** Invalidates a scheduled decode completion when the batch changes first. */
   private decodeEpoch = 0;
-  private pressured = false;
   /** Computed prompt tokens + generated tokens: the work this worker did. */
   workTokens = 0;
   /** ∫ outstanding dt up to `areaAt`, for time-averaged load. */
@@ -181,7 +179,6 @@ export class SimWorker {
       this.lora!.dequeued(job.adapter);
       if (this.lora!.admit(job.adapter, now)) adapterLoadS = this.loraOptions!.loadS;
     }
-    this.checkPressure();
     const rate = prefillTokensPerS(this.cost, this.fleet.prefillChunkTokens, this.running.size(), this.runningContext);
     this.advanceDecodeClock(now);
     this.prefilling = job;
@@ -259,15 +256,6 @@ export class SimWorker {
     this.changeCount(-1);
     this.cache.release(job.req.blocks, job.anonymousBlocks);
     if (job.adapter !== undefined) this.lora!.finished(job.adapter, this.loop.now);
-    this.checkPressure();
     this.loop.settle(this.hooks.finished(job));
-  }
-
-  private checkPressure(): void {
-    const p = this.cache.pinnedBlocks >= this.fleet.pressureThreshold * this.cache.capacityBlocks;
-    if (p !== this.pressured) {
-      this.pressured = p;
-      this.loop.settle(this.hooks.pressure(this.id, p));
-    }
   }
 }

@@ -49,7 +49,6 @@ export const HAND_FLEET: FleetOptions = {
   offloadTokens: 0,
   maxBatch: 8,
   prefillChunkTokens: 0,
-  pressureThreshold: 0.85,
 };
 
 /** Routes request i to `workers[i]`. */

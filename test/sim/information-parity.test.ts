@@ -6,7 +6,6 @@ import type { RouteChoice, RouterPolicy, WorkerObservation } from '../../src/sim
 import { POLICY_FACTORIES } from '../../src/sim/policies/registry.js';
 import { KvgatePolicy, workerId } from '../../src/sim/policies/kvgate.js';
 import { defaultSignalCadence, simulate } from '../../src/sim/simulator.js';
-import type { SimRequest } from '../../src/sim/workload.js';
 import { HAND_COST, HAND_FLEET, handWorkload } from './helpers.js';
 
 before(() => initHashing());
@@ -96,17 +95,5 @@ describe('every policy that reads engine metrics gets them as a real router does
     await simulate(longJob(), p, { fleet, cost: HAND_COST, signals: { scrapeIntervalMs: 200, readIntervalMs: 300 } });
     assert.ok(ages.some((a) => Math.abs(a - 100) < 1e-6), `a read 100 ms after its scrape: ${ages.slice(0, 6).join(', ')}`);
     assert.ok(ages.every((a) => a >= 0 && a < 200 + 1e-6));
-  });
-
-  test('a policy learns of KV pressure only from scraped KV use (no instant pressure hook)', async () => {
-    let told = 0;
-    const p: RouterPolicy & { workerPressure?: () => void } = {
-      name: 'listener',
-      route: (_r: SimRequest) => ({ worker: 0 }),
-      workerPressure: () => void told++,
-    };
-    // 10 blocks per worker; pinning 9 crosses 85%.
-    await simulate(handWorkload([{ at: 0, prompt: 300, out: 600, blocks: [1, 2, 3] }]), p, { fleet: HAND_FLEET, cost: HAND_COST });
-    assert.equal(told, 0);
   });
 });
