@@ -13,7 +13,8 @@
  * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
  *    session's worker at its limit is scored with the others, its load counted past the limit,
  *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
- *    when every worker is at its limit, work queues on the session's worker, else the best
+ *    when every worker is at its limit, work queues on the session's worker (under the same
+ *    per-session cap as below the limit), else the best
  *    score. The limit spreads work; the engines say when the fleet is full.
  * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
@@ -30,7 +31,7 @@
 import { admitLimit } from './class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
-import { keepsOverLimit, overflowLimitOf, takesOverflow, topClass } from './overflow.js';
+import { keepsOverLimit, overflowLimitOf, topClass } from './overflow.js';
 import { runFilters, runProfile, type FilterContext } from './plugins.js';
 import { profilesFor, VISIBLE } from './profiles.js';
 import { fleetLoad, work } from './score.js';
@@ -66,7 +67,10 @@ export function decide(input: DecisionInput): Decision {
   }
   // Past its limit, a session's worker whose engine reports room competes to keep it: its queue
   // against the prefill a move would recompute (overflow.ts).
-  const home = affine && !spilled && usePrefix ? keepsOverLimit(affine, input) : undefined;
+  // One rule (the per-session cap, the hard bound, engine room) for both places it applies: the
+  // contest below (prefix modes) and queueing when every worker is full.
+  const ownOverLimit = affine && !spilled ? keepsOverLimit(affine, input) : undefined;
+  const home = usePrefix ? ownOverLimit : undefined;
 
   // Fair share is weighed only where a session is placed (new, or moving off a full or dead
   // worker): that commits its future turns to the worker, as they are sticky. A one-off request,
@@ -86,7 +90,8 @@ export function decide(input: DecisionInput): Decision {
   const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
 
   // Every healthy worker at its limit: queue where an engine reports room (overflow.ts). An explicit
-  // step too: a session whose own worker has room queues there without a contest.
+  // step too: a session whose own worker has room queues there without a contest, unless it
+  // already has maxInflightPerSession requests running there (fan-out spreads, as below the limit).
   let rule: Explanation['rule'] = 'scored';
   let limit = best ? admitLimit(best, classShare) : 0;
   let keptIn = TAKES;
@@ -97,9 +102,8 @@ export function decide(input: DecisionInput): Decision {
   }
   const factor = input.overflowFactor ?? 0;
   if (!best && factor > 1 && topClass(input)) {
-    const queueHome = spilled ? undefined : affine;
     let over: WorkerView | undefined;
-    if (queueHome && takesOverflow(queueHome, overflowLimitOf(queueHome, factor))) over = queueHome;
+    if (ownOverLimit) over = affine;
     else {
       const queued = runProfile(profile.overflow, workers, { input }, { input, fleet, overLimit: true });
       over = queued.best;

@@ -163,6 +163,17 @@ describe('routing policy', () => {
       assert.equal(d.kind === 'route' && d.worker, 'free');
     });
 
+    test('fan-out with every worker at its limit: the session’s own worker gets no queue of its own, the score decides', () => {
+      // Both full; home has the longer queue. With maxInflightPerSession requests of this session
+      // already running at home, the next one must not be sent there by the own-worker rule.
+      const fan = decide(input({ keyHash: 'k', affinity: 'home', keyInflight: 4, overflowFactor: 4, workers: [m('home', 14), m('other', 10)] }));
+      assert.equal(fan.kind === 'route' && fan.worker, 'other');
+      assert.equal(fan.kind === 'route' && fan.explanation.rule, 'overflow');
+      // Below the per-session cap the session queues at home, as before.
+      const one = decide(input({ keyHash: 'k', affinity: 'home', keyInflight: 1, overflowFactor: 4, workers: [m('home', 14), m('other', 10)] }));
+      assert.equal(one.kind === 'route' && one.worker, 'home');
+    });
+
     test('past the limit the load term keeps counting: a whole-prompt holder 3 limits deep loses to an empty queue', () => {
       const d = decide(input({ session: false, totalBlocks: 20, overflowFactor: 4, workers: [m('holder', 30, 'healthy', 20), m('other', 10)] }));
       assert.equal(d.kind === 'route' && d.worker, 'other', '1 − 3 < 0 − 1');
