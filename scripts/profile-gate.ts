@@ -5,13 +5,14 @@
  * the top functions, as fractions of the main thread's busy time: under a shared machine the
  * fractions hold where absolute times do not.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
  */
 import { readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
+import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { startServer } from '../src/bench/servers.js';
 
@@ -24,6 +25,7 @@ const { values } = parseArgs({
     out: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
     summarise: { type: 'string' },
+    'body-mode': { type: 'string', default: 'buffered' },
   },
 });
 
@@ -83,6 +85,8 @@ if (values.summarise) {
 }
 
 const bytes = parseSize(values.size!);
+const bodyMode = values['body-mode'] as BenchBodyMode;
+if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
 const store = values.store!;
 const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
   workers: 16,
@@ -90,7 +94,7 @@ const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
   ...(store === 'memory' ? {} : { redisUrl: store }),
 });
 const pool = LoadPool.create(1);
-const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency) };
+const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency), bodyMode };
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();
@@ -104,5 +108,5 @@ pool.forget(server.target);
 await server.close();
 await pool.close();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
-console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request, errors ${w.errors}`);
+console.log(`${values.size} ${bodyMode} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request, errors ${w.errors}`);
 console.log(summarise(profile, Number(values.top)));
