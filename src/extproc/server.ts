@@ -20,6 +20,7 @@ import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
 import { ExtProcStream } from './stream.js';
+import { withStreamedReplies } from './streamed-reply.js';
 
 export interface ExtProcServerOptions {
   gate: Gate;
@@ -71,7 +72,7 @@ export class ExtProcServer {
       // Streams on a retired connection run to their end: an HTTP request can take minutes.
       'grpc.max_connection_age_grace_ms': opts.gate.currentConfig.limits.stream_idle_s * 1000,
     });
-    this.server.addService(extProcServiceDefinition(), {
+    this.server.addService(withStreamedReplies(extProcServiceDefinition()), {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
     });
     // Not serving until the owner says config and store are ready.
