@@ -41,6 +41,8 @@ export interface StartOptions {
   onResult?: (result: GateResult) => void;
   /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs; tests shorten it). */
   fullDuplexBodyWaitMs?: number;
+  /** How long an Envoy connection is used before it is retired (default DEFAULTS.connectionAgeMs; tests shorten it). */
+  connectionAgeMs?: number;
   /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
   processMetrics?: boolean;
   /**
@@ -107,6 +109,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     credentials,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
     ...(opts.fullDuplexBodyWaitMs !== undefined ? { fullDuplexBodyWaitMs: opts.fullDuplexBodyWaitMs } : {}),
+    ...(opts.connectionAgeMs !== undefined ? { connectionAgeMs: opts.connectionAgeMs } : {}),
   });
   const readiness = new Readiness({
     store,

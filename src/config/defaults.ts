@@ -217,6 +217,23 @@ export const DEFAULTS = {
    */
   streamIdleS: 600,
   /**
+   * How long one of Envoy's HTTP/2 connections is used before kvgate asks Envoy (GOAWAY) to open a
+   * new one. Envoy ends every ext_proc stream with a reset (RST_STREAM), one per HTTP request, and
+   * nghttp2 (Node's HTTP/2) tears a connection down, failing every stream on it, once it has
+   * received a burst of 1000 resets beyond 33 a second; Node 20 offers no setting for that limit.
+   * A connection retired after a second sees at most its requests of that second: this holds up to
+   * about a thousand requests a second per Envoy connection (Envoy keeps one per worker thread).
+   * Streams on a retired connection run to their end (for up to `limits.stream_idle_s`).
+   */
+  connectionAgeMs: 1000,
+  /**
+   * A retired connection gets a GOAWAY that refuses nothing (no new streams, please), and its final
+   * GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and sent
+   * its new streams elsewhere, so no stream is refused. The connection serves its open streams
+   * meanwhile, at no cost.
+   */
+  goawayNoticeMs: 1000,
+  /**
    * FULL_DUPLEX_STREAMED: the longest kvgate waits for a request body to end before it decides on
    * the headers alone and lets the body flow. Envoy runs no message timer in that mode (only the
    * HCM's stream idle timeout), so kvgate keeps its own: a client that uploads slowly, or never

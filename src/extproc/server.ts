@@ -19,6 +19,7 @@ import { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
+import { canRetireConnections, retireConnections, type ConnectionAgeOptions } from './connection-age.js';
 import { ExtProcStream } from './stream.js';
 import { withStreamedReplies } from './streamed-reply.js';
 
@@ -32,6 +33,8 @@ export interface ExtProcServerOptions {
   metrics: Metrics;
   /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs). */
   fullDuplexBodyWaitMs?: number;
+  /** How long an HTTP/2 connection is used before it is retired (default DEFAULTS.connectionAgeMs). */
+  connectionAgeMs?: number;
 }
 
 /** Health service names that report readiness; `liveness` is separate. */
@@ -39,16 +42,6 @@ const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
 
 type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
-/**
- * How long one of Envoy's connections is used before kvgate asks Envoy (GOAWAY) to open a new one.
- * Envoy ends every ext_proc stream with a reset (RST_STREAM), one per HTTP request, and nghttp2
- * (Node's HTTP/2) tears a connection down, failing every stream on it, once it has received a
- * burst of 1000 resets beyond 33 a second: a busy Envoy would lose its connection every few
- * seconds. A connection retired after a second sees at most its requests of that second, so this
- * holds up to about a thousand requests a second per Envoy connection (Envoy keeps one per worker
- * thread). Node 20 has no way to raise nghttp2's limit itself.
- */
-const CONNECTION_AGE_MS = 1000;
 
 export class ExtProcServer {
   private readonly server: grpc.Server;
@@ -61,17 +54,31 @@ export class ExtProcServer {
    * knob, a body-mode mismatch) is logged once a minute, with the count of repeats swallowed.
    */
   private readonly configLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
+  /** Connection retirement, when kvgate does it itself (./connection-age.ts); else grpc-js's own. */
+  private readonly connectionAge: ConnectionAgeOptions | undefined;
+  private readonly stopRetiring: Array<() => void> = [];
 
   constructor(private readonly opts: ExtProcServerOptions) {
-    this.server = new grpc.Server({
+    const base: grpc.ServerOptions = {
       'grpc.max_receive_message_length': opts.maxMessageBytes,
       // Envoy keeps its ext_proc connections open for the process lifetime; detect dead peers.
       'grpc.keepalive_time_ms': 60_000,
       'grpc.keepalive_timeout_ms': 20_000,
-      'grpc.max_connection_age_ms': CONNECTION_AGE_MS,
+    };
+    const age: ConnectionAgeOptions = {
+      ageMs: opts.connectionAgeMs ?? DEFAULTS.connectionAgeMs,
+      noticeMs: DEFAULTS.goawayNoticeMs,
       // Streams on a retired connection run to their end: an HTTP request can take minutes.
-      'grpc.max_connection_age_grace_ms': opts.gate.currentConfig.limits.stream_idle_s * 1000,
-    });
+      graceMs: opts.gate.currentConfig.limits.stream_idle_s * 1000,
+    };
+    this.server = new grpc.Server(base);
+    if (canRetireConnections(this.server)) this.connectionAge = age;
+    else {
+      // A grpc-js that hides its HTTP/2 servers differently: its own retirement, which can refuse
+      // the streams that cross its GOAWAY, beats none (nghttp2 would fail every stream on the connection).
+      opts.logger.warn('retiring connections with grpc-js max_connection_age: streams crossing its GOAWAY may be refused');
+      this.server = new grpc.Server({ ...base, 'grpc.max_connection_age_ms': age.ageMs, 'grpc.max_connection_age_grace_ms': age.graceMs });
+    }
     this.server.addService(withStreamedReplies(extProcServiceDefinition()), {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
     });
@@ -95,8 +102,9 @@ export class ExtProcServer {
     const creds = this.opts.credentials ?? grpc.ServerCredentials.createInsecure();
     return new Promise((resolve, reject) => {
       this.server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${port}`, creds, (err, bound) => {
-        if (err) reject(err);
-        else resolve(bound);
+        if (err) return reject(err);
+        if (this.connectionAge) this.stopRetiring.push(retireConnections(this.server, this.connectionAge));
+        resolve(bound);
       });
     });
   }
@@ -118,6 +126,7 @@ export class ExtProcServer {
   async shutdown(graceMs: number): Promise<void> {
     this.setServing(false);
     clearInterval(this.sweeper);
+    for (const stop of this.stopRetiring.splice(0)) stop();
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();

@@ -15,7 +15,7 @@ export interface TestGate extends RunningKvgate {
 
 export async function startTestGate(
   rawConfig: unknown,
-  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls' | 'fullDuplexBodyWaitMs'> = {},
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs'> = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
@@ -34,6 +34,7 @@ export async function startTestGate(
     ...(opts.configFile !== undefined ? { configFile: opts.configFile } : {}),
     ...(opts.reloadDebounceMs !== undefined ? { reloadDebounceMs: opts.reloadDebounceMs } : {}),
     ...(opts.fullDuplexBodyWaitMs !== undefined ? { fullDuplexBodyWaitMs: opts.fullDuplexBodyWaitMs } : {}),
+    ...(opts.connectionAgeMs !== undefined ? { connectionAgeMs: opts.connectionAgeMs } : {}),
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }

@@ -1,0 +1,108 @@
+/**
+ * Retires each of Envoy's HTTP/2 connections after a while (DEFAULTS.connectionAgeMs, see there
+ * for why), without refusing a single stream.
+ *
+ * grpc-js has `grpc.max_connection_age_ms`, but it sends its "no new streams" GOAWAY (last stream
+ * id 2^31-1) and the final GOAWAY (the last stream it has seen) back to back. A stream the client
+ * opened before it read the first one arrives after the second, and the client's HTTP/2 layer
+ * fails it with REFUSED_STREAM ("UNAVAILABLE: Stream refused by server"). Envoy does not retry an
+ * ext_proc stream unless its GrpcService has a retry_policy (Grpc::AsyncStreamImpl takes the
+ * parent's retry policy only when one is configured; source/common/grpc/async_client_impl.cc), so
+ * each such stream is an HTTP request without affinity (failure_mode_allow) or failed (fail-closed,
+ * as behind Istio's InferencePool). The bench saw ~4% of streams refused at saturation on a busy
+ * machine.
+ *
+ * Here the final GOAWAY follows the first after a notice period (DEFAULTS.goawayNoticeMs), as
+ * Envoy drains its own connections (a GOAWAY with the largest stream id, then the final one after
+ * its drain timeout): by then Envoy has read the first and moved new streams to a new connection,
+ * and every stream it opened before that has reached kvgate and is counted in the final one.
+ * (gRPC's Go and C cores wait for a PING's answer instead; under Node 20 a PING sent after the
+ * GOAWAY sometimes left both unsent for as long as the wait, so a plain delay it is.)
+ */
+import * as http2 from 'node:http2';
+import type * as grpc from '@grpc/grpc-js';
+
+/** The largest stream id: the first GOAWAY refuses nothing, it only asks for no new streams. */
+const ALL_STREAMS = 2 ** 31 - 1;
+
+export interface ConnectionAgeOptions {
+  /** Connections are retired after this, ±10% so a fleet's connections do not all turn over at once. */
+  ageMs: number;
+  /** Between the first GOAWAY (no new streams, please) and the final one. */
+  noticeMs: number;
+  /** Streams still open this long after the final GOAWAY are cut (the connection is destroyed). */
+  graceMs: number;
+}
+
+/**
+ * The HTTP/2 servers under a grpc-js server. grpc-js does not expose them; it keeps them in a
+ * private map, read here and nowhere else. Undefined when that is not there (another grpc-js).
+ */
+function http2ServersOf(server: grpc.Server): Map<http2.Http2Server, unknown> | undefined {
+  const servers = (server as unknown as { http2Servers?: unknown }).http2Servers;
+  return servers instanceof Map ? (servers as Map<http2.Http2Server, unknown>) : undefined;
+}
+
+/** Whether this grpc-js lets kvgate retire connections itself (checked before choosing how). */
+export function canRetireConnections(server: grpc.Server): boolean {
+  return http2ServersOf(server) !== undefined;
+}
+
+/** HTTP/2 servers whose sessions are already watched (a second bind must not watch them twice). */
+const watched = new WeakSet<http2.Http2Server>();
+
+/**
+ * Starts retiring the connections of every port `server` is bound to. Call after each bind.
+ * Returns a function that stops retiring (the timers of live connections are cleared).
+ */
+export function retireConnections(server: grpc.Server, opts: ConnectionAgeOptions): () => void {
+  const timers = new Set<NodeJS.Timeout>();
+  /** Runs `fn` after `ms` unless the returned function is called first. */
+  const later: Later = (ms, fn) => {
+    const t = setTimeout(() => {
+      timers.delete(t);
+      fn();
+    }, ms).unref();
+    timers.add(t);
+    return () => {
+      clearTimeout(t);
+      timers.delete(t);
+    };
+  };
+  const onSession = (session: http2.ServerHttp2Session) => {
+    const jitter = (Math.random() * 2 - 1) * (opts.ageMs / 10);
+    session.once('close', later(opts.ageMs + jitter, () => retire(session, opts, later)));
+  };
+  const servers = [...(http2ServersOf(server)?.keys() ?? [])].filter((s) => !watched.has(s));
+  for (const s of servers) {
+    watched.add(s);
+    s.on('session', onSession);
+  }
+  return () => {
+    for (const s of servers) {
+      s.off('session', onSession);
+      watched.delete(s);
+    }
+    for (const t of timers) clearTimeout(t);
+    timers.clear();
+  };
+}
+
+type Later = (ms: number, fn: () => void) => () => void;
+
+function retire(session: http2.ServerHttp2Session, opts: ConnectionAgeOptions, later: Later): void {
+  if (session.closed || session.destroyed) return;
+  try {
+    session.goaway(http2.constants.NGHTTP2_NO_ERROR, ALL_STREAMS);
+  } catch {
+    session.destroy();
+    return;
+  }
+  const notice = later(opts.noticeMs, () => {
+    if (session.closed || session.destroyed) return;
+    // close() sends the final GOAWAY (the last stream seen) and ends the connection once its streams have.
+    session.close();
+    session.once('close', later(opts.graceMs, () => session.destroy()));
+  });
+  session.once('close', notice);
+}
