@@ -5,7 +5,10 @@
  * the top functions, as fractions of the main thread's busy time: under a shared machine the
  * fractions hold where absolute times do not.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ * `--store noop` profiles the no-op ext_proc server (the bench's ceiling) under the same load: what
+ * the gate spends beyond it is the difference of the two CPU figures.
+ *
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
  */
 import { execFileSync } from 'node:child_process';
@@ -104,13 +107,21 @@ const bytes = parseSize(values.size!);
 const bodyMode = values['body-mode'] as BenchBodyMode;
 if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
 const store = values.store!;
-const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
+const server = await startServer(store === 'memory' || store === 'noop' ? store : 'redis', {
   workers: 16,
   logLevel: 'error',
-  ...(store === 'memory' ? {} : { redisUrl: store }),
+  ...(store === 'memory' || store === 'noop' ? {} : { redisUrl: store }),
 });
 const pool = LoadPool.create(1);
-const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency), bodyMode };
+const plan = {
+  target: server.target,
+  bodyBytes: bytes,
+  seed: 1,
+  ...(server.routingHeader !== undefined ? { expectHeader: server.routingHeader } : {}),
+  mode: 'closed' as const,
+  concurrency: Number(values.concurrency),
+  bodyMode,
+};
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();
@@ -127,5 +138,5 @@ await server.close();
 await pool.close();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
 const cpuPerRequest = cpu0 !== undefined && cpu !== undefined ? `, CPU ${Math.round((cpu - cpu0) / w.completed)} µs/request` : '';
-console.log(`${values.size} ${bodyMode} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
+console.log(`${values.size} ${bodyMode} on ${store === 'memory' || store === 'noop' ? store : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
 console.log(summarise(profile, Number(values.top)));
