@@ -116,6 +116,16 @@ export const DEFAULTS = {
    */
   adapterFilter: true,
   /**
+   * The backlog term (src/routing/scorers/backlog.ts): prefill this gate has queued on a worker,
+   * in units of the request's own prompt. Off by default: on the held-out sweeps (chat and agent
+   * seeds 101-102, the Mooncake synthetic trace; docs/DESIGN.md "Queued prefill") weight 1
+   * moved no workload's goodput, lowered p99 TTFT near the knee on agent loops (seed 102 at 1.2:
+   * 1.52 s to 0.79 s) but not on chat (either way by seed and load), and cost the Mooncake trace
+   * 3-4 points of hit rate at 0.6-0.8 of capacity. A fleet whose prompts range from chat turns to
+   * long documents, where request counts say least about queues, is where to try it.
+   */
+  backlogWeight: 0,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
    * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than
