@@ -263,6 +263,14 @@ export const DEFAULTS = {
   scrapeFailuresDown: 3,
   /** KV-cache use (or GPU memory use, where memory is configured as a signal) that makes a worker pressured. */
   kvPressure: 0.85,
+  /**
+   * A pressured worker keeps what it holds: its sessions, and (in the prompt-aware modes) requests
+   * whose prompt it holds at least this share of (src/routing/filters/takes-new-work.ts). Half:
+   * then most of the prefill is saved there, and a RAG request or a conversation without a
+   * session id is no new work for it. Not a knob: on the held-out RAG sweeps any share from a
+   * quarter to three quarters gave the same result (a request holds its document, or nothing).
+   */
+  pressuredHoldsShare: 0.5,
   /** Queued requests (engine-reported) past which a worker takes no new sessions. */
   maxQueue: 32,
   /** GPU temperature past which a worker takes no new sessions: data-centre GPUs throttle near 85-90 °C. */
