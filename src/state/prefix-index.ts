@@ -88,7 +88,7 @@ export class PrefixIndex {
    * set (the same objects), same index version, same millisecond: the same answer, no second walk.
    */
   private memo:
-    | { blocks: readonly string[]; among: readonly string[] | undefined; version: number; now: number; depth: Map<string, number> }
+    | { blocks: readonly string[]; among: readonly string[] | undefined; version: number; now: number; depth: ReadonlyMap<string, number> }
     | undefined;
   /** Scratch for walks: each worker's last block index still held (as `stamp` + block index), and the live workers. */
   private mark = new Float64Array(16);
@@ -108,12 +108,20 @@ export class PrefixIndex {
    * same array every time, so its mask is built once and the memo below can hit.
    */
   match(blocks: readonly string[], among?: readonly string[]): Map<string, number> {
+    // A copy: callers own the map they get.
+    return new Map(this.depths(blocks, among));
+  }
+
+  /**
+   * `match`'s answer without the copy, for callers that only read it (a store's snapshot): the
+   * memo's own map, never changed after it is made, so it may be kept.
+   */
+  depths(blocks: readonly string[], among?: readonly string[]): ReadonlyMap<string, number> {
     const now = this.now();
     const m = this.memo;
-    // A copy: callers own the map they get.
-    if (m !== undefined && m.blocks === blocks && m.among === among && m.version === this.version && m.now === now) return new Map(m.depth);
+    if (m !== undefined && m.blocks === blocks && m.among === among && m.version === this.version && m.now === now) return m.depth;
     const depth = this.walk(blocks, now, among === undefined ? undefined : this.maskOf(among));
-    this.memo = { blocks, among, version: this.version, now, depth: new Map(depth) };
+    this.memo = { blocks, among, version: this.version, now, depth };
     return depth;
   }
 
