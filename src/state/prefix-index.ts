@@ -65,8 +65,8 @@ class WorkerBlocks {
   /** Touches so far: each record of a block gives it the next number. */
   touches = 0;
   /** The recency queue, oldest first from `head`: a block's holders entry and the touch that queued it. */
-  qBlock: Holders[] = [];
-  qTouch: number[] = [];
+  readonly qBlock: Holders[] = [];
+  readonly qTouch: number[] = [];
   head = 0;
   sweptAt: number | undefined;
   constructor(public capacity: number) {}
@@ -336,19 +336,20 @@ export class PrefixIndex {
   }
 }
 
-/** Rebuilds a worker's queue from its current entries only, in order. */
+/** Drops a worker's stale and consumed queue entries, in place (no new arrays: this runs on the request path). */
 function compact(id: number, wb: WorkerBlocks): void {
-  const qBlock: Holders[] = [];
-  const qTouch: number[] = [];
-  for (let j = wb.head; j < wb.qBlock.length; j++) {
-    const h = wb.qBlock[j]!;
+  const qBlock = wb.qBlock;
+  const qTouch = wb.qTouch;
+  let out = 0;
+  for (let j = wb.head; j < qBlock.length; j++) {
+    const h = qBlock[j]!;
     const k = h.ids.indexOf(id);
-    if (k >= 0 && h.touch[k] === wb.qTouch[j]) {
-      qBlock.push(h);
-      qTouch.push(wb.qTouch[j]!);
+    if (k >= 0 && h.touch[k] === qTouch[j]) {
+      qBlock[out] = h;
+      qTouch[out++] = qTouch[j]!;
     }
   }
-  wb.qBlock = qBlock;
-  wb.qTouch = qTouch;
+  qBlock.length = out;
+  qTouch.length = out;
   wb.head = 0;
 }
