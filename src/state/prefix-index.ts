@@ -27,9 +27,9 @@ const QUEUE_SLACK = 1024;
  * every worker. So:
  *
  * - Workers are numbered (small integers, in order of first record) and each block has one
- *   `Holders` entry: parallel arrays of holder numbers and, for each, when it was last routed the
- *   block. A walk costs one string-keyed lookup per block and then integer array reads; it used to
- *   cost one string-keyed lookup per block and live worker (128 × 16 at 32 KB).
+ *   `Holders` entry: a flat array of its holders' numbers, each with when it was last routed the
+ *   block. A walk costs at most one string-keyed lookup per block (see the hints below) and then
+ *   number array reads; it used to cost one string-keyed Map lookup per block and live worker.
  * - A worker's recency (for capacity, LRU) is a queue of (holders entry, touch number) pairs it
  *   appends to on every record; an entry is current only while the worker's touch number in that
  *   block still equals the queued one, so routing a block again costs two array pushes, and
@@ -49,14 +49,28 @@ const QUEUE_SLACK = 1024;
  * Invariant: an entry with holders is the one in `holders` for its block; one without is dead.
  */
 
-/** One block's holders: worker numbers, when each was last routed the block, and each one's touch number. */
+/**
+ * One block's holders, three numbers each in one flat array (one allocation per block, which
+ * matters when full workers evict and new blocks arrive on every request): the worker's number,
+ * when it was last routed the block, and its touch number for the block.
+ */
 class Holders {
-  readonly ids: number[] = [];
-  readonly at: number[] = [];
-  readonly touch: number[] = [];
+  readonly slots: number[] = [];
   /** The entry of the block that followed this one when it was last recorded (a hint, checked before use). */
   next: Holders | undefined = undefined;
   constructor(readonly block: string) {}
+}
+
+/** Numbers per holder in `Holders.slots`, and their offsets. */
+const SLOT = 3;
+const AT = 1;
+const TOUCH = 2;
+
+/** Where a worker's three numbers start in a block's holder slots, or -1. */
+function slotOf(h: Holders, id: number): number {
+  const s = h.slots;
+  for (let j = 0; j < s.length; j += SLOT) if (s[j] === id) return j;
+  return -1;
 }
 
 /** One worker's share of the index: how many blocks it holds, bounded by capacity, in recency order. */
@@ -157,9 +171,10 @@ export class PrefixIndex {
     const ttl = this.ttlMs;
     let n = 0;
     // Block 0's live holders, in holder order: the map's order.
-    for (let k = 0; k < first.ids.length; k++) {
-      const w = first.ids[k]!;
-      if (now - first.at[k]! <= ttl && (among === undefined || among[w] === 1)) {
+    const s0 = first.slots;
+    for (let j = 0; j < s0.length; j += SLOT) {
+      const w = s0[j]!;
+      if (now - s0[j + AT]! <= ttl && (among === undefined || among[w] === 1)) {
         mark[w] = base;
         alive[n++] = w;
         depth.set(this.names[w]!, 1);
@@ -173,11 +188,10 @@ export class PrefixIndex {
       prevH = h;
       const prev = base + i - 1;
       const cur = base + i;
-      const ids = h.ids;
-      const at = h.at;
-      for (let k = 0; k < ids.length; k++) {
-        const w = ids[k]!;
-        if (mark[w] === prev && now - at[k]! <= ttl) mark[w] = cur;
+      const s = h.slots;
+      for (let j = 0; j < s.length; j += SLOT) {
+        const w = s[j]!;
+        if (mark[w] === prev && now - s[j + AT]! <= ttl) mark[w] = cur;
       }
       // Keep the workers that held this block too; the rest stop at depth i.
       let kept = 0;
@@ -219,21 +233,19 @@ export class PrefixIndex {
       const b = blocks[i]!;
       let h = found[i];
       // An eviction earlier in this loop may have emptied it (then it is dead).
-      if (h === undefined || h.ids.length === 0) {
+      if (h === undefined || h.slots.length === 0) {
         h = this.holders.get(b);
         if (!h) this.holders.set(b, (h = new Holders(b)));
       }
       if (after !== undefined) h.next = after;
       after = h;
       const touch = ++wb.touches;
-      const k = h.ids.indexOf(id);
-      if (k >= 0) {
-        h.at[k] = now;
-        h.touch[k] = touch;
+      const j = slotOf(h, id);
+      if (j >= 0) {
+        h.slots[j + AT] = now;
+        h.slots[j + TOUCH] = touch;
       } else {
-        h.ids.push(id);
-        h.at.push(now);
-        h.touch.push(touch);
+        h.slots.push(id, now, touch);
         wb.size++;
       }
       wb.qBlock.push(h);
@@ -255,9 +267,9 @@ export class PrefixIndex {
     if (id === undefined || !wb) return;
     for (const b of blocks) {
       const h = this.holders.get(b);
-      const k = h ? h.ids.indexOf(id) : -1;
+      const j = h ? slotOf(h, id) : -1;
       // Its queue entry goes stale with it (the worker is no longer among the block's holders).
-      if (k >= 0) this.unhold(h!, k, wb);
+      if (j >= 0) this.unhold(h!, j, wb);
     }
   }
 
@@ -280,7 +292,7 @@ export class PrefixIndex {
   /** The live entry of `block`, which follows `prev` in the chain: `prev`'s hint when it is that, else a lookup. */
   private follow(prev: Holders, block: string): Holders | undefined {
     const h = prev.next;
-    return h !== undefined && h.ids.length > 0 && h.block === block ? h : this.holders.get(block);
+    return h !== undefined && h.slots.length > 0 && h.block === block ? h : this.holders.get(block);
   }
 
   private numberOf(worker: string): number {
@@ -294,22 +306,23 @@ export class PrefixIndex {
   }
 
   /**
-   * The worker's least recently routed block still held: the head of its queue once stale entries
-   * (blocks routed again since, forgotten, evicted or expired) are skipped. Undefined when it holds none.
+   * The worker's least recently routed block still held, as the slot of its holder numbers in the
+   * entry at the head of its queue (`wb.qBlock[wb.head]`), once stale entries (blocks routed again
+   * since, forgotten, evicted or expired) are skipped; -1 when it holds none.
    */
-  private oldest(id: number, wb: WorkerBlocks): { h: Holders; k: number } | undefined {
+  private oldest(id: number, wb: WorkerBlocks): number {
     while (wb.head < wb.qBlock.length) {
       const h = wb.qBlock[wb.head]!;
-      const k = h.ids.indexOf(id);
-      if (k >= 0 && h.touch[k] === wb.qTouch[wb.head]) return { h, k };
+      const j = slotOf(h, id);
+      if (j >= 0 && h.slots[j + TOUCH] === wb.qTouch[wb.head]) return j;
       wb.head++;
     }
-    return undefined;
+    return -1;
   }
 
   private evictOldest(id: number, wb: WorkerBlocks): void {
-    const o = this.oldest(id, wb);
-    if (o) this.unhold(o.h, o.k, wb);
+    const j = this.oldest(id, wb);
+    if (j >= 0) this.unhold(wb.qBlock[wb.head]!, j, wb);
   }
 
   /** Now and then, drops the worker's expired blocks: the least recently routed ones, from the old end. */
@@ -320,16 +333,23 @@ export class PrefixIndex {
     }
     if (now - wb.sweptAt < Math.min(this.ttlMs, SWEEP_INTERVAL_MS)) return;
     wb.sweptAt = now;
-    for (let o = this.oldest(id, wb); o !== undefined && now - o.h.at[o.k]! > this.ttlMs; o = this.oldest(id, wb)) this.unhold(o.h, o.k, wb);
+    for (let j = this.oldest(id, wb); j >= 0; j = this.oldest(id, wb)) {
+      const h = wb.qBlock[wb.head]!;
+      if (now - h.slots[j + AT]! <= this.ttlMs) break;
+      this.unhold(h, j, wb);
+    }
   }
 
-  /** The worker no longer holds the block: out of its holders (keeping the others' order), and the block out of the index with its last holder. */
-  private unhold(h: Holders, k: number, wb: WorkerBlocks): void {
-    h.ids.splice(k, 1);
-    h.at.splice(k, 1);
-    h.touch.splice(k, 1);
+  /**
+   * The worker no longer holds the block: its slot out of the holders (the others keep their
+   * order), and the block out of the index with its last holder.
+   */
+  private unhold(h: Holders, j: number, wb: WorkerBlocks): void {
+    const s = h.slots;
+    for (let k = j + SLOT; k < s.length; k++) s[k - SLOT] = s[k]!;
+    s.length -= SLOT;
     wb.size--;
-    if (h.ids.length === 0) {
+    if (s.length === 0) {
       if (this.holders.get(h.block) === h) this.holders.delete(h.block);
       h.next = undefined;
     }
@@ -343,8 +363,8 @@ function compact(id: number, wb: WorkerBlocks): void {
   let out = 0;
   for (let j = wb.head; j < qBlock.length; j++) {
     const h = qBlock[j]!;
-    const k = h.ids.indexOf(id);
-    if (k >= 0 && h.touch[k] === qTouch[j]) {
+    const k = slotOf(h, id);
+    if (k >= 0 && h.slots[k + TOUCH] === qTouch[j]) {
       qBlock[out] = h;
       qTouch[out++] = qTouch[j]!;
     }

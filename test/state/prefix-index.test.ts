@@ -275,6 +275,28 @@ describe('PrefixIndex against a reference model', () => {
     assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after re-routing one chain`);
   });
 
+  test('expiry: a block matches up to exactly the TTL, is swept after it, oldest first, and one routed again meanwhile stays', () => {
+    let now = 0;
+    const ix = new PrefixIndex(1000, () => now);
+    ix.record('w1', chain('a', 3));
+    now = 500;
+    ix.record('w1', ['a0']); // routed again: a0 is now the most recent, 500 ms younger than a1, a2
+    now = 1000;
+    ix.record('w1', ['z0']); // a second after the first record: sweeps, but nothing is past the TTL yet
+    assert.equal(ix.size('w1'), 4);
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 3, 'at exactly the TTL a block still matches');
+    now = 1001;
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 1, 'past it, a1 and a2 stop matching at once; a0 was routed at 500');
+    assert.equal(ix.size('w1'), 4, 'and stay counted until the next sweep');
+    now = 1200;
+    ix.record('w1', ['a0']); // 200 ms after the last sweep: no sweep
+    now = 2000;
+    ix.record('w1', ['y0']);
+    assert.equal(ix.size('w1'), 3, 'the sweep dropped a2 and a1, stopped at z0 (exactly the TTL old), kept a0 (routed at 1200) and y0');
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 1);
+    assert.equal(ix.match(['z0']).get('w1'), 1);
+  });
+
   test("a block that left the index and came back by another chain is matched through the new holders, not the old chain's memory of it", () => {
     const ix = new PrefixIndex(60_000);
     const a = chain('a', 3);
