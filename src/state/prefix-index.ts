@@ -347,10 +347,14 @@ export class PrefixIndex {
   private unhold(h: Holders, j: number, wb: WorkerBlocks): void {
     const s = h.slots;
     for (let k = j + SLOT; k < s.length; k++) s[k - SLOT] = s[k]!;
-    s.length -= SLOT;
+    // pop, not `length -=`: setting an array's length leaves V8's fast path.
+    s.pop();
+    s.pop();
+    s.pop();
     wb.size--;
     if (s.length === 0) {
-      if (this.holders.get(h.block) === h) this.holders.delete(h.block);
+      // It is the block's entry (the invariant above), and now dead.
+      this.holders.delete(h.block);
       h.next = undefined;
     }
   }
