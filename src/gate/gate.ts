@@ -19,7 +19,7 @@ import { SCORER_NAMES } from '../routing/scorers/index.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
-import { DecisionLog, type DecisionRecord } from './decision-log.js';
+import { DecisionLog, type DecisionEntry } from './decision-log.js';
 import { PoolTable, type Pool } from './pools.js';
 
 export type GateResult =
@@ -240,7 +240,7 @@ export class Gate {
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
       });
       storeMs += performance.now() - t0;
-      if (res.ok) return { ...this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls), views };
+      if (res.ok) return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
       snap = res.snapshot;
       fresh = true;
     }
@@ -407,9 +407,10 @@ export class Gate {
     attempts: number,
     storeMs: number,
     cls: ServiceClass,
+    views: readonly WorkerView[],
   ): GateResult {
-    const record: DecisionRecord = {
-      at: new Date().toISOString(),
+    const record: DecisionEntry = {
+      atMs: Date.now(),
       pool: pool.name,
       key_kind: key?.kind,
       key_hash: key?.hash,
@@ -454,6 +455,7 @@ export class Gate {
       explanation: decision.explanation,
       storeMs,
       class: cls.name,
+      views,
     };
   }
 
@@ -472,7 +474,7 @@ export class Gate {
         : cls.share < 1
           ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
           : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
-    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
+    this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     if (this.logger.isLevelEnabled('debug')) this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
