@@ -223,8 +223,8 @@ export class PrefixIndex {
     }
     const now = this.now();
     // The chain's entries as they stand, found front to back along the hints.
+    // (Written in order from 0, so it grows packed; never shrunk: setting an array's length is V8's slow path.)
     const found = this.found;
-    found.length = blocks.length;
     for (let i = 0, prev: Holders | undefined; i < blocks.length; i++) found[i] = prev = i === 0 || prev === undefined ? this.holders.get(blocks[i]!) : this.follow(prev, blocks[i]!);
     // Deepest block first, so the root of the chain is the most recent and the last to go: an
     // engine evicts a prefix from its tail, and a root without its tail is still a useful match.
@@ -254,7 +254,6 @@ export class PrefixIndex {
     }
     // Stale entries pile up behind the live ones (blocks routed again), consumed ones before the
     // head (evictions): either way the queue is rebuilt once the waste outgrows what it holds.
-    found.length = 0;
     if (wb.qBlock.length - wb.head > 2 * wb.size + QUEUE_SLACK || wb.head > wb.size + QUEUE_SLACK) compact(id, wb);
     this.sweep(id, wb, now);
   }
@@ -286,7 +285,7 @@ export class PrefixIndex {
     this.memo = undefined;
   }
 
-  /** Scratch for `record`: the chain's entries. */
+  /** Scratch for `record`: the chain's entries (only the first blocks.length are this record's; it may keep a few dead entries alive until the next one). */
   private readonly found: Array<Holders | undefined> = [];
 
   /** The live entry of `block`, which follows `prev` in the chain: `prev`'s hint when it is that, else a lookup. */
