@@ -5,13 +5,15 @@
  * the top functions, as fractions of the main thread's busy time: under a shared machine the
  * fractions hold where absolute times do not.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
+import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { startServer } from '../src/bench/servers.js';
 
@@ -24,8 +26,24 @@ const { values } = parseArgs({
     out: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
     summarise: { type: 'string' },
+    'body-mode': { type: 'string', default: 'buffered' },
   },
 });
+
+/**
+ * CPU time the main thread (the gate; the load runs in worker threads) has used, in µs, from
+ * Linux's per-thread accounting (10 ms ticks): unlike busy time, it does not grow when other
+ * processes take the CPU away, so it compares runs on a shared machine. Undefined elsewhere.
+ */
+function mainThreadCpuUs(): number | undefined {
+  const file = `/proc/self/task/${process.pid}/stat`;
+  if (!existsSync(file)) return undefined;
+  // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+  const stat = readFileSync(file, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / clockTicks;
+}
+const clockTicks = existsSync('/proc/self') ? Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100 : 100;
 
 interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
@@ -83,6 +101,8 @@ if (values.summarise) {
 }
 
 const bytes = parseSize(values.size!);
+const bodyMode = values['body-mode'] as BenchBodyMode;
+if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
 const store = values.store!;
 const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
   workers: 16,
@@ -90,19 +110,22 @@ const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
   ...(store === 'memory' ? {} : { redisUrl: store }),
 });
 const pool = LoadPool.create(1);
-const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency) };
+const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency), bodyMode };
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();
 await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 200 });
 await session.post('Profiler.start');
+const cpu0 = mainThreadCpuUs();
 const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
+const cpu = mainThreadCpuUs();
 const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
 session.disconnect();
 pool.forget(server.target);
 await server.close();
 await pool.close();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
-console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request, errors ${w.errors}`);
+const cpuPerRequest = cpu0 !== undefined && cpu !== undefined ? `, CPU ${Math.round((cpu - cpu0) / w.completed)} µs/request` : '';
+console.log(`${values.size} ${bodyMode} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
 console.log(summarise(profile, Number(values.top)));
