@@ -93,6 +93,14 @@ interface PoolView {
    */
   recorded: Map<string, number>;
   recordedSince: number;
+  /**
+   * The local match each chain was last decided on (`cachedSnapshot`), so that folding its reply
+   * in needs no second walk of the index. Valid while nothing was forgotten since (`forgets`):
+   * records in between only add or refresh holdings, and the reply's truth is compared with what
+   * the decision saw, not with what other replies taught meanwhile.
+   */
+  matched: WeakMap<readonly string[], { depth: ReadonlyMap<string, number>; forgets: number }>;
+  forgets: number;
 }
 
 export class RedisStore implements RoutingStore {
@@ -172,11 +180,16 @@ export class RedisStore implements RoutingStore {
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
+    let prefix: Map<string, number>;
+    if (q.blocks.length > 0) {
+      prefix = view.index.match(q.blocks, q.workers);
+      view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
+    } else prefix = new Map();
     return {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map(),
+      prefix,
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
@@ -459,11 +472,15 @@ export class RedisStore implements RoutingStore {
     for (const [w, d] of reply.depth) if (d > 0) prefix.set(w, d);
     let committedDepth = 0;
     if (q.blocks.length > 0) {
-      const local = view.index.match(q.blocks);
+      const seen = view.matched.get(q.blocks);
+      const local = seen !== undefined && seen.forgets === view.forgets ? seen.depth : view.index.match(q.blocks, q.workers);
       if (committed !== undefined) committedDepth = local.get(committed) ?? 0;
       for (const [w, d] of local) {
         const truth = prefix.get(w) ?? 0;
-        if (truth < d && w !== committed) view.index.forget(w, q.blocks.slice(truth, d));
+        if (truth < d && w !== committed) {
+          view.index.forget(w, q.blocks.slice(truth, d));
+          view.forgets++;
+        }
       }
       for (const [w, d] of prefix) {
         // Already known to this depth and recorded that recently: recording it again would only
@@ -696,7 +713,7 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now() }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), matched: new WeakMap(), forgets: 0 }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;
