@@ -105,13 +105,30 @@ const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
 });
 const probe = store === 'memory' ? undefined : new Redis(store, { lazyConnect: false });
 
-/** Redis's counters now: calls and µs per command, and bytes in and out. */
-async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: number; usec: number }>; inBytes: number; outBytes: number }> {
+/**
+ * CPU time (µs) this process's main thread has used: unlike its event-loop use, not inflated by
+ * the time it waited for a core on a shared machine. Linux only (undefined elsewhere).
+ */
+function mainThreadCpuUs(): number | undefined {
+  try {
+    // Fields after the command name: utime and stime are the 12th and 13th, in clock ticks (100/s).
+    const stat = readFileSync(`/proc/${process.pid}/task/${process.pid}/stat`, 'utf8');
+    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return (Number(f[11]) + Number(f[12])) * 10_000;
+  } catch {
+    return undefined;
+  }
+}
+
+/** Redis's counters now: calls and µs per command, its CPU time, and bytes in and out. */
+async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: number; usec: number }>; cpuUs: number; inBytes: number; outBytes: number }> {
   const cmds = new Map<string, { calls: number; usec: number }>();
   for (const m of (await r.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) cmds.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
   const stats = await r.info('stats');
   const num = (k: string) => Number(new RegExp(`^${k}:(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
-  return { cmds, inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
+  const cpu = await r.info('cpu');
+  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
+  return { cmds, cpuUs: (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6, inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
 }
 const pool = LoadPool.create(1);
 const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency) };
@@ -121,9 +138,11 @@ session.connect();
 await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 200 });
 const before = probe && (await redisCounters(probe));
+const cpuBefore = mainThreadCpuUs();
 await session.post('Profiler.start');
 const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
 const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+const cpuAfter = mainThreadCpuUs();
 const afterCounters = probe && (await redisCounters(probe));
 session.disconnect();
 pool.forget(server.target);
@@ -132,7 +151,8 @@ await pool.close();
 probe?.disconnect();
 await ownRedis?.stop();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
-console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request, errors ${w.errors}`);
+const cpuPerRequest = cpuBefore === undefined || cpuAfter === undefined ? '' : `, main-thread CPU ${Math.round((cpuAfter - cpuBefore) / w.completed)} µs/request (the profiler's sampling included)`;
+console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
 if (before && afterCounters) {
   // Approximate: the probe's own INFO calls and the gate's timers (refresh, renewals) count too.
   const per = (x: number) => (x / Math.max(1, w.completed)).toFixed(2);
@@ -146,7 +166,7 @@ if (before && afterCounters) {
     rows.push([a.usec - b.usec, `  ${name.padEnd(18)} ${per(dc).padStart(7)} calls/request  ${((a.usec - b.usec) / dc).toFixed(1).padStart(8)} µs/call  ${per(a.usec - b.usec).padStart(8)} µs/request`]);
   }
   // A script's µs include those of the commands it ran, which have rows of their own as well.
-  console.log(`redis: ${per(calls)} commands/request (scripts' inner calls included), ${per(afterCounters.inBytes - before.inBytes)} bytes in and ${per(afterCounters.outBytes - before.outBytes)} out per request`);
+  console.log(`redis: CPU ${per(afterCounters.cpuUs - before.cpuUs)} µs/request; ${per(calls)} commands/request (scripts' inner calls included), ${per(afterCounters.inBytes - before.inBytes)} bytes in and ${per(afterCounters.outBytes - before.outBytes)} out per request`);
   console.log(rows.sort((x, y) => y[0] - x[0]).map(([, r]) => r).join('\n'));
 }
 console.log(summarise(profile, Number(values.top)));
