@@ -58,6 +58,9 @@ const FAILURE_LOG_INTERVAL_MS = 60_000;
  */
 const RELEASE_FLUSH_MS = 5;
 
+/** Local matches kept for the replies of decisions in flight (PoolView.matched): well above a busy gate's streams. */
+const MAX_MATCHES_KEPT = 4096;
+
 /** The local prefix index's TTL when the options give none (the config default's 30 minutes). */
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
@@ -99,7 +102,7 @@ interface PoolView {
    * records in between only add or refresh holdings, and the reply's truth is compared with what
    * the decision saw, not with what other replies taught meanwhile.
    */
-  matched: WeakMap<readonly string[], { depth: ReadonlyMap<string, number>; forgets: number }>;
+  matched: Map<readonly string[], { depth: ReadonlyMap<string, number>; forgets: number }>;
   forgets: number;
 }
 
@@ -183,6 +186,8 @@ export class RedisStore implements RoutingStore {
     let prefix: Map<string, number>;
     if (q.blocks.length > 0) {
       prefix = view.index.match(q.blocks, q.workers);
+      // Kept until its reply is folded in; bounded for decisions that never commit (a shed).
+      if (view.matched.size >= MAX_MATCHES_KEPT) view.matched.delete(view.matched.keys().next().value!);
       view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
     } else prefix = new Map();
     return {
@@ -473,6 +478,7 @@ export class RedisStore implements RoutingStore {
     let committedDepth = 0;
     if (q.blocks.length > 0) {
       const seen = view.matched.get(q.blocks);
+      if (seen !== undefined) view.matched.delete(q.blocks);
       const local = seen !== undefined && seen.forgets === view.forgets ? seen.depth : view.index.match(q.blocks, q.workers);
       if (committed !== undefined) committedDepth = local.get(committed) ?? 0;
       for (const [w, d] of local) {
@@ -713,7 +719,7 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), matched: new WeakMap(), forgets: 0 }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), matched: new Map(), forgets: 0 }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;
