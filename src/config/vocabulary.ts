@@ -1,7 +1,7 @@
 /**
  * Names the config accepts that the rooms above it also speak: routing modes and engine kinds.
- * They live here, at the bottom of the house, so the config imports nothing above itself;
- * src/routing/types.ts and src/signals/metric-names.ts re-export them.
+ * They live here, at the bottom of the house, so the config imports nothing above itself, and the
+ * rooms above import them from here.
  */
 
 /**

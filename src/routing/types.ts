@@ -14,9 +14,6 @@ export const WORKER_STATES: readonly WorkerState[] = ['healthy', 'pressured', 'd
 
 import type { PolicyMode } from '../config/vocabulary.js';
 
-/** How a request picks its worker: defined with the config that names it. */
-export { POLICY_MODES, type PolicyMode } from '../config/vocabulary.js';
-
 /** One worker as a decision sees it. */
 export interface WorkerView {
   id: string;

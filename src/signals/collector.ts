@@ -21,7 +21,8 @@ import { rendezvousScore } from '../routing/rendezvous.js';
 import type { RoutingStore } from '../state/store.js';
 import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
-import { parseSignals, type WorkerSignals } from './parse.js';
+import type { WorkerSignals } from '../routing/health.js';
+import { parseSignals } from './parse.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;

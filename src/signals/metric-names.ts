@@ -9,8 +9,6 @@
 
 import type { Engine } from '../config/vocabulary.js';
 
-export { ENGINES, type Engine } from '../config/vocabulary.js';
-
 /** A metric name, optionally narrowed to series whose label has a value. */
 export interface Selector {
   name: string;

@@ -5,10 +5,8 @@
  */
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import type { LoraSignals, WorkerSignals } from '../routing/health.js';
-import { DCGM, ENGINE_METRICS, type Engine, type EngineMetrics, type Selector } from './metric-names.js';
-
-/** What one scrape says about a worker: defined where health is judged from it. */
-export type { LoraSignals, WorkerSignals } from '../routing/health.js';
+import type { Engine } from '../config/vocabulary.js';
+import { DCGM, ENGINE_METRICS, type EngineMetrics, type Selector } from './metric-names.js';
 
 /** Adapter names kept per list: a scrape is untrusted, and a real engine holds a handful. */
 const MAX_ADAPTERS = 256;

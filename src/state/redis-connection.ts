@@ -32,8 +32,6 @@ export interface StoreEndpoint {
 
 export type RedisClient = Redis | Cluster;
 
-export { isRedisSpec, redact } from './store-spec.js';
-
 /** Parses a store URL; throws KvgateError('invalid_config') with the reason when it is not one. */
 export function parseStoreUrl(spec: string): StoreEndpoint {
   const m = SCHEME.exec(spec);

@@ -10,7 +10,7 @@ import { context, createContextKey } from '@opentelemetry/api';
 import type { CommitRequest, CommitResult, Lease, OffloadEvent, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import type { SignalRecord } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
-import type { WorkerSignals } from '../signals/parse.js';
+import type { WorkerSignals } from '../routing/health.js';
 import { Metrics, type StoreOperation } from './metrics.js';
 
 /** What one request spent in the store; lives in the request's context while it is decided. */

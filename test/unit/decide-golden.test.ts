@@ -18,7 +18,8 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { before, test } from 'node:test';
 import { fileURLToPath } from 'node:url';
 import { decide } from '../../src/routing/policy.js';
-import { POLICY_MODES, type DecisionInput, type WorkerState, type WorkerView } from '../../src/routing/types.js';
+import { POLICY_MODES } from '../../src/config/vocabulary.js';
+import type { DecisionInput, WorkerState, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
 
 before(() => initHashing());

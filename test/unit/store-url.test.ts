@@ -5,7 +5,8 @@
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { KvgateError } from '../../src/errors.js';
-import { connectRedis, parseStoreUrl, redact } from '../../src/state/redis-connection.js';
+import { connectRedis, parseStoreUrl } from '../../src/state/redis-connection.js';
+import { redact } from '../../src/state/store-spec.js';
 
 test('store URLs parse into endpoints', () => {
   assert.deepEqual(parseStoreUrl('redis://127.0.0.1:6380'), { cluster: false, tls: false, nodes: [{ host: '127.0.0.1', port: 6380 }] });
