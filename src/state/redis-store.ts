@@ -58,8 +58,11 @@ const FAILURE_LOG_INTERVAL_MS = 60_000;
  */
 const RELEASE_FLUSH_MS = 5;
 
-/** Local matches kept for the replies of decisions in flight (PoolView.matched): well above a busy gate's streams. */
-const MAX_MATCHES_KEPT = 4096;
+/**
+ * Local matches kept for the replies of decisions in flight (PoolView.matched). Each holds its
+ * prompt's block ids, up to `prefix.max_blocks` of them, so few; past it a reply walks the index.
+ */
+const MAX_MATCHES_KEPT = 256;
 
 /** The local prefix index's TTL when the options give none (the config default's 30 minutes). */
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
@@ -179,6 +182,14 @@ export class RedisStore implements RoutingStore {
   }
 
   cachedSnapshot(q: StateQuery): Snapshot {
+    return this.localSnapshot(q, true);
+  }
+
+  /**
+   * The local view as a snapshot. `decidedOn`: a decision will be made on it and its commit's reply
+   * folded in, so its prefix match is kept for that (PoolView.matched).
+   */
+  private localSnapshot(q: StateQuery, decidedOn: boolean): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
@@ -186,9 +197,12 @@ export class RedisStore implements RoutingStore {
     let prefix: Map<string, number>;
     if (q.blocks.length > 0) {
       prefix = view.index.match(q.blocks, q.workers);
-      // Kept until its reply is folded in; bounded for decisions that never commit (a shed).
-      if (view.matched.size >= MAX_MATCHES_KEPT) view.matched.delete(view.matched.keys().next().value!);
-      view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
+      if (decidedOn) {
+        // Kept until its reply is folded in; the oldest goes first past the bound (decisions that
+        // never reach Redis: shed, or committed locally), and a reply without one walks the index.
+        if (view.matched.size >= MAX_MATCHES_KEPT) view.matched.delete(view.matched.keys().next().value!);
+        view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
+      }
     } else prefix = new Map();
     return {
       affinity: cached?.worker,
@@ -232,6 +246,7 @@ export class RedisStore implements RoutingStore {
       // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
       // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
       this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
+      this.views.get(pool)?.matched.delete(req.blocks);
       return this.commitLocally(req);
     }
     if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
@@ -525,7 +540,7 @@ export class RedisStore implements RoutingStore {
   }
 
   private commitLocally(req: CommitRequest): CommitResult {
-    const snapshot = this.cachedSnapshot(req);
+    const snapshot = this.localSnapshot(req, false);
     // Degraded: checked against what this replica knows. The affinity the decision expected came
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
