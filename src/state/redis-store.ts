@@ -519,8 +519,9 @@ export class RedisStore implements RoutingStore {
 
   /**
    * Records that `worker` holds the chain's first `depth` blocks in the local index, unless it holds
-   * exactly those already (`known`: the index matched the chain that deep on it) and this replica recorded them less than the
-   * freshness window ago (a thousandth of the index's TTL, at most 1 s: `cmd.freshWindowMs`). A
+   * exactly those already (`known`: the index matched the chain that deep on it) and this replica
+   * recorded them less than the freshness window ago (a thousandth of the index's TTL, at most 1 s:
+   * `cmd.freshWindowMs`). A
    * skipped record leaves the blocks' times and recency that much older: they lapse at most that
    * much earlier, and Redis re-teaches them on the next reply that matches them anyway.
    */
