@@ -5,18 +5,20 @@
  * the top functions, as fractions of the main thread's busy time: under a shared machine the
  * fractions hold where absolute times do not.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|redis|REDIS_URL] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
  *
  * `--store redis` starts a throwaway redis-server (as `kvgate bench` does). On Redis it also prints
- * what Redis did per request in the window (INFO commandstats and stats): the decision script's
- * microseconds per call (Redis's own CPU, on the same cores as the gate), commands and bytes per
- * request each way.
+ * what Redis did per request in the window: its CPU time (INFO cpu: unlike a script's wall time, not
+ * inflated by waiting for a core on a shared machine), the commands it ran with their µs per call
+ * (INFO commandstats), and bytes each way.
  */
-import { readFileSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
+import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import { startServer } from '../src/bench/servers.js';
@@ -31,8 +33,24 @@ const { values } = parseArgs({
     out: { type: 'string' },
     concurrency: { type: 'string', default: '64' },
     summarise: { type: 'string' },
+    'body-mode': { type: 'string', default: 'buffered' },
   },
 });
+
+/**
+ * CPU time the main thread (the gate; the load runs in worker threads) has used, in µs, from
+ * Linux's per-thread accounting (10 ms ticks): unlike busy time, it does not grow when other
+ * processes take the CPU away, so it compares runs on a shared machine. Undefined elsewhere.
+ */
+function mainThreadCpuUs(): number | undefined {
+  const file = `/proc/self/task/${process.pid}/stat`;
+  if (!existsSync(file)) return undefined;
+  // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
+  const stat = readFileSync(file, 'utf8');
+  const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+  return ((Number(fields[11]) + Number(fields[12])) * 1e6) / clockTicks;
+}
+const clockTicks = existsSync('/proc/self') ? Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100 : 100;
 
 interface Node { id: number; callFrame: { functionName: string; url: string; lineNumber: number }; children?: number[] }
 interface Profile { nodes: Node[]; samples: number[]; timeDeltas: number[] }
@@ -90,6 +108,8 @@ if (values.summarise) {
 }
 
 const bytes = parseSize(values.size!);
+const bodyMode = values['body-mode'] as BenchBodyMode;
+if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
 let store = values.store!;
 let ownRedis: BenchRedis | undefined;
 if (store === 'redis') {
@@ -105,21 +125,6 @@ const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
 });
 const probe = store === 'memory' ? undefined : new Redis(store, { lazyConnect: false });
 
-/**
- * CPU time (µs) this process's main thread has used: unlike its event-loop use, not inflated by
- * the time it waited for a core on a shared machine. Linux only (undefined elsewhere).
- */
-function mainThreadCpuUs(): number | undefined {
-  try {
-    // Fields after the command name: utime and stime are the 12th and 13th, in clock ticks (100/s).
-    const stat = readFileSync(`/proc/${process.pid}/task/${process.pid}/stat`, 'utf8');
-    const f = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
-    return (Number(f[11]) + Number(f[12])) * 10_000;
-  } catch {
-    return undefined;
-  }
-}
-
 /** Redis's counters now: calls and µs per command, its CPU time, and bytes in and out. */
 async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: number; usec: number }>; cpuUs: number; inBytes: number; outBytes: number }> {
   const cmds = new Map<string, { calls: number; usec: number }>();
@@ -131,18 +136,18 @@ async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: num
   return { cmds, cpuUs: (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6, inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
 }
 const pool = LoadPool.create(1);
-const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency) };
+const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency), bodyMode };
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();
 await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 200 });
 const before = probe && (await redisCounters(probe));
-const cpuBefore = mainThreadCpuUs();
 await session.post('Profiler.start');
+const cpu0 = mainThreadCpuUs();
 const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
+const cpu = mainThreadCpuUs();
 const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
-const cpuAfter = mainThreadCpuUs();
 const afterCounters = probe && (await redisCounters(probe));
 session.disconnect();
 pool.forget(server.target);
@@ -151,8 +156,8 @@ await pool.close();
 probe?.disconnect();
 await ownRedis?.stop();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
-const cpuPerRequest = cpuBefore === undefined || cpuAfter === undefined ? '' : `, main-thread CPU ${Math.round((cpuAfter - cpuBefore) / w.completed)} µs/request (the profiler's sampling included)`;
-console.log(`${values.size} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
+const cpuPerRequest = cpu0 !== undefined && cpu !== undefined ? `, CPU ${Math.round((cpu - cpu0) / w.completed)} µs/request` : '';
+console.log(`${values.size} ${bodyMode} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
 if (before && afterCounters) {
   // Approximate: the probe's own INFO calls and the gate's timers (refresh, renewals) count too.
   const per = (x: number) => (x / Math.max(1, w.completed)).toFixed(2);

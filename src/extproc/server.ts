@@ -20,6 +20,7 @@ import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
 import { ExtProcStream } from './stream.js';
+import { withStreamedReplies } from './streamed-reply.js';
 
 export interface ExtProcServerOptions {
   gate: Gate;
@@ -55,9 +56,11 @@ export class ExtProcServer {
   private readonly streams = new Set<ExtProcStream>();
   private nextStreamId = 1;
   private readonly sweeper: NodeJS.Timeout;
-  private readonly knobLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
-  /** Body-mode mismatches already logged: each distinct one once per process, not per request. */
-  private readonly modeMismatches = new Set<string>();
+  /**
+   * Config mistakes in Envoy repeat on every request of their route: each distinct one (a bad
+   * knob, a body-mode mismatch) is logged once a minute, with the count of repeats swallowed.
+   */
+  private readonly configLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
 
   constructor(private readonly opts: ExtProcServerOptions) {
     this.server = new grpc.Server({
@@ -69,7 +72,7 @@ export class ExtProcServer {
       // Streams on a retired connection run to their end: an HTTP request can take minutes.
       'grpc.max_connection_age_grace_ms': opts.gate.currentConfig.limits.stream_idle_s * 1000,
     });
-    this.server.addService(extProcServiceDefinition(), {
+    this.server.addService(withStreamedReplies(extProcServiceDefinition()), {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
     });
     // Not serving until the owner says config and store are ready.
@@ -148,22 +151,21 @@ export class ExtProcServer {
 
   /**
    * Envoy's filter declares other body modes than routing.request_body_mode: kvgate follows Envoy
-   * (it knows how it sends), and says so once so the config can be brought in line.
+   * (it knows how it sends), and says so once a minute so the config can be brought in line.
    */
   private logModeMismatch(modes: BodyModes, configured: string): void {
-    const key = `${modes.declared?.request}\u0000${modes.declared?.response}\u0000${configured}`;
-    if (this.modeMismatches.has(key)) return;
-    this.modeMismatches.add(key);
+    const repeats = this.configLog.take(`mode\u0000${modes.declared?.request}\u0000${modes.declared?.response}\u0000${configured}`);
+    if (repeats === undefined) return;
     this.opts.logger.warn(
-      { declared_request_body_mode: modes.declared?.request, declared_response_body_mode: modes.declared?.response, request_body_mode: configured, following: modes.request },
-      'Envoy declares a different request body mode than routing.request_body_mode; following Envoy (logged once)',
+      { declared_request_body_mode: modes.declared?.request, declared_response_body_mode: modes.declared?.response, request_body_mode: configured, following: modes.request, repeats },
+      'Envoy declares a different request body mode than routing.request_body_mode; following Envoy (logged once a minute)',
     );
   }
 
   /** A bad knob is a config mistake in Envoy, repeated on every request of its route: warn once a minute per mistake. */
   private logKnobProblems(problems: readonly KnobProblem[]): void {
     for (const p of problems) {
-      const repeats = this.knobLog.take(`${p.layer}\u0000${p.key}\u0000${p.value}`);
+      const repeats = this.configLog.take(`knob\u0000${p.layer}\u0000${p.key}\u0000${p.value}`);
       if (repeats === undefined) continue;
       this.opts.logger.warn(
         { knob_layer: p.layer, key: p.key, value: p.value, reason: p.reason, repeats },

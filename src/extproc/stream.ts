@@ -110,7 +110,7 @@ export class ExtProcStream {
   lastActivity = Date.now();
   /** Messages received and not yet answered: while kvgate owes a reply, the peer is not idle. */
   private unanswered = 0;
-  /** This stream's body modes, fixed by its first message. */
+  /** This stream's body modes, fixed by its first message (read in handle() before anything else). */
   private modes: BodyModes | undefined;
   /** FULL_DUPLEX_STREAMED: the headers reply waits for the body (its chunks are kept here). */
   private duplexWaiting = false;
@@ -180,15 +180,15 @@ export class ExtProcStream {
   private async handle(msg: ProcessingRequest): Promise<void> {
     if (this.finished || this.answeredImmediately) return;
     // Envoy declares its body modes on a stream's first message only.
-    this.modes ??= this.readModes(msg);
+    const modes = (this.modes ??= this.readModes(msg));
     if (msg.request === 'request_headers' || msg.request === 'request_body') {
       this.knobContext = forwardedNamespace(msg.metadata_context, DEFAULTS.knobNamespace) ?? this.knobContext;
     }
     switch (msg.request) {
       case 'request_headers':
-        return this.onRequestHeaders(msg);
+        return this.onRequestHeaders(msg, modes);
       case 'request_body':
-        return this.onRequestBody(msg);
+        return this.onRequestBody(msg, modes);
       case 'request_trailers':
         return this.onRequestTrailers();
       case 'response_headers':
@@ -206,7 +206,7 @@ export class ExtProcStream {
         // holds an id kvgate does not know yet; only the chunks up to the id wait (one store write).
         if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
         // Full duplex: tokens must not wait on kvgate beyond that; each chunk goes straight back, unchanged.
-        if (this.modes?.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
+        if (modes.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
         return this.reply({ response_body: { response: CONTINUE } });
       }
       case 'response_trailers':
@@ -219,7 +219,7 @@ export class ExtProcStream {
     }
   }
 
-  private async onRequestHeaders(msg: ProcessingRequest): Promise<void> {
+  private async onRequestHeaders(msg: ProcessingRequest, modes: BodyModes): Promise<void> {
     this.advance('request', 'headers');
     const headers = headerMapToMap(msg.request_headers?.headers);
     this.request = requestInfoFromHeaders(headers);
@@ -227,7 +227,7 @@ export class ExtProcStream {
     this.hooks.telemetry.begin(headers, this.request);
     this.spoofed = spoofedRoutingHeaders(msg.request_headers?.headers, this.config);
     const noBody = msg.request_headers?.end_of_stream === true;
-    const mode = this.modes?.request ?? this.config.routing.request_body_mode;
+    const mode = modes.request;
     if (!noBody && mode === 'buffered') {
       // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
       return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
@@ -243,13 +243,13 @@ export class ExtProcStream {
     return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
   }
 
-  private async onRequestBody(msg: ProcessingRequest): Promise<void> {
+  private async onRequestBody(msg: ProcessingRequest, modes: BodyModes): Promise<void> {
     if (this.reqPhase === 'trailers' || this.reqPhase === 'done') {
       throw new KvgateError('protocol_violation', `request body after request ${this.reqPhase}`);
     }
     this.advance('request', 'body');
     if (msg.metadata_context && Object.keys(msg.metadata_context.filter_metadata ?? {}).length > 0) this.requestMetadata = msg.metadata_context;
-    if (this.modes?.request === 'full_duplex') return this.onDuplexBody(msg.request_body?.body ?? Buffer.alloc(0), msg.request_body?.end_of_stream === true);
+    if (modes.request === 'full_duplex') return this.onDuplexBody(msg.request_body?.body ?? Buffer.alloc(0), msg.request_body?.end_of_stream === true);
     if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
     // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
     // follow), so the first body message is the one to decide on.
@@ -302,14 +302,22 @@ export class ExtProcStream {
    * after the deadline more chunks are still to come.
    */
   private async decideDuplex(ended: 'end_of_stream' | 'trailers' | 'deadline'): Promise<void> {
-    const body = Buffer.concat(this.duplexBody, this.duplexBytes);
+    const kept = this.duplexBody;
+    const bytes = this.duplexBytes;
     this.endDuplexWait();
-    if (ended !== 'deadline') this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    // The decision reads the body in one piece: one chunk is that piece already, several are
+    // joined once. After the deadline it is decided on the headers, and nothing is joined.
+    const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : Buffer.concat(kept, bytes);
+    if (body) this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
     await this.decideAndReply('request_headers');
     if (this.finished || this.answeredImmediately) return;
-    const chunks = streamedChunks(body);
-    if (chunks.length === 0 && ended === 'end_of_stream') chunks.push(body);
-    chunks.forEach((c, i) => this.reply({ request_body: { response: streamedBody(c, ended === 'end_of_stream' && i === chunks.length - 1) } }));
+    // The same bytes go back, in chunks of at most STREAMED_CHUNK_BYTES (views, no copies): the
+    // joined body cut afresh (many small chunks become few), or, unjoined, each chunk as it came,
+    // as the chunks after the deadline will be.
+    const chunks = body ? streamedChunks(body) : kept.flatMap(streamedChunks);
+    const eos = ended === 'end_of_stream';
+    if (chunks.length === 0 && eos) chunks.push(Buffer.alloc(0));
+    chunks.forEach((c, i) => this.reply({ request_body: { response: streamedBody(c, eos && i === chunks.length - 1) } }));
   }
 
   private endDuplexWait(): void {

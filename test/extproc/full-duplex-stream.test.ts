@@ -4,20 +4,26 @@
  */
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
-import type { ProcessingRequest } from '../../src/extproc/messages.js';
+import { parseConfig } from '../../src/config/load.js';
+import type { ProcessingRequest, ReceivedProcessingResponse } from '../../src/extproc/messages.js';
+import { initHashing } from '../../src/request/hashing.js';
+import { understand } from '../../src/request/keys.js';
 import { isClosed, isTimedOut, type EnvoyHarness } from '../harness/envoy-harness.js';
 import { harness, headersMsg, routedCluster, waitFor } from '../helpers/envoy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 
 const HEADERS = { ':method': 'POST', ':path': '/v1/chat/completions', ':scheme': 'http', ':authority': 'llm', 'content-type': 'application/json' };
 const DUPLEX = { request_body_mode: 'FULL_DUPLEX_STREAMED', response_body_mode: 'FULL_DUPLEX_STREAMED' } as const;
-const chunk = (text: string, eos: boolean) => ({ request_body: { body: Buffer.from(text), end_of_stream: eos } }) as ProcessingRequest;
+const chunk = (text: string | Buffer, eos: boolean) => ({ request_body: { body: Buffer.from(text), end_of_stream: eos } }) as ProcessingRequest;
+const WORKERS = [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }];
+const streamed = (r: ReceivedProcessingResponse) => r.request_body?.response?.body_mutation?.streamed_response;
 const WAIT_MS = 300;
 
 let g: TestGate;
 let h: EnvoyHarness;
 before(async () => {
-  g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] }, { fullDuplexBodyWaitMs: WAIT_MS });
+  await initHashing();
+  g = await startTestGate({ workers: WORKERS }, { fullDuplexBodyWaitMs: WAIT_MS });
   h = harness(g.target);
 });
 after(async () => {
@@ -68,5 +74,74 @@ describe('full duplex at the edges', () => {
     // Past the wait: the cancelled stream's timer must not decide (and take a lease) after all.
     await new Promise((r) => setTimeout(r, WAIT_MS + 100));
     assert.equal(g.results.length, n);
+  });
+  /** Sends the body in the given pieces; returns the headers reply and the body replies, in order. */
+  async function duplex(pieces: Buffer[]): Promise<{ headersReply: ReceivedProcessingResponse; echoed: ReceivedProcessingResponse[] }> {
+    const s = h.openRawStream();
+    s.write({ ...headersMsg(HEADERS, false), protocol_config: DUPLEX } as never);
+    pieces.forEach((p, i) => s.write(chunk(p, i === pieces.length - 1)));
+    const headersReply = await s.next(5000);
+    assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply), 'no headers reply');
+    const echoed: ReceivedProcessingResponse[] = [];
+    for (;;) {
+      const r = await s.next(5000);
+      assert.ok(!isClosed(r) && !isTimedOut(r), 'the body did not come back to its end');
+      echoed.push(r);
+      if (streamed(r)?.end_of_stream) break;
+    }
+    s.close();
+    return { headersReply, echoed };
+  }
+
+  test('one chunk is decided on as it is and goes back as it came, end_of_stream on it', async () => {
+    const body = Buffer.from(JSON.stringify({ user: 'one-chunk', messages: [{ role: 'user', content: 'é'.repeat(3000) }] }));
+    const n = g.results.length;
+    const { headersReply, echoed } = await duplex([body]);
+    assert.ok(routedCluster(headersReply));
+    assert.equal(g.results[n]?.key?.source, 'body_user');
+    assert.equal(echoed.length, 1);
+    assert.ok(streamed(echoed[0]!)?.body.equals(body));
+  });
+
+  test('a body cut inside UTF-8 characters and inside string escapes is decided as the whole body is', async () => {
+    // No session: the key is the prompt's prefix, so every block of the prompt must hash as in
+    // one piece (blocks are 256 characters; this prompt has many).
+    const text = Array.from({ length: 300 }, (_, i) => `turn ${i}: "quoted" \\ é€😀\n`).join('');
+    const body = Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'system', content: text }, { role: 'user', content: `\u00e9${text}` }] }));
+    const at = (needle: string, from = 0) => body.indexOf(needle, from);
+    // Inside the two bytes of é, between `\` and `"` of an escaped quote, and inside a \n escape.
+    const cuts = [at('é') + 1, at('\\"', 2000) + 1, at('😀', 5000) + 2, at('\\n', 9000) + 1].sort((a, b) => a - b);
+    assert.ok(cuts.every((c, i) => c > 0 && (i === 0 || c > cuts[i - 1]!)), `cuts ${cuts}`);
+    const pieces = [0, ...cuts].map((c, i, all) => body.subarray(c, all[i + 1] ?? body.length));
+    const n = g.results.length;
+    const { echoed } = await duplex(pieces);
+    const expected = understand({ method: 'POST', path: '/v1/chat/completions', headers: new Map(), body }, parseConfig({ workers: WORKERS }));
+    assert.equal(expected.key?.source, 'prompt_prefix');
+    assert.equal(g.results[n]?.key?.hash, expected.key?.hash);
+    // The bytes go back exactly, the last reply ending the body.
+    assert.ok(Buffer.concat(echoed.map((r) => streamed(r)!.body)).equals(body));
+    assert.ok(echoed.slice(0, -1).every((r) => streamed(r)?.end_of_stream === false));
+  });
+
+  test('past the wait, the chunks kept so far go back each as it came, none ending the body', async () => {
+    const s = h.openRawStream();
+    s.write({ ...headersMsg(HEADERS, false), protocol_config: DUPLEX } as never);
+    const kept = ['{"user":"slow",', '"messages":[{"role":"user",', '"content":"'];
+    for (const k of kept) s.write(chunk(k, false));
+    const headersReply = await s.next(5000);
+    assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply));
+    assert.equal(headersReply.response, 'request_headers');
+    for (const k of kept) {
+      const r = await s.next(5000);
+      assert.ok(!isClosed(r) && !isTimedOut(r));
+      assert.equal(streamed(r)?.body.toString(), k);
+      assert.equal(streamed(r)?.end_of_stream, false);
+    }
+    s.write(chunk('x"}]}', true));
+    const last = await s.next(5000);
+    assert.ok(!isClosed(last) && !isTimedOut(last));
+    assert.equal(streamed(last)?.body.toString(), 'x"}]}');
+    assert.equal(streamed(last)?.end_of_stream, true);
+    s.close();
   });
 });
