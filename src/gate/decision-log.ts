@@ -20,13 +20,17 @@ export interface DecisionRecord {
   explanation: Explanation;
 }
 
+/** A record as pushed: its time as epoch milliseconds, formatted only when someone reads the log. */
+export type DecisionEntry = Omit<DecisionRecord, 'at'> & { atMs: number };
+
 export class DecisionLog {
-  private readonly ring: DecisionRecord[] = [];
+  private readonly ring: DecisionEntry[] = [];
   private next = 0;
 
   constructor(private readonly size: number) {}
 
-  push(r: DecisionRecord): void {
+  /** Every routed or shed request lands here, so nothing is formatted (an ISO date took ~1 µs). */
+  push(r: DecisionEntry): void {
     if (this.ring.length < this.size) this.ring.push(r);
     else this.ring[this.next] = r;
     this.next = (this.next + 1) % this.size;
@@ -35,6 +39,9 @@ export class DecisionLog {
   /** Newest first. */
   recent(limit = this.size): DecisionRecord[] {
     const ordered = this.ring.length < this.size ? [...this.ring] : [...this.ring.slice(this.next), ...this.ring.slice(0, this.next)];
-    return ordered.reverse().slice(0, limit);
+    return ordered
+      .reverse()
+      .slice(0, limit)
+      .map(({ atMs, ...r }) => ({ at: new Date(atMs).toISOString(), ...r }));
   }
 }

@@ -19,7 +19,8 @@ import { SCORER_NAMES } from '../routing/scorers/index.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
-import { DecisionLog, type DecisionRecord } from './decision-log.js';
+import { DecisionLog, type DecisionEntry } from './decision-log.js';
+import { PendingPrefill } from './pending-prefill.js';
 import { PoolTable, type Pool } from './pools.js';
 
 export type GateResult =
@@ -90,8 +91,10 @@ export class Gate {
    * Each worker's last scrape and the health read from it (workers with metrics only). Keyed by
    * worker id, which the schema keeps unique across pools.
    */
-  private signals = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
+  private signals = new Map<string, WorkerSignalsSeen>();
   private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
+  /** Prompt blocks of this gate's leases that their workers must still compute (the backlog scorer's input). */
+  private readonly pending = new PendingPrefill();
 
   constructor(
     config: Config,
@@ -154,6 +157,8 @@ export class Gate {
       return { kind: 'reject', error: pick.error, key, routing: answer };
     }
     const pool = pick.pool;
+    // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body.
+    const promptBlocks = blocks.length < cfg.prefix.max_blocks ? blocks.length : Math.max(blocks.length, Math.floor((req.body?.length ?? 0) / cfg.prefix.block_chars));
     const cls = serviceClass(req.headers, cfg.classes, knobs.class, cfg.routing.protocol === 'endpoint_picker', DEFAULTS.objectiveHeader);
     if (cls.ignored) this.unknownClass(cls, cfg);
     const session = key?.kind === 'session';
@@ -173,18 +178,18 @@ export class Gate {
     // session placed by a sticky route would fail every commit on a non-sticky one).
     const sticky = cfg.routing.policy === 'both' || cfg.routing.policy === 'session';
     const q: StateQuery = { pool: pool.name, key: sticky ? storeKeyOf(key) : undefined, workers: pool.workerIds, blocks };
+    // Time waiting on the store. (Timed inline, not through a helper: a closure and an async
+    // wrapper per request showed in the profile; a rejected call ends the request anyway.)
     let storeMs = 0;
-    const timed = async <T>(p: Promise<T>): Promise<T> => {
-      const t0 = performance.now();
-      try {
-        return await p;
-      } finally {
-        storeMs += performance.now() - t0;
-      }
-    };
+    let t0 = 0;
 
     // A continued stored response can only be served where it was stored: that worker alone.
-    const pinned = storedResponse === undefined ? undefined : await timed(this.store.responseWorker(pool.name, storedResponse));
+    let pinned: string | undefined;
+    if (storedResponse !== undefined) {
+      t0 = performance.now();
+      pinned = await this.store.responseWorker(pool.name, storedResponse);
+      storeMs += performance.now() - t0;
+    }
     if (pinned !== undefined) {
       this.logger.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
@@ -207,6 +212,7 @@ export class Gate {
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
+        promptBlocks,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
@@ -221,24 +227,30 @@ export class Gate {
       if (decision.kind === 'shed') {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
-          snap = await timed(this.store.snapshot(q));
+          t0 = performance.now();
+          snap = await this.store.snapshot(q);
+          storeMs += performance.now() - t0;
           fresh = true;
           attempt--;
           continue;
         }
         return this.shed(decision, key, pool, answer, views, cls);
       }
-      const res = await timed(
-        this.store.commit({
-          ...q,
-          worker: decision.worker,
-          preconditions: this.checkable(decision.preconditions, snap, pool),
-          affinityTtlMs: cfg.affinity.ttl_s * 1000,
-          prefixTtlMs: cfg.prefix.ttl_s * 1000,
-          capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
-        }),
-      );
-      if (res.ok) return { ...this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls), views };
+      t0 = performance.now();
+      const res = await this.store.commit({
+        ...q,
+        worker: decision.worker,
+        preconditions: checkable(decision.preconditions, snap, all),
+        affinityTtlMs: cfg.affinity.ttl_s * 1000,
+        prefixTtlMs: cfg.prefix.ttl_s * 1000,
+        capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
+      });
+      storeMs += performance.now() - t0;
+      if (res.ok) {
+        const held = views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0;
+        this.pending.add(res.lease, promptBlocks - held);
+        return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
+      }
       snap = res.snapshot;
       fresh = true;
     }
@@ -302,6 +314,7 @@ export class Gate {
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
   release(lease: Lease): Promise<void> {
+    this.pending.remove(lease);
     return this.store.release(lease).catch((err: unknown) => {
       this.logger.warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
     });
@@ -323,16 +336,15 @@ export class Gate {
         maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
+      const pending = this.pending.of(id);
+      if (pending > 0) view.pendingPrefill = pending;
       const s = sig?.record?.signals;
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
       const operator = snap.states.get(id);
       if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict);
-      const lora = s?.lora;
-      if (lora && Array.isArray(lora.running) && Array.isArray(lora.waiting) && Number.isFinite(lora.maxLora)) {
-        view.adapters = { names: lora.waiting.length === 0 ? lora.running : [...new Set([...lora.running, ...lora.waiting])], max: lora.maxLora };
-      }
+      if (sig?.adapters !== undefined) view.adapters = sig.adapters;
       return view;
     });
   }
@@ -340,13 +352,14 @@ export class Gate {
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
     const t = this.thresholds();
-    const next = new Map<string, { record: SignalRecord | undefined; verdict: HealthVerdict }>();
+    const next = new Map<string, WorkerSignalsSeen>();
     const verdicts = new Map<string, HealthVerdict>();
     for (const w of this.setup.config.workers) {
       if (!w.metrics_url) continue;
       const record = records.get(w.id);
       const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
-      next.set(w.id, { record, verdict });
+      const adapters = adaptersOf(record);
+      next.set(w.id, adapters === undefined ? { record, verdict } : { record, verdict, adapters });
       verdicts.set(w.id, verdict);
     }
     this.signals = next;
@@ -368,15 +381,6 @@ export class Gate {
       staleAfterMs: c.signals.stale_after_ms,
       failuresDown: c.signals.failures_down,
     };
-  }
-
-  /**
-   * The store can check only states it holds (an operator's). A state the decision read from
-   * scraped signals is a local, delayed view: it is dropped from what the commit checks.
-   */
-  private checkable(p: Preconditions, snap: Snapshot, pool: Pool): Preconditions {
-    const views = new Map(this.views(snap, pool).map((v) => [v.id, v.state]));
-    return { ...p, states: p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.get(s.worker)) };
   }
 
   /** How many prefix blocks a worker's KV cache holds: its capacity in tokens over tokens per block. */
@@ -416,9 +420,10 @@ export class Gate {
     attempts: number,
     storeMs: number,
     cls: ServiceClass,
+    views: readonly WorkerView[],
   ): GateResult {
-    const record: DecisionRecord = {
-      at: new Date().toISOString(),
+    const record: DecisionEntry = {
+      atMs: Date.now(),
       pool: pool.name,
       key_kind: key?.kind,
       key_hash: key?.hash,
@@ -431,7 +436,8 @@ export class Gate {
       explanation: decision.explanation,
     };
     this.decisions.push(record);
-    this.logger.debug(
+    // The fields are built only when they will be written (this runs on every routed request).
+    if (this.logger.isLevelEnabled('debug')) this.logger.debug(
       {
         key_kind: key?.kind,
         key_source: key?.source,
@@ -462,6 +468,7 @@ export class Gate {
       explanation: decision.explanation,
       storeMs,
       class: cls.name,
+      views,
     };
   }
 
@@ -480,8 +487,8 @@ export class Gate {
         : cls.share < 1
           ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
           : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
-    this.decisions.push({ at: new Date().toISOString(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
-    this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
+    this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
+    if (this.logger.isLevelEnabled('debug')) this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }
@@ -498,6 +505,20 @@ function pinnedProblem(worker: string, pool: Pool, eligible: ReadonlySet<string>
     return new KvgateError('previous_response_unavailable', "the worker holding the previous response is outside the request's endpoint subset", { details: { worker } });
   }
   return undefined;
+}
+
+/** A worker's last scrape as the gate keeps it: the record, the health read from it, and its adapters. */
+interface WorkerSignalsSeen {
+  record: SignalRecord | undefined;
+  verdict: HealthVerdict;
+  /** Adapters it runs or queues, merged once per scrape (not once per worker view, request and attempt). */
+  adapters?: NonNullable<WorkerView['adapters']>;
+}
+
+function adaptersOf(record: SignalRecord | undefined): WorkerSignalsSeen['adapters'] {
+  const lora = record?.signals.lora;
+  if (!lora || !Array.isArray(lora.running) || !Array.isArray(lora.waiting) || !Number.isFinite(lora.maxLora)) return undefined;
+  return { names: lora.waiting.length === 0 ? lora.running : [...new Set([...lora.running, ...lora.waiting])], max: lora.maxLora };
 }
 
 /**
@@ -528,6 +549,16 @@ function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boo
   if (pool.adapters.has(model)) return true;
   if (pool.models?.has(model)) return false;
   return views.some((v) => v.adapters !== undefined && v.adapters.names.includes(model));
+}
+
+/**
+ * The store can check only states it holds (an operator's). A state the decision read from
+ * scraped signals is a local, delayed view: it is dropped from what the commit checks. `views`
+ * are the pool's workers as the decision saw them (built from `snap`, so states agree).
+ */
+function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[]): Preconditions {
+  if (p.states.length === 0) return p;
+  return { ...p, states: p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.find((v) => v.id === s.worker)?.state) };
 }
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */

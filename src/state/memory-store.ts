@@ -66,14 +66,17 @@ export class MemoryStore implements RoutingStore {
     for (const w of q.workers) inflight.set(w, live?.get(w)?.size ?? 0);
     const affinity = q.key === undefined ? undefined : this.affinities.get(affinityKey(q.pool, q.key));
     let keyInflight = 0;
+    const states = this.states.get(q.pool);
     if (affinity !== undefined && q.key !== undefined) {
       for (const k of live?.get(affinity)?.values() ?? []) if (k === q.key) keyInflight++;
     }
     return {
       affinity,
       inflight,
-      states: new Map(this.states.get(q.pool) ?? []),
-      prefix: q.blocks.length > 0 ? (this.indexes.get(q.pool)?.match(q.blocks, q.workers) ?? new Map()) : new Map(),
+      // A copy (a snapshot is a moment; operator states change in place), or a shared empty one.
+      states: states !== undefined && states.size > 0 ? new Map(states) : NO_STATES,
+      // The index's own (read-only) map: a snapshot only reads it.
+      prefix: (q.blocks.length > 0 ? this.indexes.get(q.pool)?.depths(q.blocks, q.workers) : undefined) ?? NO_PREFIX,
       keyInflight,
     };
   }
@@ -220,6 +223,9 @@ export class MemoryStore implements RoutingStore {
     return m;
   }
 }
+
+const NO_PREFIX: ReadonlyMap<string, number> = new Map();
+const NO_STATES: ReadonlyMap<string, WorkerState> = new Map();
 
 function affinityKey(pool: string, key: string): string {
   return `${pool}\u0000${key}`;

@@ -113,3 +113,201 @@ describe('PrefixIndex.match memo', () => {
     assert.equal(ix.match(q).size, 0, 'after clear');
   });
 });
+
+/**
+ * The plainest model of what the index promises: per worker, its blocks in recency order (an
+ * array, oldest first) bounded by capacity, each with when it was last routed; per block, its
+ * holders in the order they took it; a sweep per worker at most once a second dropping expired
+ * blocks from the old end. The index must agree with it on every match (depths and map order) and
+ * every size, whatever its internal layout (numbered workers, lazy recency queues, next-block hints).
+ */
+class ReferenceIndex {
+  private readonly workers = new Map<string, { cap: number; order: string[]; at: Map<string, number>; sweptAt?: number }>();
+  private readonly holders = new Map<string, string[]>();
+  constructor(
+    private readonly ttl: number,
+    private readonly now: () => number,
+  ) {}
+
+  record(worker: string, blocks: readonly string[], cap?: number): void {
+    let w = this.workers.get(worker);
+    if (!w) this.workers.set(worker, (w = { cap: Math.max(1, cap ?? 6250), order: [], at: new Map() }));
+    else if (cap !== undefined) w.cap = Math.max(1, cap);
+    while (w.order.length > w.cap) this.drop(worker, w.order[0]!);
+    const now = this.now();
+    for (let i = blocks.length - 1; i >= 0; i--) {
+      const b = blocks[i]!;
+      if (w.at.has(b)) w.order.splice(w.order.indexOf(b), 1);
+      else this.holders.set(b, [...(this.holders.get(b) ?? []), worker]);
+      w.order.push(b);
+      w.at.set(b, now);
+      if (w.order.length > w.cap) this.drop(worker, w.order[0]!);
+    }
+    if (w.sweptAt === undefined) w.sweptAt = now;
+    else if (now - w.sweptAt >= Math.min(this.ttl, 1000)) {
+      w.sweptAt = now;
+      while (w.order.length > 0 && now - w.at.get(w.order[0]!)! > this.ttl) this.drop(worker, w.order[0]!);
+    }
+  }
+
+  forget(worker: string, blocks: readonly string[]): void {
+    const w = this.workers.get(worker);
+    for (const b of blocks) if (w?.at.has(b)) this.drop(worker, b);
+  }
+
+  match(blocks: readonly string[], among?: readonly string[]): Array<[string, number]> {
+    const now = this.now();
+    const live = (w: string, b: string) => {
+      const t = this.workers.get(w)?.at.get(b);
+      return t !== undefined && now - t <= this.ttl;
+    };
+    const out: Array<[string, number]> = [];
+    for (const w of this.holders.get(blocks[0] ?? '') ?? []) {
+      if (!live(w, blocks[0]!) || (among !== undefined && !among.includes(w))) continue;
+      let d = 0;
+      while (d < blocks.length && live(w, blocks[d]!)) d++;
+      out.push([w, d]);
+    }
+    return out;
+  }
+
+  size(worker: string): number {
+    return this.workers.get(worker)?.order.length ?? 0;
+  }
+
+  clear(): void {
+    this.workers.clear();
+    this.holders.clear();
+  }
+
+  private drop(worker: string, b: string): void {
+    const w = this.workers.get(worker)!;
+    w.order.splice(w.order.indexOf(b), 1);
+    w.at.delete(b);
+    const h = this.holders.get(b)!.filter((x) => x !== worker);
+    if (h.length > 0) this.holders.set(b, h);
+    else this.holders.delete(b);
+  }
+}
+
+describe('PrefixIndex against a reference model', () => {
+  const WORKERS = ['w1', 'w2', 'w3', 'w4'] as const;
+
+  test('any records (with capacities), forgets, clears and clock moves: the same matches, map order and sizes', async () => {
+    const { default: fc } = await import('fast-check');
+    // Chains over a small alphabet so blocks are shared, prefixes diverge and hints go wrong.
+    const block = fc.constantFrom('a0', 'a1', 'a2', 'a3', 'b1', 'b2', 'c0', 'x');
+    const chainArb = fc.array(block, { maxLength: 7 });
+    const op = fc.oneof(
+      { weight: 6, arbitrary: fc.record({ kind: fc.constant('record' as const), worker: fc.constantFrom(...WORKERS), blocks: chainArb, cap: fc.option(fc.integer({ min: 0, max: 6 }), { nil: undefined }) }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant('forget' as const), worker: fc.constantFrom(...WORKERS, 'w9'), blocks: chainArb }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant('tick' as const), ms: fc.integer({ min: 0, max: 700 }) }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('match' as const), blocks: chainArb, among: fc.option(fc.subarray([...WORKERS]), { nil: undefined }) }) },
+      { weight: 1, arbitrary: fc.constant({ kind: 'clear' as const }) },
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 40 }), fc.array(chainArb, { minLength: 1, maxLength: 4 }), (ops, queries) => {
+        let now = 10_000;
+        const ix = new PrefixIndex(1500, () => now);
+        const ref = new ReferenceIndex(1500, () => now);
+        const check = (q: readonly string[], among?: readonly string[]) => assert.deepEqual([...ix.match(q, among)], ref.match(q, among), `match ${q.join(',')}`);
+        for (const o of ops) {
+          if (o.kind === 'record') {
+            ix.record(o.worker, o.blocks, o.cap);
+            ref.record(o.worker, o.blocks, o.cap);
+          } else if (o.kind === 'forget') {
+            ix.forget(o.worker, o.blocks);
+            ref.forget(o.worker, o.blocks);
+          } else if (o.kind === 'tick') now += o.ms;
+          else if (o.kind === 'match') check(o.blocks, o.among);
+          else {
+            ix.clear();
+            ref.clear();
+          }
+          for (const w of WORKERS) assert.equal(ix.size(w), ref.size(w), `size of ${w}`);
+        }
+        for (const q of queries) check(q);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  test('long runs that compact the recency queues (re-routed chains, evictions) keep exact LRU order', () => {
+    let now = 0;
+    const ix = new PrefixIndex(3_600_000, () => now);
+    const ref = new ReferenceIndex(3_600_000, () => now);
+    // Deterministic pseudo-random: chains of 40 blocks over 30 apps with 6 session tails each,
+    // many times over, on capacities small enough to evict all the time.
+    let seed = 7;
+    const rnd = (n: number) => ((seed = (seed * 1103515245 + 12345) >>> 0) >>> 16) % n;
+    for (let r = 0; r < 4000; r++) {
+      now += rnd(3);
+      const app = rnd(30);
+      const sess = rnd(6);
+      const blocks = [...chain(`app${app}.`, 24), ...chain(`app${app}.s${sess}.`, 16)];
+      const w = WORKERS[rnd(4)]!;
+      const cap = w === 'w4' ? 50 : 400;
+      ix.record(w, blocks, cap);
+      ref.record(w, blocks, cap);
+      if (r % 97 === 0) {
+        const dropped = blocks.slice(rnd(40));
+        ix.forget(w, dropped);
+        ref.forget(w, dropped);
+      }
+      if (r % 50 === 0) for (let a = 0; a < 30; a++) for (let s = 0; s < 6; s++) {
+        const q = [...chain(`app${a}.`, 24), ...chain(`app${a}.s${s}.`, 16)];
+        assert.deepEqual([...ix.match(q)], ref.match(q), `round ${r}, app ${a}, session ${s}`);
+      }
+    }
+    for (const w of WORKERS) assert.equal(ix.size(w), ref.size(w));
+    assert.equal(ix.size('w4'), 50);
+  });
+
+  test('a worker does not grow its memory without bound, evicting new blocks or routing the same ones again', () => {
+    const ix = new PrefixIndex(3_600_000);
+    // The recency queue is internal; its length is what would leak.
+    const queue = () => (ix as unknown as { workers: Array<{ qBlock: unknown[] }> }).workers[0]!.qBlock.length;
+    for (let r = 0; r < 3000; r++) ix.record('w1', chain(`u${r}.`, 16), 64);
+    assert.equal(ix.size('w1'), 64);
+    assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after churn`);
+    for (let r = 0; r < 3000; r++) ix.record('w1', chain('same.', 16));
+    assert.equal(ix.size('w1'), 64);
+    assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after re-routing one chain`);
+  });
+
+  test('expiry: a block matches up to exactly the TTL, is swept after it, oldest first, and one routed again meanwhile stays', () => {
+    let now = 0;
+    const ix = new PrefixIndex(1000, () => now);
+    ix.record('w1', chain('a', 3));
+    now = 500;
+    ix.record('w1', ['a0']); // routed again: a0 is now the most recent, 500 ms younger than a1, a2
+    now = 1000;
+    ix.record('w1', ['z0']); // a second after the first record: sweeps, but nothing is past the TTL yet
+    assert.equal(ix.size('w1'), 4);
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 3, 'at exactly the TTL a block still matches');
+    now = 1001;
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 1, 'past it, a1 and a2 stop matching at once; a0 was routed at 500');
+    assert.equal(ix.size('w1'), 4, 'and stay counted until the next sweep');
+    now = 1200;
+    ix.record('w1', ['a0']); // 200 ms after the last sweep: no sweep
+    now = 2000;
+    ix.record('w1', ['y0']);
+    assert.equal(ix.size('w1'), 3, 'the sweep dropped a2 and a1, stopped at z0 (exactly the TTL old), kept a0 (routed at 1200) and y0');
+    assert.equal(ix.match(chain('a', 3)).get('w1'), 1);
+    assert.equal(ix.match(['z0']).get('w1'), 1);
+  });
+
+  test("a block that left the index and came back by another chain is matched through the new holders, not the old chain's memory of it", () => {
+    const ix = new PrefixIndex(60_000);
+    const a = chain('a', 3);
+    ix.record('w1', a); // a0 → a1 → a2, remembered as a chain
+    ix.forget('w1', ['a1', 'a2']); // a1 and a2 leave the index: nobody holds them
+    ix.record('w2', ['z0', 'a1', 'a2']); // they come back, reached through another block
+    ix.record('w2', ['a0']);
+    assert.deepEqual(Object.fromEntries(ix.match(a)), { w1: 1, w2: 3 });
+    ix.record('w3', a); // and a record along the old chain joins the live entries
+    assert.deepEqual(Object.fromEntries(ix.match(a)), { w1: 1, w2: 3, w3: 3 });
+    ix.forget('w2', ['z0', 'a1', 'a2']);
+    assert.deepEqual(Object.fromEntries(ix.match(a)), { w1: 1, w2: 1, w3: 3 });
+  });
+});
