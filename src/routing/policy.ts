@@ -29,7 +29,7 @@
  * preconditions the store checks stay here (docs/DESIGN.md "The decision as filters, scorers and a
  * picker" says why).
  */
-import { admitLimit } from './class-share.js';
+import { admitLimit } from './filters/class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
 import { keepsOverLimit, overflowLimitOf, topClass } from './overflow.js';

@@ -93,7 +93,7 @@ export interface DecisionInput {
    */
   overflowFactor?: number;
   /**
-   * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
+   * The share of each worker's limit this request's class may fill (./filters/class-share.ts); absent or 1
    * for the top class.
    */
   classShare?: number;
