@@ -98,10 +98,11 @@ export interface DecisionInput {
    */
   classShare?: number;
   /**
-   * The LoRA adapter the request names, the weight of having it loaded, and whether workers with no
-   * room for it are filtered out (absent: they are; `scoring.adapter_filter`) (./filters/adapter.ts).
+   * The LoRA adapter the request names, and whether workers with no room for it are filtered out
+   * (absent: they are; `scoring.adapter_filter`) (./filters/adapter.ts). The weight of having it
+   * loaded is `weights.adapter`, as every scorer's.
    */
-  adapter?: { name: string; weight: number; filter?: boolean };
+  adapter?: { name: string; filter?: boolean };
 }
 
 export type RouteOutcome =
