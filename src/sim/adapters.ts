@@ -2,21 +2,17 @@
  * LoRA adapters, simulated: the same workload with each conversation's requests naming one of N
  * adapters (a Zipf mix: a few adapters are hot, most are cold), served by engines with `max_loras`
  * adapter slots and a cost to load an adapter that is not resident (lora-slots.ts). kvgate runs
- * through the real gate (Gate.route with a MemoryStore, built as `policies/kvgate.ts` builds it)
- * with the adapter in the request's `model`, and reads each worker's `vllm:lora_requests_info`
- * at the same scrape cadence and age as its other engine metrics (simulator.ts `SignalCadence`).
+ * through the real gate (Gate.route with a MemoryStore, `KvgatePolicy.create`) with the adapter in
+ * the request's `model`, and reads each worker's `vllm:lora_requests_info` at the same scrape
+ * cadence and age as its other engine metrics (simulator.ts `SignalCadence`).
  * It runs twice: with adapter affinity (the defaults) and without it (a gate config of
  * `scoring.adapter_weight: 0, adapter_filter: false`). Round robin and least loaded read no
  * engine metrics, as their real systems, so they see no adapters either.
  */
-import { Gate } from '../gate/gate.js';
-import { initHashing } from '../request/hashing.js';
-import { MemoryStore } from '../state/memory-store.js';
-import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import type { LoraOptions } from './lora-slots.js';
 import { percentile } from './metrics.js';
-import { KvgatePolicy, simGateConfig } from './policies/kvgate.js';
+import { KvgatePolicy, type DecorateRequest } from './policies/kvgate.js';
 import { LeastLoadedPolicy } from './policies/least-loaded.js';
 import type { PolicyContext, RouterPolicy } from './policies/policy.js';
 import { RoundRobinPolicy } from './policies/round-robin.js';
@@ -50,13 +46,13 @@ export function assignAdapters(workload: Workload, mix: AdapterMix, seed: number
   return workload.requests.map((r) => draw(r.sessionId !== undefined ? new Rng(hashString32(r.sessionId) ^ seed) : rng));
 }
 
-/** kvgate with each request's adapter in its body's `model` (KvgatePolicy reads the adapter gauge with the rest). */
-function adapterKvgate(name: string, gate: Gate, adapterOf: readonly (string | undefined)[]): KvgatePolicy {
-  return new KvgatePolicy(gate, name, (info, req) => {
+/** Each request's adapter in its body's `model` (KvgatePolicy reads the adapter gauge with the rest). */
+function withAdapter(adapterOf: readonly (string | undefined)[]): DecorateRequest {
+  return (info, req) => {
     const adapter = adapterOf[req.index];
     if (adapter === undefined) return info;
     return { ...info, body: Buffer.from(JSON.stringify({ ...(JSON.parse(info.body!.toString()) as object), model: adapter })) };
-  });
+  };
 }
 
 export interface AdapterRow {
@@ -99,14 +95,11 @@ export const AFFINITY_OFF = { scoring: { adapter_weight: 0, adapter_filter: fals
 async function makePolicy(name: AdapterPolicyName, ctx: PolicyContext, adapters: readonly string[], adapterOf: readonly (string | undefined)[], maxLoras: number): Promise<RouterPolicy> {
   if (name === 'round-robin') return new RoundRobinPolicy(ctx);
   if (name === 'least-loaded') return new LeastLoadedPolicy(ctx);
-  await initHashing();
   // The adapters are declared, as the README advises, so a request for one nobody runs yet is known as an adapter.
   const gateConfig = { adapters: [...adapters], ...(name === 'kvgate' ? {} : AFFINITY_OFF) };
-  const gate = new Gate(simGateConfig({ ...ctx, gateConfig }), new MemoryStore(), createLogger('silent'));
-  const policy = adapterKvgate(name, gate, adapterOf);
   // As `kvgate serve` reads every worker once before serving: an idle fleet with empty slots.
-  policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } })));
-  return policy;
+  const idle = { running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } };
+  return KvgatePolicy.create({ ...ctx, gateConfig }, { name, decorate: withAdapter(adapterOf), idle });
 }
 
 /** Runs the workload with adapters under each policy and reports TTFT, adapter loads and hit rate. */

@@ -3,17 +3,13 @@
  * seeded mix (a conversation keeps one class, as an application sends all its turns with one), run
  * through the real gate with its classes config, and reported per class: how many were shed and
  * how long the served ones waited for their first token. The policy is kvgate's own (Gate.route
- * with a MemoryStore), built as `policies/kvgate.ts` builds it, plus the class header; nothing of
- * the decision is copied.
+ * with a MemoryStore, `KvgatePolicy.create`) plus the class header; nothing of the decision is
+ * copied.
  */
-import { parseConfig } from '../config/load.js';
-import { Gate } from '../gate/gate.js';
-import { initHashing } from '../request/hashing.js';
-import { MemoryStore } from '../state/memory-store.js';
-import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import { percentile } from './metrics.js';
-import { KvgatePolicy, workerId } from './policies/kvgate.js';
+import { KvgatePolicy, type DecorateRequest } from './policies/kvgate.js';
+import type { PolicyContext } from './policies/policy.js';
 import { hashString32, Rng } from './rng.js';
 import { simulate } from './simulator.js';
 import type { Workload } from './workload.js';
@@ -53,13 +49,13 @@ export function assignClasses(workload: Workload, mix: ClassMix, seed: number): 
   return workload.requests.map((r) => (r.sessionId !== undefined ? pick(new Rng(hashString32(r.sessionId) ^ seed).next()) : pick(rng.next())));
 }
 
-/** kvgate with each request's class in the class header. */
-function classedKvgate(gate: Gate, classOf: readonly string[]): KvgatePolicy {
-  return new KvgatePolicy(gate, 'kvgate (classes)', (info, req) => {
+/** Each request's class in the class header. */
+function withClass(classOf: readonly string[]): DecorateRequest {
+  return (info, req, config) => {
     const headers = new Map(info.headers);
-    headers.set(gate.currentConfig.classes.header, classOf[req.index]!);
+    headers.set(config.classes.header, classOf[req.index]!);
     return { ...info, headers };
-  });
+  };
 }
 
 export interface ClassRow {
@@ -85,18 +81,17 @@ export interface ClassMixOptions {
 
 /** Runs the workload through the gate with classes and reports each class (highest first, as configured). */
 export async function runClassMix(workload: Workload, opts: ClassMixOptions): Promise<ClassRow[]> {
-  await initHashing();
   const classOf = assignClasses(workload, opts.mix ?? DEFAULT_CLASS_MIX, opts.seed);
-  const config = parseConfig(
-    {
-      workers: Array.from({ length: opts.fleet.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
-      limits: { max_inflight: opts.maxInflight },
-      classes: opts.classes ?? SIM_CLASSES,
-    },
-    'simulator gate config (classes)',
-  );
-  const policy = classedKvgate(new Gate(config, new MemoryStore(), createLogger('silent')), classOf);
-  policy.observe(Array.from({ length: opts.fleet.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
+  const ctx: PolicyContext = {
+    workers: opts.fleet.workers,
+    blockTokens: workload.blockTokens,
+    seed: opts.seed,
+    maxInflight: opts.maxInflight,
+    cacheTokens: opts.fleet.cacheTokens,
+    gateConfig: { classes: opts.classes ?? SIM_CLASSES },
+  };
+  const policy = await KvgatePolicy.create(ctx, { name: 'kvgate (classes)', decorate: withClass(classOf) });
+  const config = policy.gate.currentConfig;
   try {
     const run = await simulate(workload, policy, { fleet: opts.fleet, cost: opts.cost });
     return config.classes.levels
