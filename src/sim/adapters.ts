@@ -18,6 +18,7 @@ import type { PolicyContext, RouterPolicy } from './policies/policy.js';
 import { RoundRobinPolicy } from './policies/round-robin.js';
 import { hashString32, Rng, Zipf } from './rng.js';
 import { simulate } from './simulator.js';
+import { markdown, ms, pct, type Column } from './table.js';
 import type { Workload } from './workload.js';
 
 export interface AdapterMix {
@@ -139,12 +140,19 @@ export async function runAdapterComparison(workload: Workload, opts: AdapterRunO
   return rows;
 }
 
+const ADAPTER_COLUMNS: ReadonlyArray<Column<AdapterRow>> = [
+  { head: 'policy', cell: (r) => r.policy },
+  { head: 'routed', cell: (r) => String(r.routed), right: true },
+  { head: 'shed', cell: (r) => String(r.shed), right: true },
+  { head: 'TTFT p50', cell: (r) => ms(r.ttftP50), right: true },
+  { head: 'TTFT p99', cell: (r) => ms(r.ttftP99), right: true },
+  { head: 'adapter loads / request', cell: (r) => r.loadsPerRequest.toFixed(3), right: true },
+  { head: 'adapter hit rate', cell: (r) => pct(r.hitRate), right: true },
+  { head: 'evictions', cell: (r) => String(r.evictions), right: true },
+  { head: 'KV hit rate', cell: (r) => pct(r.kvHitRate), right: true },
+];
+
 /** The comparison table, as `kvgate sim --adapters` prints it. */
 export function adapterTable(rows: readonly AdapterRow[]): string {
-  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
-  const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions | KV hit rate |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|'];
-  for (const r of rows) {
-    lines.push(`| ${r.policy} | ${r.routed} | ${r.shed} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${r.loadsPerRequest.toFixed(3)} | ${(r.hitRate * 100).toFixed(1)}% | ${r.evictions} | ${(r.kvHitRate * 100).toFixed(1)}% |`);
-  }
-  return lines.join('\n');
+  return markdown(ADAPTER_COLUMNS, rows);
 }

@@ -12,6 +12,7 @@ import { KvgatePolicy, type DecorateRequest } from './policies/kvgate.js';
 import type { PolicyContext } from './policies/policy.js';
 import { hashString32, Rng } from './rng.js';
 import { simulate } from './simulator.js';
+import { markdown, ms, pct, type Column } from './table.js';
 import type { Workload } from './workload.js';
 
 /** Class name → weight in the mix. */
@@ -107,10 +108,16 @@ export async function runClassMix(workload: Workload, opts: ClassMixOptions): Pr
   }
 }
 
+const CLASS_COLUMNS: ReadonlyArray<Column<ClassRow>> = [
+  { head: 'class', cell: (r) => r.class },
+  { head: 'requests', cell: (r) => String(r.requests) },
+  { head: 'shed', cell: (r) => String(r.shed) },
+  { head: 'shed rate', cell: (r) => pct(r.shedRate) },
+  { head: 'TTFT p50', cell: (r) => ms(r.ttftP50) },
+  { head: 'TTFT p95', cell: (r) => ms(r.ttftP95) },
+];
+
 /** The per-class table, as `kvgate sim --classes` prints it. */
 export function classTable(rows: readonly ClassRow[]): string {
-  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
-  const lines = ['| class | requests | shed | shed rate | TTFT p50 | TTFT p95 |', '|---|---|---|---|---|---|'];
-  for (const r of rows) lines.push(`| ${r.class} | ${r.requests} | ${r.shed} | ${(r.shedRate * 100).toFixed(1)}% | ${ms(r.ttftP50)} | ${ms(r.ttftP95)} |`);
-  return lines.join('\n');
+  return markdown(CLASS_COLUMNS, rows);
 }
