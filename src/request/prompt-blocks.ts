@@ -14,8 +14,6 @@ import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
 import { SEP, stableJson, withoutCacheControl, type PromptApi } from './prompt.js';
 
-const encoder = new TextEncoder();
-
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
   chain: bigint[];
@@ -32,8 +30,7 @@ class BlockHasher {
   private readonly pending: string[] = [];
   private pendingLen = 0;
   private prev: bigint;
-  private readonly scratch: Uint8Array;
-  private readonly raw = xxh().h64Raw;
+  private readonly h64 = xxh().h64;
 
   constructor(
     private readonly blockChars: number,
@@ -41,8 +38,6 @@ class BlockHasher {
     seed: bigint,
   ) {
     this.prev = seed;
-    // A UTF-16 unit is at most 3 UTF-8 bytes.
-    this.scratch = new Uint8Array(blockChars * 3);
   }
 
   get done(): boolean {
@@ -76,8 +71,10 @@ class BlockHasher {
         this.pending.length = 0;
         this.pendingLen = 0;
       }
-      const { written } = encoder.encodeInto(block, this.scratch);
-      this.prev = this.raw(this.scratch.subarray(0, written), this.prev);
+      // xxhash-wasm's h64 encodes the string straight into the WebAssembly memory it hashes (one
+      // encodeInto, the same UTF-8 bytes as encoding it anywhere else): no scratch buffer, no
+      // subarray view and no second copy of the bytes per block, as h64Raw would need.
+      this.prev = this.h64(block, this.prev);
       this.chain.push(this.prev);
     }
   }
