@@ -5,8 +5,13 @@
  * the top functions, as fractions of the main thread's busy time: under a shared machine the
  * fractions hold where absolute times do not.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
+ *
+ * `--store redis` starts a throwaway redis-server (as `kvgate bench` does). On Redis it also prints
+ * what Redis did per request in the window: its CPU time (INFO cpu: unlike a script's wall time, not
+ * inflated by waiting for a core on a shared machine), the commands it ran with their µs per call
+ * (INFO commandstats), and bytes each way.
  */
 import { execFileSync } from 'node:child_process';
 import { existsSync, readFileSync, writeFileSync } from 'node:fs';
@@ -15,7 +20,9 @@ import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
 import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
+import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import { startServer } from '../src/bench/servers.js';
+import { Redis } from 'ioredis';
 
 const { values } = parseArgs({
   options: {
@@ -103,12 +110,31 @@ if (values.summarise) {
 const bytes = parseSize(values.size!);
 const bodyMode = values['body-mode'] as BenchBodyMode;
 if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
-const store = values.store!;
+let store = values.store!;
+let ownRedis: BenchRedis | undefined;
+if (store === 'redis') {
+  const bin = findRedisServer();
+  if (!bin) throw new Error('--store redis needs redis-server on PATH (or give a URL)');
+  ownRedis = await startBenchRedis(bin);
+  store = ownRedis.url;
+}
 const server = await startServer(store === 'memory' ? 'memory' : 'redis', {
   workers: 16,
   logLevel: 'error',
   ...(store === 'memory' ? {} : { redisUrl: store }),
 });
+const probe = store === 'memory' ? undefined : new Redis(store, { lazyConnect: false });
+
+/** Redis's counters now: calls and µs per command, its CPU time, and bytes in and out. */
+async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: number; usec: number }>; cpuUs: number; inBytes: number; outBytes: number }> {
+  const cmds = new Map<string, { calls: number; usec: number }>();
+  for (const m of (await r.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) cmds.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
+  const stats = await r.info('stats');
+  const num = (k: string) => Number(new RegExp(`^${k}:(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
+  const cpu = await r.info('cpu');
+  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
+  return { cmds, cpuUs: (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6, inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
+}
 const pool = LoadPool.create(1);
 const plan = { target: server.target, bodyBytes: bytes, seed: 1, expectHeader: server.routingHeader!, mode: 'closed' as const, concurrency: Number(values.concurrency), bodyMode };
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
@@ -116,16 +142,36 @@ const session = new Session();
 session.connect();
 await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 200 });
+const before = probe && (await redisCounters(probe));
 await session.post('Profiler.start');
 const cpu0 = mainThreadCpuUs();
 const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
 const cpu = mainThreadCpuUs();
 const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+const afterCounters = probe && (await redisCounters(probe));
 session.disconnect();
 pool.forget(server.target);
 await server.close();
 await pool.close();
+probe?.disconnect();
+await ownRedis?.stop();
 if (values.out) writeFileSync(values.out, JSON.stringify(profile));
 const cpuPerRequest = cpu0 !== undefined && cpu !== undefined ? `, CPU ${Math.round((cpu - cpu0) / w.completed)} µs/request` : '';
 console.log(`${values.size} ${bodyMode} on ${store === 'memory' ? 'memory' : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
+if (before && afterCounters) {
+  // Approximate: the probe's own INFO calls and the gate's timers (refresh, renewals) count too.
+  const per = (x: number) => (x / Math.max(1, w.completed)).toFixed(2);
+  const rows: Array<[number, string]> = [];
+  let calls = 0;
+  for (const [name, a] of afterCounters.cmds) {
+    const b = before.cmds.get(name) ?? { calls: 0, usec: 0 };
+    const dc = a.calls - b.calls;
+    if (dc <= 0 || name === 'info') continue;
+    calls += dc;
+    rows.push([a.usec - b.usec, `  ${name.padEnd(18)} ${per(dc).padStart(7)} calls/request  ${((a.usec - b.usec) / dc).toFixed(1).padStart(8)} µs/call  ${per(a.usec - b.usec).padStart(8)} µs/request`]);
+  }
+  // A script's µs include those of the commands it ran, which have rows of their own as well.
+  console.log(`redis: CPU ${per(afterCounters.cpuUs - before.cpuUs)} µs/request; ${per(calls)} commands/request (scripts' inner calls included), ${per(afterCounters.inBytes - before.inBytes)} bytes in and ${per(afterCounters.outBytes - before.outBytes)} out per request`);
+  console.log(rows.sort((x, y) => y[0] - x[0]).map(([, r]) => r).join('\n'));
+}
 console.log(summarise(profile, Number(values.top)));

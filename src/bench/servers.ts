@@ -42,8 +42,13 @@ export function benchConfig(workers: number, keyPrefix: string): Config {
   });
 }
 
+let serverSeq = 0;
+
 export async function startServer(name: TargetName, opts: { workers: number; redisUrl?: string; logLevel?: string }): Promise<ServerUnderTest> {
-  const keyPrefix = `kvgate-bench-${process.pid}-${Date.now().toString(36)}`;
+  // A fresh prefix per server so no round starts on another's state, and about as short as the
+  // default `kvgate`: every Redis key carries it (each prompt block's), so a long one would count
+  // bytes on the wire that a deployment does not send (25 characters added ~25% at 32 KB).
+  const keyPrefix = `kvb${(Date.now() % 36 ** 4).toString(36)}${(serverSeq++).toString(36)}`;
   const config = benchConfig(opts.workers, keyPrefix);
   if (name === 'noop') {
     const noop = await startNoopServer(config.limits.max_body_bytes + 1024 * 1024);

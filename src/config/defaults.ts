@@ -116,6 +116,16 @@ export const DEFAULTS = {
    */
   adapterFilter: true,
   /**
+   * The backlog term (src/routing/scorers/backlog.ts): prefill this gate has queued on a worker,
+   * in units of the request's own prompt. Off by default: on the held-out sweeps (chat and agent
+   * seeds 101-102, the Mooncake synthetic trace; docs/DESIGN.md "Queued prefill") weight 1
+   * moved no workload's goodput, lowered p99 TTFT near the knee on agent loops (seed 102 at 1.2:
+   * 1.52 s to 0.79 s) but not on chat (either way by seed and load), and cost the Mooncake trace
+   * 3-4 points of hit rate at 0.6-0.8 of capacity. A fleet whose prompts range from chat turns to
+   * long documents, where request counts say least about queues, is where to try it.
+   */
+  backlogWeight: 0,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
    * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than
@@ -253,6 +263,14 @@ export const DEFAULTS = {
   scrapeFailuresDown: 3,
   /** KV-cache use (or GPU memory use, where memory is configured as a signal) that makes a worker pressured. */
   kvPressure: 0.85,
+  /**
+   * A pressured worker keeps what it holds: its sessions, and (in the prompt-aware modes) requests
+   * whose prompt it holds at least this share of (src/routing/filters/takes-new-work.ts). Half:
+   * then most of the prefill is saved there, and a RAG request or a conversation without a
+   * session id is no new work for it. Not a knob: on the held-out RAG sweeps any share from a
+   * quarter to three quarters gave the same result (a request holds its document, or nothing).
+   */
+  pressuredHoldsShare: 0.5,
   /** Queued requests (engine-reported) past which a worker takes no new sessions. */
   maxQueue: 32,
   /** GPU temperature past which a worker takes no new sessions: data-centre GPUs throttle near 85-90 °C. */

@@ -195,6 +195,7 @@ const configObject = z.strictObject({
       balance_floor: z.number().nonnegative().default(DEFAULTS.balanceFloor),
       adapter_weight: z.number().nonnegative().default(DEFAULTS.adapterWeight),
       adapter_filter: z.boolean().default(DEFAULTS.adapterFilter),
+      backlog_weight: z.number().nonnegative().default(DEFAULTS.backlogWeight),
     })
     .prefault({}),
   affinity: z

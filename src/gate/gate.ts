@@ -20,6 +20,7 @@ import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, 
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
 import { DecisionLog, type DecisionEntry } from './decision-log.js';
+import { PendingPrefill } from './pending-prefill.js';
 import { PoolTable, type Pool } from './pools.js';
 
 export type GateResult =
@@ -92,6 +93,8 @@ export class Gate {
    */
   private signals = new Map<string, WorkerSignalsSeen>();
   private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
+  /** Prompt blocks of this gate's leases that their workers must still compute (the backlog scorer's input). */
+  private readonly pending = new PendingPrefill();
 
   constructor(
     config: Config,
@@ -154,6 +157,8 @@ export class Gate {
       return { kind: 'reject', error: pick.error, key, routing: answer };
     }
     const pool = pick.pool;
+    // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body.
+    const promptBlocks = blocks.length < cfg.prefix.max_blocks ? blocks.length : Math.max(blocks.length, Math.floor((req.body?.length ?? 0) / cfg.prefix.block_chars));
     const cls = serviceClass(req.headers, cfg.classes, knobs.class, cfg.routing.protocol === 'endpoint_picker', DEFAULTS.objectiveHeader);
     if (cls.ignored) this.unknownClass(cls, cfg);
     const session = key?.kind === 'session';
@@ -207,6 +212,7 @@ export class Gate {
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
+        promptBlocks,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
@@ -240,7 +246,11 @@ export class Gate {
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
       });
       storeMs += performance.now() - t0;
-      if (res.ok) return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
+      if (res.ok) {
+        const held = views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0;
+        this.pending.add(res.lease, promptBlocks - held);
+        return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
+      }
       snap = res.snapshot;
       fresh = true;
     }
@@ -304,6 +314,7 @@ export class Gate {
 
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
   release(lease: Lease): Promise<void> {
+    this.pending.remove(lease);
     return this.store.release(lease).catch((err: unknown) => {
       this.logger.warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
     });
@@ -325,6 +336,8 @@ export class Gate {
         maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
+      const pending = this.pending.of(id);
+      if (pending > 0) view.pendingPrefill = pending;
       const s = sig?.record?.signals;
       if (s?.kvUsage !== undefined) view.kvUsage = s.kvUsage;
       if (s?.waiting !== undefined) view.waiting = s.waiting;

@@ -5,8 +5,9 @@
  *    can (healthy or pressured, below its in-flight limit) and the session has fewer than
  *    `maxInflightPerSession` requests running there. That worker holds the conversation's KV cache.
  * 2. Otherwise the request is placed on the best worker that takes new work (healthy, below its
- *    limit). In `both` and `prefix` modes "best" is the highest score (./score.ts): the share of the
- *    prompt's leading blocks the worker probably holds, minus its load and KV pressure. So a
+ *    limit; or pressured, below it, holding most of the prompt: filters/takes-new-work.ts). In
+ *    `both` and `prefix` modes "best" is the highest score (./score.ts): the share of the prompt's
+ *    leading blocks the worker probably holds, minus its load and KV pressure. So a
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes "best" is the least loaded.
@@ -94,7 +95,8 @@ export function decide(input: DecisionInput): Decision {
   // already has maxInflightPerSession requests running there (fan-out spreads, as below the limit).
   let rule: Explanation['rule'] = 'scored';
   let limit = best ? admitLimit(best, classShare) : 0;
-  let keptIn = TAKES;
+  // A pressured worker is chosen below its limit only for what it holds (takes-new-work.ts): it must still keep work.
+  let keptIn = best?.state === 'pressured' ? KEEPS : TAKES;
   if (best !== undefined && home !== undefined && best === affine) {
     limit = home.limit;
     keptIn = home.in;

@@ -26,6 +26,12 @@ export interface WorkerView {
   prefixBlocks: number;
   /** KV-cache use in [0, 1] as last reported by the worker, when known. */
   kvUsage?: number;
+  /**
+   * Prompt blocks this gate has sent the worker that it must still compute (its leases' uncached
+   * blocks, until their first token): the prefill queued ahead of a new request, in work rather
+   * than requests. Absent: none, or not known.
+   */
+  pendingPrefill?: number;
   /** Requests queued in the engine as last reported, when known (a delayed view of load). */
   waiting?: number;
   /**
@@ -69,6 +75,11 @@ export interface DecisionInput {
   keyInflight: number;
   /** Blocks in this request's prompt chain (0: no prompt to match). */
   totalBlocks: number;
+  /**
+   * The prompt's size in blocks, past the hashing cap too (estimated from the body there); absent:
+   * `totalBlocks`. The unit the backlog scorer measures queues in.
+   */
+  promptBlocks?: number;
   workers: readonly WorkerView[];
   mode: PolicyMode;
   weights: ScoreWeights;

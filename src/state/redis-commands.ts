@@ -55,11 +55,14 @@ export function defineScripts(redis: RedisClient): void {
 /** The keys of one pool (see the layout above). */
 export class PoolKeys {
   readonly tag: string;
+  /** The length in bytes (as Lua counts) of a block key before the block's id. */
+  readonly blockKeyPrefix: number;
   constructor(
     keyPrefix: string,
     readonly pool: string,
   ) {
     this.tag = `${keyPrefix}:{${pool}}`;
+    this.blockKeyPrefix = Buffer.byteLength(this.block(''));
   }
   affinity(key: string): string {
     return `${this.tag}:a:${key}`;
@@ -73,6 +76,7 @@ export class PoolKeys {
   block(hash: string): string {
     return `${this.tag}:b:${hash}`;
   }
+
   blockSet(worker: string): string {
     return `${this.tag}:bw:${worker}`;
   }
@@ -105,6 +109,24 @@ export interface DecideQuery {
   /** The session's store key; undefined when the request has none. */
   key: string | undefined;
   blocks: readonly string[];
+}
+
+/**
+ * Leases of the pool this replica released, removed by the script before it counts anything:
+ * lease members by worker, each worker one of the query's (so its key is declared).
+ */
+export type Releases = ReadonlyMap<string, readonly string[]>;
+
+/**
+ * How recently a holding must have been written for a commit to leave it as it is: a thousandth
+ * of the prefix TTL, at most a second (30 min TTL: 1 s). Skipping the rewrite lets the holding lapse
+ * at most this much earlier than routing would have made it (1 s in 30 min, or 0.06% of the TTL:
+ * a block about to leave a busy worker's HBM either way), and spares Redis an HSET and a PEXPIRE
+ * per block of a prompt routed to the same worker again within it: the shared system prompt and a
+ * session's earlier turns, most of a long prompt.
+ */
+export function freshWindowMs(prefixTtlMs: number): number {
+  return Math.min(1000, Math.floor(prefixTtlMs / 1000));
 }
 
 /** What a commit writes, and the facts it checks first. */
@@ -147,7 +169,10 @@ interface DecideSpec {
   keyed: boolean;
   workers: readonly string[];
   leaseKey: string;
-  blocks: readonly string[];
+  /** A block key less this many leading characters is the block's id (ids are not sent twice). */
+  blockKeyPrefix: number;
+  /** Lease members to remove first: [worker index (1-based), members]. */
+  released?: Array<[number, readonly string[]]>;
   chosen?: number;
   expectedAffinity?: string;
   below?: Array<{ worker: number; limit: number }>;
@@ -159,6 +184,8 @@ interface DecideSpec {
   leaseTtlMs?: number;
   prefixTtlMs?: number;
   capacityBlocks?: number;
+  /** A holding lapsing later than now + prefixTtlMs - freshMs is not rewritten (`freshWindowMs`). */
+  freshMs?: number;
   notAfter?: number;
 }
 
@@ -192,10 +219,19 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
 /**
  * Reads a pool's state for one key and prompt, or (with `commit`) checks the decision's
  * preconditions and, when they hold, records affinity, lease and prompt blocks, atomically.
- * A worker of the commit that is not in `q.workers` throws.
+ * `released` leases are removed first, whatever the commit's outcome. A worker of the commit or
+ * of `released` that is not in `q.workers` throws.
  */
-export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit): Promise<DecideReply> {
-  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', blocks: q.blocks };
+export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): Promise<DecideReply> {
+  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', blockKeyPrefix: keys.blockKeyPrefix };
+  if (released && released.size > 0) {
+    spec.released = [];
+    for (const [worker, members] of released) {
+      const i = q.workers.indexOf(worker) + 1;
+      if (i === 0) throw new Error(`released worker ${worker} is not in pool ${keys.pool}`);
+      if (members.length > 0) spec.released.push([i, members]);
+    }
+  }
   if (commit) {
     const index = (w: string) => q.workers.indexOf(w) + 1;
     const p = commit.preconditions;
@@ -213,6 +249,7 @@ export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery,
       leaseTtlMs: commit.leaseTtlMs,
       prefixTtlMs: commit.prefixTtlMs,
       capacityBlocks: commit.capacityBlocks,
+      freshMs: freshWindowMs(commit.prefixTtlMs),
       notAfter: commit.notAfter,
     } satisfies Partial<DecideSpec>);
   }

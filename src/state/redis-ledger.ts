@@ -7,9 +7,13 @@
  * A lease is in exactly one of:
  *   local       taken while Redis was unreachable; counted only in this process
  *   shared      in Redis's in-flight set; renewed until released
- *   unreleased  released, but the ZREM failed; retried on each refresh
- * and leaves the ledger when released (local), removed from Redis (shared, unreleased) or when the
- * store closes. A local lease becomes shared once a resync has re-added it to Redis.
+ *   releasing   released; its removal from Redis rides on this replica's next command to the pool
+ *               (a commit or read), or goes on its own when the store's short flush timer fires
+ *   unreleased  released, but the removal failed; retried on each refresh
+ * and leaves the ledger when released (local), removed from Redis (releasing, unreleased) or when
+ * the store closes. A local lease becomes shared once a resync has re-added it to Redis; a
+ * releasing one is taken out while a command carries its removal, and comes back as unreleased
+ * if that command fails.
  */
 import { LRUCache } from 'lru-cache';
 import type { Lease } from './store.js';
@@ -25,6 +29,7 @@ export interface UnsyncedAffinity {
 export class RedisLedger {
   private readonly local = new Map<string, Lease>();
   private readonly shared = new Map<string, Lease>();
+  private readonly releasing = new Map<string, Lease>();
   private readonly unreleased = new Map<string, Lease>();
   /** Keyed like the store's affinity cache (pool and key). */
   private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
@@ -44,16 +49,43 @@ export class RedisLedger {
   }
 
   /**
-   * Ends a lease. 'shared': Redis counts it, so the caller removes it there (and reports a failure
-   * with `releaseFailed`); 'local': nothing to tell Redis; undefined: already released.
+   * Ends a lease. 'shared': Redis counts it, so it is now releasing: the caller sends its removal
+   * (`takeReleasing`) and reports a failure with `releaseFailed`; 'local': nothing to tell Redis;
+   * undefined: already released.
    */
   release(id: string): 'local' | 'shared' | undefined {
     if (this.local.delete(id)) return 'local';
-    if (this.shared.delete(id)) return 'shared';
-    return undefined;
+    const lease = this.shared.get(id);
+    if (lease === undefined) return undefined;
+    this.shared.delete(id);
+    this.releasing.set(id, lease);
+    return 'shared';
   }
 
+  /**
+   * Releasing leases whose removal a command is about to carry, taken out of the ledger: of one
+   * pool and only on `workers` (a command names only its pool's workers' keys), at most `max`; or,
+   * without a pool, all of them.
+   */
+  takeReleasing(pool?: string, workers?: ReadonlySet<string>, max = Infinity): Lease[] {
+    const out: Lease[] = [];
+    if (this.releasing.size === 0) return out;
+    for (const [id, l] of this.releasing) {
+      if (out.length >= max) break;
+      if (pool !== undefined && (l.pool !== pool || (workers !== undefined && !workers.has(l.worker)))) continue;
+      out.push(l);
+      this.releasing.delete(id);
+    }
+    return out;
+  }
+
+  get releasingCount(): number {
+    return this.releasing.size;
+  }
+
+  /** The command carrying the lease's removal failed (or never went): retried on each refresh. */
   releaseFailed(lease: Lease): void {
+    this.releasing.delete(lease.id);
     this.unreleased.set(lease.id, lease);
   }
 
@@ -121,8 +153,9 @@ export class RedisLedger {
 
   /** On close: every lease Redis may still count for this process; the ledger is emptied. */
   drainForClose(): Lease[] {
-    const out = [...this.shared.values(), ...this.unreleased.values()];
+    const out = [...this.shared.values(), ...this.releasing.values(), ...this.unreleased.values()];
     this.shared.clear();
+    this.releasing.clear();
     this.unreleased.clear();
     return out;
   }

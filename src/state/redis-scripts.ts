@@ -26,14 +26,34 @@
  * so the script returns them (`evicted`) and the store deletes the worker from their holders with
  * plain HDELs right after. Until then (or if the gate dies first, until their TTL) the evicted
  * blocks still name the worker as a holder: a hint a little too optimistic, never a wrong lease.
+ *
+ * A block's id is not sent twice: it is its key less the first `spec.blockKeyPrefix` characters.
+ *
+ * Releases ride along (`spec.released`: lease members by worker index): this replica's leases that
+ * ended since its last command to the pool are removed first, before anything is counted or the
+ * deadline checked, so a commit always sees the releases its replica made before it, in order, and
+ * a late commit still carries them out. Only workers of KEYS can be named, so every key is declared.
+ *
+ * A holding refreshed less than `spec.freshMs` ago (its lapse time is within freshMs of
+ * now + prefixTtlMs) is not written again: the holder's time and the block key's TTL stay as they
+ * are, so the holding lapses up to freshMs earlier than a rewrite would have made it. The store
+ * keeps freshMs a thousandth of the TTL and at most a second (./redis-commands.ts). The recency
+ * ZADD is always made (one variadic call), so capacity evictions keep exact routing order.
  */
 export const DECIDE_LUA = `
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #spec.workers
+local m = #KEYS - 5 - n
 local K_CHOSEN_BLOCKS, K_CHOSEN_SESSIONS, K_EXPECTED_SESSIONS = 3 + n, 4 + n, 5 + n
 local function blockKey(j) return KEYS[5 + n + j] end
+local bkp = spec.blockKeyPrefix
+
+-- Releases this replica made since its last command to the pool: first, whatever happens next.
+if spec.released then
+  for _, r in ipairs(spec.released) do redis.call('ZREM', KEYS[2 + r[1]], unpack(r[2])) end
+end
 
 local reply = {ok = false, late = false, now = now, affinity = '', keyInflight = 0, evicted = {}}
 -- A commit ioredis resent (after NOSCRIPT) or a cluster client retried can arrive after the gate
@@ -58,21 +78,31 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- Prefix match: for each configured worker, the leading blocks it holds; stop at the first block
 -- none of them holds. A worker gone from the config still holds blocks until they lapse, and no
 -- decision may weigh it. Each holder lapses on its own: a worker not sent the block within the
--- TTL stops holding it, even while other workers keep the block's hash alive.
+-- TTL stops holding it, even while other workers keep the block's hash alive. On the way, a commit
+-- notes when the chosen worker's holding of each block lapses (to skip fresh rewrites below).
+local chosenName = false
+if spec.mode == 'commit' then chosenName = spec.workers[spec.chosen] end
+local chosenUntil = {}
 local configured = {}
 for _, w in ipairs(spec.workers) do configured[w] = true end
 local depth = {}
 local alive = configured
-for j = 1, #spec.blocks do
+for j = 1, m do
   local hs = redis.call('HGETALL', blockKey(j))
   local nxt = {}
   local any = false
   for h = 1, #hs, 2 do
     local w = hs[h]
-    if alive[w] and tonumber(hs[h + 1]) > now then
-      nxt[w] = true
-      depth[w] = j
-      any = true
+    if alive[w] then
+      local until_ = tonumber(hs[h + 1])
+      if until_ > now then
+        nxt[w] = true
+        depth[w] = j
+        any = true
+      end
+      if w == chosenName then chosenUntil[j] = until_ end
+    elseif w == chosenName then
+      chosenUntil[j] = tonumber(hs[h + 1])
     end
   end
   if not any then break end
@@ -85,8 +115,8 @@ if aff and spec.leaseKey ~= '' then
   for i, w in ipairs(spec.workers) do
     if w == aff then
       local suffix = '|' .. spec.leaseKey
-      for _, m in ipairs(redis.call('ZRANGE', KEYS[2 + i], 0, -1)) do
-        if string.sub(m, -#suffix) == suffix then keyInflight = keyInflight + 1 end
+      for _, mb in ipairs(redis.call('ZRANGE', KEYS[2 + i], 0, -1)) do
+        if string.sub(mb, -#suffix) == suffix then keyInflight = keyInflight + 1 end
       end
     end
   end
@@ -108,7 +138,7 @@ if spec.mode == 'commit' then
     end
   end
   if ok then
-    local chosen = spec.workers[spec.chosen]
+    local chosen = chosenName
     if spec.keyed then
       redis.call('SET', KEYS[1], chosen, 'PX', spec.affinityTtlMs)
       -- The worker's session list, scored by when the affinity lapses: preemptive migration
@@ -128,15 +158,27 @@ if spec.mode == 'commit' then
     -- The chosen worker now holds the prompt's blocks, until now + TTL. Recency scores are
     -- ms * 1000 minus the block's depth, so within one routing the deepest blocks are the oldest
     -- and go first, as an engine evicts a prefix from its tail.
-    local m = #spec.blocks
     if m > 0 then
       local lru = KEYS[K_CHOSEN_BLOCKS]
-      for j, b in ipairs(spec.blocks) do
+      local until_ = now + spec.prefixTtlMs
+      local freshFrom = until_ - spec.freshMs
+      local ids = {}
+      local recency = {}
+      for j = 1, m do
         local bk = blockKey(j)
-        redis.call('HSET', bk, chosen, now + spec.prefixTtlMs)
-        redis.call('PEXPIRE', bk, spec.prefixTtlMs)
-        redis.call('ZADD', lru, now * 1000 + (100000 - j), b)
+        ids[j] = string.sub(bk, bkp + 1)
+        local held = chosenUntil[j]
+        if not held or held < freshFrom then
+          redis.call('HSET', bk, chosen, until_)
+          redis.call('PEXPIRE', bk, spec.prefixTtlMs)
+        end
+        recency[2 * j - 1] = now * 1000 + (100000 - j)
+        recency[2 * j] = ids[j]
         if (depth[chosen] or 0) < j then depth[chosen] = j end
+      end
+      -- In slices: unpack is bounded by Lua's stack.
+      for s = 1, 2 * m, 1000 do
+        redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m)))
       end
       redis.call('PEXPIRE', lru, spec.prefixTtlMs)
       local over = redis.call('ZCARD', lru) - spec.capacityBlocks
@@ -145,7 +187,7 @@ if spec.mode == 'commit' then
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
         -- An evicted block of this very prompt is one of ours: unhold it here.
         local mine = {}
-        for j, b in ipairs(spec.blocks) do mine[b] = j end
+        for j = 1, m do mine[ids[j]] = j end
         for _, b in ipairs(reply.evicted) do
           local j = mine[b]
           if j then

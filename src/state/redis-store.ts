@@ -50,6 +50,25 @@ import {
 /** At most one line per this while Redis keeps failing (see logFailure). */
 const FAILURE_LOG_INTERVAL_MS = 60_000;
 
+/**
+ * A release waits at most this long for a command of this replica to the same pool to carry it
+ * (./redis-ledger.ts, "releasing"); then it goes on its own. Under load the next commit comes
+ * sooner and takes it along, so a release costs no command of its own; idle, other replicas see
+ * the capacity back this much later than they would, which only makes them a little cautious.
+ */
+const RELEASE_FLUSH_MS = 5;
+
+/**
+ * Local matches kept for the replies of decisions in flight (PoolView.matched). Each holds its
+ * prompt's block ids, up to `prefix.max_blocks` of them, so few; past it a reply walks the index.
+ */
+const MAX_MATCHES_KEPT = 256;
+
+/** The local prefix index's TTL when the options give none (the config default's 30 minutes). */
+const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
+/** At most this many releases ride on one script call (its arguments stay small). */
+const MAX_RELEASES_PER_CALL = 256;
+
 export interface RedisStoreOptions {
   url: string;
   keyPrefix: string;
@@ -66,10 +85,28 @@ export interface RedisStoreOptions {
 
 interface PoolView {
   workers: readonly string[];
+  /** `workers` as a set (rebuilt when the list changes). */
+  workerSet: ReadonlySet<string>;
   inflight: Map<string, number>;
   states: Map<string, WorkerState>;
   /** Prefix knowledge seen from Redis and from this replica's own commits. */
   index: PrefixIndex;
+  /**
+   * What this replica recorded in `index` lately: `<worker>\0<capacity>\0<deepest block>` → when.
+   * A chain's deepest block names the whole chain (hashes are chained), so a hit means those very
+   * blocks were recorded for the worker that recently. Cleared every `freshWindowMs` of the index's
+   * TTL; see `recordUnlessFresh`.
+   */
+  recorded: Map<string, number>;
+  recordedSince: number;
+  /**
+   * The local match each chain was last decided on (`cachedSnapshot`), so that folding its reply
+   * in needs no second walk of the index. Valid while nothing was forgotten since (`forgets`):
+   * records in between only add or refresh holdings, and the reply's truth is compared with what
+   * the decision saw, not with what other replies taught meanwhile.
+   */
+  matched: Map<readonly string[], { depth: ReadonlyMap<string, number>; forgets: number }>;
+  forgets: number;
 }
 
 export class RedisStore implements RoutingStore {
@@ -107,6 +144,9 @@ export class RedisStore implements RoutingStore {
   private failuresNotLogged = 0;
   private readonly events = new EventEmitter();
   private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
+  /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
+  private readonly releaseWaiters = new Map<string, () => void>();
+  private releaseTimer: NodeJS.Timeout | undefined;
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -142,15 +182,33 @@ export class RedisStore implements RoutingStore {
   }
 
   cachedSnapshot(q: StateQuery): Snapshot {
+    return this.localSnapshot(q, true);
+  }
+
+  /**
+   * The local view as a snapshot. `decidedOn`: a decision will be made on it and its commit's reply
+   * folded in, so its prefix match is kept for that (PoolView.matched).
+   */
+  private localSnapshot(q: StateQuery, decidedOn: boolean): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
+    let prefix: Map<string, number>;
+    if (q.blocks.length > 0) {
+      prefix = view.index.match(q.blocks, q.workers);
+      if (decidedOn) {
+        // Kept until its reply is folded in; the oldest goes first past the bound (decisions that
+        // never reach Redis: shed, or committed locally), and a reply without one walks the index.
+        if (view.matched.size >= MAX_MATCHES_KEPT) view.matched.delete(view.matched.keys().next().value!);
+        view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
+      }
+    } else prefix = new Map();
     return {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix: q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map(),
+      prefix,
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
@@ -188,32 +246,39 @@ export class RedisStore implements RoutingStore {
       // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
       // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
       this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
+      this.views.get(pool)?.matched.delete(req.blocks);
       return this.commitLocally(req);
     }
-    const snapshot = this.absorb(req, reply);
-    if (!reply.ok) return { ok: false, snapshot };
+    if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
+    // No snapshot after a commit that held (nobody reads it): only what the reply teaches. The
+    // chosen worker now holds the whole prompt (recorded with its capacity).
+    const { committedDepth } = this.learn(req, reply, req.worker);
     if (reply.evicted.length > 0) {
       cmd.unholdEvicted(this.redis, this.poolKeys(pool), req.worker, reply.evicted).catch((err: unknown) => this.logFailure('redis prefix eviction failed', err));
     }
-    this.view(pool, workers).index.record(req.worker, req.blocks, req.capacityBlocks);
+    this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
     return { ok: true, lease, degraded: false };
   }
 
+  /**
+   * Resolves once Redis has taken the lease out (or, failing that, once it is queued for retry on
+   * the refresh). The removal rides on this replica's next command to the pool, or goes on its own
+   * after RELEASE_FLUSH_MS: one command fewer per request under load.
+   */
   async release(lease: Lease): Promise<void> {
     // By id, not by `shared`: a lease taken locally becomes shared once resync re-adds it to Redis.
     if (this.ledger.release(lease.id) !== 'shared') return;
     const view = this.views.get(lease.pool);
     const n = view?.inflight.get(lease.worker);
     if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
-    try {
-      await this.redis.zrem(this.poolKeys(lease.pool).inflight(lease.worker), lease.id);
-    } catch (err) {
-      // Not renewed any more, so Redis drops it within the lease TTL at the latest.
-      this.ledger.releaseFailed(lease);
-      this.logFailure('redis release failed; retrying on the next refresh', err);
-    }
+    if (this.closed) return;
+    this.releaseTimer ??= setTimeout(() => {
+      this.releaseTimer = undefined;
+      void this.flushReleases();
+    }, RELEASE_FLUSH_MS);
+    return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
   }
 
   async setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
@@ -321,6 +386,7 @@ export class RedisStore implements RoutingStore {
     if (this.closed) return;
     this.closed = true;
     for (const t of this.timers) clearInterval(t);
+    clearTimeout(this.releaseTimer);
     // Give our leases back so other replicas see the capacity at once, not after the TTL.
     const leases = this.ledger.drainForClose();
     if (leases.length > 0 && this.redis.status === 'ready') {
@@ -332,6 +398,7 @@ export class RedisStore implements RoutingStore {
         }),
       );
     }
+    this.settleReleases(leases.map((l) => l.id));
     this.redis.disconnect();
   }
 
@@ -355,7 +422,16 @@ export class RedisStore implements RoutingStore {
     const send = () => {
       if (late) return Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed'));
       const full = commit ? { ...commit, notAfter: this.clockOffsetMs === undefined ? 0 : deadline + this.clockOffsetMs } : undefined;
-      return cmd.decide(this.redis, this.poolKeys(q.pool), q, full).then((reply) => {
+      // This replica's releases in the pool ride along, removed before the script counts anything.
+      const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
+      const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
+      if (carried.length > 0) {
+        sent.then(
+          () => this.settleReleases(carried.map((l) => l.id)),
+          (err: unknown) => this.releasesFailed(carried, err),
+        );
+      }
+      return sent.then((reply) => {
         // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
         // however long the reply waited (the event loop, the way back): the largest seen is the
         // truest. Taking the latest let one late reply pull the deadlines of later commits
@@ -397,6 +473,16 @@ export class RedisStore implements RoutingStore {
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
   private absorb(q: StateQuery, reply: DecideReply): Snapshot {
+    const { prefix } = this.learn(q, reply);
+    return { ...this.cachedSnapshot(q), prefix };
+  }
+
+  /**
+   * Folds a script reply into the local view; returns Redis's prefix match. `committed`: the worker
+   * a commit just gave the whole prompt, which the caller records itself (with its capacity), told
+   * how deep the local index matched the prompt on it before.
+   */
+  private learn(q: StateQuery, reply: DecideReply, committed?: string): { prefix: Map<string, number>; committedDepth: number } {
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
     view.states = parseStates(reply.states);
@@ -404,23 +490,58 @@ export class RedisStore implements RoutingStore {
     // prompt needs no extra round trip) and unlearn what Redis no longer has (expired, evicted).
     const prefix = new Map<string, number>();
     for (const [w, d] of reply.depth) if (d > 0) prefix.set(w, d);
+    let committedDepth = 0;
     if (q.blocks.length > 0) {
-      for (const [w, d] of view.index.match(q.blocks)) {
+      const seen = view.matched.get(q.blocks);
+      if (seen !== undefined) view.matched.delete(q.blocks);
+      const local = seen !== undefined && seen.forgets === view.forgets ? seen.depth : view.index.match(q.blocks, q.workers);
+      if (committed !== undefined) committedDepth = local.get(committed) ?? 0;
+      for (const [w, d] of local) {
         const truth = prefix.get(w) ?? 0;
-        if (truth < d) view.index.forget(w, q.blocks.slice(truth, d));
+        if (truth < d && w !== committed) {
+          view.index.forget(w, q.blocks.slice(truth, d));
+          view.forgets++;
+        }
       }
-      for (const [w, d] of prefix) view.index.record(w, q.blocks.slice(0, d));
+      for (const [w, d] of prefix) {
+        // Already known to this depth and recorded that recently: recording it again would only
+        // move its time by less than the freshness window (as in Redis, DECIDE_LUA).
+        if (w !== committed) this.recordUnlessFresh(view, w, q.blocks, d, undefined, local.get(w) === d);
+      }
     }
     if (q.key !== undefined) {
       const ck = this.affinityCacheKey(q.pool, q.key);
       if (reply.affinity !== undefined) this.affinityCache.set(ck, { worker: reply.affinity, keyInflight: reply.keyInflight });
       else this.affinityCache.delete(ck);
     }
-    return { ...this.cachedSnapshot(q), prefix };
+    return { prefix, committedDepth };
+  }
+
+  /**
+   * Records that `worker` holds the chain's first `depth` blocks in the local index, unless it holds
+   * exactly those already (`known`: the index matched the chain that deep on it) and this replica
+   * recorded them less than the freshness window ago (a thousandth of the index's TTL, at most 1 s:
+   * `cmd.freshWindowMs`). A
+   * skipped record leaves the blocks' times and recency that much older: they lapse at most that
+   * much earlier, and Redis re-teaches them on the next reply that matches them anyway.
+   */
+  private recordUnlessFresh(view: PoolView, worker: string, blocks: readonly string[], depth: number, capacityBlocks: number | undefined, known: boolean): void {
+    if (depth <= 0) return;
+    const now = Date.now();
+    const window = cmd.freshWindowMs(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
+    if (now - view.recordedSince > window) {
+      view.recorded.clear();
+      view.recordedSince = now;
+    }
+    const memo = `${worker}\u0000${capacityBlocks ?? ''}\u0000${blocks[depth - 1]!}`;
+    const at = view.recorded.get(memo);
+    if (known && at !== undefined && now - at <= window) return;
+    view.index.record(worker, depth === blocks.length ? blocks : blocks.slice(0, depth), capacityBlocks);
+    view.recorded.set(memo, now);
   }
 
   private commitLocally(req: CommitRequest): CommitResult {
-    const snapshot = this.cachedSnapshot(req);
+    const snapshot = this.localSnapshot(req, false);
     // Degraded: checked against what this replica knows. The affinity the decision expected came
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
@@ -437,6 +558,48 @@ export class RedisStore implements RoutingStore {
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.ledger.addLocal(lease);
     return { ok: true, lease, degraded: true };
+  }
+
+  /** Sends the releases no command carried within RELEASE_FLUSH_MS, one pipeline per pool. */
+  private async flushReleases(): Promise<void> {
+    const leases = this.ledger.takeReleasing();
+    if (leases.length === 0) return;
+    await Promise.all(
+      [...byPool(leases)].map(async ([pool, ls]) => {
+        const p = this.redis.pipeline();
+        for (const [worker, ids] of idsByWorker(ls)) p.zrem(this.poolKeys(pool).inflight(worker), ...ids);
+        try {
+          const replies = await p.exec();
+          const failed = replies?.find(([err]) => err);
+          if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
+          this.settleReleases(ls.map((l) => l.id));
+        } catch (err) {
+          this.releasesFailed(ls, err);
+        }
+      }),
+    );
+  }
+
+  /** Redis took these leases out: their `release` calls resolve. */
+  private settleReleases(ids: Iterable<string>): void {
+    for (const id of ids) {
+      const done = this.releaseWaiters.get(id);
+      if (done) {
+        this.releaseWaiters.delete(id);
+        done();
+      }
+    }
+  }
+
+  /**
+   * The command carrying these removals failed or timed out (it may still have run: removing a
+   * lease twice is harmless): retried on each refresh; their `release` calls resolve, as a failed
+   * release always did. Not renewed any more, so Redis drops them within the lease TTL at the latest.
+   */
+  private releasesFailed(leases: readonly Lease[], err: unknown): void {
+    for (const l of leases) this.ledger.releaseFailed(l);
+    this.settleReleases(leases.map((l) => l.id));
+    this.logFailure('redis release failed; retrying on the next refresh', err);
   }
 
   private async refreshAll(): Promise<void> {
@@ -571,9 +734,13 @@ export class RedisStore implements RoutingStore {
   private view(pool: string, workers: readonly string[]): PoolView {
     let v = this.views.get(pool);
     if (!v) {
-      this.views.set(pool, (v = { workers, inflight: new Map(), states: new Map(), index: new PrefixIndex(this.opts.prefixTtlMs ?? 1_800_000) }));
+      const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), matched: new Map(), forgets: 0 }));
       this.writeMarker(pool);
-    } else if (v.workers !== workers) v.workers = workers;
+    } else if (v.workers !== workers) {
+      v.workers = workers;
+      v.workerSet = new Set(workers);
+    }
     return v;
   }
 

@@ -1,6 +1,6 @@
 /**
  * The Redis store's ledger moves each lease along the diagram in docs/DESIGN.md ("The Redis
- * store's ledger") and nowhere else: local → shared (resync) → gone or unreleased → gone.
+ * store's ledger") and nowhere else: local → shared (resync) → releasing → gone or unreleased → gone.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
@@ -42,14 +42,37 @@ test('a shared lease whose removal failed is retried until Redis confirms it, an
   assert.deepEqual(l.unreleasedLeases(), []);
 });
 
+test('a released shared lease waits for a command of its own pool that names its worker; a failed one is retried, in one state only', () => {
+  const l = new RedisLedger(10);
+  const [a, b, c, d] = [lease('a'), lease('b', 'p', 'w2'), lease('c', 'other'), lease('d')];
+  for (const x of [a, b, c, d]) l.addShared(x);
+  for (const x of [a, b, c, d]) assert.equal(l.release(x.id), 'shared');
+  assert.equal(l.releasingCount, 4);
+  assert.deepEqual(l.sharedLeases(), [], 'none is renewed any more');
+  // A command to pool p naming only w1 carries a and d (at most 1 here: then a alone).
+  assert.deepEqual(l.takeReleasing('p', new Set(['w1']), 1), [a]);
+  assert.deepEqual(l.takeReleasing('p', new Set(['w1'])), [d]);
+  assert.equal(l.release('a'), undefined, 'taken out: released only once');
+  // The flush takes whatever is left, of every pool.
+  assert.deepEqual(l.takeReleasing(), [b, c]);
+  assert.equal(l.releasingCount, 0);
+  // The command carrying d failed: d is retried, and only as unreleased.
+  l.releaseFailed(d);
+  assert.deepEqual(l.unreleasedLeases(), [d]);
+  assert.deepEqual(l.drainForClose(), [d]);
+});
+
 test('closing hands back every lease Redis may still count, and empties the ledger', () => {
   const l = new RedisLedger(10);
   l.addShared(lease('s'));
   l.addShared(lease('u'));
   l.release('u');
   l.releaseFailed(lease('u'));
+  l.addShared(lease('r'));
+  l.release('r'); // releasing: no command has carried it yet
   l.addLocal(lease('local'));
-  assert.deepEqual(l.drainForClose().map((x) => x.id).sort(), ['s', 'u']);
+  assert.deepEqual(l.drainForClose().map((x) => x.id).sort(), ['r', 's', 'u']);
+  assert.equal(l.releasingCount, 0);
   assert.deepEqual(l.sharedLeases(), []);
   assert.deepEqual(l.unreleasedLeases(), []);
 });

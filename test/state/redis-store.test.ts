@@ -213,6 +213,172 @@ describe('redis store specifics', () => {
   });
 });
 
+describe('redis store: releases ride on the next command', () => {
+  const workers = ['w1', 'w2'];
+  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+  const base = { pool: 'p', workers, blocks: [], preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
+
+  test('a release no command follows reaches Redis on its own, and release() resolves once it has', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { refreshMs: 60_000 });
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    try {
+      assert.ok(await store.waitReady(3000));
+      const res = await store.commit({ ...base, key: 's:alone', worker: 'w1' });
+      assert.ok(res.ok && !res.degraded);
+      assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1);
+      // No refresh (60 s) and no other command: only the flush timer can send it, and the 30 s
+      // lease TTL is far off.
+      await store.release(res.lease);
+      assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 0, 'removed from Redis by the time release() resolved');
+    } finally {
+      raw.disconnect();
+      await store.close();
+      await redis.stop();
+    }
+  });
+
+  test('a release made before the session’s next commit is removed before that commit counts, in the same script call', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { refreshMs: 60_000 });
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    const monitor = new Redis(redis.url);
+    const lines: Array<{ source: string; cmd: string }> = [];
+    let mon: Awaited<ReturnType<typeof monitor.monitor>> | undefined;
+    try {
+      assert.ok(await store.waitReady(3000));
+      const first = await store.commit({ ...base, key: 's:k', worker: 'w1' });
+      assert.ok(first.ok && !first.degraded);
+      mon = await monitor.monitor();
+      mon.on('monitor', (_t: string, args: string[], source: string) => lines.push({ source, cmd: args[0]!.toLowerCase() }));
+      await new Promise((r) => setTimeout(r, 50));
+      // Not awaited: the next commit, made at once, carries it. It may only pass if w1 has nothing
+      // in flight and counts the session's requests afresh: the release must come first.
+      const released = store.release(first.lease);
+      const second = await store.commit({ ...base, key: 's:k', worker: 'w1', preconditions: { ...none, affinity: 'w1', below: [{ worker: 'w1', limit: 1 }] } });
+      await released;
+      assert.ok(second.ok, 'the commit saw w1 free: the release ran before it');
+      assert.equal(store.cachedSnapshot({ pool: 'p', key: 's:k', workers, blocks: [] }).keyInflight, 1, 'the session has one request in flight, not two');
+      assert.deepEqual(await raw.zrange('kvgate-test:{p}:f:w1', '0', '-1'), [second.lease.id]);
+      await new Promise((r) => setTimeout(r, 50));
+      const zrems = lines.filter((l) => l.cmd === 'zrem');
+      assert.ok(zrems.length >= 1 && zrems.every((l) => l.source === 'lua'), `the removal ran inside the commit's script, not as a command of its own: ${JSON.stringify(lines)}`);
+      assert.equal(lines.filter((l) => l.cmd === 'evalsha' || l.cmd === 'eval').length, 1, 'one round trip for release and commit');
+    } finally {
+      mon?.disconnect();
+      monitor.disconnect();
+      raw.disconnect();
+      await store.close();
+      await redis.stop();
+    }
+  });
+
+  test('a release whose carrying commit failed is not lost: it is retried once Redis is reachable', async () => {
+    const redis = await startRedis();
+    const proxy = await startLatencyProxy(redis.port);
+    const store = redisStore(`redis://${proxy.address}`, { timeoutMs: 100, refreshMs: 100 });
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    try {
+      assert.ok(await store.waitReady(3000));
+      const first = await store.commit({ ...base, key: 's:lost', worker: 'w1' });
+      assert.ok(first.ok && !first.degraded);
+      proxy.setDown(true);
+      await new Promise((r) => setTimeout(r, 50));
+      // The release rides on this commit, which cannot reach Redis (it is decided locally).
+      const released = store.release(first.lease);
+      const during = await store.commit({ ...base, key: 's:other', worker: 'w2' });
+      assert.ok(during.ok && during.degraded);
+      await released;
+      assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1, 'Redis still counts it (30 s lease TTL)');
+      proxy.setDown(false);
+      const until = Date.now() + 5000;
+      while ((await raw.zcard('kvgate-test:{p}:f:w1')) !== 0) {
+        assert.ok(Date.now() < until, 'the release reached Redis after it came back');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      await store.release(during.lease);
+    } finally {
+      raw.disconnect();
+      await store.close();
+      await proxy.close();
+      await redis.stop();
+    }
+  });
+
+  test('closing sends the releases still waiting for a command', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { refreshMs: 60_000 });
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    try {
+      assert.ok(await store.waitReady(3000));
+      const res = await store.commit({ ...base, key: 's:closing', worker: 'w2' });
+      assert.ok(res.ok);
+      const released = store.release(res.lease);
+      await store.close();
+      await released;
+      assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0);
+    } finally {
+      raw.disconnect();
+      await store.close();
+      await redis.stop();
+    }
+  });
+});
+
+describe('redis store: prompt blocks a commit does not rewrite', () => {
+  const workers = ['w1', 'w2'];
+  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+  const blocks = Array.from({ length: 40 }, (_, i) => `fresh${i}`);
+  // A 60 s prefix TTL: holdings written less than 60 ms ago are left as they are.
+  const TTL = 60_000;
+  const WINDOW = 60;
+
+  test('a holding is rewritten unless written within the window, and never lapses earlier than that allows', async () => {
+    const redis = await startRedis();
+    const store = redisStore(redis.url, { refreshMs: 60_000 });
+    const { Redis } = await import('ioredis');
+    const raw = new Redis(redis.url);
+    const redisNow = async () => {
+      const [s, us] = await raw.time();
+      return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+    };
+    const held = async () => Promise.all(blocks.map(async (b) => Number(await raw.hget(`kvgate-test:{p}:b:${b}`, 'w1'))));
+    const commitAt = async () => {
+      const t = await redisNow();
+      const res = await store.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: TTL, capacityBlocks: 1000 });
+      assert.ok(res.ok && !res.degraded);
+      await store.release(res.lease);
+      return t;
+    };
+    try {
+      assert.ok(await store.waitReady(3000));
+      const t1 = await commitAt();
+      const first = await held();
+      for (const u of first) assert.ok(u >= t1 + TTL, 'written: until now + TTL');
+      // Again at once: within the window, left as written.
+      const t2 = await commitAt();
+      const second = await held();
+      if (t2 - t1 < WINDOW / 2) assert.deepEqual(second, first, 'a holding written just now is not rewritten');
+      for (const u of second) assert.ok(u >= t2 + TTL - WINDOW, `lapses at most ${WINDOW} ms early`);
+      for (const b of blocks) assert.ok((await raw.pttl(`kvgate-test:{p}:b:${b}`)) >= TTL - WINDOW - 50, 'the block key lives as long as its holding');
+      // Past the window: rewritten.
+      await new Promise((r) => setTimeout(r, WINDOW * 3));
+      const t3 = await commitAt();
+      for (const u of await held()) assert.ok(u >= t3 + TTL, 'rewritten once older than the window');
+      // The prefix still matches in full.
+      assert.equal((await store.snapshot({ pool: 'p', key: undefined, workers, blocks })).prefix.get('w1'), blocks.length);
+    } finally {
+      raw.disconnect();
+      await store.close();
+      await redis.stop();
+    }
+  });
+});
+
 function chunk(flat: string[]): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);

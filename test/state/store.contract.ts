@@ -185,6 +185,21 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal((await store.snapshot(q(p, undefined, newer))).prefix.get('w1'), 4);
     });
 
+    test('a prompt routed again at once counts as the most recent for capacity: the one routed in between goes first', async () => {
+      // The Redis store does not rewrite a holding written moments ago, but must still move it up
+      // the worker's recency; the memory store's LRU does so by nature.
+      const p = pool();
+      const [a, b, c] = [chain('lruA', 4), chain('lruB', 4), chain('lruC', 4)];
+      for (const blocks of [a, b, a, c]) {
+        assert.ok((await store.commit(req(p, undefined, 'w1', {}, 60_000, blocks, { capacityBlocks: 8 }))).ok);
+        // Distinct milliseconds: recency is kept to the millisecond.
+        await new Promise((r) => setTimeout(r, 3));
+      }
+      assert.equal((await store.snapshot(q(p, undefined, a))).prefix.get('w1'), 4, 'routed again: kept');
+      assert.equal((await store.snapshot(q(p, undefined, b))).prefix.get('w1') ?? 0, 0, 'the least recently routed went');
+      assert.equal((await store.snapshot(q(p, undefined, c))).prefix.get('w1'), 4);
+    });
+
     test('prefix blocks expire after their TTL', async () => {
       const p = pool();
       const blocks = chain('t', 3);

@@ -110,6 +110,40 @@ describe('routing policy', () => {
     assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
   });
 
+  describe('a pressured worker keeps what it holds', () => {
+    /** Past KV pressure (as the engine reported), holding `held` of the prompt's blocks. */
+    const kvFull = (id: string, inflight: number, held: number): WorkerView => ({ ...w(id, inflight, 10, 'pressured', held), kvUsage: 0.9, engineRoom: false });
+    const idle = (id: string): WorkerView => ({ ...w(id, 0, 10, 'healthy', 0), kvUsage: 0.1, engineRoom: true });
+
+    test('a sessionless request whose prompt it holds most of still goes there, below its limit, and must find it still serving', () => {
+      const d = decide(input({ session: false, totalBlocks: 20, workers: [kvFull('holder', 2, 20), idle('b')] }));
+      assert.equal(d.kind === 'route' && d.worker, 'holder', 'the whole prompt there beats recomputing it on an idle worker');
+      assert.equal(d.kind === 'route' && d.outcome, 'prefix_hit');
+      assert.deepEqual(d.kind === 'route' && d.preconditions.states, [{ worker: 'holder', in: ['healthy', 'pressured'] }]);
+      // The same when every worker is pressured: it is served, not shed.
+      const all = decide(input({ session: false, totalBlocks: 20, workers: [kvFull('holder', 2, 12), kvFull('b', 0, 0)] }));
+      assert.equal(all.kind === 'route' && all.worker, 'holder');
+    });
+
+    test('not for less than half the prompt, at its limit, for a session being placed, or in least_loaded mode', () => {
+      const part = decide(input({ session: false, totalBlocks: 20, workers: [kvFull('holder', 2, 9), idle('b')] }));
+      assert.equal(part.kind === 'route' && part.worker, 'b');
+      const full = decide(input({ session: false, totalBlocks: 20, workers: [kvFull('holder', 10, 20), idle('b')] }));
+      assert.equal(full.kind === 'route' && full.worker, 'b');
+      const placing = decide(input({ session: true, totalBlocks: 20, workers: [kvFull('holder', 2, 20), idle('b')] }));
+      assert.equal(placing.kind === 'route' && placing.worker, 'b', 'a new session would commit its later turns to a pressured worker');
+      const alone = decide(input({ session: true, totalBlocks: 20, workers: [kvFull('holder', 2, 20)] }));
+      assert.equal(alone.kind === 'shed' && alone.reason, 'overloaded');
+      const byLoad = decide(input({ session: false, mode: 'least_loaded', totalBlocks: 20, workers: [kvFull('holder', 0, 20), idle('b')] }));
+      assert.equal(byLoad.kind === 'route' && byLoad.worker, 'b');
+    });
+
+    test('in prefix mode sessions are not sticky, so a session\'s request is matched by prompt like any other', () => {
+      const d = decide(input({ session: true, mode: 'prefix', totalBlocks: 20, workers: [kvFull('holder', 2, 20), idle('b')] }));
+      assert.equal(d.kind === 'route' && d.worker, 'holder');
+    });
+  });
+
   describe('past the in-flight limit (overflow)', () => {
     /** A scraped worker: its engine reports queue and KV use, and whether it has room (health.ts hasEngineRoom). */
     const m = (id: string, inflight: number, state: WorkerView['state'] = 'healthy', prefixBlocks = 0, engineRoom = true): WorkerView => ({

@@ -6,12 +6,13 @@
  */
 import type { Scorer } from '../plugins.js';
 import { adapterScorer } from './adapter.js';
+import { backlogScorer } from './backlog.js';
 import { balanceScorer } from './balance.js';
 import { kvScorer } from './kv.js';
 import { loadScorer } from './load.js';
 import { prefixScorer } from './prefix.js';
 
-export const SCORERS: readonly Scorer[] = [prefixScorer, loadScorer, kvScorer, balanceScorer, adapterScorer];
+export const SCORERS: readonly Scorer[] = [prefixScorer, loadScorer, kvScorer, balanceScorer, adapterScorer, backlogScorer];
 
 /** Names of the configurable scorers, each weighed by `scoring.<name>_weight`. */
 export const SCORER_NAMES: readonly string[] = SCORERS.map((s) => s.name);

@@ -1,0 +1,28 @@
+/**
+ * The prefill queued ahead of this request on the worker, in units of this request's own prompt:
+ * −min(BACKLOG_CAP, pending_prefill / prompt_blocks).
+ *
+ * With the prefix term (the share of the prompt the worker holds) at the same weight, the sum is
+ * one minus what the request would wait for and compute there, over its prompt: Dynamo's cost
+ * (prefill tokens queued plus those left uncached), in shares. A worker holding the whole prompt
+ * keeps it until the work queued on it is as large as the prompt more than elsewhere: the queue
+ * it would wait behind against the prefill a move recomputes. The in-flight count cannot say
+ * this (16 queued chat turns are a fraction of a second, 16 long documents many seconds).
+ */
+import type { Scorer } from '../plugins.js';
+import { finite } from '../score.js';
+
+/** Past this many prompts of queued work a worker is as bad as it gets (terms stay bounded). */
+export const BACKLOG_CAP = 4;
+
+export const backlogScorer: Scorer = {
+  name: 'backlog',
+  score(candidates, { input }) {
+    const prompt = Math.max(1, input.promptBlocks ?? input.totalBlocks);
+    const out = new Array<number>(candidates.length);
+    for (let i = 0; i < candidates.length; i++) {
+      out[i] = -Math.min(BACKLOG_CAP, finite(candidates[i]!.pendingPrefill) / prompt);
+    }
+    return out;
+  },
+};
