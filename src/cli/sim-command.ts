@@ -20,7 +20,7 @@ import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
 import { hasSessions } from '../sim/scale.js';
-import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep } from '../sim/sweep.js';
+import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep, type SweepProgress } from '../sim/sweep.js';
 import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
@@ -79,7 +79,10 @@ export interface SimOutput {
   write(text: string): void;
 }
 
-export function registerSimCommand(program: Command, out: SimOutput = process.stdout): void {
+/** Where progress goes: stderr in the CLI (a bar on a terminal, lines otherwise); tests pass their own. */
+export type ProgressStream = NodeJS.WritableStream & { isTTY?: boolean };
+
+export function registerSimCommand(program: Command, out: SimOutput = process.stdout, progressOut: ProgressStream = process.stderr): void {
   const policyHelp = [...Object.entries(POLICY_FACTORIES).map(([k, v]) => `${k} (${v.describe})`), `${POOLED_BOUND} (one LRU cache of the fleet's total size)`];
   program
     .command('sim')
@@ -113,11 +116,11 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
       await initHashing();
       const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
       if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');
-      if (o.sweep) return sweep(o, out, gateConfig);
+      if (o.sweep) return sweep(o, out, progressOut, gateConfig);
       if (o.classes || o.adapters !== undefined) return classesOrAdapters(o, out);
       const workload = loadWorkload(o);
       // On a terminal a bar with the time left; piped, a line as each policy starts.
-      const bar = o.json ? undefined : process.stderr.isTTY ? progressBar(workload, o.policies) : progressLines(workload, o.policies);
+      const bar = o.json ? undefined : progressOut.isTTY ? progressBar(workload, o.policies, progressOut) : progressLines(workload, o.policies, progressOut);
       let report;
       try {
         report = await runSimulation(
@@ -191,7 +194,7 @@ function readGateConfig(file: string): Record<string, unknown> {
   return cfg;
 }
 
-async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unknown> | undefined): Promise<void> {
+async function sweep(o: SimFlags, out: SimOutput, progressOut: ProgressStream, gateConfig: Record<string, unknown> | undefined): Promise<void> {
   const n = o.requests ?? DEFAULT_SWEEP_REQUESTS;
   // A session trace is loaded whole and replicated up to the load (scale.ts); anything else is
   // cut to its first N requests and re-timed.
@@ -206,18 +209,29 @@ async function sweep(o: SimFlags, out: SimOutput, gateConfig: Record<string, unk
     if (!isSyntheticName(name)) throw new InvalidArgumentError(`unknown workload ${name}`);
     base = syntheticWorkload(name, { requests: n, seed: o.seed });
   }
-  const report = await runSweep(base, {
-    policies: o.policies,
-    fleet: { workers: o.workers, cacheTokens: o.cacheTokens, offloadTokens: o.offloadTokens, maxBatch: o.maxBatch },
-    cost: { prefillTokensPerS: o.prefillTokS },
-    seed: o.seed,
-    maxInflight: o.maxInflight,
-    ...(gateConfig ? { gateConfig } : {}),
-    loads: o.loads,
-    sloTtftS: o.sloTtft,
-    requests: n,
-    copySessions,
-  });
+  // As without --sweep: on a terminal a bar with the time left; piped, a line as each run starts; nothing with --json.
+  const bar = o.json ? undefined : progressOut.isTTY ? sweepProgressBar(o.loads, o.policies, progressOut) : sweepProgressLines(o.loads, o.policies, progressOut);
+  let report;
+  try {
+    report = await runSweep(
+      base,
+      {
+        policies: o.policies,
+        fleet: { workers: o.workers, cacheTokens: o.cacheTokens, offloadTokens: o.offloadTokens, maxBatch: o.maxBatch },
+        cost: { prefillTokensPerS: o.prefillTokS },
+        seed: o.seed,
+        maxInflight: o.maxInflight,
+        ...(gateConfig ? { gateConfig } : {}),
+        loads: o.loads,
+        sloTtftS: o.sloTtft,
+        requests: n,
+        copySessions,
+      },
+      bar?.update,
+    );
+  } finally {
+    bar?.stop();
+  }
   if (o.json) {
     const good = new Map(report.goodput.map((g) => [g.policy, g.load]));
     out.write(`${JSON.stringify(report.rows.map((r) => ({ ...r, goodput_load: good.get(r.policy) ?? 0 })))}\n`);
@@ -239,10 +253,10 @@ function loadWorkload(o: SimFlags): Workload {
 }
 
 /** Not a terminal: a line on stderr as each policy starts, with the time left. */
-function progressLines(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
+function progressLines(w: Workload, policies: readonly string[], stream: ProgressStream): { update: Progress; stop: () => void } {
   const simulated = policies.filter((p) => p !== POOLED_BOUND);
   const n = w.requests.length;
-  const lines = stepProgress('sim', simulated.length, simulated.length * n, process.stderr, undefined, false);
+  const lines = stepProgress('sim', simulated.length, simulated.length * n, stream, undefined, false);
   let current: string | undefined;
   return {
     update: (policy) => {
@@ -255,11 +269,11 @@ function progressLines(w: Workload, policies: readonly string[]): { update: Prog
 }
 
 /** One bar across all policies, on stderr, redrawn at most every 1% of a policy's requests. */
-function progressBar(w: Workload, policies: readonly string[]): { update: Progress; stop: () => void } {
+function progressBar(w: Workload, policies: readonly string[], stream: ProgressStream): { update: Progress; stop: () => void } {
   const simulated = policies.filter((p) => p !== POOLED_BOUND);
   const n = w.requests.length;
   const bar = new cliProgress.SingleBar(
-    { stream: process.stderr, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted} elapsed, ~{eta_formatted} left', hideCursor: true, clearOnComplete: true },
+    { stream, format: 'sim {policy} [{bar}] {percentage}% | {value}/{total} requests | {duration_formatted} elapsed, ~{eta_formatted} left', hideCursor: true, clearOnComplete: true },
     cliProgress.Presets.shades_classic,
   );
   bar.start(simulated.length * n, 0, { policy: simulated[0] ?? '' });
@@ -267,6 +281,46 @@ function progressBar(w: Workload, policies: readonly string[]): { update: Progre
   return {
     update: (policy, routed) => {
       if (routed % step === 0 || routed === n) bar.update(simulated.indexOf(policy) * n + routed, { policy: policy.padEnd(18) });
+    },
+    stop: () => bar.stop(),
+  };
+}
+
+/**
+ * `--sweep`, not a terminal: a line as each run (a policy at a load) starts. A run's length depends
+ * on its load (a session replay adds warm-up copies), so the time left is paced by runs done.
+ */
+function sweepProgressLines(loads: readonly number[], policies: readonly string[], stream: ProgressStream): { update: SweepProgress; stop: () => void } {
+  const runs = loads.length * policies.filter((p) => p !== POOLED_BOUND).length;
+  const lines = stepProgress('sim --sweep', runs, runs, stream, undefined, false);
+  let current: string | undefined;
+  return {
+    update: (load, policy, _routed, total) => {
+      const run = `${load} ${policy}`;
+      if (run === current) return;
+      current = run;
+      lines.step(`load ${load}: ${policy}, ${total.toLocaleString('en-US')} requests`, 1);
+    },
+    stop: () => lines.done(),
+  };
+}
+
+/** `--sweep` on a terminal: one bar across every run, each run an equal part, redrawn at most every 1% of a run. */
+function sweepProgressBar(loads: readonly number[], policies: readonly string[], stream: ProgressStream): { update: SweepProgress; stop: () => void } {
+  const simulated = policies.filter((p) => p !== POOLED_BOUND);
+  const runs = loads.length * simulated.length;
+  const bar = new cliProgress.SingleBar(
+    { stream, format: 'sim --sweep load {load} {policy} [{bar}] {percentage}% | run {run}/{runs} | {duration_formatted} elapsed, ~{eta_formatted} left', hideCursor: true, clearOnComplete: true },
+    cliProgress.Presets.shades_classic,
+  );
+  const labels = (load: number | undefined, policy: string | undefined) => ({ load: String(load ?? '').padEnd(4), policy: (policy ?? '').padEnd(18) });
+  bar.start(runs * 100, 0, { ...labels(loads[0], simulated[0]), run: 1, runs });
+  return {
+    update: (load, policy, routed, total) => {
+      const step = Math.max(1, Math.floor(total / 100));
+      if (routed % step !== 0 && routed !== total) return;
+      const run = loads.indexOf(load) * simulated.length + simulated.indexOf(policy);
+      bar.update(run * 100 + Math.floor((100 * routed) / total), { ...labels(load, policy), run: run + 1, runs });
     },
     stop: () => bar.stop(),
   };

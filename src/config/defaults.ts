@@ -144,7 +144,7 @@ export const DEFAULTS = {
 
   /**
    * Classes of service, highest first, each with the share of a worker's in-flight limit its
-   * requests may fill (src/routing/class-share.ts). The names are the Gateway API Inference
+   * requests may fill (src/routing/filters/class-share.ts). The names are the Gateway API Inference
    * Extension's criticality bands. The top class uses the whole limit, so it is never shed while
    * any worker could take it; a lower class stops short of it, and that headroom is the top's:
    *  - standard 1: unclassified traffic (the default class) keeps every worker's whole limit, so a

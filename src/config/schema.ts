@@ -120,7 +120,7 @@ export const CLASS_NAME = /^[a-z0-9][a-z0-9_-]{0,31}$/;
 const className = z.string().regex(CLASS_NAME, 'lower-case letters, digits, _ and - only (at most 32)');
 
 /**
- * Classes of service (src/routing/class-share.ts): highest first, each with the share of a
+ * Classes of service (src/routing/filters/class-share.ts): highest first, each with the share of a
  * worker's in-flight limit its requests may fill. The top class uses the whole limit.
  */
 const classesSchema = z

@@ -220,7 +220,7 @@ export class Gate {
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
         overflowFactor: cfg.limits.overflow_factor,
         ...(cls.share < 1 ? { classShare: cls.share } : {}),
-        ...(model !== undefined && isAdapter(model, pool, views) ? { adapter: { name: model, weight: cfg.scoring.adapter_weight, ...(cfg.scoring.adapter_filter ? {} : { filter: false }) } } : {}),
+        ...(model !== undefined && isAdapter(model, pool, views) ? { adapter: { name: model, ...(cfg.scoring.adapter_filter ? {} : { filter: false }) } } : {}),
       });
       // A subset (the proxy's hint) needs nothing here: the policy's prefix bound names the workers it weighed.
       const decision = pinned === undefined ? decided : pinnedDecision(decided, pinned);

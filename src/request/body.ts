@@ -2,6 +2,7 @@
  * Parses an OpenAI-compatible JSON body defensively. Untrusted input: it must never throw, and it
  * reports why a body was not usable so the caller can pick the configured answer.
  */
+import { isUtf8 } from 'node:buffer';
 
 export type ParsedBody =
   | { ok: true; value: Record<string, unknown> }
@@ -19,16 +20,10 @@ export const MAX_JSON_DEPTH = 128;
  */
 export const MAX_JSON_CONTAINERS = 100_000;
 
-const utf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: false });
-
 export function parseJsonBody(body: Buffer | undefined): ParsedBody {
   if (!body || body.length === 0) return { ok: false, reason: 'empty' };
-  let text: string;
-  try {
-    text = utf8.decode(body);
-  } catch {
-    return { ok: false, reason: 'not_utf8' };
-  }
+  const text = decodeUtf8(body);
+  if (text === undefined) return { ok: false, reason: 'not_utf8' };
   if (tooComplex(body)) return { ok: false, reason: 'too_complex' };
   let value: unknown;
   try {
@@ -40,6 +35,19 @@ export function parseJsonBody(body: Buffer | undefined): ParsedBody {
   }
   if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'not_object' };
   return { ok: true, value: value as Record<string, unknown> };
+}
+
+/**
+ * The body as text, or undefined when it is not valid UTF-8: exactly what a fatal
+ * `TextDecoder('utf-8')` (BOM not ignored) answers, which the tests hold it to. Node's native
+ * validator and `Buffer#toString` cost about half of TextDecoder's decode (whose fatal mode goes
+ * through a try/catch and a wrapper per call): 0.5 us per request at 2 KB. Like TextDecoder, one
+ * leading BOM is dropped (JSON.parse refuses it; clients that write one mean plain JSON).
+ */
+export function decodeUtf8(body: Buffer): string | undefined {
+  if (!isUtf8(body)) return undefined;
+  const bom = body.length >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf;
+  return body.toString('utf8', bom ? 3 : 0);
 }
 
 /**

@@ -67,18 +67,30 @@ export function understand(req: RequestInfo, cfg: Config): Understanding {
   const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths) : undefined;
   if (byPath !== undefined) prompt.storedResponse = byPath;
   const fromHeader = req.headers.get(k.session_header);
-  if (fromHeader) return { ...prompt, key: sessionKey(fromHeader, 'header') };
+  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header'));
 
   const cookieHeader = req.headers.get('cookie');
   if (cookieHeader) {
     const fromCookie = safeCookie(cookieHeader, k.session_cookie);
-    if (fromCookie) return { ...prompt, key: sessionKey(fromCookie, 'cookie') };
+    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie'));
   }
   if (prompt.body && k.body_session_fields) {
     const fromBody = bodyKey(prompt.body, prompt.api);
-    if (fromBody) return { ...prompt, key: fromBody };
+    if (fromBody) return answer(prompt, fromBody);
   }
-  return { ...prompt, key: prompt.prefixKey };
+  return answer(prompt, prompt.prefixKey);
+}
+
+/**
+ * The answer, built field by field: spreading the prompt's facts (`{ ...prompt, key }`) copied an
+ * object whose shape varies by request through V8's generic path, and carried the parsed body
+ * and other internals out with it.
+ */
+function answer(prompt: PromptFacts, key: RoutingKey | undefined): Understanding {
+  const u: Understanding = { key, model: prompt.model, blocks: prompt.blocks };
+  if (prompt.bodyProblem !== undefined) u.bodyProblem = prompt.bodyProblem;
+  if (prompt.storedResponse !== undefined) u.storedResponse = prompt.storedResponse;
+  return u;
 }
 
 /** The body's own session or cache key, by API, in the order of this module's comment. */
@@ -180,17 +192,15 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   // One pass over the body's strings, no prompt text built, only the first max_blocks blocks: the
   // same hashes as chainedBlockHashes of prompt.ts's text (prompt-blocks.ts; the tests hold it to that).
   const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
-  if (!hashed) return { model, blocks: [], api, body, ...(storedResponse ? { storedResponse } : {}) };
-  const chain = hashed.chain;
-  const keyBlock = chain.length > 0 ? chain[Math.min(cfg.keys.prefix_key_blocks, chain.length) - 1]! : hashed.short!;
-  return {
-    model,
-    body,
-    api,
-    blocks: chain.map(hex),
-    prefixKey: { kind: 'prefix', source: 'prompt_prefix', hash: hex(keyBlock) },
-    ...(storedResponse ? { storedResponse } : {}),
-  };
+  const facts: PromptFacts = { model, blocks: [], api, body };
+  if (storedResponse) facts.storedResponse = storedResponse;
+  if (!hashed) return facts;
+  const blocks = hashed.chain.map(hex);
+  // The key is one of the chain's blocks (its hex already made), or the short prompt's hash.
+  const keyHash = blocks.length > 0 ? blocks[Math.min(cfg.keys.prefix_key_blocks, blocks.length) - 1]! : hex(hashed.short!);
+  facts.blocks = blocks;
+  facts.prefixKey = { kind: 'prefix', source: 'prompt_prefix', hash: keyHash };
+  return facts;
 }
 
 /**

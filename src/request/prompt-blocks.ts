@@ -14,8 +14,6 @@ import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
 import { SEP, stableJson, withoutCacheControl, type PromptApi } from './prompt.js';
 
-const encoder = new TextEncoder();
-
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
   chain: bigint[];
@@ -28,12 +26,14 @@ class BlockHasher {
   readonly chain: bigint[] = [];
   /** Characters fed so far (the canonical text's length up to where feeding stopped). */
   total = 0;
-  /** The current block's characters so far, as the pieces they came in (joined once it is full). */
-  private readonly pending: string[] = [];
-  private pendingLen = 0;
+  /**
+   * The current block's characters so far. Pieces are appended with `+`: V8 makes a rope (a cons
+   * string) of them, flattened once when the full block is encoded, so this is a join without an
+   * array to fill and empty per block (emptying one by setting its length is V8's slow path).
+   */
+  private pending = '';
   private prev: bigint;
-  private readonly scratch: Uint8Array;
-  private readonly raw = xxh().h64Raw;
+  private readonly h64 = xxh().h64;
 
   constructor(
     private readonly blockChars: number,
@@ -41,8 +41,6 @@ class BlockHasher {
     seed: bigint,
   ) {
     this.prev = seed;
-    // A UTF-16 unit is at most 3 UTF-8 bytes.
-    this.scratch = new Uint8Array(blockChars * 3);
   }
 
   get done(): boolean {
@@ -51,33 +49,27 @@ class BlockHasher {
 
   /** The text of a prompt shorter than one block (only meaningful when no block filled). */
   get rest(): string {
-    return this.pending.join('');
+    return this.pending;
   }
 
   feed(s: string): void {
     let pos = 0;
     while (pos < s.length && !this.done) {
-      const need = this.blockChars - this.pendingLen;
+      const need = this.blockChars - this.pending.length;
       const left = s.length - pos;
       if (left < need) {
-        this.pending.push(pos === 0 ? s : s.slice(pos));
-        this.pendingLen += left;
+        this.pending += pos === 0 ? s : s.slice(pos);
         this.total += left;
         return;
       }
-      const tail = s.slice(pos, pos + need);
+      const block = this.pending + s.slice(pos, pos + need);
+      this.pending = '';
       pos += need;
       this.total += need;
-      // Many small pieces (token ids, tiny messages) are joined once, not concatenated one by one.
-      let block = tail;
-      if (this.pending.length > 0) {
-        this.pending.push(tail);
-        block = this.pending.join('');
-        this.pending.length = 0;
-        this.pendingLen = 0;
-      }
-      const { written } = encoder.encodeInto(block, this.scratch);
-      this.prev = this.raw(this.scratch.subarray(0, written), this.prev);
+      // xxhash-wasm's h64 encodes the string straight into the WebAssembly memory it hashes (one
+      // encodeInto, the same UTF-8 bytes as encoding it anywhere else): no scratch buffer, no
+      // subarray view and no second copy of the bytes per block, as h64Raw would need.
+      this.prev = this.h64(block, this.prev);
       this.chain.push(this.prev);
     }
   }

@@ -58,7 +58,7 @@ export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limi
 
 /**
  * Only the top class of service goes past the limit: a lower class is held to a share of it
- * (./class-share.ts) to keep room for the top one, and overflow would undo that.
+ * (./filters/class-share.ts) to keep room for the top one, and overflow would undo that.
  */
 export function topClass(input: DecisionInput): boolean {
   return (input.classShare ?? 1) >= 1;

@@ -29,7 +29,7 @@
  * preconditions the store checks stay here (docs/DESIGN.md "The decision as filters, scorers and a
  * picker" says why).
  */
-import { admitLimit } from './class-share.js';
+import { admitLimit } from './filters/class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
 import { keepsOverLimit, overflowLimitOf, topClass } from './overflow.js';
@@ -42,7 +42,8 @@ export { keepsSessions, takesNewSessions } from './filters/takes-new-work.js';
 
 export function decide(input: DecisionInput): Decision {
   const { mode, classShare } = input;
-  const profiles = profilesFor(input.weights, input.adapter?.weight ?? 0);
+  const all = profilesFor(input.weights);
+  const profiles = input.adapter ? all.adapter : all;
   // Filters that hide a worker from the whole decision (a session's home included).
   const workers = runFilters(VISIBLE, input.workers, { input });
   const sticky = input.session && (mode === 'both' || mode === 'session');

@@ -10,7 +10,9 @@
  *
  * Scorers: the registry (./scorers/index.ts) weighed by `weights[name]` when the request has a
  * prompt to match in a prompt-aware mode, else the in-flight share alone; the adapter scorer in
- * both, weighed by the request's adapter weight.
+ * both, weighed by `weights.adapter` like the rest. A request that names no adapter gets the same
+ * profiles without the adapter scorer: its term would be 0 for every worker, so, as for a weight of
+ * 0, leaving it out changes no sum and saves a pass over the candidates.
  */
 import { adapterSlots } from './filters/adapter.js';
 import { classShare } from './filters/class-share.js';
@@ -25,11 +27,17 @@ import type { ScoreWeights } from './types.js';
 
 export const VISIBLE: readonly Filter[] = [adapterSlots];
 
-export interface Profiles {
+/** The profiles of one kind of request. */
+export interface ProfileSet {
   /** In `both` and `prefix` modes with a prompt. */
   prefix: { place: Profile; overflow: Profile };
   /** Otherwise: by load alone. */
   load: { place: Profile; overflow: Profile };
+}
+
+export interface Profiles extends ProfileSet {
+  /** For a request that names a LoRA adapter: the same, with the adapter scorer. */
+  adapter: ProfileSet;
 }
 
 /** Weights from a config section by scorer name: `<name>_weight` (the keys `scoring` has always had). */
@@ -42,12 +50,15 @@ export function weightsByName(section: Readonly<Record<string, unknown>>, names:
   return out;
 }
 
-export function buildProfiles(weights: ScoreWeights, adapterWeight: number): Profiles {
-  const adapter: WeightedScorer = { scorer: adapterScorer, weight: adapterWeight };
-  // The adapter term is the request's (its weight rides with the request); the others the config's.
+export function buildProfiles(weights: ScoreWeights): Profiles {
   // A scorer of weight 0 adds nothing (every term is finite), so it is left out: no cost per candidate.
-  const prefixScorers = SCORERS.map((scorer) => (scorer === adapterScorer ? adapter : { scorer, weight: weights[scorer.name] ?? 0 })).filter(weighed);
-  const loadScorers = [{ scorer: inflightScorer, weight: 1 }, adapter].filter(weighed);
+  const prefixScorers = SCORERS.map((scorer) => ({ scorer, weight: weights[scorer.name] ?? 0 })).filter(weighed);
+  const loadScorers = [{ scorer: inflightScorer, weight: 1 }, { scorer: adapterScorer, weight: weights[adapterScorer.name] ?? 0 }].filter(weighed);
+  const withAdapter = profileSet(prefixScorers, loadScorers);
+  return { ...profileSet(prefixScorers.filter(notAdapter), loadScorers.filter(notAdapter)), adapter: withAdapter };
+}
+
+function profileSet(prefixScorers: readonly WeightedScorer[], loadScorers: readonly WeightedScorer[]): ProfileSet {
   const place = [takesNewWork, classShare];
   const overflow = [overflowRoom];
   return {
@@ -66,13 +77,16 @@ function weighed(s: WeightedScorer): boolean {
   return s.weight !== 0;
 }
 
-const cache = new WeakMap<ScoreWeights, Map<number, Profiles>>();
+/** The adapter scorer's term is 0 for every worker when the request names no adapter. */
+function notAdapter(s: WeightedScorer): boolean {
+  return s.scorer !== adapterScorer;
+}
+
+const cache = new WeakMap<ScoreWeights, Profiles>();
 
 /** The profiles for these weights, built on first use. */
-export function profilesFor(weights: ScoreWeights, adapterWeight: number): Profiles {
-  let byAdapter = cache.get(weights);
-  if (!byAdapter) cache.set(weights, (byAdapter = new Map()));
-  let p = byAdapter.get(adapterWeight);
-  if (!p) byAdapter.set(adapterWeight, (p = buildProfiles(weights, adapterWeight)));
+export function profilesFor(weights: ScoreWeights): Profiles {
+  let p = cache.get(weights);
+  if (!p) cache.set(weights, (p = buildProfiles(weights)));
   return p;
 }

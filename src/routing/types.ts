@@ -93,15 +93,16 @@ export interface DecisionInput {
    */
   overflowFactor?: number;
   /**
-   * The share of each worker's limit this request's class may fill (./class-share.ts); absent or 1
+   * The share of each worker's limit this request's class may fill (./filters/class-share.ts); absent or 1
    * for the top class.
    */
   classShare?: number;
   /**
-   * The LoRA adapter the request names, the weight of having it loaded, and whether workers with no
-   * room for it are filtered out (absent: they are; `scoring.adapter_filter`) (./filters/adapter.ts).
+   * The LoRA adapter the request names, and whether workers with no room for it are filtered out
+   * (absent: they are; `scoring.adapter_filter`) (./filters/adapter.ts). The weight of having it
+   * loaded is `weights.adapter`, as every scorer's.
    */
-  adapter?: { name: string; weight: number; filter?: boolean };
+  adapter?: { name: string; filter?: boolean };
 }
 
 export type RouteOutcome =

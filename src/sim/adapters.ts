@@ -2,26 +2,23 @@
  * LoRA adapters, simulated: the same workload with each conversation's requests naming one of N
  * adapters (a Zipf mix: a few adapters are hot, most are cold), served by engines with `max_loras`
  * adapter slots and a cost to load an adapter that is not resident (lora-slots.ts). kvgate runs
- * through the real gate (Gate.route with a MemoryStore, built as `policies/kvgate.ts` builds it)
- * with the adapter in the request's `model`, and reads each worker's `vllm:lora_requests_info`
- * at the same scrape cadence and age as its other engine metrics (simulator.ts `SignalCadence`).
+ * through the real gate (Gate.route with a MemoryStore, `KvgatePolicy.create`) with the adapter in
+ * the request's `model`, and reads each worker's `vllm:lora_requests_info` at the same scrape
+ * cadence and age as its other engine metrics (simulator.ts `SignalCadence`).
  * It runs twice: with adapter affinity (the defaults) and without it (a gate config of
  * `scoring.adapter_weight: 0, adapter_filter: false`). Round robin and least loaded read no
  * engine metrics, as their real systems, so they see no adapters either.
  */
-import { Gate } from '../gate/gate.js';
-import { initHashing } from '../request/hashing.js';
-import { MemoryStore } from '../state/memory-store.js';
-import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import type { LoraOptions } from './lora-slots.js';
 import { percentile } from './metrics.js';
-import { KvgatePolicy, simGateConfig } from './policies/kvgate.js';
+import { KvgatePolicy, type DecorateRequest } from './policies/kvgate.js';
 import { LeastLoadedPolicy } from './policies/least-loaded.js';
 import type { PolicyContext, RouterPolicy } from './policies/policy.js';
 import { RoundRobinPolicy } from './policies/round-robin.js';
 import { hashString32, Rng, Zipf } from './rng.js';
 import { simulate } from './simulator.js';
+import { markdown, ms, pct, type Column } from './table.js';
 import type { Workload } from './workload.js';
 
 export interface AdapterMix {
@@ -50,13 +47,13 @@ export function assignAdapters(workload: Workload, mix: AdapterMix, seed: number
   return workload.requests.map((r) => draw(r.sessionId !== undefined ? new Rng(hashString32(r.sessionId) ^ seed) : rng));
 }
 
-/** kvgate with each request's adapter in its body's `model` (KvgatePolicy reads the adapter gauge with the rest). */
-function adapterKvgate(name: string, gate: Gate, adapterOf: readonly (string | undefined)[]): KvgatePolicy {
-  return new KvgatePolicy(gate, name, (info, req) => {
+/** Each request's adapter in its body's `model` (KvgatePolicy reads the adapter gauge with the rest). */
+function withAdapter(adapterOf: readonly (string | undefined)[]): DecorateRequest {
+  return (info, req) => {
     const adapter = adapterOf[req.index];
     if (adapter === undefined) return info;
     return { ...info, body: Buffer.from(JSON.stringify({ ...(JSON.parse(info.body!.toString()) as object), model: adapter })) };
-  });
+  };
 }
 
 export interface AdapterRow {
@@ -99,14 +96,11 @@ export const AFFINITY_OFF = { scoring: { adapter_weight: 0, adapter_filter: fals
 async function makePolicy(name: AdapterPolicyName, ctx: PolicyContext, adapters: readonly string[], adapterOf: readonly (string | undefined)[], maxLoras: number): Promise<RouterPolicy> {
   if (name === 'round-robin') return new RoundRobinPolicy(ctx);
   if (name === 'least-loaded') return new LeastLoadedPolicy(ctx);
-  await initHashing();
   // The adapters are declared, as the README advises, so a request for one nobody runs yet is known as an adapter.
   const gateConfig = { adapters: [...adapters], ...(name === 'kvgate' ? {} : AFFINITY_OFF) };
-  const gate = new Gate(simGateConfig({ ...ctx, gateConfig }), new MemoryStore(), createLogger('silent'));
-  const policy = adapterKvgate(name, gate, adapterOf);
   // As `kvgate serve` reads every worker once before serving: an idle fleet with empty slots.
-  policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } })));
-  return policy;
+  const idle = { running: 0, waiting: 0, kvUsage: 0, lora: { running: [], waiting: [], maxLora: maxLoras } };
+  return KvgatePolicy.create({ ...ctx, gateConfig }, { name, decorate: withAdapter(adapterOf), idle });
 }
 
 /** Runs the workload with adapters under each policy and reports TTFT, adapter loads and hit rate. */
@@ -146,12 +140,19 @@ export async function runAdapterComparison(workload: Workload, opts: AdapterRunO
   return rows;
 }
 
+const ADAPTER_COLUMNS: ReadonlyArray<Column<AdapterRow>> = [
+  { head: 'policy', cell: (r) => r.policy },
+  { head: 'routed', cell: (r) => String(r.routed), right: true },
+  { head: 'shed', cell: (r) => String(r.shed), right: true },
+  { head: 'TTFT p50', cell: (r) => ms(r.ttftP50), right: true },
+  { head: 'TTFT p99', cell: (r) => ms(r.ttftP99), right: true },
+  { head: 'adapter loads / request', cell: (r) => r.loadsPerRequest.toFixed(3), right: true },
+  { head: 'adapter hit rate', cell: (r) => pct(r.hitRate), right: true },
+  { head: 'evictions', cell: (r) => String(r.evictions), right: true },
+  { head: 'KV hit rate', cell: (r) => pct(r.kvHitRate), right: true },
+];
+
 /** The comparison table, as `kvgate sim --adapters` prints it. */
 export function adapterTable(rows: readonly AdapterRow[]): string {
-  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
-  const lines = ['| policy | routed | shed | TTFT p50 | TTFT p99 | adapter loads / request | adapter hit rate | evictions | KV hit rate |', '|---|---:|---:|---:|---:|---:|---:|---:|---:|'];
-  for (const r of rows) {
-    lines.push(`| ${r.policy} | ${r.routed} | ${r.shed} | ${ms(r.ttftP50)} | ${ms(r.ttftP99)} | ${r.loadsPerRequest.toFixed(3)} | ${(r.hitRate * 100).toFixed(1)}% | ${r.evictions} | ${(r.kvHitRate * 100).toFixed(1)}% |`);
-  }
-  return lines.join('\n');
+  return markdown(ADAPTER_COLUMNS, rows);
 }

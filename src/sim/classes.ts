@@ -3,19 +3,16 @@
  * seeded mix (a conversation keeps one class, as an application sends all its turns with one), run
  * through the real gate with its classes config, and reported per class: how many were shed and
  * how long the served ones waited for their first token. The policy is kvgate's own (Gate.route
- * with a MemoryStore), built as `policies/kvgate.ts` builds it, plus the class header; nothing of
- * the decision is copied.
+ * with a MemoryStore, `KvgatePolicy.create`) plus the class header; nothing of the decision is
+ * copied.
  */
-import { parseConfig } from '../config/load.js';
-import { Gate } from '../gate/gate.js';
-import { initHashing } from '../request/hashing.js';
-import { MemoryStore } from '../state/memory-store.js';
-import { createLogger } from '../telemetry/logger.js';
 import type { CostModel, FleetOptions } from './cost-model.js';
 import { percentile } from './metrics.js';
-import { KvgatePolicy, workerId } from './policies/kvgate.js';
+import { KvgatePolicy, type DecorateRequest } from './policies/kvgate.js';
+import type { PolicyContext } from './policies/policy.js';
 import { hashString32, Rng } from './rng.js';
 import { simulate } from './simulator.js';
+import { markdown, ms, pct, type Column } from './table.js';
 import type { Workload } from './workload.js';
 
 /** Class name → weight in the mix. */
@@ -53,13 +50,13 @@ export function assignClasses(workload: Workload, mix: ClassMix, seed: number): 
   return workload.requests.map((r) => (r.sessionId !== undefined ? pick(new Rng(hashString32(r.sessionId) ^ seed).next()) : pick(rng.next())));
 }
 
-/** kvgate with each request's class in the class header. */
-function classedKvgate(gate: Gate, classOf: readonly string[]): KvgatePolicy {
-  return new KvgatePolicy(gate, 'kvgate (classes)', (info, req) => {
+/** Each request's class in the class header. */
+function withClass(classOf: readonly string[]): DecorateRequest {
+  return (info, req, config) => {
     const headers = new Map(info.headers);
-    headers.set(gate.currentConfig.classes.header, classOf[req.index]!);
+    headers.set(config.classes.header, classOf[req.index]!);
     return { ...info, headers };
-  });
+  };
 }
 
 export interface ClassRow {
@@ -85,18 +82,17 @@ export interface ClassMixOptions {
 
 /** Runs the workload through the gate with classes and reports each class (highest first, as configured). */
 export async function runClassMix(workload: Workload, opts: ClassMixOptions): Promise<ClassRow[]> {
-  await initHashing();
   const classOf = assignClasses(workload, opts.mix ?? DEFAULT_CLASS_MIX, opts.seed);
-  const config = parseConfig(
-    {
-      workers: Array.from({ length: opts.fleet.workers }, (_, i) => ({ id: workerId(i), cluster: `sim_${workerId(i)}`, metrics_url: `http://sim-${workerId(i)}.invalid/metrics` })),
-      limits: { max_inflight: opts.maxInflight },
-      classes: opts.classes ?? SIM_CLASSES,
-    },
-    'simulator gate config (classes)',
-  );
-  const policy = classedKvgate(new Gate(config, new MemoryStore(), createLogger('silent')), classOf);
-  policy.observe(Array.from({ length: opts.fleet.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
+  const ctx: PolicyContext = {
+    workers: opts.fleet.workers,
+    blockTokens: workload.blockTokens,
+    seed: opts.seed,
+    maxInflight: opts.maxInflight,
+    cacheTokens: opts.fleet.cacheTokens,
+    gateConfig: { classes: opts.classes ?? SIM_CLASSES },
+  };
+  const policy = await KvgatePolicy.create(ctx, { name: 'kvgate (classes)', decorate: withClass(classOf) });
+  const config = policy.gate.currentConfig;
   try {
     const run = await simulate(workload, policy, { fleet: opts.fleet, cost: opts.cost });
     return config.classes.levels
@@ -112,10 +108,16 @@ export async function runClassMix(workload: Workload, opts: ClassMixOptions): Pr
   }
 }
 
+const CLASS_COLUMNS: ReadonlyArray<Column<ClassRow>> = [
+  { head: 'class', cell: (r) => r.class },
+  { head: 'requests', cell: (r) => String(r.requests) },
+  { head: 'shed', cell: (r) => String(r.shed) },
+  { head: 'shed rate', cell: (r) => pct(r.shedRate) },
+  { head: 'TTFT p50', cell: (r) => ms(r.ttftP50) },
+  { head: 'TTFT p95', cell: (r) => ms(r.ttftP95) },
+];
+
 /** The per-class table, as `kvgate sim --classes` prints it. */
 export function classTable(rows: readonly ClassRow[]): string {
-  const ms = (s: number | null) => (s === null ? '-' : `${Math.round(s * 1000)} ms`);
-  const lines = ['| class | requests | shed | shed rate | TTFT p50 | TTFT p95 |', '|---|---|---|---|---|---|'];
-  for (const r of rows) lines.push(`| ${r.class} | ${r.requests} | ${r.shed} | ${(r.shedRate * 100).toFixed(1)}% | ${ms(r.ttftP50)} | ${ms(r.ttftP95)} |`);
-  return lines.join('\n');
+  return markdown(CLASS_COLUMNS, rows);
 }

@@ -67,10 +67,10 @@ function input(workers: WorkerView[], p: Partial<DecisionInput> = {}): DecisionI
     keyInflight: 0,
     totalBlocks: 0,
     mode: 'both',
-    weights: { prefix: 1, load: 1, kv: 0.5, balance: 1 },
+    weights: { prefix: 1, load: 1, kv: 0.5, balance: 1, adapter: 0.5 },
     balanceFloor: 1,
     maxInflightPerSession: 4,
-    adapter: { name: 'sql-lora', weight: 0.5 },
+    adapter: { name: 'sql-lora' },
     workers,
     ...p,
   };
@@ -98,8 +98,8 @@ describe('adapter filter and scorer in the policy', () => {
     const has = w('has', 2, { names: ['sql-lora'], max: 1 });
     const slot = w('slot', 1, { names: ['chat-lora'], max: 2 });
     const full = w('full', 0, { names: ['chat-lora', 'legal-lora'], max: 2 });
-    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', weight: 0.5, filter: false } }))), 'has', 'the score term alone');
-    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', weight: 0, filter: false } }))), 'full', 'load alone');
+    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', filter: false } }))), 'has', 'the score term alone');
+    assert.equal(routedTo(decide(input([full, slot, has], { adapter: { name: 'sql-lora', filter: false }, weights: { prefix: 1, load: 1, kv: 0.5, balance: 1, adapter: 0 } }))), 'full', 'load alone');
     assert.equal(parseConfig({ workers: [{ id: 'w1', cluster: 'w1' }] }).scoring.adapter_filter, true);
     assert.equal(parseConfig({ workers: [{ id: 'w1', cluster: 'w1' }], scoring: { adapter_filter: false } }).scoring.adapter_filter, false);
   });

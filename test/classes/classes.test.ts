@@ -12,7 +12,7 @@ import type { Knobs } from '../../src/config/knobs.js';
 import { readKnobs } from '../../src/config/knobs.js';
 import type { RequestInfo } from '../../src/request/request.js';
 import { serviceClass } from '../../src/request/service-class.js';
-import { classLimit } from '../../src/routing/class-share.js';
+import { classLimit } from '../../src/routing/filters/class-share.js';
 import { decide } from '../../src/routing/policy.js';
 import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { MemoryStore } from '../../src/state/memory-store.js';

@@ -104,8 +104,11 @@ describe('classes of service through ext_proc', () => {
 
   test('two replicas on one Redis: what one holds counts against the class share on the other', async () => {
     redis = await startRedis();
-    const a = await startTestGate(FLEET, { store: `${redis.url}/1` });
-    const b = await startTestGate(FLEET, { store: `${redis.url}/1` });
+    // A loaded machine can hold a reply past the default store.timeout_ms, and a replica then
+    // decides on local state, which this test is not about (the fault tests cover it).
+    const shared = { ...FLEET, store: { timeout_ms: 2000 } };
+    const a = await startTestGate(shared, { store: `${redis.url}/1` });
+    const b = await startTestGate(shared, { store: `${redis.url}/1` });
     const ha = harness(a.target);
     const hb = harness(b.target);
     gates.push(a, b);

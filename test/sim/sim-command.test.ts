@@ -2,6 +2,7 @@ import assert from 'node:assert/strict';
 import { existsSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { Writable } from 'node:stream';
 import { after, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
@@ -9,11 +10,23 @@ import { simGateConfig } from '../../src/sim/policies/kvgate.js';
 
 /** Runs `kvgate sim …` in-process and returns what it wrote to stdout. */
 async function sim(args: string[]): Promise<string> {
+  return (await simStreams(args)).stdout;
+}
+
+/** Runs `kvgate sim …` in-process with its progress going to a stream that is not a terminal (a pipe, CI); returns both. */
+async function simStreams(args: string[]): Promise<{ stdout: string; progress: string }> {
   const chunks: string[] = [];
+  const progress: string[] = [];
+  const progressOut = new Writable({
+    write(chunk: Buffer, _enc, done) {
+      progress.push(chunk.toString());
+      done();
+    },
+  });
   const program = new Command('kvgate').exitOverride().configureOutput({ writeErr: () => {} });
-  registerSimCommand(program, { write: (s) => chunks.push(s) });
+  registerSimCommand(program, { write: (s) => chunks.push(s) }, progressOut);
   await program.parseAsync(['sim', ...args], { from: 'user' });
-  return chunks.join('');
+  return { stdout: chunks.join(''), progress: progress.join('') };
 }
 
 describe('kvgate sim', () => {
@@ -53,6 +66,33 @@ describe('kvgate sim', () => {
     await assert.rejects(sim(['--adapters', '4', '--report', 'out']), /cannot be used with option '--report/);
     await assert.rejects(sim(['--classes', '--gate-config', 'x.yaml']), /cannot be used with option '--gate-config/);
     await assert.rejects(sim(['--adapters', '4', '--policies', 'kvgate']), /cannot be used with option '--policies/);
+  });
+
+  test('--sweep reports progress as the non-sweep path does: a line per run when piped, nothing with --json', async () => {
+    const args = ['--sweep', '--workload', 'chat', '--requests', '60', '--workers', '4', '--loads', '0.5,1', '--policies', 'kvgate,round-robin,pooled-bound'];
+    const piped = await simStreams(args);
+    // One line per policy at each load, in the order they run; the pooled bound is not simulated.
+    const lines = piped.progress.split('\n').filter(Boolean);
+    assert.deepEqual(
+      lines.map((l) => l.replace(/ · .*/, '')),
+      ['sim --sweep [1/4] load 0.5: kvgate, 60 requests', 'sim --sweep [2/4] load 0.5: round-robin, 60 requests', 'sim --sweep [3/4] load 1: kvgate, 60 requests', 'sim --sweep [4/4] load 1: round-robin, 60 requests'],
+      piped.progress,
+    );
+    assert.doesNotMatch(piped.stdout, /sim --sweep \[/, 'progress stays off stdout');
+    const json = await simStreams([...args, '--json']);
+    assert.equal(json.progress, '', 'no progress with --json');
+    assert.match(json.stdout, /^\[.*\]\n$/s, 'stdout is the JSON array and nothing else');
+    const rows = JSON.parse(json.stdout) as Array<{ policy: string; load: number }>;
+    assert.deepEqual(rows.map((r) => `${r.load} ${r.policy}`), ['0.5 kvgate', '0.5 round-robin', '1 kvgate', '1 round-robin']);
+  });
+
+  test('without --sweep, piped: a line as each policy starts; nothing with --json', async () => {
+    const args = ['--workload', 'chat', '--requests', '60', '--workers', '4', '--policies', 'kvgate,round-robin'];
+    const piped = await simStreams(args);
+    assert.deepEqual(piped.progress.split('\n').filter(Boolean).map((l) => l.replace(/ · .*/, '')), ['sim [1/2] kvgate: 60 requests', 'sim [2/2] round-robin: 60 requests']);
+    const json = await simStreams([...args, '--json']);
+    assert.equal(json.progress, '');
+    assert.equal(JSON.parse(json.stdout).length, 2);
   });
 
   test('--report onto an existing file fails before the run', async () => {

@@ -92,7 +92,12 @@ function randomInput(seed: number): DecisionInput {
   };
   if (r.chance(0.7)) input.overflowFactor = r.pick([0, 1, 1.5, 2, 4]);
   if (r.chance(0.35)) input.classShare = r.pick([1, 0.875, 0.5, 0.25, 0.01]);
-  if (r.chance(0.35)) input.adapter = { name: r.pick(ADAPTERS), weight: r.pick([0, 0.5, 1, 2]) };
+  if (r.chance(0.35)) {
+    // Drawn in this order (name, then weight) since the snapshot was written, when the weight rode on the request.
+    const name = r.pick(ADAPTERS);
+    input.weights = { ...input.weights, adapter: r.pick([0, 0.5, 1, 2]) };
+    input.adapter = { name };
+  }
   // Drawn last, so the cases written before `scoring.adapter_filter` existed kept their inputs.
   if (input.adapter && r.chance(0.3)) input.adapter.filter = false;
   return input;

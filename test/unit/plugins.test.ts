@@ -23,9 +23,13 @@ test('weights are looked up by scorer name as <name>_weight; other keys are not 
 });
 
 test('profiles weigh each registered scorer by its name, in registry order, and leave out weight 0', () => {
-  const p = buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3 }, 0.5);
-  assert.deepEqual(p.prefix.place.scorers.map((s) => [s.scorer.name, s.weight]), [['prefix', 2], ['load', 1], ['balance', 3], ['adapter', 0.5]]);
-  assert.deepEqual(p.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['inflight', 1], ['adapter', 0.5]]);
+  const p = buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3, adapter: 0.5 });
+  assert.deepEqual(p.adapter.prefix.place.scorers.map((s) => [s.scorer.name, s.weight]), [['prefix', 2], ['load', 1], ['balance', 3], ['adapter', 0.5]]);
+  assert.deepEqual(p.adapter.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['inflight', 1], ['adapter', 0.5]]);
+  // A request that names no adapter: the adapter term would be 0 everywhere, so it is left out.
+  assert.deepEqual(p.prefix.place.scorers.map((s) => [s.scorer.name, s.weight]), [['prefix', 2], ['load', 1], ['balance', 3]]);
+  assert.deepEqual(p.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['inflight', 1]]);
+  assert.deepEqual(buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3, adapter: 0 }).adapter.load.place.scorers.map((s) => s.scorer.name), ['inflight']);
   assert.deepEqual(p.prefix.place.filters.map((f) => f.name), ['takes-new-work', 'class-share']);
   assert.deepEqual(p.prefix.overflow.filters.map((f) => f.name), ['overflow-room']);
 });
@@ -34,7 +38,7 @@ test('a new scorer is one object in a profile: it changes the pick by its weight
   // A made-up signal: prefer the cooler GPU. Worker a is idle but hot; b is busier and cool; c is cool but down.
   const workers = [w('a', 0, { kvUsage: 0.9 }), w('b', 3, { kvUsage: 0.1 }), w('c', 0, { state: 'down', kvUsage: 0 })];
   const cool: Scorer = { name: 'cool', score: (cands) => cands.map((x) => -(x.kvUsage ?? 0)) };
-  const base = buildProfiles({ prefix: 1, load: 1, kv: 0, balance: 0 }, 0).prefix.place;
+  const base = buildProfiles({ prefix: 1, load: 1, kv: 0, balance: 0 }).prefix.place;
   const ctx = { input: input(workers), fleet: undefined, overLimit: false };
   assert.equal(runProfile(base, workers, { input: input(workers) }, ctx).best?.id, 'a', 'load alone: the idle one');
   const withCool = { ...base, scorers: [...base.scorers, { scorer: cool, weight: 1 }] };

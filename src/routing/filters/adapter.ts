@@ -10,9 +10,9 @@
  *    worker that can take the request has the adapter, a free slot, or reports nothing (no
  *    metrics: unknown is not full). With no such worker, every worker stays a candidate, and
  *    the request queues where the score sends it rather than being shed for want of an adapter.
- *  - scorer (../scorers/adapter.ts): `weight` for a worker that has the adapter (running or
- *    waiting), 0 otherwise; added to the score, so the adapter is one more term traded against load
- *    and prefix overlap.
+ *  - scorer (../scorers/adapter.ts): `weights.adapter` (`scoring.adapter_weight`) for a worker
+ *    that has the adapter (running or waiting), 0 otherwise; added to the score, so the adapter is
+ *    one more term traded against load and prefix overlap.
  *
  * The same rule as the Gateway API Inference Extension's LoRA affinity (loaded, then free slot),
  * on vLLM's `vllm:lora_requests_info`.

@@ -15,7 +15,7 @@
  *    "Pressured workers keep what they hold").
  */
 import { DEFAULTS } from '../../config/defaults.js';
-import { admitLimit } from '../class-share.js';
+import { admitLimit } from './class-share.js';
 import type { Filter } from '../plugins.js';
 import type { WorkerState, WorkerView } from '../types.js';
 

@@ -58,7 +58,16 @@ export function requestInfo(req: SimRequest, config: Config): RequestInfo {
 }
 
 /** What a simulation adds to each request before the gate sees it (a class header, an adapter as `model`). */
-export type DecorateRequest = (info: RequestInfo, req: SimRequest) => RequestInfo;
+export type DecorateRequest = (info: RequestInfo, req: SimRequest, config: Config) => RequestInfo;
+
+/** How a simulation shapes the kvgate it runs (`--classes`, `--adapters`); nothing: plain kvgate. */
+export interface KvgateVariant {
+  /** Its row's name. */
+  name?: string;
+  decorate?: DecorateRequest;
+  /** What each worker reports at the first read (default: an idle engine, no adapter gauge). */
+  idle?: WorkerObservation;
+}
 
 export class KvgatePolicy implements RouterPolicy {
   private readonly leases = new Map<number, Lease>();
@@ -75,17 +84,19 @@ export class KvgatePolicy implements RouterPolicy {
     this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
   }
 
-  static async create(ctx: PolicyContext): Promise<KvgatePolicy> {
+  /** The gate of `simGateConfig(ctx)` over a MemoryStore, as every simulation runs kvgate. */
+  static async create(ctx: PolicyContext, variant: KvgateVariant = {}): Promise<KvgatePolicy> {
     await initHashing();
-    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), new MemoryStore(), createLogger('silent')));
+    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), new MemoryStore(), createLogger('silent')), variant.name, variant.decorate);
     // As `kvgate serve` reads every worker once before serving: an idle fleet.
-    policy.observe(Array.from({ length: ctx.workers }, () => ({ running: 0, waiting: 0, kvUsage: 0 })));
+    const idle = variant.idle ?? { running: 0, waiting: 0, kvUsage: 0 };
+    policy.observe(Array.from({ length: ctx.workers }, () => idle));
     return policy;
   }
 
   async route(req: SimRequest): Promise<RouteChoice> {
     const info = requestInfo(req, this.gate.currentConfig);
-    const res = await this.gate.route(this.decorate ? this.decorate(info, req) : info);
+    const res = await this.gate.route(this.decorate ? this.decorate(info, req, this.gate.currentConfig) : info);
     if (res.kind === 'reject') {
       this.count('shed');
       return { shed: res.error.code };
