@@ -247,8 +247,8 @@ export class Gate {
       });
       storeMs += performance.now() - t0;
       if (res.ok) {
-        const held = views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0;
-        this.pending.add(res.lease, promptBlocks - held);
+        // Tallied only while the backlog term is weighed: at its default weight 0 nothing reads it.
+        if (cfg.scoring.backlog_weight > 0) this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
         return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
       }
       snap = res.snapshot;

@@ -116,6 +116,14 @@ describe('through the gate', () => {
     assert.equal(view(r.worker).pendingPrefill, undefined);
   });
 
+  test('at weight 0 (the default) nothing is tallied: the request path does no backlog work', async () => {
+    const gate = new Gate(config(0), new MemoryStore(), silentLogger());
+    const r = routed(await gate.route(req(40)));
+    const view = gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1', 'w2'], blocks: [] })).find((v) => v.id === r.worker)!;
+    assert.equal(view.pendingPrefill, undefined);
+    await gate.release(r.lease);
+  });
+
   test('with the backlog term, a short prompt avoids the worker computing a long one; without it, the load ties', async () => {
     for (const [weight, apart] of [[1, true], [0, false]] as const) {
       const gate = new Gate(config(weight), new MemoryStore(), silentLogger());
