@@ -58,12 +58,6 @@ const FAILURE_LOG_INTERVAL_MS = 60_000;
  */
 const RELEASE_FLUSH_MS = 5;
 
-/**
- * Local matches kept for the replies of decisions in flight (PoolView.matched). Each holds its
- * prompt's block ids, up to `prefix.max_blocks` of them, so few; past it a reply walks the index.
- */
-const MAX_MATCHES_KEPT = 256;
-
 /** The local prefix index's TTL when the options give none (the config default's 30 minutes). */
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
@@ -99,14 +93,6 @@ interface PoolView {
    */
   recorded: Map<string, number>;
   recordedSince: number;
-  /**
-   * The local match each chain was last decided on (`cachedSnapshot`), so that folding its reply
-   * in needs no second walk of the index. Valid while nothing was forgotten since (`forgets`):
-   * records in between only add or refresh holdings, and the reply's truth is compared with what
-   * the decision saw, not with what other replies taught meanwhile.
-   */
-  matched: Map<readonly string[], { depth: ReadonlyMap<string, number>; forgets: number }>;
-  forgets: number;
 }
 
 export class RedisStore implements RoutingStore {
@@ -182,28 +168,11 @@ export class RedisStore implements RoutingStore {
   }
 
   cachedSnapshot(q: StateQuery): Snapshot {
-    return this.localSnapshot(q, true);
-  }
-
-  /**
-   * The local view as a snapshot. `decidedOn`: a decision will be made on it and its commit's reply
-   * folded in, so its prefix match is kept for that (PoolView.matched).
-   */
-  private localSnapshot(q: StateQuery, decidedOn: boolean): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
-    let prefix: Map<string, number>;
-    if (q.blocks.length > 0) {
-      prefix = view.index.match(q.blocks, q.workers);
-      if (decidedOn) {
-        // Kept until its reply is folded in; the oldest goes first past the bound (decisions that
-        // never reach Redis: shed, or committed locally), and a reply without one walks the index.
-        if (view.matched.size >= MAX_MATCHES_KEPT) view.matched.delete(view.matched.keys().next().value!);
-        view.matched.set(q.blocks, { depth: prefix, forgets: view.forgets });
-      }
-    } else prefix = new Map();
+    const prefix = q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>();
     return {
       affinity: cached?.worker,
       inflight,
@@ -246,7 +215,6 @@ export class RedisStore implements RoutingStore {
       // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
       // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
       this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
-      this.views.get(pool)?.matched.delete(req.blocks);
       return this.commitLocally(req);
     }
     if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
@@ -492,15 +460,13 @@ export class RedisStore implements RoutingStore {
     for (const [w, d] of reply.depth) if (d > 0) prefix.set(w, d);
     let committedDepth = 0;
     if (q.blocks.length > 0) {
-      const seen = view.matched.get(q.blocks);
-      if (seen !== undefined) view.matched.delete(q.blocks);
-      const local = seen !== undefined && seen.forgets === view.forgets ? seen.depth : view.index.match(q.blocks, q.workers);
+      // Read-only (the index's memoised answer, not a copy): nothing below changes this map.
+      const local = view.index.depths(q.blocks, q.workers);
       if (committed !== undefined) committedDepth = local.get(committed) ?? 0;
       for (const [w, d] of local) {
         const truth = prefix.get(w) ?? 0;
         if (truth < d && w !== committed) {
           view.index.forget(w, q.blocks.slice(truth, d));
-          view.forgets++;
         }
       }
       for (const [w, d] of prefix) {
@@ -541,7 +507,7 @@ export class RedisStore implements RoutingStore {
   }
 
   private commitLocally(req: CommitRequest): CommitResult {
-    const snapshot = this.localSnapshot(req, false);
+    const snapshot = this.cachedSnapshot(req);
     // Degraded: checked against what this replica knows. The affinity the decision expected came
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
@@ -735,7 +701,7 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), matched: new Map(), forgets: 0 }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now() }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;
