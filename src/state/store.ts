@@ -130,8 +130,20 @@ export function sessionHash(key: string): string {
   return key.startsWith('s:') ? key.slice(2) : key;
 }
 
-/** Checks preconditions against a snapshot: the one rule both backends apply. */
-export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
+/**
+ * The facts a commit's preconditions are checked against: a snapshot's, or a store's own state
+ * read in place (the memory store checks its live maps rather than copying them into a snapshot
+ * first). Lookups only, like `ReadonlyMap.get`.
+ */
+export interface CommitFacts {
+  readonly affinity: string | undefined;
+  readonly inflight: { get(worker: string): number | undefined };
+  readonly states: { get(worker: string): WorkerState | undefined };
+  readonly prefix: { get(worker: string): number | undefined };
+}
+
+/** Checks preconditions against a snapshot (or live facts): the one rule both backends apply. */
+export function preconditionsHold(p: Preconditions, snap: CommitFacts): boolean {
   if (p.affinity !== snap.affinity) return false;
   const inflight = (w: string) => snap.inflight.get(w) ?? 0;
   for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
