@@ -549,7 +549,10 @@ function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boo
  */
 function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[]): Preconditions {
   if (p.states.length === 0) return p;
-  return { ...p, states: p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.find((v) => v.id === s.worker)?.state) };
+  const states = p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.find((v) => v.id === s.worker)?.state);
+  // Field by field (not `{ ...p, states }`: a property after a spread takes V8's slow path, every decision).
+  const { affinity, below, atOrAbove, prefix } = p;
+  return prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };
 }
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */

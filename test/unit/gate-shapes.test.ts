@@ -69,6 +69,10 @@ describe('the gate per-request objects', () => {
     assert.equal(c.worker, r.worker);
     assert.ok(c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0);
     assert.deepEqual(Object.keys(c).sort(), ['affinityTtlMs', 'blocks', 'capacityBlocks', 'key', 'pool', 'preconditions', 'prefixTtlMs', 'worker', 'workers']);
+    // The preconditions as the policy made them, the prefix bound included (the commit checks it).
+    assert.deepEqual(Object.keys(c.preconditions), ['affinity', 'below', 'atOrAbove', 'states', 'prefix']);
+    assert.deepEqual(c.preconditions.states, [{ worker: r.worker, in: ['healthy'] }]);
+    assert.deepEqual(c.preconditions.prefix, { atMost: 0, over: ['w1', 'w2'] });
   });
 
   test('`from` is on a migration only, in the result and in the decision log', async () => {
