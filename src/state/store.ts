@@ -145,9 +145,9 @@ export interface CommitFacts {
 /** Checks preconditions against a snapshot (or live facts): the one rule both backends apply. */
 export function preconditionsHold(p: Preconditions, snap: CommitFacts): boolean {
   if (p.affinity !== snap.affinity) return false;
-  const inflight = (w: string) => snap.inflight.get(w) ?? 0;
-  for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
-  for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
+  // No per-call closure for the count lookup: this runs on every commit.
+  for (const b of p.below) if ((snap.inflight.get(b.worker) ?? 0) >= b.limit) return false;
+  for (const a of p.atOrAbove) if ((snap.inflight.get(a.worker) ?? 0) < a.limit) return false;
   for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
   if (p.prefix !== undefined) for (const w of p.prefix.over) if ((snap.prefix.get(w) ?? 0) > p.prefix.atMost) return false;
   return true;
