@@ -34,6 +34,10 @@
  * deadline checked, so a commit always sees the releases its replica made before it, in order, and
  * a late commit still carries them out. Only workers of KEYS can be named, so every key is declared.
  *
+ * In-flight counts are the leases lapsing after now. A commit counts them (one ZCOUNT per worker)
+ * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
+ * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
+ *
  * A holding refreshed less than `spec.freshMs` ago (its lapse time is within freshMs of
  * now + prefixTtlMs) is not written again: the holder's time and the block key's TTL stay as they
  * are, so the holding lapses up to freshMs earlier than a rewrite would have made it. The store
