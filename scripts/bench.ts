@@ -44,10 +44,16 @@ const { values } = parseArgs({
 const steps = new Set(values.only.split(',').map((s) => s.trim()));
 const quick = values.quick;
 
-/** Runs `node --import tsx <args>` from the repo root; returns stdout. Progress goes to our stderr. */
+/**
+ * Runs a command from the repo root; returns stdout. Progress goes to our stderr. `kvgate …`
+ * commands (src/cli/main.ts) run the compiled build, as `kvgate serve` does in production: under
+ * tsx every closure the gate creates is wrapped in a naming call (esbuild's keepNames), which the
+ * shipped code does not pay. Scripts run through tsx.
+ */
 function node(args: string[]): Promise<string> {
+  const argv = args[0] === 'src/cli/main.ts' ? ['bin/kvgate.js', ...args.slice(1)] : ['--import', 'tsx', ...args];
   return new Promise((resolve, reject) => {
-    const child = spawn(process.execPath, ['--import', 'tsx', ...args], { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
+    const child = spawn(process.execPath, argv, { cwd: root, stdio: ['ignore', 'pipe', 'inherit'] });
     const out: Buffer[] = [];
     child.stdout.on('data', (b: Buffer) => out.push(b));
     child.on('error', reject);
@@ -67,6 +73,12 @@ function gitCommit(): string {
   } catch {
     return 'unknown';
   }
+}
+
+// The gate and sim steps run the compiled build: bring dist/ up to date with the source first.
+if (steps.has('gate') || steps.has('sim')) {
+  log('npm run build');
+  execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
 }
 
 const started = Date.now();

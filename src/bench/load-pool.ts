@@ -59,8 +59,15 @@ export function percentiles(h: RecordableHistogram): Percentiles {
   };
 }
 
-/** Starts a worker running a .ts entry through tsx, whether or not this process was started by tsx. */
-function tsWorker(entry: URL): Worker {
+/**
+ * Starts the client thread from the same build as this module: the compiled load-worker.js beside
+ * it (dist/, what the `kvgate` binary runs, where tsx, a development tool, may not be installed),
+ * or, from the source, load-worker.ts through tsx whether or not this process was started by tsx.
+ */
+function clientWorker(): Worker {
+  const compiled = !import.meta.url.endsWith('.ts');
+  if (compiled) return new Worker(new URL('./load-worker.js', import.meta.url));
+  const entry = new URL('./load-worker.ts', import.meta.url);
   const tsx = import.meta.resolve('tsx/esm/api');
   const boot = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry.href)}); });`;
   return new Worker(boot, { eval: true });
@@ -72,7 +79,7 @@ class ClientThread {
   private failed: Error | undefined;
 
   constructor() {
-    this.worker = tsWorker(new URL('./load-worker.ts', import.meta.url));
+    this.worker = clientWorker();
     this.worker.on('message', (m: FromWorker) => {
       const w = this.waiting;
       if (m.type === 'error') {

@@ -104,6 +104,7 @@ export function formatReport(report: BenchReport): string {
     ...wrap(`kvgate bench: ${machineLine(report.machine)}`),
     ...wrap(`${o.concurrency} streams at saturation from ${o.clientThreads} client thread(s); ${o.rounds} rounds of ${o.durationMs / 1000} s per server and size; ${o.workers} workers`),
     ...(report.redis ? [`Redis: ${report.redis}`] : []),
+    `build: ${report.build}${report.build === 'compiled' ? '' : ' (closures cost more than in production: run the compiled `kvgate bench` for figures to publish)'}`,
     '',
     formatRuns(report.runs),
     '',

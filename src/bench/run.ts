@@ -44,6 +44,12 @@ export interface BenchReport {
   tool: 'kvgate bench';
   machine: Machine;
   redis: string | null;
+  /**
+   * What ran: the compiled build (dist/, as `kvgate serve` runs) or the TypeScript source through
+   * tsx, which wraps every closure it creates in a naming call (esbuild's keepNames) and so makes
+   * the gate's code, not the no-op's, dearer than it is in production.
+   */
+  build: 'compiled' | 'source (tsx)';
   options: BenchOptions;
   runs: RunRow[];
   targets: TargetCheck[];
@@ -182,6 +188,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     tool: 'kvgate bench',
     machine,
     redis: redisLabel,
+    build: runningBuild(),
     options: { ...opts, ...(opts.redisUrl ? { redisUrl: '(given)' } : {}) },
     runs,
     targets: evaluateTargets(runs),
@@ -241,4 +248,9 @@ function row(
     heap_mb: w.heapMb,
     gate,
   };
+}
+
+/** Whether this module is the compiled build (dist/…/run.js) or the source run through tsx. */
+export function runningBuild(): BenchReport['build'] {
+  return import.meta.url.endsWith('.ts') ? 'source (tsx)' : 'compiled';
 }

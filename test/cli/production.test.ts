@@ -108,6 +108,19 @@ describe('production shape', () => {
     assert.equal(r.stdout.trim(), pkg.version);
   });
 
+  test('bin/kvgate.js bench runs on the compiled build, client threads included (when dist/ is built)', (t) => {
+    // The client threads once started only from load-worker.ts through tsx, so the binary's bench
+    // failed (no .ts in dist/, and tsx is a development tool); the report says which build ran.
+    if (!existsSync(path.join(ROOT, 'dist/bench/load-worker.js'))) return t.skip('dist/ not built (npm run build)');
+    const args = ['bench', '--sizes', '2k', '--stores', 'memory', '--rounds', '1', '--duration', '0.2', '--warmup', '0.1', '--concurrency', '4', '--no-half', '--json'];
+    const r = spawnSync(process.execPath, [path.join(ROOT, 'bin/kvgate.js'), ...args], { encoding: 'utf8', timeout: 60_000 });
+    assert.equal(r.status, 0, r.stderr);
+    const report = JSON.parse(r.stdout) as { build: string; runs: Array<{ target: string; decisions_per_s: number; errors: number }> };
+    assert.equal(report.build, 'compiled');
+    const memory = report.runs.find((row) => row.target === 'memory');
+    assert.ok(memory && memory.decisions_per_s > 0 && memory.errors === 0, JSON.stringify(report.runs));
+  });
+
   test('Dockerfile: multi-stage, compiled, production dependencies, non-root; what it copies exists', () => {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const froms = [...text.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]!);
