@@ -75,8 +75,8 @@ function gitCommit(): string {
   }
 }
 
-// The gate and sim steps run the compiled build: bring dist/ up to date with the source first.
-if (steps.has('gate') || steps.has('sim')) {
+// Every step runs the compiled build (the micro-benchmarks import it): bring dist/ up to date first.
+if (steps.has('micro') || steps.has('gate') || steps.has('sim')) {
   log('npm run build');
   execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
 }
