@@ -44,9 +44,9 @@ export function withConstantReplies(def: ServiceDefinition): ServiceDefinition {
         const known = encodedOnce.get(msg);
         if (known) return known;
         const bytes = serialize(msg);
-        // Only a constant's first encoding is kept (a Buffer of its own: protobufjs's writer
-        // allocates one per message).
-        if (known === null) encodedOnce.set(msg, bytes);
+        // Only a constant's first encoding is kept, as a copy of its own: an inner serializer
+        // may hand out a view of a buffer it reuses (./streamed-reply.ts does).
+        if (known === null) encodedOnce.set(msg, Buffer.from(bytes));
         return bytes;
       },
     };

@@ -7,8 +7,9 @@
  *
  * Messages are handled one at a time, in order, so a slow decision never lets a later reply
  * overtake it: a message that arrives while none is being handled is handled at once (most are
- * answered synchronously: no promise at all), later ones wait in a promise chain. When the decision is made depends on the stream's request body mode
- * (./body-mode.ts: what Envoy declares in `protocol_config`, else `routing.request_body_mode`):
+ * answered synchronously: no promise at all), later ones wait in a promise chain. When the
+ * decision is made depends on the stream's request body mode (./body-mode.ts: what Envoy
+ * declares in `protocol_config`, else `routing.request_body_mode`):
  *
  *  - BUFFERED: wait for the body (Envoy holds the headers until the body reply, so the routing
  *    header set there still applies); every message gets exactly one reply of its type;
