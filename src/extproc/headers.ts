@@ -20,14 +20,9 @@ export function headerMapToMap(map: HeaderMap | null | undefined): Map<string, s
     const name = h.key.toLowerCase();
     if (out.has(name)) continue;
     const raw = h.raw_value;
-    out.set(name, raw && raw.length > 0 ? latin1(raw) : (h.value ?? ''));
+    out.set(name, raw && raw.length > 0 ? Buffer.from(raw).toString('latin1') : (h.value ?? ''));
   }
   return out;
-}
-
-/** Bytes as latin1, read in place (a decoded message's bytes are a Buffer: no copy either way). */
-function latin1(raw: Uint8Array): string {
-  return (Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength)).toString('latin1');
 }
 
 /**
