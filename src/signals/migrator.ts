@@ -5,6 +5,9 @@
  * A round moves the coldest `migration.fraction` of the worker's sessions (at most
  * `migration.max_sessions`), at once on the transition and then every `migration.interval_ms` while
  * the worker stays pressured. Run only by the replica that scrapes the worker, so sessions move once.
+ *
+ * Paced by `now` (the wall clock in production): the simulator hands it the simulated clock, so a
+ * simulated fleet migrates at the points and pace a real gate would.
  */
 import type { Logger } from 'pino';
 import { planMigration } from '../routing/migration.js';
@@ -20,16 +23,23 @@ export class Migrator<P extends FleetPool> {
     private readonly gate: Fleet<P>,
     private readonly store: RoutingStore,
     private readonly logger: Logger,
+    /** Milliseconds; only the differences matter. */
+    private readonly now: () => number = Date.now,
   ) {}
 
-  /** Called on every signals read while `worker` is pressured. */
-  pressured(worker: string, reason: string, justTurned: boolean): void {
+  /**
+   * Called on every signals read while `worker` is pressured. Returns the round it started (it
+   * never rejects), or undefined when none was due; the collector does not wait for it, the
+   * simulator does, so simulated time stands still while a round runs.
+   */
+  pressured(worker: string, reason: string, justTurned: boolean): Promise<void> | undefined {
     const interval = this.gate.currentConfig.migration.interval_ms;
-    const last = this.lastRound.get(worker) ?? 0;
-    if (this.stopped || this.running.has(worker) || (!justTurned && Date.now() - last < interval)) return;
-    this.lastRound.set(worker, Date.now());
+    const now = this.now();
+    const last = this.lastRound.get(worker);
+    if (this.stopped || this.running.has(worker) || (!justTurned && last !== undefined && now - last < interval)) return undefined;
+    this.lastRound.set(worker, now);
     this.running.add(worker);
-    this.round(worker, reason)
+    return this.round(worker, reason)
       .catch((err: unknown) => this.logger.warn({ worker, err: (err as Error).message }, 'preemptive migration failed'))
       .finally(() => this.running.delete(worker));
   }

@@ -182,6 +182,27 @@ export class KvCache {
     this.makeRoom(0);
   }
 
+  /**
+   * Moves `blocks` out of GPU memory, as a worker-side agent does with a migrated session's KV on
+   * an offload event: into the CPU tier where there is one, else dropped. Blocks a running request
+   * pins stay (their KV is in use), as do blocks not in GPU memory. Returns how many left.
+   */
+  offload(blocks: readonly BlockId[]): number {
+    let moved = 0;
+    for (const b of blocks) {
+      if (!(b < this.ref.length && this.ref[b] === 0)) continue;
+      this.evictable.remove(b);
+      this.ref[b] = -1;
+      this.resident--;
+      moved++;
+      if (this.offloadBlocks > 0) {
+        this.offloaded.push(b);
+        if (this.offloaded.size > this.offloadBlocks) this.offloaded.pop();
+      }
+    }
+    return moved;
+  }
+
   /** Looks up then touches a request's blocks without keeping them pinned: an unconstrained LRU step. */
   touch(blocks: readonly BlockId[]): PrefixMatch {
     const m = this.match(blocks);

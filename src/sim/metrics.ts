@@ -6,6 +6,8 @@
  *  - imbalance: max / mean over workers of work done (prompt tokens computed + tokens generated);
  *  - migrations: requests that continue an earlier request (workload.ts `continuationParents`)
  *    but ran on a different worker than it;
+ *  - session_moves: sessions the router moved between workers by itself, between requests
+ *    (kvgate's preemptive migration), over the whole run;
  *  - shed: requests the policy refused.
  */
 import type { BoundResult } from './pooled-bound.js';
@@ -34,6 +36,8 @@ export interface ResultRow {
   migrations: number;
   /** Requests that continue an earlier one (the denominator migrations are out of). */
   continuations: number;
+  /** Sessions the router moved off a worker between their requests (preemptive migration). */
+  session_moves: number;
   makespan_s: number | null;
   sim_wall_s: number | null;
 }
@@ -107,6 +111,7 @@ export function summarize(run: PolicyRun, workload: Workload, parents: Int32Arra
     imbalance: workMean ? Math.max(...run.workerWork) / workMean : null,
     migrations,
     continuations,
+    session_moves: run.sessionMoves.length,
     makespan_s: makespan,
     sim_wall_s: run.wallS,
   };
@@ -134,6 +139,7 @@ export function boundRow(bound: BoundResult, workload: Workload): ResultRow {
     imbalance: null,
     migrations: 0,
     continuations: 0,
+    session_moves: 0,
     makespan_s: null,
     sim_wall_s: null,
   };

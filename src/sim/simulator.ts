@@ -8,7 +8,7 @@ import { EventLoop } from './event-loop.js';
 import type { LoraOptions } from './lora-slots.js';
 import type { RouterPolicy } from './policies/policy.js';
 import { SimWorker, type Job, type WorkerHooks } from './worker.js';
-import type { Workload } from './workload.js';
+import type { SimRequest, Workload } from './workload.js';
 
 export interface SimOptions {
   fleet: FleetOptions;
@@ -75,6 +75,19 @@ export interface PolicyRun {
   wallS: number;
   /** Per worker, with adapters only: admissions that found their adapter resident, loads, evictions. */
   lora?: { hits: number[]; loads: number[]; evictions: number[] };
+  /**
+   * Sessions the router moved by itself (kvgate's preemptive migration), in order: when, which,
+   * where, and how many of the session's KV blocks left the old worker's GPU memory.
+   */
+  sessionMoves: SessionMoveRecord[];
+}
+
+export interface SessionMoveRecord {
+  t: number;
+  sessionId: string;
+  from: number;
+  to: number;
+  offloadedBlocks: number;
 }
 
 export async function simulate(workload: Workload, policy: RouterPolicy, opts: SimOptions): Promise<PolicyRun> {
@@ -113,6 +126,22 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
     (_, i) => new SimWorker(i, opts.fleet, opts.cost, workload.blockTokens, loop, hooks, opts.lora),
   );
 
+  // The worker-side agent of kvgate's offload events: a session the router moved leaves the old
+  // worker's GPU memory. Its KV is the blocks of its last request there that no other session's
+  // prompt contains (a shared system prompt stays: other sessions use it), less any block a
+  // running request pins. The new worker gets nothing: its next turn recomputes what that worker
+  // does not already hold.
+  const sessionMoves: SessionMoveRecord[] = [];
+  const lastRouted = new Map<string, { worker: number; req: SimRequest }>();
+  if (policy.onSessionMoved) {
+    const own = sessionOwnedBlocks(workload);
+    policy.onSessionMoved((m) => {
+      const last = lastRouted.get(m.sessionId);
+      const blocks = last && last.worker === m.from ? last.req.blocks.filter((b) => own(b, m.sessionId)) : [];
+      sessionMoves.push({ t: loop.now, sessionId: m.sessionId, from: m.from, to: m.to, offloadedBlocks: workers[m.from]!.offload(blocks) });
+    });
+  }
+
   let next = 0;
   const arrive = async (): Promise<void> => {
     const req = reqs[next++]!;
@@ -128,6 +157,7 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
         throw new Error(`policy ${policy.name} chose worker ${choice.worker} of ${workers.length}`);
       }
       o.worker = choice.worker;
+      if (req.sessionId !== undefined) lastRouted.set(req.sessionId, { worker: choice.worker, req });
       workers[choice.worker]!.submit(req);
     }
     opts.onProgress?.(next);
@@ -173,10 +203,12 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
       latest = { t: loop.now, obs: workers.map((w) => w.observe()) };
       if (settled < reqs.length) loop.at(++scrapes * scrapeS, scrape);
     };
-    const read = (): void => {
+    // A read may start work in the router (kvgate's migration rounds): the loop settles it before
+    // simulated time moves on, as a round against an in-process store takes no time in production.
+    const read = (): void | Promise<void> => {
       const ageS = Math.max(0, loop.now - latest.t);
-      policy.observe!(latest.obs.map((o) => ({ ...o, ageS })), loop.now);
       if (settled < reqs.length) loop.at(++reads * readS, read);
+      return policy.observe!(latest.obs.map((o) => ({ ...o, ageS })), loop.now);
     };
     loop.at(0, scrape);
     loop.at(0, read);
@@ -190,9 +222,36 @@ export async function simulate(workload: Workload, policy: RouterPolicy, opts: S
     workerWork: workers.map((w) => w.workTokens),
     workerEvictions: workers.map((w) => w.cache.evictions),
     load,
+    sessionMoves,
     wallS: (performance.now() - started) / 1000,
     ...(opts.lora
       ? { lora: { hits: workers.map((w) => w.lora!.hits), loads: workers.map((w) => w.lora!.loads), evictions: workers.map((w) => w.lora!.evictions) } }
       : {}),
+  };
+}
+
+/**
+ * Whether a block belongs to one session alone: it appears in no other session's prompt and in no
+ * prompt without a session. Block ids are dense (workload.ts interns them), so one array does.
+ */
+export function sessionOwnedBlocks(workload: Workload): (block: number, sessionId: string) => boolean {
+  const SHARED = -2;
+  const ids = new Map<string, number>();
+  // -1: unseen; >= 0: the one session's number; SHARED: more than one owner.
+  const owner = new Int32Array(workload.blockCount).fill(-1);
+  for (const r of workload.requests) {
+    let id = SHARED;
+    if (r.sessionId !== undefined) {
+      id = ids.get(r.sessionId) ?? ids.size;
+      ids.set(r.sessionId, id);
+    }
+    for (const b of r.blocks) {
+      const o = owner[b]!;
+      owner[b] = o === -1 || o === id ? id : SHARED;
+    }
+  }
+  return (block, sessionId) => {
+    const id = ids.get(sessionId);
+    return id !== undefined && owner[block] === id;
   };
 }

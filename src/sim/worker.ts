@@ -27,6 +27,7 @@ import {
   type FleetOptions,
 } from './cost-model.js';
 import type { EventLoop } from './event-loop.js';
+import type { BlockId } from './blocks.js';
 import { KvCache } from './kv-cache.js';
 import { LoraSlots, type LoraOptions } from './lora-slots.js';
 import type { SimRequest } from './workload.js';
@@ -103,6 +104,14 @@ export class SimWorker {
     const waiting = this.waiting.length - this.waitingHead;
     const obs = { running: this.count - waiting, waiting, kvUsage: Math.min(1, this.cache.pinnedBlocks / this.cache.capacityBlocks) };
     return this.lora ? { ...obs, lora: this.lora.observe() } : obs;
+  }
+
+  /**
+   * A migrated session's KV leaves GPU memory (the offload event's worker-side agent); returns the
+   * blocks that left. Nothing else changes: admission counts pinned blocks, and these were not.
+   */
+  offload(blocks: readonly BlockId[]): number {
+    return this.cache.offload(blocks);
   }
 
   /** Requests on this worker: waiting, prefilling and decoding. */

@@ -66,4 +66,24 @@ describe('KV cache (vLLM prefix-caching semantics)', () => {
     c.touch([3, 4]); // reloaded to GPU
     assert.deepEqual(c.match([3, 4]), { gpu: 2, offload: 0 });
   });
+
+  test("an offload (a migrated session's KV) frees its unpinned blocks now, keeps the pinned ones, and counts no eviction", () => {
+    const c = new KvCache(4);
+    c.touch([1, 2, 3]);
+    c.acquire([3], 0); // a running request still reads 3
+    assert.equal(c.offload([1, 2, 3, 9]), 2);
+    assert.ok(!c.has(1) && !c.has(2) && c.has(3));
+    assert.equal(c.usedBlocks, 1);
+    assert.equal(c.evictions, 0);
+    // The room is free at once: three new blocks need no eviction.
+    c.touch([5, 6, 7]);
+    assert.equal(c.evictions, 0);
+  });
+
+  test('an offload goes to the CPU tier where there is one: the old worker can reload it, nobody else holds it', () => {
+    const c = new KvCache(4, 4);
+    c.touch([1, 2]);
+    c.offload([1, 2]);
+    assert.deepEqual(c.match([1, 2]), { gpu: 0, offload: 2 });
+  });
 });

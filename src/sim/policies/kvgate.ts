@@ -6,21 +6,26 @@
  * which is when kvgate releases in production (`routing.release_on: response_headers`). The gate
  * gets each worker's running, queued and KV-use figures at its collector's cadence and age
  * (simulator.ts `SignalCadence`: scraped every 50 ms, read every 100 ms), and derives health from
- * them itself. Nothing of the policy is copied
+ * them itself. At each read it also does what the collector's read loop does with the verdicts:
+ * a worker seen pressured starts the real Migrator (src/signals/migrator.ts) on the simulated
+ * clock, which moves cold sessions through the real planMigration and store.migrate; each move
+ * reaches the simulator as an offload event (`onSessionMoved`). Nothing of the policy is copied
  * here, so the simulator scores whatever the gate's policy is today.
  */
 import { parseConfig } from '../../config/load.js';
 import type { Config } from '../../config/schema.js';
 import { Gate } from '../../gate/gate.js';
+import type { Pool } from '../../gate/pools.js';
 import { initHashing } from '../../request/hashing.js';
 import type { RequestInfo } from '../../request/request.js';
 import type { RouteOutcome } from '../../routing/types.js';
+import { Migrator } from '../../signals/migrator.js';
 import { MemoryStore } from '../../state/memory-store.js';
 import type { Lease } from '../../state/store.js';
 import { createLogger } from '../../telemetry/logger.js';
 import type { SimRequest } from '../workload.js';
-import type { SignalRecord, WorkerSignals } from '../../routing/health.js';
-import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policy.js';
+import type { HealthVerdict, SignalRecord, WorkerSignals } from '../../routing/health.js';
+import type { PolicyContext, RouteChoice, RouterPolicy, SessionMove, WorkerObservation } from './policy.js';
 
 /** The model named in simulated bodies (the one the cost model describes). */
 export const SIM_MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
@@ -69,32 +74,72 @@ export interface KvgateVariant {
   idle?: WorkerObservation;
 }
 
+/**
+ * The MemoryStore with its migration lock on the simulated clock. The lock keeps two replicas from
+ * running one worker's round at once; its TTL (just under `migration.interval_ms`) is wall time in
+ * production, and on the wall clock a simulation running faster than real time would find it still
+ * held and skip rounds a real gate makes. Everything else is the MemoryStore's own.
+ */
+export class SimClockStore extends MemoryStore {
+  private readonly simLocks = new Map<string, number>();
+
+  constructor(private readonly nowMs: () => number) {
+    super();
+  }
+
+  override tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
+    const k = `${pool}\u0000${name}`;
+    const now = this.nowMs();
+    if ((this.simLocks.get(k) ?? -Infinity) > now) return Promise.resolve(false);
+    this.simLocks.set(k, now + ttlMs);
+    return Promise.resolve(true);
+  }
+}
+
 export class KvgatePolicy implements RouterPolicy {
   private readonly leases = new Map<number, Lease>();
   private readonly index: ReadonlyMap<string, number>;
   /** How the gate decided, by outcome, for the report. */
   readonly outcomes = new Map<RouteOutcome | 'shed', number>();
+  /** Simulated milliseconds, as of the last call in: the Migrator's (and SimClockStore's) clock. */
+  private nowMs = 0;
+  private readonly migrator: Migrator<Pool>;
+  /** Each worker's state at the last read, as the collector keeps it (a round starts on a change to pressured). */
+  private previous = new Map<string, HealthVerdict['state']>();
+  /** Session key hash (as offload events carry it) → the workload's session id. */
+  private readonly sessions = new Map<string, string>();
 
-  /** The real gate as a simulated router; `decorate` lets a simulation shape its requests. */
+  /**
+   * The real gate as a simulated router; `decorate` lets a simulation shape its requests. A gate
+   * over a `SimClockStore` made with this policy's `clock` migrates on the simulated clock.
+   */
   constructor(
     readonly gate: Gate,
     readonly name = 'kvgate',
     private readonly decorate?: DecorateRequest,
   ) {
     this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
+    this.migrator = new Migrator<Pool>(gate, gate.store, createLogger('silent'), this.clock);
   }
+
+  /** The simulated clock in milliseconds (what the Migrator paces itself by). */
+  readonly clock = (): number => this.nowMs;
 
   /** The gate of `simGateConfig(ctx)` over a MemoryStore, as every simulation runs kvgate. */
   static async create(ctx: PolicyContext, variant: KvgateVariant = {}): Promise<KvgatePolicy> {
     await initHashing();
-    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), new MemoryStore(), createLogger('silent')), variant.name, variant.decorate);
+    let clock = (): number => 0;
+    const store = new SimClockStore(() => clock());
+    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), store, createLogger('silent')), variant.name, variant.decorate);
+    clock = policy.clock;
     // As `kvgate serve` reads every worker once before serving: an idle fleet.
     const idle = variant.idle ?? { running: 0, waiting: 0, kvUsage: 0 };
     policy.observe(Array.from({ length: ctx.workers }, () => idle));
     return policy;
   }
 
-  async route(req: SimRequest): Promise<RouteChoice> {
+  async route(req: SimRequest, nowS?: number): Promise<RouteChoice> {
+    if (nowS !== undefined) this.nowMs = nowS * 1000;
     const info = requestInfo(req, this.gate.currentConfig);
     const res = await this.gate.route(this.decorate ? this.decorate(info, req, this.gate.currentConfig) : info);
     if (res.kind === 'reject') {
@@ -103,6 +148,7 @@ export class KvgatePolicy implements RouterPolicy {
     }
     this.count(res.outcome);
     this.leases.set(req.index, res.lease);
+    if (res.key?.kind === 'session' && req.sessionId !== undefined) this.sessions.set(res.key.hash, req.sessionId);
     return { worker: this.index.get(res.worker)! };
   }
 
@@ -113,8 +159,14 @@ export class KvgatePolicy implements RouterPolicy {
     await this.gate.release(lease);
   }
 
-  /** A scrape of every worker, handed to the gate as its collector would after reading the store. */
-  observe(workers: readonly WorkerObservation[], _nowS?: number): void {
+  /**
+   * A scrape of every worker, handed to the gate as its collector would after reading the store,
+   * and the collector's reaction to the verdicts (collector.ts `read`): the one replica owns every
+   * worker, so each pressured one gets a migration round when the Migrator says one is due. The
+   * returned promise settles when those rounds have.
+   */
+  observe(workers: readonly WorkerObservation[], nowS?: number): Promise<void> | void {
+    if (nowS !== undefined) this.nowMs = nowS * 1000;
     const records = new Map<string, SignalRecord>();
     workers.forEach((w, i) => {
       const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
@@ -122,10 +174,30 @@ export class KvgatePolicy implements RouterPolicy {
       if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };
       records.set(workerId(i), { signals, ageMs: (w.ageS ?? 0) * 1000, failures: 0 });
     });
-    this.gate.setSignals(records);
+    const verdicts = this.gate.setSignals(records);
+    const rounds: Promise<void>[] = [];
+    for (const [worker, v] of verdicts) {
+      if (v.state === 'pressured' && this.gate.currentConfig.migration.enabled) {
+        const round = this.migrator.pressured(worker, v.codes[0] ?? 'pressure', this.previous.get(worker) !== 'pressured');
+        if (round) rounds.push(round);
+      }
+    }
+    this.previous = new Map([...verdicts].map(([w, v]) => [w, v.state]));
+    return rounds.length > 0 ? Promise.all(rounds).then(() => undefined) : undefined;
+  }
+
+  /** Each offload event the gate's store publishes, as a move of a workload session. */
+  onSessionMoved(listener: (move: SessionMove) => void): void {
+    this.gate.store.onOffload((e) => {
+      const sessionId = this.sessions.get(e.session);
+      const from = this.index.get(e.from);
+      const to = this.index.get(e.to);
+      if (sessionId !== undefined && from !== undefined && to !== undefined) listener({ sessionId, from, to });
+    });
   }
 
   close(): Promise<void> {
+    this.migrator.stop();
     return this.gate.store.close();
   }
 

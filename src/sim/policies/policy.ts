@@ -33,8 +33,22 @@ export interface RouterPolicy {
    * old that is, delivered every read interval to policies that read model-server metrics, as
    * kvgate's collector does (simulator.ts `SignalCadence`).
    */
-  observe?(workers: readonly WorkerObservation[], nowS: number): void;
+  observe?(workers: readonly WorkerObservation[], nowS: number): void | Promise<void>;
+  /**
+   * For a router that moves sessions off a worker on its own (kvgate's preemptive migration): calls
+   * `listener` for each move, as the offload event a worker-side agent reads. The simulator is that
+   * agent: it takes the session's KV out of the old worker's GPU memory.
+   */
+  onSessionMoved?(listener: (move: SessionMove) => void): void;
   close?(): Promise<void>;
+}
+
+/** A session a router moved between workers by itself (not by routing one of its requests). */
+export interface SessionMove {
+  /** The workload's session id. */
+  sessionId: string;
+  from: number;
+  to: number;
 }
 
 export interface PolicyContext {
