@@ -8,7 +8,7 @@
  * `--store noop` profiles the no-op ext_proc server (the bench's ceiling) under the same load: what
  * the gate spends beyond it is the difference of the two CPU figures.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile] [--by layer|caller|inclusive] [--windows K] [--no-profile]
  *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30] [--by layer|caller|inclusive]   (a profile taken before)
  *
  * `--by caller` also prints where Node's own frames ("node other": natives, buffers, events, and the
@@ -18,6 +18,10 @@
  * counted once per sample, however often it recurs on the stack): what a function and everything
  * it calls cost. `--no-profile` measures CPU µs/request without the profiler attached (its sampling
  * costs the main thread time in proportion to wall time, which a loaded machine inflates).
+ * `--windows K` splits the measured window into K parts and also prints the median part's CPU
+ * µs/request and the range: a burst of other work on a shared machine inflates only the parts it
+ * lands in. Before/after on a shared machine: alternate runs of two trees with
+ * `--no-profile --windows 8` and compare the median parts (or use scripts/ab-gate.ts).
  *
  * `--store redis` starts a throwaway redis-server (as `kvgate bench` does). On Redis it also prints
  * what Redis did per request in the window: its CPU time (INFO cpu: unlike a script's wall time, not
