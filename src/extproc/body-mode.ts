@@ -72,3 +72,29 @@ export function streamedChunks(body: Buffer): Buffer[] {
   for (let at = 0; at < body.length; at += STREAMED_CHUNK_BYTES) out.push(body.subarray(at, Math.min(body.length, at + STREAMED_CHUNK_BYTES)));
   return out;
 }
+
+/**
+ * What streamedChunks cuts from the chunks joined, without joining them: a piece that lies in one
+ * chunk is a view of it, and only a piece that spans chunks is copied (into a buffer of its own
+ * size). Chunks of exactly STREAMED_CHUNK_BYTES (what the bench sends) are never copied.
+ */
+export function streamedPieces(chunks: readonly Buffer[]): Buffer[] {
+  const out: Buffer[] = [];
+  let parts: Buffer[] = [];
+  let size = 0;
+  for (const chunk of chunks) {
+    for (let at = 0; at < chunk.length; ) {
+      const take = Math.min(STREAMED_CHUNK_BYTES - size, chunk.length - at);
+      parts.push(chunk.subarray(at, at + take));
+      size += take;
+      at += take;
+      if (size === STREAMED_CHUNK_BYTES) {
+        out.push(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
+        parts = [];
+        size = 0;
+      }
+    }
+  }
+  if (size > 0) out.push(parts.length === 1 ? parts[0]! : Buffer.concat(parts, size));
+  return out;
+}

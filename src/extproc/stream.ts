@@ -44,7 +44,7 @@ import { readsBody, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
-import { type BodyModes, bodyModes, modeMismatch, streamedChunks } from './body-mode.js';
+import { type BodyModes, bodyModes, modeMismatch, streamedChunks, streamedPieces } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, metadataEntries } from './knob-source.js';
@@ -53,6 +53,7 @@ import { CONTINUE_REPLY, continueStripping, immediate, routeReply, routeTo } fro
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 import { readableResponse, ResponseIdReader } from './response-id.js';
 import { promptApiOf } from '../request/prompt.js';
+import { decodeJoined } from '../request/body.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
@@ -337,18 +338,18 @@ export class ExtProcStream {
    */
   private async decideDuplex(ended: 'end_of_stream' | 'trailers' | 'deadline'): Promise<void> {
     const kept = this.duplexBody;
-    const bytes = this.duplexBytes;
     this.endDuplexWait();
     // The decision reads the body in one piece: one chunk is that piece already, several are
-    // joined once. After the deadline it is decided on the headers, and nothing is joined.
-    const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : Buffer.concat(kept, bytes);
+    // joined and decoded at once (in a reused buffer: the echo below needs no join). After the
+    // deadline it is decided on the headers, and nothing is joined.
+    const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : decodeJoined(kept);
     if (body) this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
     await this.decideAndReply('request_headers');
     if (this.finished || this.answeredImmediately) return;
-    // The same bytes go back, in chunks of at most STREAMED_CHUNK_BYTES (views, no copies): the
-    // joined body cut afresh (many small chunks become few), or, unjoined, each chunk as it came,
-    // as the chunks after the deadline will be.
-    const chunks = body ? streamedChunks(body) : kept.flatMap(streamedChunks);
+    // The same bytes go back, in chunks of at most STREAMED_CHUNK_BYTES: the kept chunks cut as
+    // their join would be (many small chunks become few; views, copied only where a piece spans
+    // two chunks), or, after the deadline, each chunk as it came, as the chunks after it will be.
+    const chunks = body ? streamedPieces(kept) : kept.flatMap(streamedChunks);
     const eos = ended === 'end_of_stream';
     if (chunks.length === 0 && eos) chunks.push(Buffer.alloc(0));
     chunks.forEach((c, i) => this.reply({ request_body: { response: streamedBody(c, eos && i === chunks.length - 1) } }));

@@ -81,9 +81,10 @@ export class PoolTable {
     if (m !== undefined) {
       const pool = this.byModel.get(m) ?? this.catchAll;
       if (!pool) return { ...reject(`model "${cut(m)}" is not served here`, m, undefined), ...unknownKnob };
-      return { kind: 'pool', pool, via: 'model', ...unknownKnob };
+      return knobPool === undefined ? { kind: 'pool', pool, via: 'model' } : { kind: 'pool', pool, via: 'model', unknownKnob: knobPool };
     }
-    return { kind: 'pool', pool: this.default, via: 'default', ...unknownKnob };
+    // Two literals rather than `...unknownKnob`: this runs on every request.
+    return knobPool === undefined ? { kind: 'pool', pool: this.default, via: 'default' } : { kind: 'pool', pool: this.default, via: 'default', unknownKnob: knobPool };
   }
 }
 

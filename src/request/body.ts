@@ -20,11 +20,23 @@ export const MAX_JSON_DEPTH = 128;
  */
 export const MAX_JSON_CONTAINERS = 100_000;
 
-export function parseJsonBody(body: Buffer | undefined): ParsedBody {
+/**
+ * A body its transport already decoded (full duplex joins its chunks only to decode them, see
+ * decodeJoined): parseJsonBody reads it as it reads the bytes, with the same answers.
+ */
+export interface DecodedBody {
+  /** Its size in bytes, as `Buffer#length` (the limits and size estimates read this). */
+  readonly length: number;
+  /** What decodeUtf8 answers for its bytes: the text, one leading BOM dropped; undefined when not UTF-8. */
+  readonly text: string | undefined;
+}
+
+export function parseJsonBody(body: Buffer | DecodedBody | undefined): ParsedBody {
   if (!body || body.length === 0) return { ok: false, reason: 'empty' };
-  const text = decodeUtf8(body);
+  const bytes = body instanceof Uint8Array ? body : undefined;
+  const text = bytes ? decodeUtf8(bytes) : (body as DecodedBody).text;
   if (text === undefined) return { ok: false, reason: 'not_utf8' };
-  if (tooComplex(body)) return { ok: false, reason: 'too_complex' };
+  if (bytes ? tooComplex(bytes) : tooComplexText(text)) return { ok: false, reason: 'too_complex' };
   let value: unknown;
   try {
     // JSON.parse is iterative in V8 for arrays/objects, but deeply nested input can still throw
@@ -76,6 +88,60 @@ function tooComplex(body: Buffer): boolean {
     } else if (c === 0x5d || c === 0x7d) depth--;
   }
   return false;
+}
+
+/**
+ * tooComplex over the decoded text: the same answer as over its bytes. Every character it looks at
+ * (quotes, backslashes, brackets) is ASCII, one byte and one UTF-16 unit alike, and no other
+ * character's bytes or units are ASCII, so both walks see the same sequence of them.
+ */
+function tooComplexText(text: string): boolean {
+  let depth = 0;
+  let containers = 0;
+  for (let i = 0; i < text.length; i++) {
+    const c = text.charCodeAt(i);
+    if (c === 0x22) {
+      let end = i;
+      for (;;) {
+        end = text.indexOf('"', end + 1);
+        if (end < 0) return false;
+        let slashes = 0;
+        while (text.charCodeAt(end - 1 - slashes) === 0x5c) slashes++;
+        if (slashes % 2 === 0) break;
+      }
+      i = end;
+    } else if (c === 0x5b || c === 0x7b) {
+      if (++depth > MAX_JSON_DEPTH || ++containers > MAX_JSON_CONTAINERS) return true;
+    } else if (c === 0x5d || c === 0x7d) depth--;
+  }
+  return false;
+}
+
+/**
+ * Bodies up to this size are joined in one buffer kept for the purpose (decodeJoined): 1 MiB holds
+ * the large prompts that are common (agents' 100-500 KB) and bounds what an idle process keeps.
+ */
+export const REUSED_JOIN_BYTES = 1024 * 1024;
+let joinBuffer = Buffer.alloc(0);
+
+/**
+ * What decodeUtf8 answers for the chunks joined, as a DecodedBody. The join is only read by the
+ * decode, synchronously, so it is made in one buffer reused by every call rather than in a fresh
+ * one: a fresh 400 KB buffer is memory the process has to fault in and V8 counts against its
+ * external-memory budget (a full collection is due each time that grows by 64 MB), for bytes
+ * read once and dropped. Bodies past REUSED_JOIN_BYTES are joined in a fresh buffer, as before.
+ */
+export function decodeJoined(chunks: readonly Buffer[]): DecodedBody {
+  let bytes = 0;
+  for (const c of chunks) bytes += c.length;
+  if (bytes > REUSED_JOIN_BYTES) return { length: bytes, text: decodeUtf8(Buffer.concat(chunks, bytes)) };
+  if (joinBuffer.length < bytes) joinBuffer = Buffer.allocUnsafe(Math.min(REUSED_JOIN_BYTES, Math.max(bytes, 2 * joinBuffer.length)));
+  let at = 0;
+  for (const c of chunks) {
+    joinBuffer.set(c, at);
+    at += c.length;
+  }
+  return { length: bytes, text: decodeUtf8(joinBuffer.subarray(0, bytes)) };
 }
 
 /** A string field, or undefined when absent or of another type (bodies are untrusted). */

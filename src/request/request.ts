@@ -1,3 +1,5 @@
+import type { DecodedBody } from './body.js';
+
 /**
  * What kvgate knows about one HTTP request, free of any proxy protocol. The ext_proc transport
  * fills it from Envoy's messages; the simulator and benchmarks build it directly.
@@ -8,8 +10,11 @@ export interface RequestInfo {
   path: string;
   /** Lower-case names; the first value of a repeated header (what Envoy's routing uses too). */
   headers: ReadonlyMap<string, string>;
-  /** The whole body when the gate buffers it; undefined when it decides on headers alone. */
-  body?: Buffer;
+  /**
+   * The whole body when the gate buffers it; undefined when it decides on headers alone. Its
+   * bytes, or (full duplex) its text decoded as it arrived: `length` is its size in bytes either way.
+   */
+  body?: Buffer | DecodedBody;
 }
 
 /** Strips a query string and fragment from a `:path` value. */

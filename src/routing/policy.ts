@@ -135,19 +135,14 @@ export function decide(input: DecisionInput): Decision {
     };
   }
 
-  const preconditions: Preconditions = {
-    affinity,
-    below: [{ worker: best.id, limit }],
-    // A move away from a live, merely full worker is only right while it is still full.
-    atOrAbove:
-      affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [],
-    states: [
-      { worker: best.id, in: keptIn },
-      // Leaving a dead or drained worker is only right while it still is.
-      ...(affine && !KEEPS.includes(affine.state) ? [{ worker: affine.id, in: [affine.state] }] : []),
-    ],
-    ...(prefix !== undefined ? { prefix } : {}),
-  };
+  const below = [{ worker: best.id, limit }];
+  // A move away from a live, merely full worker is only right while it is still full.
+  const atOrAbove = affine && KEEPS.includes(affine.state) && affine.inflight >= admitLimit(affine, classShare) ? [{ worker: affine.id, limit: admitLimit(affine, classShare) }] : [];
+  const states: Preconditions['states'] =
+    // Leaving a dead or drained worker is only right while it still is.
+    affine && !KEEPS.includes(affine.state) ? [{ worker: best.id, in: keptIn }, { worker: affine.id, in: [affine.state] }] : [{ worker: best.id, in: keptIn }];
+  // Literals with and without `prefix` rather than a conditional spread (V8's generic copy, every decision).
+  const preconditions: Preconditions = prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };
   // An affinity whose worker is gone from the config moves too: that is still a migration.
   const moved = affinity !== undefined && affinity !== best.id;
   const outcome: RouteOutcome = sticky
@@ -159,14 +154,10 @@ export function decide(input: DecisionInput): Decision {
     : usePrefix && best.prefixBlocks > 0
       ? 'prefix_hit'
       : 'unkeyed';
-  return {
-    kind: 'route',
-    worker: best.id,
-    outcome,
-    ...(moved ? { from: affinity } : {}),
-    preconditions,
-    explanation: explain(input, rule, spilled, scores),
-  };
+  const explanation = explain(input, rule, spilled, scores);
+  return moved
+    ? { kind: 'route', worker: best.id, outcome, from: affinity, preconditions, explanation }
+    : { kind: 'route', worker: best.id, outcome, preconditions, explanation };
 }
 
 function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boolean, scores: ReadonlyMap<string, number>): Explanation {

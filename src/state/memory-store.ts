@@ -13,6 +13,7 @@ import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js'
 import {
   preconditionsHold,
   sessionHash,
+  type CommitFacts,
   type OffloadEvent,
   type CommitRequest,
   type CommitResult,
@@ -40,6 +41,8 @@ export class MemoryStore implements RoutingStore {
   private readonly events = new EventEmitter();
   private readonly locks = new Map<string, number>();
   private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
+  /** The facts a commit checks, read in place (one reusable reader: commits are synchronous). */
+  private readonly facts = new LiveFacts(this.leases, this.states, this.indexes);
 
   constructor(opts: MemoryStoreOptions = {}) {
     this.affinities = new LRUCache<string, string>({
@@ -64,7 +67,7 @@ export class MemoryStore implements RoutingStore {
     const inflight = new Map<string, number>();
     const live = this.leases.get(q.pool);
     for (const w of q.workers) inflight.set(w, live?.get(w)?.size ?? 0);
-    const affinity = q.key === undefined ? undefined : this.affinities.get(affinityKey(q.pool, q.key));
+    const affinity = this.affinityOf(q);
     let keyInflight = 0;
     const states = this.states.get(q.pool);
     if (affinity !== undefined && q.key !== undefined) {
@@ -100,14 +103,15 @@ export class MemoryStore implements RoutingStore {
 
   /** The commit as one synchronous step (atomic by construction in one JS thread). */
   commitSync(req: CommitRequest): CommitResult {
-    // The prefix match is only needed for the prefix check (a sticky hit has none), and for the
-    // snapshot a failed commit returns to decide again on.
-    const matchPrefix = req.preconditions.prefix !== undefined;
-    const before = this.cachedSnapshot(matchPrefix ? req : { ...req, blocks: [] });
-    if (!preconditionsHold(req.preconditions, before)) return { ok: false, snapshot: matchPrefix ? before : this.cachedSnapshot(req) };
+    // Checked against the live maps, not a snapshot of them: a snapshot per commit copied every
+    // worker's count into a new Map (and the query into a new object) only to read one or two.
+    // A failed commit returns the snapshot to decide again on.
+    const facts = this.facts.of(req, req.preconditions.prefix !== undefined, this.affinityOf(req));
+    if (!preconditionsHold(req.preconditions, facts)) return { ok: false, snapshot: this.cachedSnapshot(req) };
+    const before = facts.affinity;
     if (req.key !== undefined) {
       this.affinities.set(affinityKey(req.pool, req.key), req.worker, { ttl: req.affinityTtlMs });
-      if (before.affinity !== undefined && before.affinity !== req.worker) this.sessionMap(req.pool, before.affinity).delete(req.key);
+      if (before !== undefined && before !== req.worker) this.sessionMap(req.pool, before).delete(req.key);
       const m = this.sessionMap(req.pool, req.worker);
       // Re-insert so map order is recency order: the first entries are the coldest.
       m.delete(req.key);
@@ -201,6 +205,11 @@ export class MemoryStore implements RoutingStore {
     return Promise.resolve();
   }
 
+  /** The key's worker (lru-cache's `get`: it counts as a use, as every snapshot's read did). */
+  private affinityOf(q: StateQuery): string | undefined {
+    return q.key === undefined ? undefined : this.affinities.get(affinityKey(q.pool, q.key));
+  }
+
   private index(pool: string, ttlMs: number): PrefixIndex {
     let i = this.indexes.get(pool);
     if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs)));
@@ -225,6 +234,38 @@ export class MemoryStore implements RoutingStore {
 }
 
 const NO_PREFIX: ReadonlyMap<string, number> = new Map();
+
+/**
+ * A commit's facts as the store holds them now, exactly what `cachedSnapshot(req)` would show:
+ * in-flight counts of the query's workers (0 for any other, as a snapshot has no entry for it),
+ * operator states, the key's affinity, and the prefix match only when a precondition bounds it.
+ */
+class LiveFacts implements CommitFacts {
+  affinity: string | undefined = undefined;
+  private workers: readonly string[] = [];
+  private live: Map<string, Map<string, string>> | undefined = undefined;
+  private stateMap: Map<string, WorkerState> | undefined = undefined;
+  private depth: ReadonlyMap<string, number> = NO_PREFIX;
+  readonly inflight = { get: (w: string): number => (this.workers.includes(w) ? (this.live?.get(w)?.size ?? 0) : 0) };
+  readonly states = { get: (w: string): WorkerState | undefined => this.stateMap?.get(w) };
+  readonly prefix = { get: (w: string): number | undefined => this.depth.get(w) };
+
+  constructor(
+    private readonly leases: Map<string, Map<string, Map<string, string>>>,
+    private readonly allStates: Map<string, Map<string, WorkerState>>,
+    private readonly indexes: Map<string, PrefixIndex>,
+  ) {}
+
+  /** Points the reader at one commit's pool and query; `affinity` is read by the store (its LRU). */
+  of(req: CommitRequest, matchPrefix: boolean, affinity?: string): this {
+    this.affinity = affinity;
+    this.workers = req.workers;
+    this.live = this.leases.get(req.pool);
+    this.stateMap = this.allStates.get(req.pool);
+    this.depth = (matchPrefix && req.blocks.length > 0 ? this.indexes.get(req.pool)?.depths(req.blocks, req.workers) : undefined) ?? NO_PREFIX;
+    return this;
+  }
+}
 const NO_STATES: ReadonlyMap<string, WorkerState> = new Map();
 
 function affinityKey(pool: string, key: string): string {

@@ -34,6 +34,10 @@
  * deadline checked, so a commit always sees the releases its replica made before it, in order, and
  * a late commit still carries them out. Only workers of KEYS can be named, so every key is declared.
  *
+ * In-flight counts are the leases lapsing after now. A commit counts them (one ZCOUNT per worker)
+ * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
+ * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
+ *
  * A holding refreshed less than `spec.freshMs` ago (its lapse time is within freshMs of
  * now + prefixTtlMs) is not written again: the holder's time and the block key's TTL stay as they
  * are, so the holding lapses up to freshMs earlier than a rewrite would have made it. The store
@@ -63,11 +67,22 @@ if spec.mode == 'commit' and spec.notAfter > 0 and now > spec.notAfter then
   return cjson.encode(reply)
 end
 
+-- Numbers handed to redis.call are formatted with %.17g, which costs more than the command at 32 KB
+-- (a recency score per block): integers are passed as strings formatted with %d instead.
+local nowS = string.format('%d', now)
+-- In-flight counts are the leases that lapse after now. A read also purges the lapsed ones (every
+-- replica's refresh reads each refresh_ms, so they do not pile up); a commit only counts them, one
+-- ZCOUNT per worker instead of a ZREMRANGEBYSCORE and a ZCARD.
+local live = '(' .. nowS
 local counts = {}
 for i = 1, n do
   local z = KEYS[2 + i]
-  redis.call('ZREMRANGEBYSCORE', z, '-inf', now)
-  counts[i] = redis.call('ZCARD', z)
+  if spec.mode == 'commit' then
+    counts[i] = redis.call('ZCOUNT', z, live, '+inf')
+  else
+    redis.call('ZREMRANGEBYSCORE', z, '-inf', nowS)
+    counts[i] = redis.call('ZCARD', z)
+  end
 end
 local aff = false
 if spec.keyed then aff = redis.call('GET', KEYS[1]) end
@@ -115,7 +130,7 @@ if aff and spec.leaseKey ~= '' then
   for i, w in ipairs(spec.workers) do
     if w == aff then
       local suffix = '|' .. spec.leaseKey
-      for _, mb in ipairs(redis.call('ZRANGE', KEYS[2 + i], 0, -1)) do
+      for _, mb in ipairs(redis.call('ZRANGEBYSCORE', KEYS[2 + i], live, '+inf')) do
         if string.sub(mb, -#suffix) == suffix then keyInflight = keyInflight + 1 end
       end
     end
@@ -140,20 +155,21 @@ if spec.mode == 'commit' then
   if ok then
     local chosen = chosenName
     if spec.keyed then
-      redis.call('SET', KEYS[1], chosen, 'PX', spec.affinityTtlMs)
+      local affTtlS = string.format('%d', spec.affinityTtlMs)
+      redis.call('SET', KEYS[1], chosen, 'PX', affTtlS)
       -- The worker's session list, scored by when the affinity lapses: preemptive migration
       -- moves the coldest first, and expired ones are dropped when it is read.
       if aff and aff ~= chosen then redis.call('ZREM', KEYS[K_EXPECTED_SESSIONS], spec.leaseKey) end
-      redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], now + spec.affinityTtlMs, spec.leaseKey)
-      redis.call('PEXPIRE', KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
+      redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], string.format('%d', now + spec.affinityTtlMs), spec.leaseKey)
+      redis.call('PEXPIRE', KEYS[K_CHOSEN_SESSIONS], affTtlS)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
       keyInflight = keyInflight + 1
     end
     local z = KEYS[2 + spec.chosen]
-    redis.call('ZADD', z, now + spec.leaseTtlMs, spec.leaseMember)
+    redis.call('ZADD', z, string.format('%d', now + spec.leaseTtlMs), spec.leaseMember)
     -- An idle worker's set disappears on its own once its last lease is long gone.
-    redis.call('PEXPIRE', z, spec.leaseTtlMs * 2)
+    redis.call('PEXPIRE', z, string.format('%d', spec.leaseTtlMs * 2))
     counts[spec.chosen] = counts[spec.chosen] + 1
     -- The chosen worker now holds the prompt's blocks, until now + TTL. Recency scores are
     -- ms * 1000 minus the block's depth, so within one routing the deepest blocks are the oldest
@@ -161,6 +177,8 @@ if spec.mode == 'commit' then
     if m > 0 then
       local lru = KEYS[K_CHOSEN_BLOCKS]
       local until_ = now + spec.prefixTtlMs
+      local untilS = string.format('%d', until_)
+      local ttlS = string.format('%d', spec.prefixTtlMs)
       local freshFrom = until_ - spec.freshMs
       local ids = {}
       local recency = {}
@@ -169,10 +187,10 @@ if spec.mode == 'commit' then
         ids[j] = string.sub(bk, bkp + 1)
         local held = chosenUntil[j]
         if not held or held < freshFrom then
-          redis.call('HSET', bk, chosen, until_)
-          redis.call('PEXPIRE', bk, spec.prefixTtlMs)
+          redis.call('HSET', bk, chosen, untilS)
+          redis.call('PEXPIRE', bk, ttlS)
         end
-        recency[2 * j - 1] = now * 1000 + (100000 - j)
+        recency[2 * j - 1] = string.format('%d', now * 1000 + (100000 - j))
         recency[2 * j] = ids[j]
         if (depth[chosen] or 0) < j then depth[chosen] = j end
       end
@@ -180,7 +198,7 @@ if spec.mode == 'commit' then
       for s = 1, 2 * m, 1000 do
         redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m)))
       end
-      redis.call('PEXPIRE', lru, spec.prefixTtlMs)
+      redis.call('PEXPIRE', lru, ttlS)
       local over = redis.call('ZCARD', lru) - spec.capacityBlocks
       if over > 0 then
         reply.evicted = redis.call('ZRANGE', lru, 0, over - 1)
@@ -216,7 +234,11 @@ return cjson.encode(reply)
  */
 export const RENEW_LUA = `
 local t = redis.call('TIME')
-local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- A lease that lapsed stays lapsed: commits count only live leases without purging the lapsed
+-- ones (DECIDE_LUA), so drop them here before XX could bring one back.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
+local expiry = now + tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
 redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1

@@ -130,12 +130,24 @@ export function sessionHash(key: string): string {
   return key.startsWith('s:') ? key.slice(2) : key;
 }
 
-/** Checks preconditions against a snapshot: the one rule both backends apply. */
-export function preconditionsHold(p: Preconditions, snap: Snapshot): boolean {
+/**
+ * The facts a commit's preconditions are checked against: a snapshot's, or a store's own state
+ * read in place (the memory store checks its live maps rather than copying them into a snapshot
+ * first). Lookups only, like `ReadonlyMap.get`.
+ */
+export interface CommitFacts {
+  readonly affinity: string | undefined;
+  readonly inflight: { get(worker: string): number | undefined };
+  readonly states: { get(worker: string): WorkerState | undefined };
+  readonly prefix: { get(worker: string): number | undefined };
+}
+
+/** Checks preconditions against a snapshot (or live facts): the one rule both backends apply. */
+export function preconditionsHold(p: Preconditions, snap: CommitFacts): boolean {
   if (p.affinity !== snap.affinity) return false;
-  const inflight = (w: string) => snap.inflight.get(w) ?? 0;
-  for (const b of p.below) if (inflight(b.worker) >= b.limit) return false;
-  for (const a of p.atOrAbove) if (inflight(a.worker) < a.limit) return false;
+  // No per-call closure for the count lookup: this runs on every commit.
+  for (const b of p.below) if ((snap.inflight.get(b.worker) ?? 0) >= b.limit) return false;
+  for (const a of p.atOrAbove) if ((snap.inflight.get(a.worker) ?? 0) < a.limit) return false;
   for (const s of p.states) if (!s.in.includes(snap.states.get(s.worker) ?? 'healthy')) return false;
   if (p.prefix !== undefined) for (const w of p.prefix.over) if ((snap.prefix.get(w) ?? 0) > p.prefix.atMost) return false;
   return true;

@@ -145,3 +145,82 @@ describe('full duplex at the edges', () => {
     s.close();
   });
 });
+
+/**
+ * Full duplex decodes the body chunk by chunk; BUFFERED decodes it in one piece. For the same
+ * bytes both must answer the same: the same immediate response for a body that is not UTF-8
+ * however it is cut (a bad sequence split across chunks, a character cut off by the end of the
+ * stream), and the same key for a valid one (a BOM split across chunks is dropped once).
+ */
+describe('full duplex decodes chunk by chunk as BUFFERED decodes the whole body', () => {
+  let rg: TestGate;
+  let rh: EnvoyHarness;
+  before(async () => {
+    rg = await startTestGate({ workers: WORKERS, limits: { malformed_body: 'reject' } }, { fullDuplexBodyWaitMs: 5000 });
+    rh = harness(rg.target);
+  });
+  after(async () => {
+    rh.close();
+    await rg.close(100);
+  });
+
+  async function next(s: ReturnType<EnvoyHarness['openRawStream']>): Promise<ReceivedProcessingResponse> {
+    const r = await s.next(5000);
+    assert.ok(!isClosed(r) && !isTimedOut(r), 'no reply');
+    return r;
+  }
+  /** The reply that decides: BUFFERED's body reply (after the headers' CONTINUE), full duplex's headers reply. */
+  async function decide(pieces: Buffer[], mode: 'buffered' | 'full_duplex'): Promise<{ reply: ReceivedProcessingResponse; result: TestGate['results'][number] | undefined }> {
+    const n = rg.results.length;
+    const s = rh.openRawStream();
+    if (mode === 'buffered') {
+      s.write(headersMsg(HEADERS, false) as never);
+      assert.equal((await next(s)).response, 'request_headers');
+      s.write(chunk(Buffer.concat(pieces), true));
+    } else {
+      s.write({ ...headersMsg(HEADERS, false), protocol_config: DUPLEX } as never);
+      pieces.forEach((p, i) => s.write(chunk(p, i === pieces.length - 1)));
+    }
+    const reply = await next(s);
+    s.close();
+    return { reply, result: rg.results[n] };
+  }
+
+  const json = (content: string) => Buffer.from(JSON.stringify({ model: 'm', user: 'u-1', messages: [{ role: 'user', content }] }));
+  const bytes = (...parts: Array<Buffer | number[]>) => Buffer.concat(parts.map((p) => Buffer.from(p)));
+
+  test('not UTF-8 across chunk boundaries: the same 400 as the whole body, byte for byte', async () => {
+    const good = json('x'.repeat(600));
+    const split = good.indexOf('xxx') + 1;
+    const cases: Array<[string, Buffer[]]> = [
+      ['an encoded surrogate split after its lead byte', [bytes(good.subarray(0, split), [0xed]), bytes([0xa0, 0xbd], good.subarray(split))]],
+      ['a truncated euro sign followed by ASCII in the next chunk', [bytes(good.subarray(0, split), [0xe2, 0x82]), good.subarray(split)]],
+      ['a stray continuation byte opening a chunk', [good.subarray(0, split), bytes([0x80], good.subarray(split))]],
+      ['a character cut off by the end of the stream', [good.subarray(0, split), bytes(good.subarray(split), [0xf0, 0x9f, 0x98])]],
+    ];
+    for (const [what, pieces] of cases) {
+      const buffered = await decide(pieces, 'buffered');
+      const duplex = await decide(pieces, 'full_duplex');
+      assert.equal(buffered.reply.immediate_response?.status?.code, 'BadRequest', `${what}: buffered did not refuse it`);
+      assert.match(Buffer.from(buffered.reply.immediate_response?.body ?? []).toString(), /not_utf8/, what);
+      assert.deepEqual(duplex.reply.immediate_response, buffered.reply.immediate_response, what);
+      assert.equal(duplex.result?.kind, 'reject', what);
+    }
+  });
+
+  test('valid bytes cut inside characters and inside a BOM: routed on the same key as the whole body', async () => {
+    const body = bytes([0xef, 0xbb, 0xbf], json(`${'é€😀'.repeat(200)}`));
+    const at = (k: number) => body.indexOf(Buffer.from('😀'), 40 * k) + 1 + (k % 3);
+    const cases: Array<[string, Buffer[]]> = [
+      ['a BOM split over three chunks', [body.subarray(0, 1), body.subarray(1, 2), body.subarray(2)]],
+      ['characters split at several points', [body.subarray(0, at(1)), body.subarray(at(1), at(5)), body.subarray(at(5), at(9)), body.subarray(at(9))]],
+    ];
+    for (const [what, pieces] of cases) {
+      const buffered = await decide(pieces, 'buffered');
+      const duplex = await decide(pieces, 'full_duplex');
+      assert.equal(buffered.result?.key?.source, 'body_user', `${what}: buffered did not read the body`);
+      assert.ok(routedCluster(duplex.reply), what);
+      assert.deepEqual(duplex.result?.key, buffered.result?.key, what);
+    }
+  });
+});

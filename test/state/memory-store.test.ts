@@ -1,7 +1,65 @@
+import assert from 'node:assert/strict';
+import { describe, test } from 'node:test';
+import type { WorkerState } from '../../src/routing/types.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
+import { preconditionsHold } from '../../src/state/store.js';
 import { storeContract } from './store.contract.js';
 
 storeContract('memory', async () => {
   const store = new MemoryStore();
   return { store, cleanup: () => store.close() };
+});
+
+/**
+ * A commit checks its preconditions against the store's live maps instead of a snapshot of them.
+ * It must accept exactly the commits a snapshot taken at the same moment would: any leases,
+ * operator states, affinities and recorded prefixes, any preconditions (workers outside the
+ * query's list included, whose count a snapshot shows as 0), with and without a prefix bound.
+ */
+describe('MemoryStore commit check against the snapshot rule', () => {
+  test('commits succeed exactly when preconditionsHold(p, cachedSnapshot(req)) holds', async () => {
+    const { default: fc } = await import('fast-check');
+    const worker = fc.constantFrom('w1', 'w2', 'w3', 'w4', 'gone');
+    const state = fc.constantFrom<WorkerState | undefined>(undefined, 'healthy', 'pressured', 'draining', 'down');
+    const inState = fc.constantFrom<readonly WorkerState[]>(['healthy'], ['healthy', 'pressured'], ['draining'], ['down']);
+    const limit = fc.integer({ min: 0, max: 3 });
+    const chainOf = (n: number) => Array.from({ length: n }, (_, i) => `b${i}`);
+    const setup = fc.record({
+      leases: fc.array(fc.record({ worker, key: fc.constantFrom<string | undefined>(undefined, 's:a', 's:b') }), { maxLength: 8 }),
+      states: fc.array(fc.tuple(worker, state), { maxLength: 4 }),
+      prefixes: fc.array(fc.tuple(worker, fc.integer({ min: 0, max: 5 })), { maxLength: 4 }),
+    });
+    const pre = fc.record({
+      affinity: fc.constantFrom<string | undefined>(undefined, 'w1', 'w2'),
+      below: fc.array(fc.record({ worker, limit }), { maxLength: 2 }),
+      atOrAbove: fc.array(fc.record({ worker, limit }), { maxLength: 2 }),
+      states: fc.array(fc.record({ worker, in: inState }), { maxLength: 2 }),
+      prefix: fc.option(fc.record({ atMost: fc.integer({ min: 0, max: 5 }), over: fc.subarray(['w1', 'w2', 'w3', 'w4', 'gone']) }), { nil: undefined }),
+    });
+    const workers = ['w1', 'w2', 'w3', 'w4'];
+    fc.assert(
+      fc.property(setup, pre, worker, fc.constantFrom<string | undefined>(undefined, 's:a', 's:b'), fc.integer({ min: 0, max: 5 }), (s, p, to, key, blocks) => {
+        const store = new MemoryStore();
+        const base = { pool: 'p', workers, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
+        const free = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+        // Leases (and the affinities they record), then prefixes, then operator states.
+        for (const l of s.leases) {
+          const before = store.cachedSnapshot({ ...base, key: l.key, blocks: [] });
+          assert.ok(store.commitSync({ ...base, key: l.key, blocks: [], worker: l.worker, preconditions: { ...free, affinity: before.affinity } }).ok);
+        }
+        for (const [w, n] of s.prefixes) {
+          const r = store.commitSync({ ...base, key: undefined, blocks: chainOf(n), worker: w, preconditions: free });
+          assert.ok(r.ok);
+          if (r.ok) void store.release(r.lease);
+        }
+        for (const [w, st] of s.states) void store.setWorkerState('p', w, st);
+        const req = { ...base, key, blocks: chainOf(blocks), worker: to, preconditions: p };
+        const want = preconditionsHold(p, store.cachedSnapshot(req));
+        const got = store.commitSync(req);
+        assert.equal(got.ok, want);
+        if (!got.ok) assert.deepEqual(got.snapshot, store.cachedSnapshot(req), 'a failed commit returns the snapshot of the moment');
+      }),
+      { numRuns: 400 },
+    );
+  });
 });
