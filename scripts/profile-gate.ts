@@ -8,8 +8,20 @@
  * `--store noop` profiles the no-op ext_proc server (the bench's ceiling) under the same load: what
  * the gate spends beyond it is the difference of the two CPU figures.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile]
- *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30]   (a profile taken before)
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile] [--by layer|caller|inclusive] [--windows K] [--no-profile]
+ *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30] [--by layer|caller|inclusive]   (a profile taken before)
+ *
+ * `--by caller` also prints where Node's own frames ("node other": natives, buffers, events, and the
+ * other node: layers) were called from: each such sample's self time goes to the nearest frame on
+ * its stack that is not Node's (kvgate, grpc-js, a library), so "node other" becomes "Buffer.from
+ * under grpc-js's serialize". `--by inclusive` prints inclusive time per function (a function
+ * counted once per sample, however often it recurs on the stack): what a function and everything
+ * it calls cost. `--no-profile` measures CPU µs/request without the profiler attached (its sampling
+ * costs the main thread time in proportion to wall time, which a loaded machine inflates).
+ * `--windows K` splits the measured window into K parts and also prints the median part's CPU
+ * µs/request and the range: a burst of other work on a shared machine inflates only the parts it
+ * lands in. Before/after on a shared machine: alternate runs of two trees with
+ * `--no-profile --windows 8` and compare the median parts (or use scripts/ab-gate.ts).
  *
  * `--store redis` starts a throwaway redis-server (as `kvgate bench` does). On Redis it also prints
  * what Redis did per request in the window: its CPU time (INFO cpu: unlike a script's wall time, not
@@ -37,19 +49,27 @@ const { values } = parseArgs({
     concurrency: { type: 'string', default: '64' },
     summarise: { type: 'string' },
     'body-mode': { type: 'string', default: 'buffered' },
+    'no-profile': { type: 'boolean', default: false },
+    by: { type: 'string', default: 'layer' },
+    windows: { type: 'string', default: '1' },
   },
 });
 
 /**
  * CPU time the main thread (the gate; the load runs in worker threads) has used, in µs, from
- * Linux's per-thread accounting (10 ms ticks): unlike busy time, it does not grow when other
- * processes take the CPU away, so it compares runs on a shared machine. Undefined elsewhere.
+ * Linux's per-thread accounting: unlike busy time, it does not grow when other processes take the
+ * CPU away, so it compares runs on a shared machine. The scheduler's own figure (ns) when the
+ * kernel shows it, else utime + stime (10 ms ticks). Undefined off Linux.
  */
 function mainThreadCpuUs(): number | undefined {
-  const file = `/proc/self/task/${process.pid}/stat`;
-  if (!existsSync(file)) return undefined;
+  const dir = `/proc/self/task/${process.pid}`;
+  if (!existsSync(`${dir}/stat`)) return undefined;
+  if (existsSync(`${dir}/sched`)) {
+    const m = /^se\.sum_exec_runtime\s*:\s*([\d.]+)/m.exec(readFileSync(`${dir}/sched`, 'utf8'));
+    if (m) return Number(m[1]) * 1000;
+  }
   // Fields after the command's closing parenthesis: utime and stime are the 12th and 13th.
-  const stat = readFileSync(file, 'utf8');
+  const stat = readFileSync(`${dir}/stat`, 'utf8');
   const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
   return ((Number(fields[11]) + Number(fields[12])) * 1e6) / clockTicks;
 }
@@ -105,8 +125,92 @@ function summarise(p: Profile, top: number): string {
   return lines.join('\n');
 }
 
+/** A frame of Node's own (its JS internals, natives, V8 builtins): what `--by caller` looks past. */
+function isNodeFrame(cf: Node['callFrame']): boolean {
+  const g = layer(cf);
+  return g.startsWith('node ') || g === 'V8 (program)';
+}
+
+function frameName(cf: Node['callFrame']): string {
+  const where = cf.url.replace(/^.*\/(node_modules|src)\//, '$1/');
+  return `${cf.functionName || '(anonymous)'}  ${where}${where ? `:${cf.lineNumber + 1}` : ''}`;
+}
+
+/**
+ * Self time of Node's own frames attributed to their nearest caller outside Node: by caller, and
+ * by (caller, leaf) pair. GC and idle samples have no caller (V8 puts them under the root).
+ */
+function byCaller(p: Profile, top: number): string {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const self = new Map<number, number>();
+  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  let busy = 0;
+  let nodeTotal = 0;
+  const callers = new Map<string, number>();
+  const pairs = new Map<string, number>();
+  for (const [id, t] of self) {
+    const cf = byId.get(id)!.callFrame;
+    const g = layer(cf);
+    if (g === 'idle' || g === 'profiler') continue;
+    busy += t;
+    if (!isNodeFrame(cf)) continue;
+    nodeTotal += t;
+    let up = parent.get(id);
+    while (up !== undefined && isNodeFrame(byId.get(up)!.callFrame)) up = parent.get(up);
+    const callerCf = up === undefined ? undefined : byId.get(up)!.callFrame;
+    const caller = !callerCf || callerCf.functionName === '(root)' ? '(no caller outside Node: event loop, timers, I/O callbacks)' : `${frameName(callerCf)}  [${layer(callerCf)}]`;
+    callers.set(caller, (callers.get(caller) ?? 0) + t);
+    const pair = `${frameName(cf)}  <-  ${caller}`;
+    pairs.set(pair, (pairs.get(pair) ?? 0) + t);
+  }
+  const pct = (t: number) => `${((100 * t) / busy).toFixed(1).padStart(5)}%`;
+  const lines = ['', `Node's own frames (node:* layers and V8 builtins), ${pct(nodeTotal).trim()} of busy time, by nearest caller outside Node:`];
+  for (const [k, t] of [...callers].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
+  lines.push('', 'by Node frame <- caller:');
+  for (const [k, t] of [...pairs].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
+  return lines.join('\n');
+}
+
+/** Inclusive time per function: each sample counts once for every distinct function on its stack. */
+function inclusive(p: Profile, top: number): string {
+  const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
+  const self = new Map<number, number>();
+  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  let busy = 0;
+  const incl = new Map<string, number>();
+  for (const [id, t] of self) {
+    const g = layer(byId.get(id)!.callFrame);
+    if (g === 'idle' || g === 'profiler') continue;
+    busy += t;
+    const seen = new Set<string>();
+    for (let at: number | undefined = id; at !== undefined; at = parent.get(at)) {
+      const cf = byId.get(at)!.callFrame;
+      if (cf.functionName === '(root)') break;
+      const k = `${frameName(cf)}  [${layer(cf)}]`;
+      if (seen.has(k)) continue;
+      seen.add(k);
+      incl.set(k, (incl.get(k) ?? 0) + t);
+    }
+  }
+  const pct = (t: number) => `${((100 * t) / busy).toFixed(1).padStart(5)}%`;
+  const lines = ['', 'inclusive time (a function and all it calls):'];
+  for (const [k, t] of [...incl].sort((a, b) => b[1] - a[1]).slice(0, top)) lines.push(`${pct(t)}  ${k}`);
+  return lines.join('\n');
+}
+
+function report(p: Profile): string {
+  const top = Number(values.top);
+  const by = values.by!;
+  if (by !== 'layer' && by !== 'caller' && by !== 'inclusive') throw new Error(`--by ${by}: layer, caller or inclusive`);
+  return summarise(p, top) + (by === 'caller' ? byCaller(p, top) : by === 'inclusive' ? inclusive(p, top) : '');
+}
+
 if (values.summarise) {
-  console.log(summarise(JSON.parse(readFileSync(values.summarise, 'utf8')) as Profile, Number(values.top)));
+  console.log(report(JSON.parse(readFileSync(values.summarise, 'utf8')) as Profile));
   process.exit(0);
 }
 
@@ -154,11 +258,35 @@ session.connect();
 await session.post('Profiler.enable');
 await session.post('Profiler.setSamplingInterval', { interval: 200 });
 const before = probe && (await redisCounters(probe));
-await session.post('Profiler.start');
-const cpu0 = mainThreadCpuUs();
-const w = await pool.run({ ...plan, warmupMs: 0, durationMs: Number(values.seconds) * 1000 });
-const cpu = mainThreadCpuUs();
-const { profile } = (await session.post('Profiler.stop')) as unknown as { profile: Profile };
+if (!values['no-profile']) await session.post('Profiler.start');
+// The window in K parts, each with its own CPU figure: on a shared machine a burst of someone
+// else's work inflates the parts it lands in (cache, a vCPU's stolen time), and the median part
+// is steadier than the whole window's mean.
+const parts = Math.max(1, Number(values.windows));
+const perPart: number[] = [];
+const results: Array<Awaited<ReturnType<typeof pool.run>>> = [];
+let cpuTotal: number | undefined = 0;
+for (let i = 0; i < parts; i++) {
+  const c0 = mainThreadCpuUs();
+  const r = await pool.run({ ...plan, warmupMs: 0, durationMs: (Number(values.seconds) * 1000) / parts });
+  const c1 = mainThreadCpuUs();
+  results.push(r);
+  if (c0 === undefined || c1 === undefined || cpuTotal === undefined) cpuTotal = undefined;
+  else {
+    cpuTotal += c1 - c0;
+    perPart.push((c1 - c0) / Math.max(1, r.completed));
+  }
+}
+const completed = results.reduce((a, r) => a + r.completed, 0);
+const windowS = results.reduce((a, r) => a + r.windowS, 0);
+const w = {
+  completed,
+  windowS,
+  perS: completed / windowS,
+  serverElu: results.reduce((a, r) => a + r.serverElu * r.windowS, 0) / windowS,
+  errors: results.reduce((a, r) => a + r.errors, 0),
+};
+const profile = values['no-profile'] ? undefined : ((await session.post('Profiler.stop')) as unknown as { profile: Profile }).profile;
 const afterCounters = probe && (await redisCounters(probe));
 session.disconnect();
 pool.forget(server.target);
@@ -166,8 +294,16 @@ await server.close();
 await pool.close();
 probe?.disconnect();
 await ownRedis?.stop();
-if (values.out) writeFileSync(values.out, JSON.stringify(profile));
-const cpuPerRequest = cpu0 !== undefined && cpu !== undefined ? `, CPU ${Math.round((cpu - cpu0) / w.completed)} µs/request` : '';
+if (values.out && profile) writeFileSync(values.out, JSON.stringify(profile));
+const median = (xs: number[]) => {
+  const v = [...xs].sort((a, b) => a - b);
+  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
+};
+const cpuPerRequest =
+  cpuTotal === undefined
+    ? ''
+    : `, CPU ${Math.round(cpuTotal / w.completed)} µs/request` +
+      (parts > 1 ? ` (median of ${parts} parts ${Math.round(median(perPart))}, range ${Math.round(Math.min(...perPart))}-${Math.round(Math.max(...perPart))})` : '');
 console.log(`${values.size} ${bodyMode} on ${store === 'memory' || store === 'noop' ? store : 'redis'}: ${w.completed} requests, ${Math.round(w.perS)}/s, server ELU ${w.serverElu.toFixed(2)}, busy ${Math.round((w.serverElu * w.windowS * 1e6) / w.completed)} µs/request${cpuPerRequest}, errors ${w.errors}`);
 if (before && afterCounters) {
   // Approximate: the probe's own INFO calls and the gate's timers (refresh, renewals) count too.
@@ -185,4 +321,4 @@ if (before && afterCounters) {
   console.log(`redis: CPU ${per(afterCounters.cpuUs - before.cpuUs)} µs/request; ${per(calls)} commands/request (scripts' inner calls included), ${per(afterCounters.inBytes - before.inBytes)} bytes in and ${per(afterCounters.outBytes - before.outBytes)} out per request`);
   console.log(rows.sort((x, y) => y[0] - x[0]).map(([, r]) => r).join('\n'));
 }
-console.log(summarise(profile, Number(values.top)));
+if (profile) console.log(report(profile));

@@ -4,7 +4,55 @@
  * error); `append` must be explicit and false to overwrite; `clear_route_cache` only works on a
  * request-path reply that also carries a header mutation.
  */
+import type { ServiceDefinition } from '@grpc/grpc-js';
 import type { CommonResponse, HeaderMutation, HttpStatusCode, ProcessingResponse } from './messages.js';
+
+/**
+ * Replies that are the same on every request (the CONTINUEs, and the routing answer for a given
+ * header and cluster) are built once, frozen, and encoded once: protobufjs's `fromObject` +
+ * `encode` of a reply cost about as much as the rest of writing it. The serializer
+ * (`withConstantReplies`) knows them by identity and hands grpc-js the bytes protobufjs produced
+ * for that very object the first time (grpc-js copies them into its frame, never keeps them);
+ * any other reply is encoded as before. Frozen, so no caller can change a shared reply: code that
+ * needs a variant builds a new object.
+ */
+const encodedOnce = new WeakMap<object, Buffer | null>();
+
+function deepFreeze<T>(v: T): T {
+  if (v !== null && typeof v === 'object' && !Object.isFrozen(v) && !ArrayBuffer.isView(v)) {
+    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
+    Object.freeze(v);
+  }
+  return v;
+}
+
+/** Marks a reply as constant: frozen, and encoded once by the serializer. */
+function constantReply(msg: ProcessingResponse): Readonly<ProcessingResponse> {
+  encodedOnce.set(deepFreeze(msg), null);
+  return msg;
+}
+
+/** The service with its response serializer reusing the encoding of constant replies. */
+export function withConstantReplies(def: ServiceDefinition): ServiceDefinition {
+  const out: Record<string, ServiceDefinition[string]> = {};
+  for (const [name, method] of Object.entries(def)) {
+    const serialize = method.responseSerialize;
+    out[name] = {
+      ...method,
+      responseSerialize: (msg: unknown) => {
+        if (msg === null || typeof msg !== 'object') return serialize(msg);
+        const known = encodedOnce.get(msg);
+        if (known) return known;
+        const bytes = serialize(msg);
+        // Only a constant's first encoding is kept, as a copy of its own: an inner serializer
+        // may hand out a view of a buffer it reuses (./streamed-reply.ts does).
+        if (known === null) encodedOnce.set(msg, Buffer.from(bytes));
+        return bytes;
+      },
+    };
+  }
+  return out;
+}
 
 export function setHeader(name: string, value: string): HeaderMutation['set_headers'] {
   return [{ header: { key: name, raw_value: Buffer.from(value, 'latin1') }, append: { value: false } }];
@@ -27,7 +75,35 @@ export function continueStripping(spoofed: readonly string[]): CommonResponse {
     : { status: 'CONTINUE' };
 }
 
-export const CONTINUE: CommonResponse = { status: 'CONTINUE' };
+export const CONTINUE: Readonly<CommonResponse> = deepFreeze({ status: 'CONTINUE' });
+
+/** The bare CONTINUE reply to each kind of message (frozen; encoded once). */
+export const CONTINUE_REPLY = {
+  request_headers: constantReply({ request_headers: { response: CONTINUE } }),
+  request_body: constantReply({ request_body: { response: CONTINUE } }),
+  response_headers: constantReply({ response_headers: { response: CONTINUE } }),
+  response_body: constantReply({ response_body: { response: CONTINUE } }),
+} as const;
+
+/** Bounds the routing replies kept: clusters come from the config, so this is never reached in practice. */
+const MAX_ROUTE_REPLIES = 4096;
+const routeReplies = new Map<string, Readonly<ProcessingResponse>>();
+
+/**
+ * The reply to `phase` naming `cluster` in `routingHeader` (`routeTo` as that phase's reply): one
+ * frozen object per phase, header and cluster, encoded once.
+ */
+export function routeReply(phase: 'request_headers' | 'request_body', routingHeader: string, cluster: string): Readonly<ProcessingResponse> {
+  const key = `${phase}\u0000${routingHeader}\u0000${cluster}`;
+  let reply = routeReplies.get(key);
+  if (reply === undefined) {
+    if (routeReplies.size >= MAX_ROUTE_REPLIES) routeReplies.clear();
+    const response = routeTo(routingHeader, cluster);
+    reply = constantReply(phase === 'request_headers' ? { request_headers: { response } } : { request_body: { response } });
+    routeReplies.set(key, reply);
+  }
+  return reply;
+}
 
 export function immediate(
   status: number,

@@ -20,6 +20,7 @@ import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
 import { canRetireConnections, retireConnections, type ConnectionAgeOptions } from './connection-age.js';
+import { withConstantReplies } from './responses.js';
 import { ExtProcStream } from './stream.js';
 import { withStreamedReplies } from './streamed-reply.js';
 
@@ -79,7 +80,7 @@ export class ExtProcServer {
       opts.logger.warn('retiring connections with grpc-js max_connection_age: streams crossing its GOAWAY may be refused');
       this.server = new grpc.Server({ ...base, 'grpc.max_connection_age_ms': age.ageMs, 'grpc.max_connection_age_grace_ms': age.graceMs });
     }
-    this.server.addService(withStreamedReplies(extProcServiceDefinition()), {
+    this.server.addService(withConstantReplies(withStreamedReplies(extProcServiceDefinition())), {
       Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => this.accept(call),
     });
     // Not serving until the owner says config and store are ready.

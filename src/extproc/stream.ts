@@ -5,9 +5,11 @@
  *   request:  start → headers → body* → trailers → done
  *   response: start → headers → body* → trailers → done
  *
- * Messages are handled one at a time through a promise chain, so a slow decision never lets a
- * later reply overtake it. When the decision is made depends on the stream's request body mode
- * (./body-mode.ts: what Envoy declares in `protocol_config`, else `routing.request_body_mode`):
+ * Messages are handled one at a time, in order, so a slow decision never lets a later reply
+ * overtake it: a message that arrives while none is being handled is handled at once (most are
+ * answered synchronously: no promise at all), later ones wait in a promise chain. When the
+ * decision is made depends on the stream's request body mode (./body-mode.ts: what Envoy
+ * declares in `protocol_config`, else `routing.request_body_mode`):
  *
  *  - BUFFERED: wait for the body (Envoy holds the headers until the body reply, so the routing
  *    header set there still applies); every message gets exactly one reply of its type;
@@ -47,7 +49,7 @@ import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, wo
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, metadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
-import { CONTINUE, continueStripping, immediate, routeTo } from './responses.js';
+import { CONTINUE_REPLY, continueStripping, immediate, routeReply, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 import { readableResponse, ResponseIdReader } from './response-id.js';
 import { promptApiOf } from '../request/prompt.js';
@@ -88,6 +90,8 @@ export class ExtProcStream {
   private decided = false;
   private lease: Lease | undefined;
   private queue: Promise<void> = Promise.resolve();
+  /** Steps started and not yet settled; while 0, the next one runs at once instead of on `queue`. */
+  private pending = 0;
   private finished = false;
   /** After an immediate response Envoy stops processing; anything later is ignored. */
   private answeredImmediately = false;
@@ -139,30 +143,57 @@ export class ExtProcStream {
       });
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
-    call.on('end', () => {
-      this.queue = this.queue.then(() => t.run(() => this.finish(true)));
-    });
+    call.on('end', () => this.enqueue(() => this.finish(true)));
     call.on('cancelled', () => t.run(() => this.finish(false)));
     call.on('error', () => t.run(() => this.finish(false)));
     call.on('close', () => t.run(() => this.finish(false)));
   }
 
   /**
-   * Runs `step` after everything queued before it, inside the request's trace context. One
-   * reaction for success and failure alike instead of `.catch().finally()`: two promises fewer
-   * per message, the same order (a failed step is failed, then `after` runs, either way).
+   * Runs `step` after everything queued before it, inside the request's trace context. With
+   * nothing ahead of it, it runs at once, and a step that finishes synchronously (a headers
+   * message in BUFFERED mode, the response headers) costs no promise; a step that returns one
+   * holds back the steps after it until it settles. Either way a failed step is failed, then
+   * `after` runs.
    */
   private enqueue(step: () => Promise<void> | void, after?: () => void): void {
     const t = this.hooks.telemetry;
-    this.queue = this.queue
-      .then(() => t.run(step))
-      .then(after, (err: unknown) => {
-        try {
-          t.run(() => this.fail(err));
-        } finally {
-          after?.();
-        }
-      });
+    if (this.pending > 0) {
+      this.settle(this.queue.then(() => t.run(step)), after);
+      return;
+    }
+    let result: Promise<void> | void;
+    try {
+      result = t.run(step);
+    } catch (err) {
+      this.failStep(err, after);
+      return;
+    }
+    if (result === undefined) after?.();
+    else this.settle(result, after);
+  }
+
+  /** Queues the settling of a step that returned a promise (one reaction for both outcomes). */
+  private settle(step: Promise<void>, after: (() => void) | undefined): void {
+    this.pending++;
+    this.queue = step.then(
+      () => {
+        this.pending--;
+        after?.();
+      },
+      (err: unknown) => {
+        this.pending--;
+        this.failStep(err, after);
+      },
+    );
+  }
+
+  private failStep(err: unknown, after: (() => void) | undefined): void {
+    try {
+      this.hooks.telemetry.run(() => this.fail(err));
+    } finally {
+      after?.();
+    }
   }
 
   private get duplexWaitMs(): number {
@@ -178,7 +209,7 @@ export class ExtProcStream {
     return this.endpointPicker ? DESTINATION_HEADER : this.config.routing.header;
   }
 
-  private async handle(msg: ProcessingRequest): Promise<void> {
+  private handle(msg: ProcessingRequest): Promise<void> | void {
     if (this.finished || this.answeredImmediately) return;
     // Envoy declares its body modes on a stream's first message only.
     const modes = (this.modes ??= this.readModes(msg));
@@ -197,19 +228,9 @@ export class ExtProcStream {
         this.noteServed(msg.metadata_context);
         if (this.config.routing.release_on === 'response_headers' || msg.response_headers?.end_of_stream) this.releaseLease();
         this.watchResponseId(msg);
-        return this.reply({ response_headers: { response: CONTINUE } });
-      case 'response_body': {
-        this.advance('response', 'body');
-        this.noteServed(msg.metadata_context);
-        const eos = msg.response_body?.end_of_stream === true;
-        if (eos) this.releaseLease();
-        // A stored-response id is recorded before the chunk carrying it goes on, so a client never
-        // holds an id kvgate does not know yet; only the chunks up to the id wait (one store write).
-        if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
-        // Full duplex: tokens must not wait on kvgate beyond that; each chunk goes straight back, unchanged.
-        if (modes.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
-        return this.reply({ response_body: { response: CONTINUE } });
-      }
+        return this.reply(CONTINUE_REPLY.response_headers);
+      case 'response_body':
+        return this.onResponseBody(msg, modes);
       case 'response_trailers':
         this.advance('response', 'trailers');
         this.noteServed(msg.metadata_context);
@@ -220,7 +241,20 @@ export class ExtProcStream {
     }
   }
 
-  private async onRequestHeaders(msg: ProcessingRequest, modes: BodyModes): Promise<void> {
+  private async onResponseBody(msg: ProcessingRequest, modes: BodyModes): Promise<void> {
+    this.advance('response', 'body');
+    this.noteServed(msg.metadata_context);
+    const eos = msg.response_body?.end_of_stream === true;
+    if (eos) this.releaseLease();
+    // A stored-response id is recorded before the chunk carrying it goes on, so a client never
+    // holds an id kvgate does not know yet; only the chunks up to the id wait (one store write).
+    if (this.responseIds) await this.learnResponseId(msg.response_body?.body);
+    // Full duplex: tokens must not wait on kvgate beyond that; each chunk goes straight back, unchanged.
+    if (modes.responseFullDuplex) return this.reply({ response_body: { response: streamedBody(msg.response_body?.body, eos) } });
+    return this.reply(CONTINUE_REPLY.response_body);
+  }
+
+  private onRequestHeaders(msg: ProcessingRequest, modes: BodyModes): Promise<void> | void {
     this.advance('request', 'headers');
     const headers = headerMapToMap(msg.request_headers?.headers);
     this.request = requestInfoFromHeaders(headers);
@@ -231,7 +265,7 @@ export class ExtProcStream {
     const mode = modes.request;
     if (!noBody && mode === 'buffered') {
       // Wait for the body; meanwhile a client-sent routing header is dropped, never forwarded.
-      return this.reply({ request_headers: { response: continueStripping(this.spoofed) } });
+      return this.reply(this.spoofed.length === 0 ? CONTINUE_REPLY.request_headers : { request_headers: { response: continueStripping(this.spoofed) } });
     }
     if (!noBody && mode === 'full_duplex' && readsBody(this.request, this.config)) {
       // The headers reply waits for the body; the chunks keep coming meanwhile.
@@ -244,14 +278,14 @@ export class ExtProcStream {
     return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
   }
 
-  private async onRequestBody(msg: ProcessingRequest, modes: BodyModes): Promise<void> {
+  private onRequestBody(msg: ProcessingRequest, modes: BodyModes): Promise<void> | void {
     if (this.reqPhase === 'trailers' || this.reqPhase === 'done') {
       throw new KvgateError('protocol_violation', `request body after request ${this.reqPhase}`);
     }
     this.advance('request', 'body');
     if (msg.metadata_context && Object.keys(msg.metadata_context.filter_metadata ?? {}).length > 0) this.requestMetadata = msg.metadata_context;
     if (modes.request === 'full_duplex') return this.onDuplexBody(msg.request_body?.body ?? Buffer.alloc(0), msg.request_body?.end_of_stream === true);
-    if (this.decided) return this.reply({ request_body: { response: CONTINUE } });
+    if (this.decided) return this.reply(CONTINUE_REPLY.request_body);
     // BUFFERED sends the whole body in one message (end_of_stream is false only when trailers
     // follow), so the first body message is the one to decide on.
     // No copy: grpc-js decodes each message into a buffer of its own and never reuses it.
@@ -386,7 +420,9 @@ export class ExtProcStream {
       this.lease = result.lease;
       if (!this.endpointPicker) {
         this.chosen = { pool: result.pool, worker: result.worker, endpoint: undefined, key: result.key };
-        this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
+        // The common case, no client-sent routing header to remove: a reply built (and encoded) once per cluster.
+        if (this.spoofed.length === 0) this.reply(routeReply(phase, this.routingHeader, result.cluster));
+        else this.replyCommon(phase, this.removingSpoofed(routeTo(this.routingHeader, result.cluster)));
         t.decided(result, facts);
         return;
       }

@@ -1,0 +1,78 @@
+/**
+ * A/B CPU per request of two kvgate trees in one process: each tree's gate (memory store) is
+ * started side by side and the bench's client thread loads them in alternating short windows, so a
+ * burst of someone else's work on a shared machine lands on both alike. Prints each window's
+ * main-thread CPU µs/request and the medians.
+ *
+ *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400]
+ *
+ * Both trees share one copy of the libraries (node_modules), so global OpenTelemetry state (the
+ * context manager) is whichever tree installs it first: compare context-manager changes across
+ * processes instead.
+ */
+import { existsSync, readFileSync } from 'node:fs';
+import path from 'node:path';
+import { parseArgs } from 'node:util';
+import { parseSize } from '../src/bench/bodies.js';
+import { LoadPool } from '../src/bench/load-pool.js';
+import type { ServerUnderTest } from '../src/bench/servers.js';
+
+const { values } = parseArgs({
+  options: {
+    base: { type: 'string' },
+    size: { type: 'string', default: '2k' },
+    rounds: { type: 'string', default: '12' },
+    ms: { type: 'string', default: '400' },
+    store: { type: 'string', default: 'memory' },
+  },
+});
+if (!values.base) throw new Error('--base DIR: the tree to compare with');
+
+function cpuUs(): number {
+  const m = /^se\.sum_exec_runtime\s*:\s*([\d.]+)/m.exec(readFileSync(`/proc/self/task/${process.pid}/sched`, 'utf8'));
+  if (!m) throw new Error('no /proc/self/task/<pid>/sched');
+  return Number(m[1]) * 1000;
+}
+if (!existsSync(`/proc/self/task/${process.pid}/sched`)) throw new Error('Linux only');
+
+type Start = (name: 'memory' | 'noop', opts: { workers: number; logLevel?: string }) => Promise<ServerUnderTest>;
+const here = path.resolve(import.meta.dirname, '..');
+const trees = [path.resolve(values.base), here];
+const starts: Start[] = [];
+for (const t of trees) starts.push(((await import(path.join(t, 'src/bench/servers.ts'))) as { startServer: Start }).startServer);
+const servers: ServerUnderTest[] = [];
+for (const s of starts) servers.push(await s(values.store as 'memory', { workers: 16, logLevel: 'error' }));
+const pool = LoadPool.create(1);
+const plan = (s: ServerUnderTest) => ({
+  target: s.target,
+  bodyBytes: parseSize(values.size!),
+  seed: 1,
+  ...(s.routingHeader !== undefined ? { expectHeader: s.routingHeader } : {}),
+  mode: 'closed' as const,
+  concurrency: 64,
+  bodyMode: 'buffered' as const,
+});
+for (const s of servers) await pool.run({ ...plan(s), warmupMs: 0, durationMs: 1500 });
+const per: number[][] = [[], []];
+for (let r = 0; r < Number(values.rounds); r++) {
+  const order = r % 2 === 0 ? [0, 1] : [1, 0];
+  const line: string[] = [];
+  for (const i of order) {
+    const c0 = cpuUs();
+    const w = await pool.run({ ...plan(servers[i]!), warmupMs: 0, durationMs: Number(values.ms) });
+    const c1 = cpuUs();
+    if (w.errors > 0) throw new Error(`${trees[i]}: ${w.errors} errors`);
+    per[i]!.push((c1 - c0) / w.completed);
+    line[i] = ((c1 - c0) / w.completed).toFixed(0);
+  }
+  console.log(`round ${r + 1}: base ${line[0]} this ${line[1]}`);
+}
+const median = (xs: number[]) => {
+  const v = [...xs].sort((a, b) => a - b);
+  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
+};
+const ratios = per[0]!.map((a, i) => per[1]![i]! / a);
+console.log(`${values.size}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
+for (const s of servers) pool.forget(s.target);
+for (const s of servers) await s.close();
+await pool.close();
