@@ -394,6 +394,7 @@ export class ExtProcStream {
     try {
       result = await this.gate.route(request, options);
     } catch (err) {
+      this.forgetBody();
       // A bug in deciding must not fail the request: forward it without a routing header, so the
       // fallback route serves it, and say so loudly.
       const e = KvgateError.from(err);
@@ -402,8 +403,21 @@ export class ExtProcStream {
       t.fallback(e);
       return;
     }
+    this.forgetBody();
     this.hooks.onResult?.(result);
     this.answer(phase, result, options.eligible ? { subsetSize: options.eligible.size } : {});
+  }
+
+  /**
+   * The decision has read the body: let it go. The stream lives as long as the upstream's answer
+   * (minutes for a long generation), and only the request's path and headers are read after the
+   * decision, so holding the prompt (up to limits.max_body_bytes) that long is memory for nothing.
+   */
+  private forgetBody(): void {
+    const r = this.request;
+    if (r?.body === undefined) return;
+    const { body: _read, ...rest } = r;
+    this.request = rest;
   }
 
   /** Replies with what the decision (or an early rejection) says. */

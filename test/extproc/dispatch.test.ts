@@ -22,10 +22,14 @@ const config = parseConfig({ workers: [{ id: 'w1', cluster: 'worker_1' }] });
 /** A gate whose decisions are held until the test lets them go. */
 function heldGate() {
   const pending: Array<(r: GateResult) => void> = [];
+  const routed: Array<{ body?: unknown }> = [];
   const released: string[] = [];
   const gate = {
     currentConfig: config,
-    route: () => new Promise<GateResult>((resolve) => pending.push(resolve)),
+    route: (request: { body?: unknown }) => {
+      routed.push(request);
+      return new Promise<GateResult>((resolve) => pending.push(resolve));
+    },
     release: async (lease: { id: string }) => void released.push(lease.id),
   } as unknown as Gate;
   const decide = (i = 0) =>
@@ -42,7 +46,7 @@ function heldGate() {
       explanation: {} as never,
       storeMs: 0,
     });
-  return { gate, decide, pending, released };
+  return { gate, decide, pending, released, routed };
 }
 
 /** A duplex call as grpc-js hands it over: messages in as 'data', replies out through write(). */
@@ -79,11 +83,13 @@ function open() {
   const g = heldGate();
   const c = fakeCall();
   let closed = 0;
-  new ExtProcStream(c.call as never, g.gate, silentLogger(), {
+  const stream = new ExtProcStream(c.call as never, g.gate, silentLogger(), {
     telemetry: new RequestTelemetry(new Metrics({ processMetrics: false }), new Map()),
     onClose: () => void closed++,
   });
-  return { ...g, ...c, closed: () => closed };
+  // What the stream still holds of the request (private; read here for the body's lifetime).
+  const held = () => (stream as unknown as { request?: { body?: unknown; path?: string } }).request;
+  return { ...g, ...c, closed: () => closed, held };
 }
 
 const tick = () => new Promise<void>((r) => setImmediate(r));
@@ -152,5 +158,20 @@ describe('ext_proc message dispatch', () => {
     assert.equal(s.errors.length, 1);
     assert.equal(s.closed(), 1);
     assert.deepEqual(s.released, ['lease-1'], 'the failed stream gives its lease back');
+  });
+
+  test('the body is let go once decided: the stream, which lives as long as the answer, does not hold the prompt', async () => {
+    const s = open();
+    s.call.emit('data', headers());
+    s.call.emit('data', body());
+    await tick();
+    assert.ok(s.routed[0]?.body, 'the decision was handed the body');
+    assert.ok(s.held()?.body, 'held while the decision is pending');
+    s.decide();
+    await tick();
+    assert.deepEqual(s.out, ['request_headers', 'request_body:routed']);
+    assert.equal(s.held()?.body, undefined, 'no body held after the decision');
+    assert.equal(s.held()?.path, '/v1/chat/completions', 'what later messages read (the path) is kept');
+    assert.ok(s.routed[0]?.body, "the decision's own view is untouched");
   });
 });
