@@ -20,7 +20,7 @@ function plainDecideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit):
 function commitOn(worker: string, affinity: string | undefined): DecideCommit {
   return {
     worker,
-    preconditions: { ...(affinity !== undefined ? { affinity } : {}), below: [], atOrAbove: [], states: [] },
+    preconditions: { affinity, below: [], atOrAbove: [], states: [] },
     affinityTtlMs: 1000,
     leaseMember: 'id|k',
     leaseTtlMs: 1000,
