@@ -220,14 +220,14 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
   const expected = commit?.preconditions.affinity;
   const inflight = keys.inflightKeys(q.workers);
   const n = inflight.length;
-  const k = new Array<string>(5 + n + q.blocks.length);
-  k[0] = q.key === undefined ? keys.states : keys.affinity(q.key);
-  k[1] = keys.states;
-  for (let i = 0; i < n; i++) k[2 + i] = inflight[i]!;
-  k[2 + n] = commit ? keys.blockSet(commit.worker) : keys.states;
-  k[3 + n] = commit ? keys.sessions(commit.worker) : keys.states;
-  k[4 + n] = expected !== undefined && commit ? keys.sessions(expected) : keys.states;
-  for (let j = 0; j < q.blocks.length; j++) k[5 + n + j] = keys.block(q.blocks[j]!);
+  // Pushed, not preallocated: a preallocated array is holey, and ioredis's `flat()` and
+  // argument walk take slower paths over holey arrays.
+  const k: string[] = [q.key === undefined ? keys.states : keys.affinity(q.key), keys.states];
+  for (let i = 0; i < n; i++) k.push(inflight[i]!);
+  k.push(commit ? keys.blockSet(commit.worker) : keys.states);
+  k.push(commit ? keys.sessions(commit.worker) : keys.states);
+  k.push(expected !== undefined && commit ? keys.sessions(expected) : keys.states);
+  for (let j = 0; j < q.blocks.length; j++) k.push(keys.block(q.blocks[j]!));
   return k;
 }
 
