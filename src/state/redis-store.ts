@@ -32,7 +32,6 @@ import { PrefixIndex } from './prefix-index.js';
 import * as cmd from './redis-commands.js';
 import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
 import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
-import { DeadlineQueue } from './redis-deadlines.js';
 import { RedisLedger } from './redis-ledger.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
@@ -134,8 +133,6 @@ export class RedisStore implements RoutingStore {
   /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
   private readonly releaseWaiters = new Map<string, () => void>();
   private releaseTimer: NodeJS.Timeout | undefined;
-  /** Every decision's `store.timeout_ms` deadline, on one timer. */
-  private readonly deadlines: DeadlineQueue;
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -152,7 +149,6 @@ export class RedisStore implements RoutingStore {
       // thread's time at 2 KB. Each command still has its own reply, timeout and failure.
       enableAutoPipelining: true,
     };
-    this.deadlines = new DeadlineQueue(opts.timeoutMs);
     this.redis = connectRedis(opts.url, redisOptions, opts.tls);
     this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
     // Every (re)connection: Redis may have restarted empty or missed what we did without it.
@@ -426,21 +422,14 @@ export class RedisStore implements RoutingStore {
    * decides locally, well inside Envoy's message timeout.
    */
   private withDeadline<T>(p: Promise<T>, onLate: () => void): Promise<T> {
-    // One shared timer for every decision's deadline (./redis-deadlines.ts), not one each.
-    return new Promise<T>((resolve, reject) => {
-      const d = this.deadlines.add(() => {
+    let timer: NodeJS.Timeout | undefined;
+    const deadline = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => {
         onLate();
         reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`));
-      });
-      p.then(
-        (v) => {
-          if (this.deadlines.settle(d)) resolve(v);
-        },
-        (err: unknown) => {
-          if (this.deadlines.settle(d)) reject(err);
-        },
-      );
+      }, this.opts.timeoutMs);
     });
+    return Promise.race([p, deadline]).finally(() => clearTimeout(timer));
   }
 
   /** Learns Redis's clock on (re)connection, so the first commit already carries its deadline. */
