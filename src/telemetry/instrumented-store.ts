@@ -107,49 +107,33 @@ export class InstrumentedStore implements RoutingStore {
     return this.inner.close();
   }
 
-  private time<T>(operation: StoreOperation, call: () => Promise<T>, failureOf?: (result: T) => string | undefined): Promise<T> {
-    // Not async: one reaction on the call's promise instead of an async function's promise and
-    // its await (this runs on every store call of every request).
+  private async time<T>(operation: StoreOperation, call: () => Promise<T>, failureOf?: (result: T) => string | undefined): Promise<T> {
     const start = process.hrtime.bigint();
-    let pending: Promise<T>;
+    let failure: string | undefined;
     try {
-      pending = call();
+      const result = await call();
+      failure = failureOf?.(result);
+      return result;
     } catch (err) {
-      this.record(operation, start, failureMessage(err));
-      return Promise.reject(err as Error);
-    }
-    return pending.then(
-      (result) => {
-        this.record(operation, start, failureOf?.(result));
-        return result;
-      },
-      (err: unknown) => {
-        this.record(operation, start, failureMessage(err));
-        throw err;
-      },
-    );
-  }
-
-  private record(operation: StoreOperation, start: bigint, failure: string | undefined): void {
-    // Inline rather than through Metrics.safely: this runs on every store call of every request.
-    try {
-      const seconds = Number(process.hrtime.bigint() - start) / 1e9;
-      this.metrics.storeSeconds.observe(LABELS[operation], seconds);
-      if (failure !== undefined) this.metrics.storeErrors.inc(LABELS[operation]);
-      const usage = context.active().getValue(STORE_USAGE_KEY) as StoreUsage | undefined;
-      if (usage) {
-        usage.seconds += seconds;
-        usage.calls++;
-        if (failure !== undefined) usage.errors.push({ operation, message: failure });
+      failure = err instanceof Error ? err.message : String(err);
+      throw err;
+    } finally {
+      // Inline rather than through Metrics.safely: this runs on every store call of every request.
+      try {
+        const seconds = Number(process.hrtime.bigint() - start) / 1e9;
+        this.metrics.storeSeconds.observe(LABELS[operation], seconds);
+        if (failure !== undefined) this.metrics.storeErrors.inc(LABELS[operation]);
+        const usage = context.active().getValue(STORE_USAGE_KEY) as StoreUsage | undefined;
+        if (usage) {
+          usage.seconds += seconds;
+          usage.calls++;
+          if (failure !== undefined) usage.errors.push({ operation, message: failure });
+        }
+      } catch {
+        // Metrics are best effort by design.
       }
-    } catch {
-      // Metrics are best effort by design.
     }
   }
-}
-
-function failureMessage(err: unknown): string {
-  return err instanceof Error ? err.message : String(err);
 }
 
 function degradedCommit(r: CommitResult): string | undefined {
