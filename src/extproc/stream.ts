@@ -106,6 +106,8 @@ export class ExtProcStream {
   private readonly config: Config;
   /** The route layer of knobs: the call's gRPC metadata. */
   private readonly grpcMetadata: Array<[string, string]>;
+  /** Whether that metadata carries any knob (else readKnobs has nothing to read in it). */
+  private readonly routeKnobs: boolean;
   /** The host layer of knobs: the `kvgate` namespace of metadata_context. */
   private knobContext: Record<string, unknown> | undefined;
   /**
@@ -131,16 +133,19 @@ export class ExtProcStream {
   ) {
     this.config = gate.currentConfig;
     this.grpcMetadata = metadataEntries(call.metadata);
+    this.routeKnobs = this.grpcMetadata.some(([k]) => k.startsWith(DEFAULTS.knobMetadataPrefix));
     const t = hooks.telemetry;
     // Each message is handled inside the request's trace context, so every log line about it
     // (the gate's and the store's included) carries its trace and span ids.
+    // One `answered` callback per stream, not a new closure per message.
+    const answered = () => {
+      this.unanswered--;
+      this.lastActivity = Date.now();
+    };
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
       this.unanswered++;
-      this.enqueue(() => this.handle(msg), () => {
-        this.unanswered--;
-        this.lastActivity = Date.now();
-      });
+      this.enqueue(() => this.handle(msg), answered);
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => this.enqueue(() => this.finish(true)));
@@ -385,11 +390,15 @@ export class ExtProcStream {
     const t = this.hooks.telemetry;
     t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
-    const strip = () => continueStripping(this.spoofed);
-    const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
-    if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
-    if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
-    const options: RouteOptions = { ...this.routeOptions(), knobs: reading.knobs };
+    // No knob in either layer (the common case): nothing to read, validate or log.
+    const options: RouteOptions = this.routeOptions();
+    if (this.knobContext === undefined && !this.routeKnobs) options.knobs = {};
+    else {
+      const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
+      if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
+      if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
+      options.knobs = reading.knobs;
+    }
     let result: GateResult;
     try {
       result = await this.gate.route(request, options);
@@ -399,7 +408,7 @@ export class ExtProcStream {
       // fallback route serves it, and say so loudly.
       const e = KvgateError.from(err);
       this.logger.error({ err: e.message }, 'routing failed; forwarding without affinity');
-      this.replyCommon(phase, strip());
+      this.replyCommon(phase, continueStripping(this.spoofed));
       t.fallback(e);
       return;
     }
