@@ -295,7 +295,7 @@ export class ExtProcStream {
     // follow), so the first body message is the one to decide on.
     // No copy: grpc-js decodes each message into a buffer of its own and never reuses it.
     const body = msg.request_body?.body ?? Buffer.alloc(0);
-    this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    this.request = withBody(this.request, body);
     return this.decideAndReply('request_body');
   }
 
@@ -348,7 +348,7 @@ export class ExtProcStream {
     // joined and decoded at once (in a reused buffer: the echo below needs no join). After the
     // deadline it is decided on the headers, and nothing is joined.
     const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : decodeJoined(kept);
-    if (body) this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    if (body) this.request = withBody(this.request, body);
     await this.decideAndReply('request_headers');
     if (this.finished || this.answeredImmediately) return;
     // The same bytes go back, in chunks of at most STREAMED_CHUNK_BYTES: the kept chunks cut as
@@ -425,8 +425,7 @@ export class ExtProcStream {
   private forgetBody(): void {
     const r = this.request;
     if (r?.body === undefined) return;
-    const { body: _read, ...rest } = r;
-    this.request = rest;
+    this.request = { method: r.method, path: r.path, headers: r.headers };
   }
 
   /** Replies with what the decision (or an early rejection) says. */
@@ -570,9 +569,8 @@ export class ExtProcStream {
 
   /** Moves a direction forward; going backwards or repeating a phase is a protocol violation. */
   private advance(direction: 'request' | 'response', to: Phase): void {
-    const order: Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
     const current = direction === 'request' ? this.reqPhase : this.respPhase;
-    const ok = order.indexOf(to) > order.indexOf(current) || (to === 'body' && current === 'body');
+    const ok = PHASE_ORDER.indexOf(to) > PHASE_ORDER.indexOf(current) || (to === 'body' && current === 'body');
     if (!ok) throw new KvgateError('protocol_violation', `${direction} ${to} after ${direction} ${current}`);
     if (direction === 'request') this.reqPhase = to;
     else this.respPhase = to;
@@ -626,6 +624,21 @@ export class ExtProcStream {
     this.hooks.telemetry.close();
     this.hooks.onClose();
   }
+}
+
+const PHASE_ORDER: readonly Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
+
+/** A field added to RequestInfo fails to compile here until withBody and forgetBody copy it too. */
+const REQUEST_INFO_FIELDS_COPIED: [keyof RequestInfo] extends ['method' | 'path' | 'headers' | 'body'] ? true : false = true;
+void REQUEST_INFO_FIELDS_COPIED;
+
+/**
+ * The request with its body, field by field: a spread with a property after it (`{ ...r, body }`)
+ * took V8's generic copy on every request. RequestInfo has exactly these fields.
+ */
+function withBody(r: RequestInfo | undefined, body: NonNullable<RequestInfo['body']>): RequestInfo {
+  const req = r ?? requestInfoFromHeaders(new Map());
+  return { method: req.method, path: req.path, headers: req.headers, body };
 }
 
 /** A FULL_DUPLEX_STREAMED body reply: the chunk, unchanged. */
