@@ -47,7 +47,7 @@ import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import { type BodyModes, bodyModes, modeMismatch, streamedChunks, streamedPieces } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
-import { forwardedNamespace, metadataEntries } from './knob-source.js';
+import { forwardedNamespace, knobMetadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { CONTINUE_REPLY, continueStripping, immediate, routeReply, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -104,7 +104,7 @@ export class ExtProcStream {
   /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
   private servedBy: string | undefined;
   private readonly config: Config;
-  /** The route layer of knobs: the call's gRPC metadata. */
+  /** The route layer of knobs: the call's gRPC metadata (its knob entries: all readKnobs reads). */
   private readonly grpcMetadata: Array<[string, string]>;
   /** Whether that metadata carries any knob (else readKnobs has nothing to read in it). */
   private readonly routeKnobs: boolean;
@@ -132,8 +132,8 @@ export class ExtProcStream {
     private readonly hooks: StreamHooks,
   ) {
     this.config = gate.currentConfig;
-    this.grpcMetadata = metadataEntries(call.metadata);
-    this.routeKnobs = this.grpcMetadata.some(([k]) => k.startsWith(DEFAULTS.knobMetadataPrefix));
+    this.grpcMetadata = knobMetadataEntries(call.metadata);
+    this.routeKnobs = this.grpcMetadata.length > 0;
     const t = hooks.telemetry;
     // Each message is handled inside the request's trace context, so every log line about it
     // (the gate's and the store's included) carries its trace and span ids.

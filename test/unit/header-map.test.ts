@@ -4,11 +4,15 @@
  * (`Buffer.from(raw)`), and the spoofed routing headers found without a set. Any header list
  * fast-check makes (values as Buffers, as views into a larger buffer at an offset, as plain
  * Uint8Arrays; empty and absent raw values; mixed-case and repeated names; every byte value; a
- * spoof among them or not) must read the same.
+ * spoof among them or not) must read the same. And the route knobs read from only the call
+ * metadata's knob entries must be the knobs read from all of them.
  */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import fc from 'fast-check';
+import { Metadata } from '@grpc/grpc-js';
+import { readKnobs } from '../../src/config/knobs.js';
+import { knobMetadataEntries } from '../../src/extproc/knob-source.js';
 import { parseConfig } from '../../src/config/load.js';
 import { headerMapToMap, MAX_HEADERS, routingOutputHeaders, spoofedRoutingHeaders } from '../../src/extproc/headers.js';
 import type { HeaderMap } from '../../src/extproc/messages.js';
@@ -92,5 +96,33 @@ describe('ext_proc header readers', () => {
       assert.deepEqual(spoofedRoutingHeaders(spoof, config), outputs, 'a spoof in any case is found, once');
       assert.deepEqual(spoofedRoutingHeaders(undefined, config), []);
     }
+  });
+});
+
+/** The call metadata as the stream read it before: every text entry, lower-case keys. */
+function allEntries(md: Metadata): Array<[string, string]> {
+  const out: Array<[string, string]> = [];
+  for (const [key, value] of Object.entries(md.getMap())) if (typeof value === 'string') out.push([key.toLowerCase(), value]);
+  return out;
+}
+
+describe('knobs from call metadata', () => {
+  test('reading only the knob entries gives the reading of every entry (values, problems, layers)', () => {
+    const key = fc.constantFrom('x-kvgate-policy', 'x-kvgate-max-inflight', 'x-kvgate-pool', 'x-kvgate-nope', 'x-kvgate-', 'x-other', 'user-agent', 'x-kvgate-x-bin', 'traceparent', 'X-KVGATE-POLICY');
+    const value = fc.constantFrom('prefix', 'session', 'both', '7', '-1', 'abc', '', 'default');
+    fc.assert(
+      fc.property(fc.array(fc.tuple(key, value), { maxLength: 12 }), fc.option(fc.dictionary(fc.constantFrom('policy', 'pool', 'bogus'), value), { nil: undefined }), (pairs, context) => {
+        const md = new Metadata();
+        for (const [k, v] of pairs) {
+          if (k.endsWith('-bin')) md.add(k, Buffer.from(v));
+          else md.add(k, v);
+        }
+        const entries = knobMetadataEntries(md);
+        assert.ok(entries.every(([k]) => k.startsWith('x-kvgate-')));
+        assert.deepEqual(readKnobs({ metadata: entries, ...(context ? { context } : {}) }), readKnobs({ metadata: allEntries(md), ...(context ? { context } : {}) }));
+      }),
+      { numRuns: 300 },
+    );
+    assert.deepEqual(knobMetadataEntries(undefined), []);
   });
 });
