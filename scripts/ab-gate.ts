@@ -4,7 +4,10 @@
  * burst of someone else's work on a shared machine lands on both alike. Prints each window's
  * main-thread CPU µs/request and the medians.
  *
- *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400]
+ *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400] [--compiled]
+ *
+ * `--compiled` loads each tree's build (dist/; `npm run build` in both first), as `kvgate serve`
+ * runs: from the sources, tsx wraps every closure in a naming call the shipped code never makes.
  *
  * Both trees share one copy of the libraries (node_modules), so global OpenTelemetry state (the
  * context manager) is whichever tree installs it first: compare context-manager changes across
@@ -24,6 +27,7 @@ const { values } = parseArgs({
     rounds: { type: 'string', default: '12' },
     ms: { type: 'string', default: '400' },
     store: { type: 'string', default: 'memory' },
+    compiled: { type: 'boolean', default: false },
   },
 });
 if (!values.base) throw new Error('--base DIR: the tree to compare with');
@@ -39,7 +43,8 @@ type Start = (name: 'memory' | 'noop', opts: { workers: number; logLevel?: strin
 const here = path.resolve(import.meta.dirname, '..');
 const trees = [path.resolve(values.base), here];
 const starts: Start[] = [];
-for (const t of trees) starts.push(((await import(path.join(t, 'src/bench/servers.ts'))) as { startServer: Start }).startServer);
+const serversModule = values.compiled ? 'dist/bench/servers.js' : 'src/bench/servers.ts';
+for (const t of trees) starts.push(((await import(path.join(t, serversModule))) as { startServer: Start }).startServer);
 const servers: ServerUnderTest[] = [];
 for (const s of starts) servers.push(await s(values.store as 'memory', { workers: 16, logLevel: 'error' }));
 const pool = LoadPool.create(1);

@@ -20,9 +20,17 @@ export function headerMapToMap(map: HeaderMap | null | undefined): Map<string, s
     const name = h.key.toLowerCase();
     if (out.has(name)) continue;
     const raw = h.raw_value;
-    out.set(name, raw && raw.length > 0 ? Buffer.from(raw).toString('latin1') : (h.value ?? ''));
+    out.set(name, raw && raw.length > 0 ? latin1(raw) : (h.value ?? ''));
   }
   return out;
+}
+
+/**
+ * The bytes as latin1, read in place: `Buffer.from(bytes)` copied every header value (a buffer
+ * apiece, on every request) only to read it once.
+ */
+function latin1(raw: Uint8Array): string {
+  return (Buffer.isBuffer(raw) ? raw : Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength)).toString('latin1');
 }
 
 /**
@@ -41,13 +49,17 @@ export function routingOutputHeaders(config: Config): string[] {
  */
 export function spoofedRoutingHeaders(map: HeaderMap | null | undefined, config: Config): string[] {
   const outputs = routingOutputHeaders(config);
-  const found = new Set<string>();
-  for (const h of map?.headers ?? []) {
-    if (typeof h.key !== 'string') continue;
-    const name = h.key.toLowerCase();
-    if (outputs.includes(name)) found.add(name);
+  // In order of first appearance, each once; almost always none (no set, no copy built then).
+  let found: string[] | undefined;
+  const list = map?.headers;
+  if (!list) return [];
+  for (let i = 0; i < list.length; i++) {
+    const key = list[i]!.key;
+    if (typeof key !== 'string') continue;
+    const name = key.toLowerCase();
+    if (outputs.includes(name) && !found?.includes(name)) (found ??= []).push(name);
   }
-  return [...found];
+  return found ?? [];
 }
 
 export function requestInfoFromHeaders(headers: Map<string, string>): RequestInfo {

@@ -9,14 +9,23 @@
  *    namespaces listed in the filter's `metadata_options.forwarding_namespaces.untyped` (§3.5).
  */
 import type { Metadata } from '@grpc/grpc-js';
+import { DEFAULTS } from '../config/defaults.js';
 import type { MetadataContext, PbStruct, PbValue } from './messages.js';
 
-/** The call's text metadata entries, lower-case keys, first value of each; binary (`-bin`) keys are skipped. */
-export function metadataEntries(md: Metadata | undefined): Array<[string, string]> {
+/**
+ * The call's text metadata entries that can be knobs (keys under DEFAULTS.knobMetadataPrefix, the
+ * only ones readKnobs reads), lower-case keys, first value of each; binary (`-bin`) keys are
+ * skipped. Read once per stream, without an entry array per metadata key.
+ */
+export function knobMetadataEntries(md: Metadata | undefined): Array<[string, string]> {
   const out: Array<[string, string]> = [];
   if (!md) return out;
-  for (const [key, value] of Object.entries(md.getMap())) {
-    if (typeof value === 'string') out.push([key.toLowerCase(), value]);
+  const map = md.getMap();
+  for (const key of Object.keys(map)) {
+    const value = map[key];
+    if (typeof value !== 'string') continue;
+    const k = key.toLowerCase();
+    if (k.startsWith(DEFAULTS.knobMetadataPrefix)) out.push([k, value]);
   }
   return out;
 }

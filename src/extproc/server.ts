@@ -40,6 +40,10 @@ export interface ExtProcServerOptions {
 
 /** Health service names that report readiness; `liveness` is separate. */
 const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
+/** The call metadata Envoy puts its ext_proc span's W3C context in, when its tracing is on. */
+const TRACE_METADATA = ['traceparent', 'tracestate'] as const;
+/** Read-only by RequestTelemetry: one shared empty map for every stream that carries no trace context. */
+const NO_TRACE_HEADERS: ReadonlyMap<string, string> = new Map();
 
 type ServingStatus = 'SERVING' | 'NOT_SERVING';
 
@@ -143,13 +147,14 @@ export class ExtProcServer {
   private accept(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
     const logger = this.opts.logger.child({ stream: this.nextStreamId++ });
     // Envoy puts its ext_proc client span's context in the call's metadata when tracing is on.
-    const traceHeaders = new Map<string, string>();
-    for (const name of ['traceparent', 'tracestate']) {
+    // Without them (tracing off in Envoy: most streams) every stream shares one empty map.
+    let traceHeaders: Map<string, string> | undefined;
+    for (const name of TRACE_METADATA) {
       const v = call.metadata.get(name)[0];
-      if (typeof v === 'string') traceHeaders.set(name, v);
+      if (typeof v === 'string') (traceHeaders ??= new Map()).set(name, v);
     }
     const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, logger, {
-      telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders),
+      telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders ?? NO_TRACE_HEADERS),
       onClose: () => this.streams.delete(stream),
       onKnobProblems: (problems) => this.logKnobProblems(problems),
       onModeMismatch: (modes, configured) => this.logModeMismatch(modes, configured),

@@ -47,7 +47,7 @@ import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import { type BodyModes, bodyModes, modeMismatch, streamedChunks, streamedPieces } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
-import { forwardedNamespace, metadataEntries } from './knob-source.js';
+import { forwardedNamespace, knobMetadataEntries } from './knob-source.js';
 import type { CommonResponse, MetadataContext, PbStruct, ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { CONTINUE_REPLY, continueStripping, immediate, routeReply, routeTo } from './responses.js';
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
@@ -104,8 +104,10 @@ export class ExtProcStream {
   /** Endpoint-picker mode: the configured worker the proxy reports served the request, when not the chosen one. */
   private servedBy: string | undefined;
   private readonly config: Config;
-  /** The route layer of knobs: the call's gRPC metadata. */
+  /** The route layer of knobs: the call's gRPC metadata (its knob entries: all readKnobs reads). */
   private readonly grpcMetadata: Array<[string, string]>;
+  /** Whether that metadata carries any knob (else readKnobs has nothing to read in it). */
+  private readonly routeKnobs: boolean;
   /** The host layer of knobs: the `kvgate` namespace of metadata_context. */
   private knobContext: Record<string, unknown> | undefined;
   /**
@@ -130,17 +132,20 @@ export class ExtProcStream {
     private readonly hooks: StreamHooks,
   ) {
     this.config = gate.currentConfig;
-    this.grpcMetadata = metadataEntries(call.metadata);
+    this.grpcMetadata = knobMetadataEntries(call.metadata);
+    this.routeKnobs = this.grpcMetadata.length > 0;
     const t = hooks.telemetry;
     // Each message is handled inside the request's trace context, so every log line about it
     // (the gate's and the store's included) carries its trace and span ids.
+    // One `answered` callback per stream, not a new closure per message.
+    const answered = () => {
+      this.unanswered--;
+      this.lastActivity = Date.now();
+    };
     call.on('data', (msg: ProcessingRequest) => {
       this.lastActivity = Date.now();
       this.unanswered++;
-      this.enqueue(() => this.handle(msg), () => {
-        this.unanswered--;
-        this.lastActivity = Date.now();
-      });
+      this.enqueue(() => this.handle(msg), answered);
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => this.enqueue(() => this.finish(true)));
@@ -290,7 +295,7 @@ export class ExtProcStream {
     // follow), so the first body message is the one to decide on.
     // No copy: grpc-js decodes each message into a buffer of its own and never reuses it.
     const body = msg.request_body?.body ?? Buffer.alloc(0);
-    this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    this.request = withBody(this.request, body);
     return this.decideAndReply('request_body');
   }
 
@@ -343,7 +348,7 @@ export class ExtProcStream {
     // joined and decoded at once (in a reused buffer: the echo below needs no join). After the
     // deadline it is decided on the headers, and nothing is joined.
     const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : decodeJoined(kept);
-    if (body) this.request = { ...(this.request ?? requestInfoFromHeaders(new Map())), body };
+    if (body) this.request = withBody(this.request, body);
     await this.decideAndReply('request_headers');
     if (this.finished || this.answeredImmediately) return;
     // The same bytes go back, in chunks of at most STREAMED_CHUNK_BYTES: the kept chunks cut as
@@ -385,11 +390,15 @@ export class ExtProcStream {
     const t = this.hooks.telemetry;
     t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
-    const strip = () => continueStripping(this.spoofed);
-    const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
-    if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
-    if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
-    const options: RouteOptions = { ...this.routeOptions(), knobs: reading.knobs };
+    // No knob in either layer (the common case): nothing to read, validate or log.
+    const options: RouteOptions = this.routeOptions();
+    if (this.knobContext === undefined && !this.routeKnobs) options.knobs = {};
+    else {
+      const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
+      if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
+      if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
+      options.knobs = reading.knobs;
+    }
     let result: GateResult;
     try {
       result = await this.gate.route(request, options);
@@ -399,7 +408,7 @@ export class ExtProcStream {
       // fallback route serves it, and say so loudly.
       const e = KvgateError.from(err);
       this.logger.error({ err: e.message }, 'routing failed; forwarding without affinity');
-      this.replyCommon(phase, strip());
+      this.replyCommon(phase, continueStripping(this.spoofed));
       t.fallback(e);
       return;
     }
@@ -416,8 +425,7 @@ export class ExtProcStream {
   private forgetBody(): void {
     const r = this.request;
     if (r?.body === undefined) return;
-    const { body: _read, ...rest } = r;
-    this.request = rest;
+    this.request = { method: r.method, path: r.path, headers: r.headers };
   }
 
   /** Replies with what the decision (or an early rejection) says. */
@@ -561,9 +569,8 @@ export class ExtProcStream {
 
   /** Moves a direction forward; going backwards or repeating a phase is a protocol violation. */
   private advance(direction: 'request' | 'response', to: Phase): void {
-    const order: Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
     const current = direction === 'request' ? this.reqPhase : this.respPhase;
-    const ok = order.indexOf(to) > order.indexOf(current) || (to === 'body' && current === 'body');
+    const ok = PHASE_ORDER.indexOf(to) > PHASE_ORDER.indexOf(current) || (to === 'body' && current === 'body');
     if (!ok) throw new KvgateError('protocol_violation', `${direction} ${to} after ${direction} ${current}`);
     if (direction === 'request') this.reqPhase = to;
     else this.respPhase = to;
@@ -617,6 +624,21 @@ export class ExtProcStream {
     this.hooks.telemetry.close();
     this.hooks.onClose();
   }
+}
+
+const PHASE_ORDER: readonly Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
+
+/** A field added to RequestInfo fails to compile here until withBody and forgetBody copy it too. */
+const REQUEST_INFO_FIELDS_COPIED: [keyof RequestInfo] extends ['method' | 'path' | 'headers' | 'body'] ? true : false = true;
+void REQUEST_INFO_FIELDS_COPIED;
+
+/**
+ * The request with its body, field by field: a spread with a property after it (`{ ...r, body }`)
+ * took V8's generic copy on every request. RequestInfo has exactly these fields.
+ */
+function withBody(r: RequestInfo | undefined, body: NonNullable<RequestInfo['body']>): RequestInfo {
+  const req = r ?? requestInfoFromHeaders(new Map());
+  return { method: req.method, path: req.path, headers: req.headers, body };
 }
 
 /** A FULL_DUPLEX_STREAMED body reply: the chunk, unchanged. */

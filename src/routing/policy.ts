@@ -89,7 +89,7 @@ export function decide(input: DecisionInput): Decision {
   let best: WorkerView | undefined = placed.best;
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
   // of them must re-decide. Exactly these workers, so the store checks what the policy saw.
-  const prefix = usePrefix ? { atMost: Math.max(0, ...workers.map((w) => w.prefixBlocks)), over: workers.map((w) => w.id) } : undefined;
+  const prefix = usePrefix ? { atMost: deepestMatch(workers), over: workers.map((w) => w.id) } : undefined;
 
   // Every healthy worker at its limit: queue where an engine reports room (overflow.ts). An explicit
   // step too: a session whose own worker has room queues there without a contest, unless it
@@ -158,6 +158,13 @@ export function decide(input: DecisionInput): Decision {
   return moved
     ? { kind: 'route', worker: best.id, outcome, from: affinity, preconditions, explanation }
     : { kind: 'route', worker: best.id, outcome, preconditions, explanation };
+}
+
+/** `Math.max(0, ...workers.map((w) => w.prefixBlocks))` without the array and the spread (every prefix decision). */
+function deepestMatch(workers: readonly WorkerView[]): number {
+  let m = 0;
+  for (let i = 0; i < workers.length; i++) m = Math.max(m, workers[i]!.prefixBlocks);
+  return m;
 }
 
 function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boolean, scores: ReadonlyMap<string, number>): Explanation {
