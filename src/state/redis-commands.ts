@@ -27,8 +27,11 @@ import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGN
 // pipelines all get them (RedisCommander is what each of them implements).
 declare module 'ioredis' {
   interface RedisCommander<Context> {
-    /** DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). */
-    kvgateDecide(numKeys: number, ...keysThenSpec: string[]): Result<string, Context>;
+    /**
+     * DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). The keys go
+     * as one array: ioredis flattens arguments one level (Command's `args.flat()`).
+     */
+    kvgateDecide(numKeys: number, keys: readonly string[], spec: string): Result<string, Context>;
     kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
@@ -73,6 +76,16 @@ export class PoolKeys {
   inflight(worker: string): string {
     return `${this.tag}:f:${worker}`;
   }
+  /** `inflight` of each worker, built once per workers array (a pool's list changes rarely). */
+  inflightKeys(workers: readonly string[]): readonly string[] {
+    if (workers !== this.lastWorkers) {
+      this.lastInflight = workers.map((w) => this.inflight(w));
+      this.lastWorkers = workers;
+    }
+    return this.lastInflight;
+  }
+  private lastWorkers: readonly string[] | undefined;
+  private lastInflight: readonly string[] = [];
   block(hash: string): string {
     return `${this.tag}:b:${hash}`;
   }
@@ -205,15 +218,17 @@ interface RawDecideReply {
 /** The KEYS of DECIDE_LUA, in the order its header lists them. */
 export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit): string[] {
   const expected = commit?.preconditions.affinity;
-  return [
-    q.key === undefined ? keys.states : keys.affinity(q.key),
-    keys.states,
-    ...q.workers.map((w) => keys.inflight(w)),
-    commit ? keys.blockSet(commit.worker) : keys.states,
-    commit ? keys.sessions(commit.worker) : keys.states,
-    expected !== undefined && commit ? keys.sessions(expected) : keys.states,
-    ...q.blocks.map((b) => keys.block(b)),
-  ];
+  const inflight = keys.inflightKeys(q.workers);
+  const n = inflight.length;
+  // Pushed, not preallocated: a preallocated array is holey, and ioredis's `flat()` and
+  // argument walk take slower paths over holey arrays.
+  const k: string[] = [q.key === undefined ? keys.states : keys.affinity(q.key), keys.states];
+  for (let i = 0; i < n; i++) k.push(inflight[i]!);
+  k.push(commit ? keys.blockSet(commit.worker) : keys.states);
+  k.push(commit ? keys.sessions(commit.worker) : keys.states);
+  k.push(expected !== undefined && commit ? keys.sessions(expected) : keys.states);
+  for (let j = 0; j < q.blocks.length; j++) k.push(keys.block(q.blocks[j]!));
+  return k;
 }
 
 /**
@@ -222,7 +237,21 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
  * `released` leases are removed first, whatever the commit's outcome. A worker of the commit or
  * of `released` that is not in `q.workers` throws.
  */
-export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): Promise<DecideReply> {
+export function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): Promise<DecideReply> {
+  // Not async: one promise fewer per decision. A bad argument still comes back as a rejection.
+  let spec: string;
+  try {
+    spec = decideSpec(keys, q, commit, released);
+  } catch (err) {
+    return Promise.reject(err as Error);
+  }
+  const k = decideKeys(keys, q, commit);
+  // ioredis flattens its arguments (and spreads them twice on the way): the keys go as one array.
+  return redis.kvgateDecide(k.length, k, spec).then((json) => readDecideReply(q, json));
+}
+
+/** DECIDE_LUA's JSON argument. */
+function decideSpec(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): string {
   const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', blockKeyPrefix: keys.blockKeyPrefix };
   if (released && released.size > 0) {
     spec.released = [];
@@ -253,8 +282,11 @@ export async function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery,
       notAfter: commit.notAfter,
     } satisfies Partial<DecideSpec>);
   }
-  const k = decideKeys(keys, q, commit);
-  const raw = JSON.parse(await redis.kvgateDecide(k.length, ...k, JSON.stringify(spec))) as RawDecideReply;
+  return JSON.stringify(spec);
+}
+
+function readDecideReply(q: DecideQuery, json: string): DecideReply {
+  const raw = JSON.parse(json) as RawDecideReply;
   return {
     ok: raw.ok === true,
     late: raw.late === true,

@@ -393,22 +393,24 @@ export class RedisStore implements RoutingStore {
       // This replica's releases in the pool ride along, removed before the script counts anything.
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
       const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
-      if (carried.length > 0) {
-        sent.then(
-          () => this.settleReleases(carried.map((l) => l.id)),
-          (err: unknown) => this.releasesFailed(carried, err),
-        );
-      }
-      return sent.then((reply) => {
-        // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
-        // however long the reply waited (the event loop, the way back): the largest seen is the
-        // truest. Taking the latest let one late reply pull the deadlines of later commits
-        // earlier, and Redis then refused commits that were in time. A reconnection starts over
-        // (learnClock), so a clock step does not stick.
-        const sample = reply.now - Date.now();
-        if (this.clockOffsetMs === undefined || sample > this.clockOffsetMs) this.clockOffsetMs = sample;
-        return reply;
-      });
+      // One reaction for the reply's bookkeeping (the clock, the releases it carried).
+      return sent.then(
+        (reply) => {
+          if (carried.length > 0) this.settleReleases(carried.map((l) => l.id));
+          // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
+          // however long the reply waited (the event loop, the way back): the largest seen is the
+          // truest. Taking the latest let one late reply pull the deadlines of later commits
+          // earlier, and Redis then refused commits that were in time. A reconnection starts over
+          // (learnClock), so a clock step does not stick.
+          const sample = reply.now - Date.now();
+          if (this.clockOffsetMs === undefined || sample > this.clockOffsetMs) this.clockOffsetMs = sample;
+          return reply;
+        },
+        (err: unknown) => {
+          if (carried.length > 0) this.releasesFailed(carried, err);
+          throw err;
+        },
+      );
     };
     return this.withDeadline(this.resyncAfterConnect ? this.resyncAfterConnect.then(send) : send(), () => (late = true));
   }

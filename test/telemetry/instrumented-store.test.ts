@@ -69,3 +69,27 @@ test('calls are timed by operation; a throw and a degraded commit count as error
     context.disable();
   }
 });
+
+test('a store call that throws before returning a promise still answers with a rejection, timed and counted in the calling request', async () => {
+  const manager = new AsyncLocalStorageContextManager().enable();
+  context.setGlobalContextManager(manager);
+  try {
+    const flaky: RoutingStore = Object.create(new MemoryStore()) as RoutingStore;
+    flaky.commit = () => {
+      throw new Error('thrown synchronously');
+    };
+    const metrics = new Metrics({ processMetrics: false });
+    const store = new InstrumentedStore(flaky, metrics);
+    const usage = newStoreUsage();
+    await context.with(ROOT_CONTEXT.setValue(STORE_USAGE_KEY, usage), async () => {
+      let answer: Promise<unknown> | undefined;
+      assert.doesNotThrow(() => (answer = store.commit(req)), 'no synchronous throw into the request path');
+      await assert.rejects(answer!, /thrown synchronously/);
+    });
+    assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'commit', '_count'), 1);
+    assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'commit'), 1);
+    assert.deepEqual(usage.errors, [{ operation: 'commit', message: 'thrown synchronously' }]);
+  } finally {
+    context.disable();
+  }
+});
