@@ -102,7 +102,7 @@ if (steps.has('micro')) {
   log(`micro-benchmarks${quick ? ' (quick)' : ''}`);
   const at = stamp();
   const micro = JSON.parse(await node(microArgs)) as { rows: MicroRow[] };
-  sections['micro'] = [at, '', `Command: \`npm run bench:micro\` (\`${shown(microArgs)}\`)`, '', markdownMicro(micro.rows)].join('\n');
+  sections['micro'] = [at, '', `Command: \`npm run bench:micro\` (\`${shown(microArgs)}\`; the suite runs from the compiled build)`, '', markdownMicro(micro.rows)].join('\n');
 }
 
 if (steps.has('gate')) {
