@@ -55,3 +55,13 @@ export function extProcServiceDefinition(): grpc.ServiceDefinition {
 export function extProcClientConstructor(): grpc.ServiceClientConstructor {
   return grpc.makeClientConstructor(extProcServiceDefinition(), 'ExternalProcessor');
 }
+
+/** How a service's replies are turned into bytes (grpc-js's `responseSerialize`). */
+export type ResponseSerializer = (msg: unknown) => Buffer;
+
+/** The service with every method's response serializer replaced by `wrap` of it. */
+export function withResponseSerializer(def: grpc.ServiceDefinition, wrap: (serialize: ResponseSerializer) => ResponseSerializer): grpc.ServiceDefinition {
+  const out: Record<string, grpc.ServiceDefinition[string]> = {};
+  for (const [name, method] of Object.entries(def)) out[name] = { ...method, responseSerialize: wrap(method.responseSerialize as ResponseSerializer) };
+  return out;
+}

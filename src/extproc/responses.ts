@@ -6,6 +6,7 @@
  */
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import type { CommonResponse, HeaderMutation, HttpStatusCode, ProcessingResponse } from './messages.js';
+import { withResponseSerializer } from './proto.js';
 
 /**
  * Replies that are the same on every request (the CONTINUEs, and the routing answer for a given
@@ -34,24 +35,16 @@ function constantReply(msg: ProcessingResponse): Readonly<ProcessingResponse> {
 
 /** The service with its response serializer reusing the encoding of constant replies. */
 export function withConstantReplies(def: ServiceDefinition): ServiceDefinition {
-  const out: Record<string, ServiceDefinition[string]> = {};
-  for (const [name, method] of Object.entries(def)) {
-    const serialize = method.responseSerialize;
-    out[name] = {
-      ...method,
-      responseSerialize: (msg: unknown) => {
-        if (msg === null || typeof msg !== 'object') return serialize(msg);
-        const known = encodedOnce.get(msg);
-        if (known) return known;
-        const bytes = serialize(msg);
-        // Only a constant's first encoding is kept, as a copy of its own: an inner serializer
-        // may hand out a view of a buffer it reuses (./streamed-reply.ts does).
-        if (known === null) encodedOnce.set(msg, Buffer.from(bytes));
-        return bytes;
-      },
-    };
-  }
-  return out;
+  return withResponseSerializer(def, (serialize) => (msg) => {
+    if (msg === null || typeof msg !== 'object') return serialize(msg);
+    const known = encodedOnce.get(msg);
+    if (known) return known;
+    const bytes = serialize(msg);
+    // Only a constant's first encoding is kept, as a copy of its own: an inner serializer
+    // may hand out a view of a buffer it reuses (./streamed-reply.ts does).
+    if (known === null) encodedOnce.set(msg, Buffer.from(bytes));
+    return bytes;
+  });
 }
 
 export function setHeader(name: string, value: string): HeaderMutation['set_headers'] {

@@ -15,6 +15,7 @@
  *       streamed_response (3): StreamedBodyResponse { body (1), end_of_stream (2) } } } } }
  */
 import type { ServiceDefinition } from '@grpc/grpc-js';
+import { withResponseSerializer } from './proto.js';
 
 /** The reply's parts when it is a bare streamed_response, else undefined. */
 function streamedShape(msg: unknown): { field: 3 | 4; body: Uint8Array; eos: boolean } | undefined {
@@ -96,16 +97,8 @@ export function encodeStreamedReply(field: 3 | 4, body: Uint8Array, eos: boolean
 
 /** The service with its response serializer taking the hand-encoded path for bare streamed replies. */
 export function withStreamedReplies(def: ServiceDefinition): ServiceDefinition {
-  const out: Record<string, ServiceDefinition[string]> = {};
-  for (const [name, method] of Object.entries(def)) {
-    const serialize = method.responseSerialize;
-    out[name] = {
-      ...method,
-      responseSerialize: (msg: unknown) => {
-        const s = streamedShape(msg);
-        return s ? encodeStreamedReply(s.field, s.body, s.eos) : serialize(msg);
-      },
-    };
-  }
-  return out;
+  return withResponseSerializer(def, (serialize) => (msg) => {
+    const s = streamedShape(msg);
+    return s ? encodeStreamedReply(s.field, s.body, s.eos) : serialize(msg);
+  });
 }
