@@ -43,6 +43,8 @@ export interface StartOptions {
   fullDuplexBodyWaitMs?: number;
   /** How long an Envoy connection is used before it is retired (default DEFAULTS.connectionAgeMs; tests shorten it). */
   connectionAgeMs?: number;
+  /** How many streams an Envoy connection carries before it is retired (default DEFAULTS.connectionMaxStreams; tests lower it). */
+  connectionMaxStreams?: number;
   /** Node's process metrics on /metrics (default true; tests that start many gates turn them off). */
   processMetrics?: boolean;
   /**
@@ -110,6 +112,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     ...(opts.onResult ? { onResult: opts.onResult } : {}),
     ...(opts.fullDuplexBodyWaitMs !== undefined ? { fullDuplexBodyWaitMs: opts.fullDuplexBodyWaitMs } : {}),
     ...(opts.connectionAgeMs !== undefined ? { connectionAgeMs: opts.connectionAgeMs } : {}),
+    ...(opts.connectionMaxStreams !== undefined ? { connectionMaxStreams: opts.connectionMaxStreams } : {}),
   });
   const readiness = new Readiness({
     store,

@@ -231,11 +231,21 @@ export const DEFAULTS = {
    * new one. Envoy ends every ext_proc stream with a reset (RST_STREAM), one per HTTP request, and
    * nghttp2 (Node's HTTP/2) tears a connection down, failing every stream on it, once it has
    * received a burst of 1000 resets beyond 33 a second; Node 20 offers no setting for that limit.
-   * A connection retired after a second sees at most its requests of that second: this holds up to
-   * about a thousand requests a second per Envoy connection (Envoy keeps one per worker thread).
+   * A connection retired after a second sees at most its requests of that second: this alone holds
+   * up to about a thousand requests a second per Envoy connection (Envoy keeps one per worker
+   * thread); `connectionMaxStreams` holds past that.
    * Streams on a retired connection run to their end (for up to `limits.stream_idle_s`).
    */
   connectionAgeMs: 1000,
+  /**
+   * ... or once it has carried this many streams, whichever comes first. Age alone holds only up
+   * to about a thousand requests a second per connection, and one gate process answers more than
+   * that at small bodies. Half of nghttp2's burst of 1000 resets leaves room for the streams Envoy
+   * still opens before it reads the GOAWAY and for those open when it comes, each of which ends
+   * with a reset too. Turning connections over this often costs Envoy a connection setup (a TCP
+   * and HTTP/2 handshake, no TLS resumption cost on plaintext) every 500 requests.
+   */
+  connectionMaxStreams: 500,
   /**
    * A retired connection gets a GOAWAY that refuses nothing (no new streams, please), and its final
    * GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and sent

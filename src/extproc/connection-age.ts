@@ -12,6 +12,11 @@
  * as behind Istio's InferencePool). The bench saw ~4% of streams refused at saturation on a busy
  * machine.
  *
+ * A connection is retired at its age or at its stream count, whichever comes first: age alone
+ * holds only while Envoy opens fewer than about a thousand streams a second on one connection
+ * (nghttp2's reset budget, DEFAULTS.connectionMaxStreams); a fast gate behind a busy Envoy sees
+ * more.
+ *
  * Here the final GOAWAY follows the first after a notice period (DEFAULTS.goawayNoticeMs), as
  * Envoy drains its own connections (a GOAWAY with the largest stream id, then the final one after
  * its drain timeout): by then Envoy has read the first and moved new streams to a new connection,
@@ -28,6 +33,8 @@ const ALL_STREAMS = 2 ** 31 - 1;
 export interface ConnectionAgeOptions {
   /** Connections are retired after this, ±10% so a fleet's connections do not all turn over at once. */
   ageMs: number;
+  /** ... or once this many streams have been opened on them, whichever comes first. */
+  maxStreams: number;
   /** Between the first GOAWAY (no new streams, please) and the final one. */
   noticeMs: number;
   /** Streams still open this long after the final GOAWAY are cut (the connection is destroyed). */
@@ -71,7 +78,19 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
   };
   const onSession = (session: http2.ServerHttp2Session) => {
     const jitter = (Math.random() * 2 - 1) * (opts.ageMs / 10);
-    session.once('close', later(opts.ageMs + jitter, () => retire(session, opts, later)));
+    let streams = 0;
+    const onStream = () => {
+      if (++streams >= opts.maxStreams) retireOnce();
+    };
+    const retireOnce = () => {
+      session.off('stream', onStream);
+      cancelAge();
+      retire(session, opts, later);
+    };
+    const cancelAge = later(opts.ageMs + jitter, retireOnce);
+    session.once('close', cancelAge);
+    // Each stream ends with one reset from Envoy: counting streams counts the resets to come.
+    session.on('stream', onStream);
   };
   const servers = [...(http2ServersOf(server)?.keys() ?? [])].filter((s) => !watched.has(s));
   for (const s of servers) {

@@ -36,6 +36,8 @@ export interface ExtProcServerOptions {
   fullDuplexBodyWaitMs?: number;
   /** How long an HTTP/2 connection is used before it is retired (default DEFAULTS.connectionAgeMs). */
   connectionAgeMs?: number;
+  /** How many streams an HTTP/2 connection carries before it is retired (default DEFAULTS.connectionMaxStreams). */
+  connectionMaxStreams?: number;
 }
 
 /** Health service names that report readiness; `liveness` is separate. */
@@ -72,6 +74,7 @@ export class ExtProcServer {
     };
     const age: ConnectionAgeOptions = {
       ageMs: opts.connectionAgeMs ?? DEFAULTS.connectionAgeMs,
+      maxStreams: opts.connectionMaxStreams ?? DEFAULTS.connectionMaxStreams,
       noticeMs: DEFAULTS.goawayNoticeMs,
       // Streams on a retired connection run to their end: an HTTP request can take minutes.
       graceMs: opts.gate.currentConfig.limits.stream_idle_s * 1000,

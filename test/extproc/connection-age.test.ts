@@ -69,4 +69,41 @@ describe('connection retirement', () => {
       await g.close(100);
     }
   });
+
+  test('a connection is retired once it has carried its stream budget, long before its age: fast Envoys stay under the reset limit of nghttp2', async () => {
+    // Envoy ends every stream with a reset, and nghttp2 tears a connection down past a burst of
+    // 1000 of them; a gate answering more than that a second on one connection must retire it by
+    // count. Age is a minute here, so only the count can retire it.
+    const budget = 5;
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000, connectionMaxStreams: budget });
+    const session = http2.connect(`http://${g.target}`);
+    try {
+      Object.defineProperty(session, 'close', { value: () => {} });
+      session.on('error', () => {});
+      const goaways: Array<{ lastStreamId: number; afterStreams: number }> = [];
+      let opened = 0;
+      session.on('goaway', (_code: number, lastStreamId: number) => goaways.push({ lastStreamId, afterStreams: opened }));
+      const statuses: string[] = [];
+      for (let i = 0; i < budget; i++) {
+        const req = session.request({ ':method': 'POST', ':path': PROCESS_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+        opened++;
+        req.on('data', () => {});
+        req.on('error', () => {});
+        req.on('trailers', (t) => statuses.push(String(t['grpc-status'])));
+        const closed = new Promise<void>((resolve) => req.on('close', resolve));
+        req.end(frame(headersMsg(CHAT, true)));
+        await closed;
+        assert.notEqual(req.rstCode, http2.constants.NGHTTP2_REFUSED_STREAM, `stream ${i + 1} refused`);
+      }
+      const deadline = Date.now() + 3000;
+      while (goaways.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      assert.ok(goaways.length >= 1, 'a GOAWAY after the budget, with the age a minute away');
+      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, 'the first GOAWAY refuses no stream');
+      assert.equal(goaways[0]!.afterStreams, budget, 'sent once the budget was reached, not before');
+      assert.deepEqual(statuses, Array.from({ length: budget }, () => '0'), 'every stream within the budget was served');
+    } finally {
+      session.destroy();
+      await g.close(100);
+    }
+  });
 });

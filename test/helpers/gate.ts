@@ -15,7 +15,7 @@ export interface TestGate extends RunningKvgate {
 
 export async function startTestGate(
   rawConfig: unknown,
-  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs'> = {},
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams'> = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
@@ -35,6 +35,7 @@ export async function startTestGate(
     ...(opts.reloadDebounceMs !== undefined ? { reloadDebounceMs: opts.reloadDebounceMs } : {}),
     ...(opts.fullDuplexBodyWaitMs !== undefined ? { fullDuplexBodyWaitMs: opts.fullDuplexBodyWaitMs } : {}),
     ...(opts.connectionAgeMs !== undefined ? { connectionAgeMs: opts.connectionAgeMs } : {}),
+    ...(opts.connectionMaxStreams !== undefined ? { connectionMaxStreams: opts.connectionMaxStreams } : {}),
   });
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }
