@@ -67,6 +67,13 @@ export function registerServeCommand(program: Command): void {
           if (!/No address added out of total/.test(text)) logger.warn({ source: 'grpc' }, text);
         },
       });
+      // SIGHUP's default action ends the process, so its handler goes in before anything can
+      // announce the gate: a SIGHUP sent as soon as "kvgate serving" is read must reload, not
+      // kill. One that comes while the gate starts is answered once it runs (the file may have
+      // changed after it was read).
+      let reload: (() => void) | undefined;
+      let hupWhileStarting = false;
+      process.on('SIGHUP', () => (reload ? reload() : (hupWhileStarting = true)));
       const config = loadConfigFile(o.config);
       // Span export follows the standard OTEL_* variables; off when they are unset.
       const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
@@ -95,7 +102,8 @@ export function registerServeCommand(program: Command): void {
       };
       process.once('SIGINT', () => stop('SIGINT'));
       process.once('SIGTERM', () => stop('SIGTERM'));
-      // Re-read the config file (it is also watched); without this handler SIGHUP would end the process.
-      process.on('SIGHUP', () => running.reload('SIGHUP'));
+      // Re-read the config file on SIGHUP (it is also watched).
+      reload = () => void running.reload('SIGHUP');
+      if (hupWhileStarting) reload();
     });
 }
