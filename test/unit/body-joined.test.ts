@@ -5,8 +5,8 @@
  * character split across two, three or four chunks, a BOM split), not_utf8 exactly when the
  * joined bytes are not UTF-8 (an invalid sequence split across chunks, a character cut off by the
  * end of the stream, a stray continuation byte opening a chunk), and parseJsonBody's answer on the
- * text equal to its answer on the bytes, too_complex included (its text walk against its byte
- * walk). Each body is decoded right after a longer one, so bytes left in the reused buffer by an
+ * text equal to its answer on the bytes, too_complex included (one walker serves both; the depth
+ * rules themselves are property-tested in test/faults/request-properties.test.ts). Each body is decoded right after a longer one, so bytes left in the reused buffer by an
  * earlier body would show; bodies past the reused buffer's size are checked too.
  */
 import assert from 'node:assert/strict';
