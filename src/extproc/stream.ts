@@ -403,7 +403,6 @@ export class ExtProcStream {
     try {
       result = await this.gate.route(request, options);
     } catch (err) {
-      this.forgetBody();
       // A bug in deciding must not fail the request: forward it without a routing header, so the
       // fallback route serves it, and say so loudly.
       const e = KvgateError.from(err);
@@ -411,8 +410,9 @@ export class ExtProcStream {
       this.replyCommon(phase, continueStripping(this.spoofed));
       t.fallback(e);
       return;
+    } finally {
+      this.forgetBody();
     }
-    this.forgetBody();
     this.hooks.onResult?.(result);
     this.answer(phase, result, options.eligible ? { subsetSize: options.eligible.size } : {});
   }
