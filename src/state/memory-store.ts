@@ -26,6 +26,12 @@ import {
 export interface MemoryStoreOptions {
   /** Most affinities kept; the least recently used go first. */
   maxAffinities?: number;
+  /**
+   * The clock locks are timed by (ms; Date.now by default). The simulator passes its simulated
+   * clock, so the migration lock's TTL, wall time in production, keeps pace with simulated rounds.
+   * Affinity and prefix TTLs stay on lru-cache's and the index's own clocks.
+   */
+  now?: () => number;
 }
 
 export class MemoryStore implements RoutingStore {
@@ -44,7 +50,10 @@ export class MemoryStore implements RoutingStore {
   /** The facts a commit checks, read in place (one reusable reader: commits are synchronous). */
   private readonly facts = new LiveFacts(this.leases, this.states, this.indexes);
 
+  private readonly now: () => number;
+
   constructor(opts: MemoryStoreOptions = {}) {
+    this.now = opts.now ?? Date.now;
     this.affinities = new LRUCache<string, string>({
       // Bounded by count through maxSize (every entry weighs 1), not `max`: lru-cache allocates
       // `max` slots up front, which for a million took ~60 ms of a gate's start-up (and its
@@ -183,8 +192,8 @@ export class MemoryStore implements RoutingStore {
 
   tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
     const k = `${pool}\u0000${name}`;
-    const now = Date.now();
-    if ((this.locks.get(k) ?? 0) > now) return Promise.resolve(false);
+    const now = this.now();
+    if ((this.locks.get(k) ?? -Infinity) > now) return Promise.resolve(false);
     this.locks.set(k, now + ttlMs);
     return Promise.resolve(true);
   }

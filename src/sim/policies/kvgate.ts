@@ -74,34 +74,12 @@ export interface KvgateVariant {
   idle?: WorkerObservation;
 }
 
-/**
- * The MemoryStore with its migration lock on the simulated clock. The lock keeps two replicas from
- * running one worker's round at once; its TTL (just under `migration.interval_ms`) is wall time in
- * production, and on the wall clock a simulation running faster than real time would find it still
- * held and skip rounds a real gate makes. Everything else is the MemoryStore's own.
- */
-export class SimClockStore extends MemoryStore {
-  private readonly simLocks = new Map<string, number>();
-
-  constructor(private readonly nowMs: () => number) {
-    super();
-  }
-
-  override tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
-    const k = `${pool}\u0000${name}`;
-    const now = this.nowMs();
-    if ((this.simLocks.get(k) ?? -Infinity) > now) return Promise.resolve(false);
-    this.simLocks.set(k, now + ttlMs);
-    return Promise.resolve(true);
-  }
-}
-
 export class KvgatePolicy implements RouterPolicy {
   private readonly leases = new Map<number, Lease>();
   private readonly index: ReadonlyMap<string, number>;
   /** How the gate decided, by outcome, for the report. */
   readonly outcomes = new Map<RouteOutcome | 'shed', number>();
-  /** Simulated milliseconds, as of the last call in: the Migrator's (and SimClockStore's) clock. */
+  /** Simulated milliseconds, as of the last call in: the Migrator's (and the store's locks') clock. */
   private nowMs = 0;
   private readonly migrator: Migrator<Pool>;
   /** Each worker's state at the last read, as the collector keeps it (a round starts on a change to pressured). */
@@ -111,7 +89,7 @@ export class KvgatePolicy implements RouterPolicy {
 
   /**
    * The real gate as a simulated router; `decorate` lets a simulation shape its requests. A gate
-   * over a `SimClockStore` made with this policy's `clock` migrates on the simulated clock.
+   * over a MemoryStore timed by this policy's `clock` migrates on the simulated clock.
    */
   constructor(
     readonly gate: Gate,
@@ -129,7 +107,9 @@ export class KvgatePolicy implements RouterPolicy {
   static async create(ctx: PolicyContext, variant: KvgateVariant = {}): Promise<KvgatePolicy> {
     await initHashing();
     let clock = (): number => 0;
-    const store = new SimClockStore(() => clock());
+    // The migration lock on the simulated clock: on the wall clock a simulation, running faster
+    // than real time, would find it still held and skip rounds a real gate makes.
+    const store = new MemoryStore({ now: () => clock() });
     const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), store, createLogger('silent')), variant.name, variant.decorate);
     clock = policy.clock;
     // As `kvgate serve` reads every worker once before serving: an idle fleet.
