@@ -108,10 +108,18 @@ function layer(cf: Node['callFrame']): string {
   return `other (${u.split('/node_modules/').pop()!.split('/')[0]})`;
 }
 
-function summarise(p: Profile, top: number): string {
+/** A profile's nodes by id, each node's parent, and each node's self time (µs) over the samples. */
+function indexProfile(p: Profile): { byId: Map<number, Node>; parent: Map<number, number>; self: Map<number, number> } {
   const byId = new Map(p.nodes.map((n) => [n.id, n]));
+  const parent = new Map<number, number>();
+  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
   const self = new Map<number, number>();
   p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  return { byId, parent, self };
+}
+
+function summarise(p: Profile, top: number): string {
+  const { byId, self } = indexProfile(p);
   const groups = new Map<string, number>();
   const fns = new Map<string, number>();
   let busy = 0;
@@ -149,11 +157,7 @@ function frameName(cf: Node['callFrame']): string {
  * by (caller, leaf) pair. GC and idle samples have no caller (V8 puts them under the root).
  */
 function byCaller(p: Profile, top: number): string {
-  const byId = new Map(p.nodes.map((n) => [n.id, n]));
-  const parent = new Map<number, number>();
-  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const self = new Map<number, number>();
-  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  const { byId, parent, self } = indexProfile(p);
   let busy = 0;
   let nodeTotal = 0;
   const callers = new Map<string, number>();
@@ -183,11 +187,7 @@ function byCaller(p: Profile, top: number): string {
 
 /** Inclusive time per function: each sample counts once for every distinct function on its stack. */
 function inclusive(p: Profile, top: number): string {
-  const byId = new Map(p.nodes.map((n) => [n.id, n]));
-  const parent = new Map<number, number>();
-  for (const n of p.nodes) for (const c of n.children ?? []) parent.set(c, n.id);
-  const self = new Map<number, number>();
-  p.samples.forEach((id, i) => self.set(id, (self.get(id) ?? 0) + (p.timeDeltas[i] ?? 0)));
+  const { byId, parent, self } = indexProfile(p);
   let busy = 0;
   const incl = new Map<string, number>();
   for (const [id, t] of self) {
