@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import { chat, clusterOf, harness, holdRequest, waitFor } from './helpers/envoy.js';
 import { startGateProcess, writeConfig, type GateProcess } from './helpers/gate-process.js';
+import { problemWith } from './helpers/load.js';
 import { setWorkerState, workers } from './helpers/gate.js';
 import { startRedis, type TestRedis } from './helpers/redis-server.js';
 
@@ -78,7 +79,10 @@ describe('gate replicas sharing one Redis', () => {
           Array.from({ length: 20 }, (_, i) => Promise.all(racers.map((h) => h.request(chat({ session: `race-${racers.length}-${i}` }))))),
         );
         const degraded = racing.some((outs) => new Set(outs.map(clusterOf)).size !== 1) ? await degradedDecisions([a, b, c]) : 0;
-        for (const outs of racing) assert.equal(new Set(outs.map(clusterOf)).size, 1, `one placement (decisions made on local state across the replicas: ${degraded})`);
+        for (const outs of racing) {
+          const seen = outs.map((o) => `${clusterOf(o)}${problemWith(o) ? ` (${problemWith(o)})` : ''}`).join(', ');
+          assert.equal(new Set(outs.map(clusterOf)).size, 1, `one placement: ${seen}; decisions made on local state across the replicas: ${degraded}`);
+        }
       }
     } finally {
       for (const h of hs) h.close();
