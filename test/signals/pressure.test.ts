@@ -57,12 +57,15 @@ describe('worker load and health', () => {
   });
 
   test('a worker past 85% KV gets no new sessions, keeps its hot ones, and its cold ones move with one offload event each', async () => {
+    // New sessions until worker_1 holds at least four: where each lands depends on the load the
+    // replicas see at that moment, so a fixed count of sessions gave it three on a busy machine.
     const home = new Map<string, string>();
-    for (let i = 0; i < 18; i++) {
+    const onWorker1 = () => [...home].filter(([, c]) => c === 'worker_1').map(([s]) => s);
+    for (let i = 0; i < 60 && (i < 18 || onWorker1().length < 4); i++) {
       const out = await (i % 2 ? ha : hb).request(chat({ session: `conv-${i}` }));
       home.set(`conv-${i}`, out.cluster!);
     }
-    const onW1 = [...home].filter(([, c]) => c === 'worker_1').map(([s]) => s);
+    const onW1 = onWorker1();
     assert.ok(onW1.length >= 4, `some sessions on worker_1 (${onW1.length})`);
     // A round moves the coldest half (migration.fraction 0.5, rounded up); the rest are active again
     // just before the pressure: they are the hot ones.
