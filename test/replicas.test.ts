@@ -22,12 +22,11 @@ const CONFIG = {
   store: { timeout_ms: 5000 },
   // Far above what this file ever holds at once (the three-replica race: 60 requests, 40 more if
   // the race before it were still being released), so no worker's limit decides anything here.
-  // A replica decides a burst on its view from its last Redis reply, which counts none of its own
-  // commits still on their way, so a whole burst can land on one worker. At a limit of 50 that
-  // split sessions on a loaded CI machine: a session's third racer found its brand-new worker at
-  // 50 of 50 and moved it, as the policy says (a session's worker keeps it only below its limit).
-  // That was the policy at work, not replicas disagreeing; holding the race's leases open
-  // reproduced it every time.
+  // No replica's view counts the other replicas' commits still on their way, so a race can put
+  // more of itself on one worker than a fair share. At a limit of 50 that split sessions on a
+  // loaded CI machine: a session's third racer found its brand-new worker at 50 of 50 and moved
+  // it, as the policy says (a session's worker keeps it only below its limit). That was the policy
+  // at work, not replicas disagreeing; holding the race's leases open reproduced it every time.
   workers: [
     { id: 'worker_1', cluster: 'worker_1', max_inflight: 200 },
     { id: 'worker_2', cluster: 'worker_2', max_inflight: 200 },
