@@ -470,3 +470,61 @@ function chunk(flat: string[]): Array<[string, string]> {
   for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
   return out;
 }
+
+describe('redis store: a worker state this replica wrote', () => {
+  const workers = ['w1', 'w2'];
+  const q = { pool: 'p', key: undefined, workers, blocks: [] };
+  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+
+  /**
+   * Runs `write` while a read of the pool (a refresh's, a decision's) is on its way: Redis is paused
+   * (CLIENT PAUSE, from another connection), the read is sent, then the write. Once the pause ends
+   * Redis runs both in order and answers both in one packet, so the store handles the read's reply
+   * (taken before the write) and the write's acknowledgement in the same turn, as a busy gate does
+   * whenever its event loop falls behind its socket. `read` picks what is in flight.
+   */
+  async function acrossRead(raw: Redis, store: RedisStore, write: () => Promise<void>, read: 'read' | 'commit' = 'read'): Promise<void> {
+    // Timed: a paused Redis would hold an UNPAUSE from another connection too.
+    const PAUSE_MS = 500;
+    assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+    const pausedAt = Date.now();
+    const inFlight =
+      read === 'read'
+        ? store.snapshot(q)
+        : store.commit({ pool: 'p', key: undefined, workers, blocks: [], worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 });
+    // A socket write of its own for the state write, as an admin call arriving later makes.
+    await new Promise((r) => setImmediate(r));
+    const written = write();
+    // Otherwise the read may have been answered on its own before the write was sent: a pass would prove nothing.
+    assert.ok(Date.now() - pausedAt < PAUSE_MS / 2, `both were sent while Redis was paused (${Date.now() - pausedAt} ms after the pause)`);
+    await Promise.all([inFlight, written]);
+  }
+
+  test('a reply read before this replica’s state write does not undo it in the replica’s view', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // No refresh of its own: the only reads are the test's.
+      const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      await store.snapshot(q);
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'draining'));
+      assert.equal(await raw.hget('kvgate-test:{p}:s', 'w2'), 'draining', 'Redis has the write');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'draining', 'a drained worker stays drained on the replica that drained it');
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'healthy'));
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), undefined, 'and a worker put back is back at once');
+      // A commit's reply carries the states too.
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'down'), 'commit');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'down', 'a commit’s reply read before the write does not undo it either');
+    }));
+
+  test('a reply read after the write is the truth again: another replica’s later state is learned', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const a = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const b = await open({ refreshMs: 60_000 });
+      await a.snapshot(q);
+      await acrossRead(raw, a, () => a.setWorkerState('p', 'w2', 'draining'));
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), 'draining');
+      await b.setWorkerState('p', 'w2', 'healthy');
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), 'draining', 'not seen before a’s next read');
+      await a.snapshot(q);
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), undefined, 'a’s own write no longer stands in for Redis once a reply read after it came');
+    }));
+});
