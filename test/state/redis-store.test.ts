@@ -528,3 +528,47 @@ describe('redis store: a worker state this replica wrote', () => {
       assert.equal(a.cachedSnapshot(q).states.get('w2'), undefined, 'a’s own write no longer stands in for Redis once a reply read after it came');
     }));
 });
+
+describe('redis store: the operator state a decision relied on is checked at commit', () => {
+  /** A request without a session whose prompt is `blocks` blocks long (256 characters each). */
+  function promptRequest(blocks: number): RequestInfo {
+    const content = Array.from({ length: blocks }, (_, i) => `block ${i} of the shared document `.padEnd(256, '.')).join('');
+    const headers = new Map([['content-type', 'application/json']]);
+    return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] })) };
+  }
+  const signals = (kvUsage: number) => ({ signals: { kvUsage, running: 1, waiting: 0 }, ageMs: 0, failures: 0 });
+
+  test('a worker pressured by its signals, drained by another replica, gets no request its prompt would bring it', () =>
+    withRedis(async ({ raw, store: open }) => {
+      await initHashing();
+      const workers = ['w1', 'w2'];
+      const config = parseConfig({ workers: workers.map((id) => ({ id, cluster: id, max_inflight: 50, metrics_url: `http://127.0.0.1:9/${id}` })) }, 'test');
+      // No refresh: this replica learns another's drain only through a commit's reply.
+      const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const gate = new Gate(config, store, silentLogger());
+      const route = async () => {
+        const r = await gate.route(promptRequest(12));
+        assert.equal(r.kind, 'route');
+        if (r.kind !== 'route') throw new Error('unreachable');
+        assert.equal(r.degraded, false);
+        await gate.release(r.lease);
+        return r;
+      };
+      gate.setSignals(new Map([['w1', signals(0.1)], ['w2', signals(0.1)]]));
+      // The prompt lands on w1 (w2 drained for the moment, by this replica).
+      await store.setWorkerState('default', 'w2', 'draining');
+      assert.equal((await route()).worker, 'w1');
+      await store.setWorkerState('default', 'w2', undefined);
+      // w1 reports KV pressure: it keeps what it holds, the prompt among it (the control: the path is reached).
+      gate.setSignals(new Map([['w1', signals(0.95)], ['w2', signals(0.1)]]));
+      const kept = await route();
+      assert.equal(kept.worker, 'w1', 'a pressured worker keeps a prompt it holds');
+      assert.equal(kept.explanation.candidates.find((c) => c.worker === 'w1')?.state, 'pressured');
+      // Another replica drains w1; this one has not read it yet.
+      await raw.hset('kvgate-test:{default}:s', 'w1', 'draining');
+      assert.equal(store.cachedSnapshot({ pool: 'default', key: undefined, workers, blocks: [] }).states.get('w1'), undefined, 'the view is stale');
+      const after = await route();
+      assert.equal(after.worker, 'w2', 'the commit saw the drain (w1 had no operator state when decided) and the decision was made again');
+      assert.equal(after.attempts, 2);
+    }));
+});
