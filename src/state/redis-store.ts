@@ -101,17 +101,20 @@ interface PoolView {
    * counts, instead of every one of them taking the same least loaded worker up to its limit.
    */
   sending: Map<string, number>;
-  /**
-   * Worker states this replica wrote (undefined: cleared to healthy), each with the number of the
-   * write among this store's commands (`issued`). A reply to a read sent before the write cannot
-   * have seen it, yet may be handled after it (both answers in one packet: the write's takes fewer
-   * steps back to here), and would put the old state back until the next refresh: a worker this
-   * very replica drained would get new sessions for up to `refresh_ms`. So a reply sent earlier
-   * keeps these states; the first reply sent later is the truth again (the write, or something
-   * newer another replica wrote) and retires the entry. Almost always empty.
-   */
-  ownStates: Map<string, { state: WorkerState | undefined; issued: number }>;
 }
+
+/**
+ * A pool's worker states this replica wrote (undefined: cleared to healthy), by worker, each with
+ * the number of the write among this store's commands (`RedisStore.issued`). A reply to a read
+ * sent before the write cannot have seen it, yet may be handled after it (both answers in one
+ * packet: the write's takes fewer steps back to the view), and would put the old state back until
+ * the next refresh: a worker this very replica drained would get new sessions for up to
+ * `refresh_ms`. So a reply sent earlier keeps these states; the first reply sent later is the
+ * truth again (the write, or something newer another replica wrote) and retires the entry. Kept
+ * apart from the pool's view so that a write made before the replica has one (an operator draining
+ * a worker on a replica that has not routed yet) is in its first view too. Almost always empty.
+ */
+type OwnStates = Map<string, { state: WorkerState | undefined; issued: number }>;
 
 /** A script reply and the number of its command among this store's (`RedisStore.issued`). */
 type IssuedReply = DecideReply & { issued: number };
@@ -157,9 +160,11 @@ export class RedisStore implements RoutingStore {
   /**
    * Numbers this store's reads and state writes in the order they are sent. One connection (one
    * cluster node for a pool: its keys share a slot) runs commands in that order, so a reply to a
-   * command numbered below a write was read before it (see `PoolView.ownStates`).
+   * command numbered below a write was read before it (see `OwnStates`).
    */
   private issued = 0;
+  /** By pool (`OwnStates`). */
+  private readonly ownStates = new Map<string, OwnStates>();
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -308,13 +313,16 @@ export class RedisStore implements RoutingStore {
       throw new KvgateError('store_unavailable', `cannot record state of ${worker}: ${(err as Error).message}`, { cause: err });
     }
     // This replica acts on its own write at once (other replicas at their next refresh), and no
-    // reply to a read sent before the write may undo that (`PoolView.ownStates`).
+    // reply to a read sent before the write may undo that (`OwnStates`).
+    let own = this.ownStates.get(pool);
+    if (!own) this.ownStates.set(pool, (own = new Map()));
+    const known = own.get(worker);
+    if (known !== undefined && known.issued > issued) return; // a later write of ours was confirmed first
+    own.set(worker, { state: cleared ? undefined : state, issued });
     const view = this.views.get(pool);
     if (view) {
       if (cleared) view.states.delete(worker);
       else view.states.set(worker, state);
-      const known = view.ownStates.get(worker);
-      if (known === undefined || known.issued < issued) view.ownStates.set(worker, { state: cleared ? undefined : state, issued });
     }
   }
 
@@ -515,7 +523,8 @@ export class RedisStore implements RoutingStore {
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
     view.states = parseStates(reply.states);
-    if (view.ownStates.size > 0) keepOwnStates(view, reply.issued);
+    const own = this.ownStates.get(q.pool);
+    if (own !== undefined && own.size > 0) keepOwnStates(view.states, own, reply.issued);
     // Redis's prefix match is the truth: teach it to the local index (so the next decision on this
     // prompt needs no extra round trip) and unlearn what Redis no longer has (expired, evicted).
     const prefix = new Map<string, number>();
@@ -763,7 +772,10 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), sending: new Map(), ownStates: new Map() }));
+      // Before any reply: only what this replica wrote itself (`OwnStates`).
+      const states = new Map<string, WorkerState>();
+      for (const [w, own] of this.ownStates.get(pool) ?? []) if (own.state !== undefined) states.set(w, own.state);
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;
@@ -799,14 +811,14 @@ export class RedisStore implements RoutingStore {
 }
 
 /**
- * Lays this replica's state writes over states a reply read (`PoolView.ownStates`): a reply to a
- * command sent before a write keeps the write's state; one sent after it retires the write.
+ * Lays this replica's state writes over `states` a reply read (`OwnStates`): a reply to a command
+ * sent before a write keeps the write's state; one sent after it retires the write.
  */
-function keepOwnStates(view: PoolView, issued: number): void {
-  for (const [worker, own] of view.ownStates) {
-    if (issued > own.issued) view.ownStates.delete(worker);
-    else if (own.state === undefined) view.states.delete(worker);
-    else view.states.set(worker, own.state);
+function keepOwnStates(states: Map<string, WorkerState>, own: OwnStates, issued: number): void {
+  for (const [worker, w] of own) {
+    if (issued > w.issued) own.delete(worker);
+    else if (w.state === undefined) states.delete(worker);
+    else states.set(worker, w.state);
   }
 }
 

@@ -515,6 +515,15 @@ describe('redis store: a worker state this replica wrote', () => {
       assert.equal(store.cachedSnapshot(q).states.get('w2'), 'down', 'a commit’s reply read before the write does not undo it either');
     }));
 
+  test('a state written before this replica decided anything in the pool is in its first view', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      // An operator drains w2 on a replica that has not routed yet: its first decisions (before
+      // any reply, or on local state if Redis is slow) must not see w2 healthy.
+      await store.setWorkerState('p', 'w2', 'draining');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'draining');
+    }));
+
   test('a reply read after the write is the truth again: another replica’s later state is learned', () =>
     withRedis(async ({ raw, store: open }) => {
       const a = await open({ refreshMs: 60_000, timeoutMs: 5000 });
