@@ -68,12 +68,31 @@ class WorkerBlocks {
   size = 0;
   /** Touches so far: each record of a block gives it the next number. */
   touches = 0;
-  /** The recency queue, oldest first from `head`: a block's entry and the touch that queued it. */
-  readonly qBlock: number[] = [];
-  readonly qTouch: number[] = [];
+  /**
+   * The recency queue, oldest first from `head` up to `qLen`: a block's entry and the touch that
+   * queued it. Typed arrays kept at their largest size: compaction rewrites them in place, where
+   * JS arrays truncated by compaction grew back by reallocation every few records (~7.7 KB of
+   * garbage a request at 32 KB).
+   */
+  qBlock = new Int32Array(256);
+  qTouch = new Float64Array(256);
+  qLen = 0;
   head = 0;
   sweptAt: number | undefined;
   constructor(public capacity: number) {}
+
+  enqueue(e: number, touch: number): void {
+    if (this.qLen === this.qBlock.length) {
+      const block = new Int32Array(this.qLen * 2);
+      block.set(this.qBlock);
+      this.qBlock = block;
+      const t = new Float64Array(this.qLen * 2);
+      t.set(this.qTouch);
+      this.qTouch = t;
+    }
+    this.qBlock[this.qLen] = e;
+    this.qTouch[this.qLen++] = touch;
+  }
 }
 
 export class PrefixIndex {
@@ -281,13 +300,12 @@ export class PrefixIndex {
         this.addHolder(e, id, now, touch);
         wb.size++;
       }
-      wb.qBlock.push(e);
-      wb.qTouch.push(touch);
+      wb.enqueue(e, touch);
       if (wb.size > wb.capacity) this.evictOldest(id, wb);
     }
     // Stale entries pile up behind the live ones (blocks routed again), consumed ones before the
     // head (evictions): either way the queue is rebuilt once the waste outgrows what it holds.
-    if (wb.qBlock.length - wb.head > 2 * wb.size + QUEUE_SLACK || wb.head > wb.size + QUEUE_SLACK) this.compact(id, wb);
+    if (wb.qLen - wb.head > 2 * wb.size + QUEUE_SLACK || wb.head > wb.size + QUEUE_SLACK) this.compact(id, wb);
     this.sweep(id, wb, now);
   }
 
@@ -424,7 +442,7 @@ export class PrefixIndex {
    * since, forgotten, evicted or expired) are skipped; -1 when it holds none.
    */
   private oldest(id: number, wb: WorkerBlocks): number {
-    while (wb.head < wb.qBlock.length) {
+    while (wb.head < wb.qLen) {
       const j = this.slotOf(wb.qBlock[wb.head]!, id);
       if (j >= 0 && this.slots[j + TOUCH] === wb.qTouch[wb.head]) return j;
       wb.head++;
@@ -477,7 +495,7 @@ export class PrefixIndex {
     const qBlock = wb.qBlock;
     const qTouch = wb.qTouch;
     let out = 0;
-    for (let j = wb.head; j < qBlock.length; j++) {
+    for (let j = wb.head; j < wb.qLen; j++) {
       const e = qBlock[j]!;
       const k = this.slotOf(e, id);
       if (k >= 0 && this.slots[k + TOUCH] === qTouch[j]) {
@@ -485,8 +503,7 @@ export class PrefixIndex {
         qTouch[out++] = qTouch[j]!;
       }
     }
-    qBlock.length = out;
-    qTouch.length = out;
+    wb.qLen = out;
     wb.head = 0;
   }
 }

@@ -266,8 +266,8 @@ describe('PrefixIndex against a reference model', () => {
   test('a worker does not grow its memory without bound, evicting new blocks or routing the same ones again', () => {
     const ix = new PrefixIndex(3_600_000);
     // The recency queue, the entries and the holder slots are internal; their lengths are what would leak.
-    const inside = ix as unknown as { workers: Array<{ qBlock: unknown[] }>; entryCount: number; slotsTop: number };
-    const queue = () => inside.workers[0]!.qBlock.length;
+    const inside = ix as unknown as { workers: Array<{ qLen: number; qBlock: Int32Array }>; entryCount: number; slotsTop: number };
+    const queue = () => Math.max(inside.workers[0]!.qLen, inside.workers[0]!.qBlock.length);
     for (let r = 0; r < 3000; r++) ix.record('w1', chain(`u${r}.`, 16), 64);
     assert.equal(ix.size('w1'), 64);
     assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after churn`);
