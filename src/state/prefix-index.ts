@@ -222,7 +222,8 @@ export class PrefixIndex {
     const eNext = this.eNext;
     const eBlock = this.eBlock;
     for (let prev = first; i < blocks.length; i++) {
-      // `follow`, inlined by hand: this loop is the hot one.
+      // Block i's live entry: the previous entry's hint when it is that (live, same block id),
+      // else a lookup. (Written out here and in `record`: a method for it was not inlined.)
       const block = blocks[i]!;
       let e = eNext[prev]!;
       if (e === NONE || eLen[e] === 0 || eBlock[e] !== block) e = this.entries.get(block) ?? NONE;
@@ -277,8 +278,15 @@ export class PrefixIndex {
     // The chain's entries as they stand, found front to back along the hints.
     if (this.found.length < blocks.length) this.found = new Int32Array(blocks.length * 2);
     const found = this.found;
+    const eNext = this.eNext;
+    const eLen = this.eLen;
+    const eBlock = this.eBlock;
     for (let i = 0, prev = NONE; i < blocks.length; i++) {
-      found[i] = prev = i === 0 || prev === NONE ? (this.entries.get(blocks[i]!) ?? NONE) : this.follow(prev, blocks[i]!);
+      // As in the walk: the hint when it is block i's live entry, else a lookup.
+      const block = blocks[i]!;
+      let e = prev === NONE ? NONE : eNext[prev]!;
+      if (e === NONE || eLen[e] === 0 || eBlock[e] !== block) e = this.entries.get(block) ?? NONE;
+      found[i] = prev = e;
     }
     // Deepest block first, so the root of the chain is the most recent and the last to go: an
     // engine evicts a prefix from its tail, and a root without its tail is still a useful match.
@@ -340,12 +348,6 @@ export class PrefixIndex {
     this.slotsTop = 0;
     this.freeRegions = [];
     this.memo = undefined;
-  }
-
-  /** The live entry of `block`, which follows entry `prev` in the chain: `prev`'s hint when it is that, else a lookup. */
-  private follow(prev: number, block: string): number {
-    const e = this.eNext[prev]!;
-    return e !== NONE && this.eLen[e] !== 0 && this.eBlock[e] === block ? e : (this.entries.get(block) ?? NONE);
   }
 
   /** Where a worker's three numbers start in an entry's holder slots, or -1. */
