@@ -8,7 +8,8 @@
  *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
  *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
  *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
- *   <prefix>:{<pool>}:bh:<worker>  hash: block id → when the worker's holding of it lapses (ms)
+ *   <prefix>:{<pool>}:bh:<worker>  hash: block id → when the worker's holding of it lapses (ms), and
+ *                                  one field `~encoding` that keeps it a hash table (DECIDE_LUA)
  *   <prefix>:{<pool>}:br:<worker>  sorted set: the same blocks by recency, trimmed (both) to capacity
  *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions → when their affinity lapses (ms)
  *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape (`StoredScrape`)
