@@ -85,6 +85,9 @@ const plan = (s: ServerUnderTest) => ({
 for (const s of servers) await pool.run({ ...plan(s), warmupMs: 0, durationMs: 1500 });
 const per: number[][] = [[], []];
 const perRedis: number[][] = [[], []];
+/** Requests, and those decided on local state or after a failed commit, per tree: a store change may move decisions there. */
+const tally = [0, 1].map(() => ({ requests: 0, degraded: 0, retried: 0 }));
+for (const s of servers) s.window();
 for (let r = 0; r < Number(values.rounds); r++) {
   const order = r % 2 === 0 ? [0, 1] : [1, 0];
   const line: string[] = [];
@@ -95,6 +98,10 @@ for (let r = 0; r < Number(values.rounds); r++) {
     const c1 = cpuUs();
     const r1 = await redisCpuUs();
     if (w.errors > 0) throw new Error(`${trees[i]}: ${w.errors} errors`);
+    const counts = servers[i]!.window();
+    tally[i]!.requests += w.completed;
+    tally[i]!.degraded += counts?.degraded ?? 0;
+    tally[i]!.retried += counts?.retried ?? 0;
     per[i]!.push((c1 - c0) / w.completed);
     perRedis[i]!.push((r1 - r0) / w.completed);
     line[i] = ((c1 - c0) / w.completed).toFixed(0) + (probe ? ` + redis ${((r1 - r0) / w.completed).toFixed(0)}` : '');
@@ -107,6 +114,8 @@ const median = (xs: number[]) => {
 };
 const ratios = per[0]!.map((a, i) => per[1]![i]! / a);
 console.log(`${values.size}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
+const pct = (x: number, of: number) => `${((100 * x) / Math.max(1, of)).toFixed(1)}%`;
+console.log(`decided after a failed commit: base ${pct(tally[0]!.retried, tally[0]!.requests)}, this ${pct(tally[1]!.retried, tally[1]!.requests)}; on local state: base ${pct(tally[0]!.degraded, tally[0]!.requests)}, this ${pct(tally[1]!.degraded, tally[1]!.requests)}`);
 if (probe) {
   const sum = (i: number) => per[i]!.map((g, k) => g + perRedis[i]![k]!);
   const sumRatios = sum(0).map((a, k) => sum(1)[k]! / a);
