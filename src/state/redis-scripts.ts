@@ -200,7 +200,7 @@ if spec.mode == 'commit' then
       for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
       -- Both keys live as long as the newest holding, and expire together. A lapsed holding stays
       -- (it no longer matches) until the worker's capacity or the keys' TTL takes it out: the two
-      -- keys always have the same members, at most the worker's capacity.
+      -- keys always have the same blocks (the hash has its one field more), at most the worker's capacity.
       redis.call('PEXPIRE', hk, ttlS)
       redis.call('PEXPIRE', lru, ttlS)
       depth[chosen] = m
