@@ -274,9 +274,6 @@ export class RedisStore implements RoutingStore {
     // No snapshot after a commit that held (nobody reads it): only what the reply teaches. The
     // chosen worker now holds the whole prompt (recorded with its capacity).
     const { committedDepth } = this.learn(req, reply, req.worker);
-    if (reply.evicted.length > 0) {
-      cmd.unholdEvicted(this.redis, this.poolKeys(pool), req.worker, reply.evicted).catch((err: unknown) => this.logFailure('redis prefix eviction failed', err));
-    }
     this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
@@ -542,7 +539,7 @@ export class RedisStore implements RoutingStore {
       }
       for (const [w, d] of prefix) {
         // Already known to this depth and recorded that recently: recording it again would only
-        // move its time by less than the freshness window (as in Redis, DECIDE_LUA).
+        // move its time by less than the freshness window.
         if (w !== committed) this.recordUnlessFresh(view, w, q.blocks, d, undefined, local.get(w) === d);
       }
     }
