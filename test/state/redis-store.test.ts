@@ -150,6 +150,36 @@ describe('redis store specifics', () => {
       assert.equal(a.cachedSnapshot(q).inflight.get('w2'), 0);
     }));
 
+  test('a view that answers for a Redis that did not answer (a read that timed out, a commit checked locally) leaves out commits still on their way', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000, timeoutMs: 150 });
+      const workers = ['w1', 'w2'];
+      const q = { pool: 'p', key: undefined, workers, blocks: [] };
+      // A view, and Redis's clock: the commits carry their deadline, so none writes once Redis wakes.
+      await store.snapshot(q);
+      const commit = (below: Array<{ worker: string; limit: number }>) =>
+        store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below, atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      // Timed: a paused Redis would hold an UNPAUSE from another connection too.
+      const PAUSE_MS = 600;
+      assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+      const pausedAt = Date.now();
+      // Sent in this order, so they time out in this order: the read, then the first commit, each
+      // while the commits after it are still on their way.
+      const read = store.snapshot(q);
+      const first = commit([{ worker: 'w1', limit: 1 }]);
+      const second = commit([]);
+      assert.equal(store.cachedSnapshot(q).inflight.get('w1'), 2, 'the view a decision starts from counts both commits');
+      const seen = await read;
+      assert.equal(seen.inflight.get('w1'), 0, 'the read that timed out: commits that may yet fail do not fill w1');
+      const held = await first;
+      assert.ok(held.ok && held.degraded, 'checked locally below 1 on w1: the second commit, still on its way, is not counted');
+      const other = await second;
+      assert.ok(other.ok && other.degraded);
+      assert.ok(Date.now() - pausedAt < PAUSE_MS, `all of it happened while Redis was paused (${Date.now() - pausedAt} ms)`);
+      await new Promise((r) => setTimeout(r, PAUSE_MS - (Date.now() - pausedAt) + 50));
+      for (const l of [held, other]) if (l.ok) await store.release(l.lease);
+    }));
+
   test('a burst of new sessions one gate decides before any reply is placed as on counts kept at once (the memory store)', () =>
     withRedis(async ({ store }) => {
       await initHashing();
