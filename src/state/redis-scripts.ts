@@ -203,26 +203,13 @@ if spec.mode == 'commit' then
       -- keys always have the same blocks (the hash has its one field more), at most the worker's capacity.
       redis.call('PEXPIRE', hk, ttlS)
       redis.call('PEXPIRE', lru, ttlS)
-      depth[chosen] = m
       local over = redis.call('ZCARD', lru) - spec.capacityBlocks
       if over > 0 then
-        -- The lowest scores go: the least recently routed blocks, deepest first. This prompt's
-        -- deepest block is its lowest: if it stays, all of the prompt stays.
+        -- The lowest scores go: the least recently routed blocks, deepest first (a prompt longer
+        -- than the capacity keeps its first blocks).
         local gone = redis.call('ZRANGE', lru, 0, over - 1)
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
         for s = 1, #gone, 1000 do redis.call('HDEL', hk, unpack(gone, s, math.min(s + 999, #gone))) end
-        local deepestGone = false
-        for _, b in ipairs(gone) do if b == ARGV[m + 1] then deepestGone = true end end
-        if deepestGone then
-          local mine = {}
-          for _, b in ipairs(gone) do mine[b] = true end
-          for j = 1, m do
-            if mine[ARGV[j + 1]] then
-              depth[chosen] = j - 1
-              break
-            end
-          end
-        end
       end
     end
   end
