@@ -200,10 +200,23 @@ if spec.mode == 'commit' then
       for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
       -- Both keys live as long as the newest holding, and expire together. A lapsed holding stays
       -- (it no longer matches) until the worker's capacity or the keys' TTL takes it out: the two
-      -- keys always have the same blocks (the hash has its one field more), at most the worker's capacity.
+      -- keys have the same blocks after every commit (the hash has its one field more), at most the worker's capacity.
       redis.call('PEXPIRE', hk, ttlS)
       redis.call('PEXPIRE', lru, ttlS)
-      local over = redis.call('ZCARD', lru) - spec.capacityBlocks
+      local card = redis.call('ZCARD', lru)
+      -- Redis under maxmemory may evict one key of the two (volatile-lru, as the shipped manifest
+      -- sets, takes the recency set first: only commits touch it, every decision reads the
+      -- holdings). Holdings the recency set lost would never be trimmed, and every commit keeps the
+      -- hash alive: it would grow by a capacity per eviction. One HLEN notices; the rare repair
+      -- drops them.
+      if redis.call('HLEN', hk) - 1 > card then
+        local lost = {}
+        for _, b in ipairs(redis.call('HKEYS', hk)) do
+          if b ~= '${HOLDINGS_ENCODING_FIELD}' and not redis.call('ZSCORE', lru, b) then lost[#lost + 1] = b end
+        end
+        for s = 1, #lost, 1000 do redis.call('HDEL', hk, unpack(lost, s, math.min(s + 999, #lost))) end
+      end
+      local over = card - spec.capacityBlocks
       if over > 0 then
         -- The lowest scores go: the least recently routed blocks, deepest first (a prompt longer
         -- than the capacity keeps its first blocks).

@@ -483,6 +483,26 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       assert.deepEqual(keys.filter((k) => /:(b|bw):/.test(k)), [], `no key of the per-block layout: ${keys.join(' ')}`);
     }));
 
+  test('a recency set Redis evicted without its holdings (maxmemory-policy) leaves no holding past capacity that no trim would remove', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const hk = 'kvgate-test:{p}:bh:w1';
+      const blocksHeld = async () => (await raw.hkeys(hk)).filter((f) => f !== HOLDINGS_ENCODING_FIELD);
+      const older = Array.from({ length: 6 }, (_, i) => `gone${i}`);
+      await commitOn(store, 'w1', older, { capacityBlocks: 8 });
+      // volatile-lru (envoy/kubernetes/redis.yaml) picks the recency set first: only commits touch
+      // it, where every decision reads the holdings.
+      assert.equal(await raw.del('kvgate-test:{p}:br:w1'), 1);
+      for (let r = 0; r < 3; r++) {
+        await new Promise((res) => setTimeout(res, 3));
+        await commitOn(store, 'w1', Array.from({ length: 6 }, (_, i) => `later${r}-${i}`), { capacityBlocks: 8 });
+      }
+      const held = await blocksHeld();
+      assert.equal(held.length, 8, `at most the worker's capacity: ${held.join(' ')}`);
+      assert.deepEqual(held.sort(), (await raw.zrange('kvgate-test:{p}:br:w1', '0', '-1')).sort(), 'both keys have the same blocks again');
+      assert.equal((await depths(store, older)).get('w1') ?? 0, 0, 'the blocks the recency set lost are no longer matched');
+    }));
+
   test('a worker’s holdings are a hash table from its first commit, not a listpack that finds a block by scanning them all', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
