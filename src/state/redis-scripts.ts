@@ -33,9 +33,11 @@ export const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-va
  * trimmed are the chosen worker's, in its own two keys.
  *
  * A worker's blocks are two keys with the same members, the block ids: its holdings (hash: block
- * → when the holding lapses, ms) and its recency (sorted set: ms * 1000 + 100000 - j for a block
- * at depth j of the routing that last wrote it, so within one routing the deepest blocks are the
- * oldest and a trim past capacity cuts a prompt from its tail, as an engine evicts). A read takes
+ * → when the holding lapses, ms) and its recency (sorted set: base - j for a block at depth j of
+ * the routing that last wrote it, base ms * 1000 + 100000 or, if higher, just above the worker's
+ * newest score: each routing ranks above every earlier one, and within one routing the deepest
+ * blocks are the oldest, so a trim past capacity cuts a prompt from its tail, as an engine evicts,
+ * in the order the process index evicts). A read takes
  * lapse times with HMGET, which answers the stored strings; ZMSCORE on one sorted set holding both
  * facts cost twice as much at 32 KB, most of it Redis formatting each score it returns. A match
  * costs a call per worker (and more for long runs), where the per-block layout it replaced cost one
@@ -180,7 +182,16 @@ if spec.mode == 'commit' then
       local lru = KEYS[K_CHOSEN_RECENCY]
       local untilS = string.format('%d', now + spec.prefixTtlMs)
       local ttlS = string.format('%d', spec.prefixTtlMs)
+      -- Every routing's blocks rank above all the worker's earlier ones, so the trim is the exact
+      -- LRU the process index keeps: the millisecond alone (× 1000) tied routings of one
+      -- millisecond, and put the deep blocks of a prompt longer than 1000 blocks below the shallow
+      -- ones of a routing a few milliseconds older. Only the order of scores means anything.
       local base = now * 1000 + 100000
+      local top = redis.call('ZRANGE', lru, -1, -1, 'WITHSCORES')
+      if top[2] then
+        local above = tonumber(top[2]) + m + 1
+        if above > base then base = above end
+      end
       -- A hash of up to hash-max-listpack-entries (512 by default) fields is a listpack, which
       -- finds a field by scanning them all: a read of a few hundred blocks compared tens of
       -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
