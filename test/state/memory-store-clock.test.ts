@@ -6,7 +6,8 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { MemoryStore } from '../../src/state/memory-store.js';
-import type { CommitRequest, Preconditions } from '../../src/state/store.js';
+import type { Preconditions } from '../../src/routing/types.js';
+import type { CommitRequest } from '../../src/state/store.js';
 
 const WORKERS = ['w1', 'w2'];
 const FREE: Preconditions = { affinity: undefined, below: [], atOrAbove: [], states: [] };
