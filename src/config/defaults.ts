@@ -196,7 +196,11 @@ export const DEFAULTS = {
    * `--max-inflight 64` that first showed the gain. On the held-out sweeps (chat and agent seeds
    * 101-102, the Mooncake synthetic trace; docs/BENCHMARKS.md) goodput was the same at 0 and 4
    * (and at 8 on agent seed 101, the one run at 8), and 8 let agent loops past capacity run more unevenly (imbalance 1.71 against 1.25 at 4,
-   * tokens/s 14% lower at 1.6), so the smaller bound.
+   * tokens/s 14% lower at 1.6), so the smaller bound. While every engine reports room, the bound
+   * counts past the shallowest queue the engines reported (src/routing/overflow.ts `queueCredit`):
+   * the bound is for requests no scrape has shown yet, and counting reported queues again shed
+   * every request kvgate shed on the held-out Mooncake synthetic trace at 1.4 (121, at engines
+   * with KV half used).
    */
   overflowFactor: 4,
   /**

@@ -374,7 +374,8 @@ async function readChatStream(res: Response, sentAt: number): Promise<{ text: st
   return out;
 }
 
-export function summarize(state: DemoState): DemoSummary {
+/** The fleet's totals so far: prompt and cached tokens, follow-up turns and those that stayed. */
+export function demoTotals(state: DemoState): { prompt: number; cached: number; followUps: number; stayed: number } {
   let followUps = 0;
   let stayed = 0;
   let prompt = 0;
@@ -387,6 +388,11 @@ export function summarize(state: DemoState): DemoSummary {
       if (s.workers[i] === s.workers[i - 1]) stayed++;
     }
   }
+  return { prompt, cached, followUps, stayed };
+}
+
+export function summarize(state: DemoState): DemoSummary {
+  const { prompt, cached, followUps, stayed } = demoTotals(state);
   return {
     elapsed_s: (performance.now() - state.startedAt) / 1000,
     requests: state.requests,

@@ -4,7 +4,7 @@
  * turn. Both end with the same summary.
  */
 import { SYSTEM_PROMPT_NAMES } from './conversations.js';
-import type { DemoEvent, DemoState, DemoSummary } from './run.js';
+import { demoTotals, type DemoEvent, type DemoState, type DemoSummary } from './run.js';
 
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
 const MAX_SESSION_ROWS = 24;
@@ -43,18 +43,7 @@ export function eventLine(e: DemoEvent): string {
 
 /** The live frame: totals, a line per worker, a trail per session. */
 export function frameLines(state: DemoState): string[] {
-  let prompt = 0;
-  let cached = 0;
-  let followUps = 0;
-  let stayed = 0;
-  for (const s of state.sessions) {
-    prompt += s.promptTokens;
-    cached += s.cachedTokens;
-    for (let i = 1; i < s.workers.length; i++) {
-      followUps++;
-      if (s.workers[i] === s.workers[i - 1]) stayed++;
-    }
-  }
+  const { prompt, cached, followUps, stayed } = demoTotals(state);
   const elapsed = (performance.now() - state.startedAt) / 1000;
   const lines = [
     ...headerLines(state),

@@ -16,7 +16,8 @@
  * latency, which the score weighs, not a lack of room: counted in requests, it cannot tell 32
  * chat turns (half a second) from 32 long documents. Shedding stays for a fleet that is truly
  * full: every worker out of memory, down or draining, or past `overflowLimit` in flight from
- * this fleet of gates (the bound that holds while a scrape is on its way).
+ * this fleet of gates (the bound that holds while a scrape is on its way; while every engine has
+ * room, it does not count again the queue every engine has already reported: `queueCredit`).
  *
  * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
  * hard one, as before.
@@ -31,6 +32,7 @@
  * one has room, anything else on the best score with the load counted past the limit.
  */
 import { KEEPS } from './filters/takes-new-work.js';
+import { finite } from './score.js';
 import type { DecisionInput, WorkerState, WorkerView } from './types.js';
 
 /** Can take a request past its in-flight limit: its engine reports room, and the hard bound holds. */
@@ -38,9 +40,40 @@ export function takesOverflow(w: WorkerView, overflowLimit: number): boolean {
   return (w.state === 'healthy' || w.state === 'pressured') && w.engineRoom === true && w.inflight < overflowLimit;
 }
 
-/** The hard in-flight bound of one worker: `overflowFactor` × its limit (0 or 1: no overflow). */
-export function overflowLimitOf(w: WorkerView, factor: number): number {
-  return factor > 1 ? Math.floor(w.maxInflight * factor) : w.maxInflight;
+/**
+ * The hard in-flight bound of one worker: `overflowFactor` × its limit, plus the fleet's queue
+ * credit (`queueCredit`) (0 or 1: no overflow, the limit alone).
+ */
+export function overflowLimitOf(w: WorkerView, factor: number, credit: number): number {
+  return factor > 1 ? Math.floor(w.maxInflight * factor) + credit : w.maxInflight;
+}
+
+/**
+ * Requests every serving engine has reported queued while reporting the memory for more: the
+ * shallowest reported queue of the workers serving (healthy or pressured), 0 when any of them is
+ * out of room (KV, memory or heat) or has no engine metrics.
+ *
+ * The hard bound is there for what the engines have not told us yet: requests sent since the last
+ * scrape, 100-150 ms ago. When every engine says it has the memory and is queueing deep, the fleet
+ * is full by request count, not by memory, and counting the queues the engines reported shed
+ * work each of them would have queued: on the held-out Mooncake synthetic trace at 1.4 of
+ * capacity every one of the 121 requests kvgate shed met the bound at workers with KV at about
+ * 45% and 63 queued, and kvgate delivered 0.971x round robin's tokens/s. So the bound rises with
+ * the shallowest queue: no worker runs more than `overflowFactor` limits past it, which keeps work
+ * spread. Two other credits were measured and dropped: each worker's own queue let a worker with
+ * room absorb the work of workers out of KV (held-out agent seed 102 at 1.6: imbalance 1.34 to
+ * 2.06, tokens/s 0.93x round robin's); the shallowest queue counting workers out of room too
+ * piled Zipf-hot documents onto their holders (held-out RAG at 1.2-1.6: imbalance up to 1.51).
+ * So while any worker is out of room, the memory decides and the bound stays the count alone.
+ */
+export function queueCredit(workers: readonly WorkerView[]): number {
+  let min = Infinity;
+  for (let i = 0; i < workers.length; i++) {
+    const w = workers[i]!;
+    if (w.state !== 'healthy' && w.state !== 'pressured') continue;
+    min = Math.min(min, w.engineRoom === true ? finite(w.waiting) : 0);
+  }
+  return Number.isFinite(min) ? Math.floor(min) : 0;
 }
 
 /**
@@ -50,7 +83,7 @@ export function overflowLimitOf(w: WorkerView, factor: number): number {
  * running there (fan-out spreads, as below the limit). Undefined: it does not.
  */
 export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limit: number; in: readonly WorkerState[] } | undefined {
-  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0);
+  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0, queueCredit(input.workers));
   if (limit <= affine.maxInflight || !topClass(input) || input.keyInflight >= input.maxInflightPerSession) return undefined;
   return takesOverflow(affine, limit) ? { limit, in: KEEPS } : undefined;
 }

@@ -32,7 +32,7 @@
 import { admitLimit } from './filters/class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
-import { keepsOverLimit, overflowLimitOf, topClass } from './overflow.js';
+import { keepsOverLimit, overflowLimitOf, queueCredit, topClass } from './overflow.js';
 import { runFilters, runProfile, type FilterContext } from './plugins.js';
 import { profilesFor, VISIBLE } from './profiles.js';
 import { fleetLoad, work } from './score.js';
@@ -114,7 +114,7 @@ export function decide(input: DecisionInput): Decision {
     }
     if (over) {
       best = over;
-      limit = overflowLimitOf(over, factor);
+      limit = overflowLimitOf(over, factor, queueCredit(input.workers));
       keptIn = KEEPS;
       rule = 'overflow';
     }

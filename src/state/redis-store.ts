@@ -2,9 +2,10 @@
  * Routing state shared through Redis, so that many gate replicas place every session alike.
  *
  * Hot path: one round trip. The gate decides on its local view (the last state Redis returned,
- * refreshed every `store.refresh_ms` and by every reply) and commits with DECIDE_LUA, which checks
- * the decision's preconditions and writes affinity and lease atomically. A stale view costs one
- * more round trip (the failed commit returns fresh state), never a wrong placement.
+ * refreshed every `store.refresh_ms` and by every reply, plus this replica's commits still on
+ * their way) and commits with DECIDE_LUA, which checks the decision's preconditions and writes
+ * affinity and lease atomically. A stale view costs one more round trip (the failed commit
+ * returns fresh state), never a wrong placement.
  *
  * Redis slow or down: commands time out after `store.timeout_ms` and fail fast while disconnected
  * (no offline queue), and the store answers from its local view instead: affinities this replica
@@ -94,6 +95,13 @@ interface PoolView {
    */
   recorded: Map<string, number>;
   recordedSince: number;
+  /**
+   * This replica's commits on their way to Redis, by worker: none of them is in `inflight` yet
+   * (a reply counts only the commands Redis ran before it). Added to the view a decision starts
+   * from, so that a burst of requests decided before any reply spreads as it would on fresh
+   * counts, instead of every one of them taking the same least loaded worker up to its limit.
+   */
+  sending: Map<string, number>;
 }
 
 export class RedisStore implements RoutingStore {
@@ -168,10 +176,22 @@ export class RedisStore implements RoutingStore {
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
 
+  /** The last state Redis returned, this replica's local leases, and its commits still on their way. */
   cachedSnapshot(q: StateQuery): Snapshot {
+    return this.localSnapshot(q, true);
+  }
+
+  /**
+   * What this replica knows without asking Redis. `sending`: count the commits still on their way
+   * too. Only the view a decision starts from does: a view that answers for Redis (a failed
+   * commit's state, a read that failed, a commit checked locally) must not hold a worker full on
+   * commits that may yet fail, or a decision would move a session off a worker Redis still has
+   * room on (and its `atOrAbove` fail), or a degraded commit would shed on commits that timed out.
+   */
+  private localSnapshot(q: StateQuery, sending: boolean): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
-    for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w));
+    for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w) + (sending ? (view.sending.get(w) ?? 0) : 0));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
     const prefix = q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>();
     return {
@@ -188,7 +208,7 @@ export class RedisStore implements RoutingStore {
       return this.absorb(q, await this.decide(q));
     } catch (err) {
       this.logFailure('redis read failed; deciding on local state', err, scope);
-      return this.cachedSnapshot(q);
+      return this.localSnapshot(q, false);
     }
   }
 
@@ -207,8 +227,17 @@ export class RedisStore implements RoutingStore {
       capacityBlocks: req.capacityBlocks,
     };
     let reply: DecideReply;
+    const sending = this.view(pool, workers).sending;
+    sending.set(req.worker, (sending.get(req.worker) ?? 0) + 1);
     try {
-      reply = await this.decide(req, commit);
+      try {
+        reply = await this.decide(req, commit);
+      } finally {
+        // Before the reply is learned: from here on it is in `inflight` (held) or nowhere (failed).
+        const n = (sending.get(req.worker) ?? 1) - 1;
+        if (n > 0) sending.set(req.worker, n);
+        else sending.delete(req.worker);
+      }
       if (reply.late) throw new KvgateError('store_unavailable', 'the commit reached redis after its deadline');
     } catch (err) {
       this.logFailure('redis commit failed; routing on local state', err, scope);
@@ -447,7 +476,7 @@ export class RedisStore implements RoutingStore {
   /** Folds a script reply into the local view and returns it as a snapshot. */
   private absorb(q: StateQuery, reply: DecideReply): Snapshot {
     const { prefix } = this.learn(q, reply);
-    return { ...this.cachedSnapshot(q), prefix };
+    return { ...this.localSnapshot(q, false), prefix };
   }
 
   /**
@@ -512,7 +541,7 @@ export class RedisStore implements RoutingStore {
   }
 
   private commitLocally(req: CommitRequest): CommitResult {
-    const snapshot = this.cachedSnapshot(req);
+    const snapshot = this.localSnapshot(req, false);
     // Degraded: checked against what this replica knows. The affinity the decision expected came
     // from this same local cache, so comparing them still catches two concurrent requests of one
     // new session both placing it (the second re-decides and follows the first). Prefix depth is
@@ -706,7 +735,7 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now() }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;

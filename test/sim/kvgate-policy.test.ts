@@ -96,6 +96,21 @@ describe('the kvgate policy runs the real Gate', () => {
     assert.deepEqual(await p.route(req(8, 's8')), { shed: 'overloaded' });
   });
 
+  test('past the hard bound the real gate still queues while every engine reports room and a queue: the bound is for what no scrape has shown yet', async () => {
+    const p = await KvgatePolicy.create({ ...ctx, maxInflight: 2 });
+    const req = (i: number) => handWorkload([{ at: 0, prompt: 1000, out: 1, blocks: Array.from({ length: 10 }, (_, b) => i * 100 + b) }]).requests[0]!;
+    // No first token yet: 4 × 2 = 8 in flight on each worker, then the count bound refuses.
+    for (let i = 0; i < 16; i++) assert.ok('worker' in (await p.route(req(i))), `request ${i} routed`);
+    assert.deepEqual(await p.route(req(16)), { shed: 'overloaded' });
+    // Both engines report 5 of those queued, with KV room: 5 more each are within the bound.
+    p.observe([{ running: 3, waiting: 5, kvUsage: 0.5 }, { running: 3, waiting: 5, kvUsage: 0.5 }]);
+    for (let i = 17; i < 27; i++) assert.ok('worker' in (await p.route(req(i))), `request ${i} routed past 8 in flight`);
+    assert.deepEqual(await p.route(req(27)), { shed: 'overloaded' }, '8 past the shallowest reported queue');
+    // One engine out of KV room: the fleet is full by memory, the count alone bounds the other.
+    p.observe([{ running: 3, waiting: 5, kvUsage: 0.5 }, { running: 3, waiting: 5, kvUsage: 0.9 }]);
+    assert.deepEqual(await p.route(req(28)), { shed: 'overloaded' });
+  });
+
   test("the simulator hands the gate every worker's latest scrape every 100 ms of simulated time (its collector's read loop)", async () => {
     const p = await KvgatePolicy.create(ctx);
     const seen: Array<{ t: number; kv: number[] }> = [];

@@ -1,13 +1,28 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { Redis } from 'ioredis';
+import { parseConfig } from '../../src/config/load.js';
+import { Gate } from '../../src/gate/gate.js';
+import type { RequestInfo } from '../../src/request/request.js';
+import { initHashing } from '../../src/util/xxhash.js';
+import { MemoryStore } from '../../src/state/memory-store.js';
 import { RedisStore } from '../../src/state/redis-store.js';
+import type { RoutingStore } from '../../src/state/store.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startLatencyProxy, type LatencyProxy } from '../helpers/latency-proxy.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 import { storeContract } from './store.contract.js';
 
 type StoreOptions = ConstructorParameters<typeof RedisStore>[0];
+
+/** A chat turn of a session, its prompt shorter than a block (placed by load alone). */
+function sessionRequest(session: string): RequestInfo {
+  const headers = new Map([
+    ['content-type', 'application/json'],
+    ['x-session-id', session],
+  ]);
+  return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }] })) };
+}
 
 function redisStore(url: string, overrides: Partial<StoreOptions> = {}): RedisStore {
   return new RedisStore({
@@ -109,6 +124,56 @@ describe('redis store specifics', () => {
       const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
       assert.equal(race.ok, false);
       assert.equal(race.snapshot.affinity, 'w2');
+    }));
+
+  test('the view a decision starts from counts this replica’s commits still on their way to Redis, once each', () =>
+    withRedis(async ({ store }) => {
+      const a = await store();
+      const workers = ['w1', 'w2'];
+      const q = { pool: 'p', key: undefined, workers, blocks: [] };
+      const commit = (key: string, affinity?: string) =>
+        a.commit({ pool: 'p', key, workers, worker: 'w1', preconditions: { affinity, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      assert.ok((await commit('s:placed')).ok);
+      assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 1);
+      // Sent in this order, run by Redis in this order, answered in this order: when the failing
+      // one's reply comes, the other two are still on their way.
+      const failing = commit('s:placed', 'w2');
+      const sent = [commit('s:one'), commit('s:two')];
+      assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 4, 'the held lease and the three commits on their way');
+      const lost = await failing;
+      assert.equal(lost.ok, false);
+      // A failed commit's state answers for Redis: commits that may yet fail do not fill a worker there.
+      if (!lost.ok) assert.equal(lost.snapshot.inflight.get('w1'), 1);
+      for (const r of await Promise.all(sent)) assert.ok(r.ok);
+      assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 3, 'each held commit counted once, through Redis’s reply');
+      assert.equal(a.cachedSnapshot(q).inflight.get('w2'), 0);
+    }));
+
+  test('a burst of new sessions one gate decides before any reply is placed as on counts kept at once (the memory store)', () =>
+    withRedis(async ({ store }) => {
+      await initHashing();
+      const config = parseConfig({ workers: ['w1', 'w2', 'w3'].map((id) => ({ id, cluster: id, max_inflight: 50 })) }, 'test');
+      const workers = ['w1', 'w2', 'w3'];
+      // Requests busy w2 and w3, so every decision of the burst starts from w1 alone being idle.
+      const busy = async (s: RoutingStore) => {
+        for (const worker of ['w2', 'w3']) {
+          const r = await s.commit({ pool: 'default', key: undefined, workers, worker, preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+          assert.ok(r.ok);
+        }
+      };
+      const burst = async (s: RoutingStore) => {
+        const gate = new Gate(config, s, silentLogger());
+        const results = await Promise.all(Array.from({ length: 12 }, (_, i) => gate.route(sessionRequest(`burst-${i}`))));
+        return results.map((r) => (r.kind === 'route' ? r.worker : r.error.code));
+      };
+      const memory = new MemoryStore();
+      await busy(memory);
+      const expected = await burst(memory);
+      const redis = await store();
+      await busy(redis);
+      const placed = await burst(redis);
+      assert.ok(new Set(expected).size > 1, `the burst spreads on counts kept at once: ${expected.join(' ')}`);
+      assert.deepEqual(placed, expected);
     }));
 
   test('with Redis down, commits succeed on local state (degraded) and never throw', () =>

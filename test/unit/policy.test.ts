@@ -229,6 +229,26 @@ describe('routing policy', () => {
       assert.equal(e.kind === 'route' && e.worker, 'b');
     });
 
+    test('the hard bound counts what the engines have not reported: past factor × limit by the shallowest queue, while every engine has room', () => {
+      const q = (id: string, inflight: number, waiting: number, engineRoom = true): WorkerView => ({ ...m(id, inflight, 'healthy', 0, engineRoom), waiting });
+      // Both at 4 × 10 in flight, but their engines report 30 and 25 of those queued with room for more.
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [q('a', 40, 30), q('b', 40, 25)] }));
+      assert.equal(d.kind, 'route', 'queued work the engines reported is not what the bound is for');
+      assert.deepEqual(d.kind === 'route' && d.preconditions.below, [{ worker: d.kind === 'route' ? d.worker : '', limit: 65 }], '40 past the shallowest queue (25): the commit checks the same bound');
+      // 40 past the shallowest queue on both: full.
+      assert.equal(decide(input({ keyHash: 'k', overflowFactor: 4, workers: [q('a', 65, 30), q('b', 65, 25)] })).kind, 'shed');
+      // One engine out of KV room: the memory decides, and the bound is the count alone, as before.
+      const e = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [q('a', 40, 30), q('b', 12, 25, false)] }));
+      assert.equal(e.kind === 'shed' && e.reason, 'overloaded');
+      // A worker without engine metrics reports no queue: no credit for anyone.
+      const f = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [q('a', 40, 30), w('b', 10)] }));
+      assert.equal(f.kind === 'shed' && f.reason, 'overloaded');
+      // The session's own worker past the bound keeps it by the same rule.
+      const home = decide(input({ keyHash: 'k', affinity: 'a', totalBlocks: 20, overflowFactor: 4, workers: [{ ...q('a', 45, 30), prefixBlocks: 20 }, q('b', 50, 30)] }));
+      assert.equal(home.kind === 'route' && home.worker, 'a');
+      assert.deepEqual(home.kind === 'route' && home.preconditions.below, [{ worker: 'a', limit: 70 }]);
+    });
+
     test('a worker without engine metrics has only the count: its limit stays hard', () => {
       const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [w('a', 10), w('b', 10)] }));
       assert.equal(d.kind === 'shed' && d.reason, 'overloaded');

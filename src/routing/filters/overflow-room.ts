@@ -2,13 +2,14 @@
  * Who may take a request once every worker is at its in-flight limit: a worker whose engine reports
  * room, below `limits.overflow_factor` times its limit (../overflow.ts has the reasons).
  */
-import { overflowLimitOf, takesOverflow } from '../overflow.js';
+import { overflowLimitOf, queueCredit, takesOverflow } from '../overflow.js';
 import type { Filter } from '../plugins.js';
 
 export const overflowRoom: Filter = {
   name: 'overflow-room',
   filter(workers, { input }) {
     const factor = input.overflowFactor ?? 0;
-    return workers.filter((w) => takesOverflow(w, overflowLimitOf(w, factor)));
+    const credit = factor > 1 ? queueCredit(input.workers) : 0;
+    return workers.filter((w) => takesOverflow(w, overflowLimitOf(w, factor, credit)));
   },
 };
