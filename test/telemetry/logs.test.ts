@@ -136,6 +136,25 @@ describe('request logs', () => {
     }
   });
 
+  test('a knob problem is logged with the ids of the request that showed it', async () => {
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] }, { logger });
+    const envoyTrace = hex(16);
+    const envoySpan = hex(8);
+    const h = harness(g.target, { grpcMetadata: { traceparent: `00-${envoyTrace}-${envoySpan}-01`, 'x-kvgate-colour': 'blue' } });
+    try {
+      assert.equal((await h.request(chat({ session: 'knobbed' }))).kind, 'upstream');
+      const line = lines.find((l) => String(l['msg']).startsWith('knob rejected'));
+      assert.ok(line, `the knob line (got ${lines.map((l) => l['msg']).join(' | ')})`);
+      assert.equal(line['key'], 'x-kvgate-colour');
+      assert.equal(line['trace_id'], envoyTrace);
+      assert.equal(line['span_id'], envoySpan);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
   test('lines of requests in flight at once each carry their own ids', async () => {
     const { logger, lines } = recordingLogger('debug');
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] }, { logger });
