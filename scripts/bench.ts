@@ -4,13 +4,15 @@
  *   1. micro-benchmarks (scripts/bench-micro.ts): keying, hashing, decisions, store, Gate.route;
  *   2. `kvgate bench`: ext_proc load against kvgate (memory, Redis) and the no-op ceiling;
  *   3. `kvgate sim` on every synthetic workload, then on the shared traces when they are present
- *      (--traces DIR, $KVGATE_TRACES, or ../shared/data/traces beside the repo), read in place.
+ *      (--traces DIR, $KVGATE_TRACES, or ../shared/data/traces beside the repo), read in place;
+ *   4. `kvgate sim --sweep`: every policy at offered loads 0.2-1.6 on the report's workloads and,
+ *      condensed, on the held-out set the defaults were tuned on (src/bench/sweeps.ts).
  *
  * Each step runs in its own process, one after another, so no step's heap or threads disturb the
  * next one's timings. The generated sections of docs/BENCHMARKS.md are replaced; the prose stays.
  *
  *   --quick        seconds instead of minutes: tiny runs that check the pipeline, not the numbers
- *   --only LIST    micro,gate,sim (default all); sections not run keep their previous content
+ *   --only LIST    micro,gate,sim,sweep (default all); sections not run keep their previous content
  *   --traces DIR   where the shared traces are
  *   --out FILE     the markdown to update (default docs/BENCHMARKS.md)
  *   --no-write     print the sections instead of writing them
@@ -21,6 +23,9 @@ import { dirname, join, relative } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { replaceSection, simSection, type SimResult } from '../src/bench/docs.js';
+import { heldOutSection, sweepSection, type SweepResult } from '../src/bench/sweep-docs.js';
+import { HELD_OUT_SWEEPS, REPORT_SWEEPS, sweepArgs, type SweepSpec } from '../src/bench/sweeps.js';
+import type { SweepRow } from '../src/sim/sweep.js';
 import { describeMachine, machineLine } from '../src/bench/machine.js';
 import { markdownMicro } from '../src/bench/micro/format.js';
 import type { MicroRow } from '../src/bench/micro/suite.js';
@@ -31,11 +36,12 @@ import type { ResultRow } from '../src/sim/metrics.js';
 import { SYNTHETIC_WORKLOADS } from '../src/sim/workloads/synthetic.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
+const ALL_STEPS = 'micro,gate,sim,sweep';
 
 const { values } = parseArgs({
   options: {
     quick: { type: 'boolean', default: false },
-    only: { type: 'string', default: 'micro,gate,sim' },
+    only: { type: 'string', default: ALL_STEPS },
     traces: { type: 'string' },
     out: { type: 'string', default: join(root, 'docs', 'BENCHMARKS.md') },
     'no-write': { type: 'boolean', default: false },
@@ -76,7 +82,7 @@ function gitCommit(): string {
 }
 
 // Every step runs the compiled build (the micro-benchmarks import it): bring dist/ up to date first.
-if (steps.has('micro') || steps.has('gate') || steps.has('sim')) {
+if (steps.has('micro') || steps.has('gate') || steps.has('sim') || steps.has('sweep')) {
   log('npm run build');
   execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
 }
@@ -152,9 +158,32 @@ if (steps.has('sim')) {
     : '_The shared traces were not found (pass `--traces DIR` or set `KVGATE_TRACES`); nothing was replayed._';
 }
 
+if (steps.has('sweep')) {
+  const tracesDir = findTracesDir(root, values.traces);
+  const run = async (specs: readonly SweepSpec[]): Promise<SweepResult[]> => {
+    const out: SweepResult[] = [];
+    for (const spec of specs) {
+      if (spec.trace && !tracesDir) continue;
+      const args = ['src/cli/main.ts', ...sweepArgs(spec, tracesDir ?? '', quick)];
+      log(shown(args));
+      const rows = JSON.parse(await node(args)) as SweepRow[];
+      // A trace's path as the docs write it: TRACES/… (the shared folder), not this machine's.
+      const command = ['kvgate', ...sweepArgs(spec, 'TRACES', quick)].join(' ');
+      out.push({ name: spec.name, command, rows });
+    }
+    return out;
+  };
+  const missing = tracesDir ? '' : '\n\n_The shared traces were not found (pass `--traces DIR` or set `KVGATE_TRACES`); only the synthetic workloads ran._';
+  const at = stamp();
+  sections['sweep'] = `${at}${missing}\n\n${(await run(REPORT_SWEEPS)).map(sweepSection).join('\n\n')}`;
+  sections['sweep-held-out'] = `${stamp()}${missing}\n\n${(await run(HELD_OUT_SWEEPS)).map(heldOutSection).join('\n\n')}`;
+}
+
 const minutes = ((Date.now() - started) / 60000).toFixed(1);
+const flags = [...(quick ? ['--quick'] : []), ...(values.only !== ALL_STEPS ? ['--only', values.only] : [])];
+const benchCommand = flags.length > 0 ? `npm run bench -- ${flags.join(' ')}` : 'npm run bench';
 sections['machine'] = [
-  `- Last run: ${new Date(started).toISOString().slice(0, 16).replace('T', ' ')} UTC, commit ${commit}, \`npm run bench${quick ? ' -- --quick' : ''}${values.only !== 'micro,gate,sim' ? ` -- --only ${values.only}` : ''}\` (${minutes} min)`,
+  `- Last run: ${new Date(started).toISOString().slice(0, 16).replace('T', ' ')} UTC, commit ${commit}, \`${benchCommand}\` (${minutes} min)`,
   `- Machine: ${machineLine(machine)}`,
   `- \`nproc\` ${machine.cpus}; CPU model from /proc/cpuinfo: ${machine.cpu_model}; memory ${machine.memory_gib} GiB; Node ${machine.node}`,
 ].join('\n');

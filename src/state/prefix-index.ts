@@ -24,71 +24,104 @@ const QUEUE_SLACK = 1024;
 /*
  * Layout. The index is read far more than it changes and its reads are one walk per request down
  * a chain of up to max_blocks blocks, where a shared system prompt makes the first blocks held by
- * every worker. So:
+ * every worker. The walk is bound by memory latency (each block's data was written by an earlier
+ * request, and the request's own garbage has pushed it out of the caches since), so the layout
+ * is about how many separate places a block's data lives in:
  *
- * - Workers are numbered (small integers, in order of first record) and each block has one
- *   `Holders` entry: a flat array of its holders' numbers, each with when it was last routed the
- *   block. A walk costs at most one string-keyed lookup per block (see the hints below) and then
- *   number array reads; it used to cost one string-keyed Map lookup per block and live worker.
- * - A worker's recency (for capacity, LRU) is a queue of (holders entry, touch number) pairs it
- *   appends to on every record; an entry is current only while the worker's touch number in that
- *   block still equals the queued one, so routing a block again costs two array pushes, and
- *   eviction pops from the head past the stale pairs. This is an exact LRU (the same evictions, in
- *   the same order, as the linked list of lru-cache it replaces, whose bookkeeping was ~6% of the
- *   gate's time at 32 KB), not an approximation. A JS Map in insertion order would be the usual
- *   idiom, but evicting from its head leaves holes that V8 skips one by one on each `keys().next()`
- *   until the table is rehashed: thousands of steps per eviction once a worker is full.
+ * - Each block has one *entry*, a small integer. What the walk reads of an entry lives in typed
+ *   arrays indexed by it (its next-block hint, where its holders are, how many) and in one flat
+ *   Float64Array of holder slots; its block id in one array of strings. Entries of a chain are
+ *   made one after the other, so a walk reads those arrays nearly in order. It used to read an
+ *   object per block, the JS array of its slots and that array's backing store: three scattered
+ *   reads per block before its id.
+ * - Workers are numbered (small integers, in order of first record). A block's holders are three
+ *   numbers each (the worker's number, when it was last routed the block, and its touch number
+ *   for the block) in a region of the slot array sized for 1, 2, 4... holders; a full region is
+ *   moved to one twice its size. Freed regions and entries are reused, so the arrays grow to the
+ *   most blocks held at once and stay there.
+ * - A worker's recency (for capacity, LRU) is a queue of (entry, touch number) pairs it appends to
+ *   on every record; a pair is current only while the worker's touch number in that entry still
+ *   equals the queued one, so routing a block again costs two array pushes, and eviction pops from
+ *   the head past the stale pairs. This is an exact LRU (the same evictions, in the same order, as
+ *   the linked list of lru-cache it once replaced). Touch numbers only grow, so a pair whose entry
+ *   died and was reused for another block is stale too: the worker's touch there is newer, or the
+ *   worker does not hold it.
  * - Holder order within a block is the order workers first took it (removal keeps the order), so
  *   `match`'s map lists block 0's holders in the same order as the per-block Maps it replaces.
  * - Each entry remembers the entry of the block that followed it in the last chain recorded
  *   through it. Prompts that share a prefix share it block for block (chained hashes), so a walk
- *   or record usually finds block i+1's entry there and checks it (same block hash, still held)
- *   with one short string comparison instead of a hash lookup in a map of every block; a wrong or
- *   dead hint falls back to the lookup, so the hint changes speed only, never an answer. An entry
- *   that dies drops its hint, so a hint keeps at most one dead entry alive.
- * Invariant: an entry with holders is the one in `holders` for its block; one without is dead.
+ *   or record usually finds block i+1's entry there and checks it (live, same block id) with one
+ *   short string comparison instead of a hash lookup in a map of every block; a wrong, dead or
+ *   reused hint falls back to the lookup, so the hint changes speed only, never an answer.
+ * Invariant: an entry with holders is the one in `entries` for its block; one without is free.
  */
 
-/**
- * One block's holders, three numbers each in one flat array (one allocation per block, which
- * matters when full workers evict and new blocks arrive on every request): the worker's number,
- * when it was last routed the block, and its touch number for the block.
- */
-class Holders {
-  readonly slots: number[] = [];
-  /** The entry of the block that followed this one when it was last recorded (a hint, checked before use). */
-  next: Holders | undefined = undefined;
-  constructor(readonly block: string) {}
-}
-
-/** Numbers per holder in `Holders.slots`, and their offsets. */
+/** Numbers per holder in the slot array, and their offsets. */
 const SLOT = 3;
 const AT = 1;
 const TOUCH = 2;
-
-/** Where a worker's three numbers start in a block's holder slots, or -1. */
-function slotOf(h: Holders, id: number): number {
-  const s = h.slots;
-  for (let j = 0; j < s.length; j += SLOT) if (s[j] === id) return j;
-  return -1;
-}
+/** No entry (a hint or a lookup that found none). */
+const NONE = -1;
 
 /** One worker's share of the index: how many blocks it holds, bounded by capacity, in recency order. */
 class WorkerBlocks {
   size = 0;
   /** Touches so far: each record of a block gives it the next number. */
   touches = 0;
-  /** The recency queue, oldest first from `head`: a block's holders entry and the touch that queued it. */
-  readonly qBlock: Holders[] = [];
-  readonly qTouch: number[] = [];
+  /**
+   * The recency queue, oldest first from `head` up to `qLen`: a block's entry and the touch that
+   * queued it. Typed arrays kept at their largest size: compaction rewrites them in place, where
+   * JS arrays truncated by compaction grew back by reallocation every few records (~7.7 KB of
+   * garbage a request at 32 KB).
+   */
+  qBlock = new Int32Array(256);
+  qTouch = new Float64Array(256);
+  qLen = 0;
   head = 0;
   sweptAt: number | undefined;
   constructor(public capacity: number) {}
+
+  enqueue(e: number, touch: number): void {
+    if (this.qLen === this.qBlock.length) {
+      const block = new Int32Array(this.qLen * 2);
+      block.set(this.qBlock);
+      this.qBlock = block;
+      const t = new Float64Array(this.qLen * 2);
+      t.set(this.qTouch);
+      this.qTouch = t;
+    }
+    this.qBlock[this.qLen] = e;
+    this.qTouch[this.qLen++] = touch;
+  }
 }
 
 export class PrefixIndex {
-  /** block hash → its holders */
-  private readonly holders = new Map<string, Holders>();
+  /** block hash → its entry */
+  private readonly entries = new Map<string, number>();
+  /** entry → its block id (undefined while free) */
+  private eBlock: Array<string | undefined> = [];
+  /** entry → the entry of the block that followed it when it was last recorded (a hint, checked before use) */
+  private eNext = new Int32Array(256);
+  /** entry → where its holder slots start in `slots` */
+  private eOff = new Int32Array(256);
+  /** entry → how many holders it has (0: free) */
+  private eLen = new Int32Array(256);
+  /** entry → its slot region's size class: room for 2^class holders */
+  private eCls = new Uint8Array(256);
+  /** Entries ever handed out (the arrays' used length) and the free ones among them. */
+  private entryCount = 0;
+  private freeEntries: number[] = [];
+  /**
+   * Entries freed during a `record`, made reusable only when it ends: it holds the chain's entries
+   * as it found them and tells a dead one by its holder count, which reuse would make non-zero.
+   */
+  private dying: number[] = [];
+  private recording = false;
+  /** Holder slots of every entry, `SLOT` numbers per holder; `slotsTop` is its used length. */
+  private slots = new Float64Array(1024);
+  private slotsTop = 0;
+  /** Freed slot regions by size class, for reuse. */
+  private freeRegions: number[][] = [];
   /** worker id → its number; `names` is the reverse */
   private readonly numbers = new Map<string, number>();
   private readonly names: string[] = [];
@@ -108,6 +141,8 @@ export class PrefixIndex {
   private mark = new Float64Array(16);
   private stamp = 0;
   private alive = new Int32Array(16);
+  /** Scratch for `record`: the chain's entries as they stood before it changed anything. */
+  private found = new Int32Array(64);
 
   constructor(
     private readonly ttlMs: number,
@@ -157,24 +192,26 @@ export class PrefixIndex {
 
   private walk(blocks: readonly string[], now: number, among: Uint8Array | undefined): Map<string, number> {
     const depth = new Map<string, number>();
-    const first = blocks.length > 0 ? this.holders.get(blocks[0]!) : undefined;
-    if (!first) return depth;
+    const first = blocks.length > 0 ? (this.entries.get(blocks[0]!) ?? NONE) : NONE;
+    if (first === NONE) return depth;
     if (this.mark.length < this.names.length) {
       this.mark = new Float64Array(this.names.length * 2);
       this.alive = new Int32Array(this.names.length * 2);
     }
     const mark = this.mark;
     const alive = this.alive;
+    const slots = this.slots;
+    const eOff = this.eOff;
+    const eLen = this.eLen;
     // mark[w] === base + i: worker w holds blocks 0..i (live). Stamps only grow, so no clearing.
     const base = this.stamp;
     this.stamp += blocks.length + 1;
     const ttl = this.ttlMs;
     let n = 0;
     // Block 0's live holders, in holder order: the map's order.
-    const s0 = first.slots;
-    for (let j = 0; j < s0.length; j += SLOT) {
-      const w = s0[j]!;
-      if (now - s0[j + AT]! <= ttl && (among === undefined || among[w] === 1)) {
+    for (let j = eOff[first]!, end = j + SLOT * eLen[first]!; j < end; j += SLOT) {
+      const w = slots[j]!;
+      if (now - slots[j + AT]! <= ttl && (among === undefined || among[w] === 1)) {
         mark[w] = base;
         alive[n++] = w;
         depth.set(this.names[w]!, 1);
@@ -182,16 +219,21 @@ export class PrefixIndex {
     }
     if (n === 0) return depth;
     let i = 1;
-    for (let prevH = first; i < blocks.length; i++) {
-      const h = this.follow(prevH, blocks[i]!);
-      if (!h) break;
-      prevH = h;
-      const prev = base + i - 1;
+    const eNext = this.eNext;
+    const eBlock = this.eBlock;
+    for (let prev = first; i < blocks.length; i++) {
+      // Block i's live entry: the previous entry's hint when it is that (live, same block id),
+      // else a lookup. (Written out here and in `record`: a method for it was not inlined.)
+      const block = blocks[i]!;
+      let e = eNext[prev]!;
+      if (e === NONE || eLen[e] === 0 || eBlock[e] !== block) e = this.entries.get(block) ?? NONE;
+      if (e === NONE) break;
+      prev = e;
+      const was = base + i - 1;
       const cur = base + i;
-      const s = h.slots;
-      for (let j = 0; j < s.length; j += SLOT) {
-        const w = s[j]!;
-        if (mark[w] === prev && now - s[j + AT]! <= ttl) mark[w] = cur;
+      for (let j = eOff[e]!, end = j + SLOT * eLen[e]!; j < end; j += SLOT) {
+        const w = slots[j]!;
+        if (mark[w] === was && now - slots[j + AT]! <= ttl) mark[w] = cur;
       }
       // Keep the workers that held this block too; the rest stop at depth i.
       let kept = 0;
@@ -213,6 +255,17 @@ export class PrefixIndex {
    */
   record(worker: string, blocks: readonly string[], capacityBlocks?: number): void {
     this.version++;
+    this.recording = true;
+    try {
+      this.recordChain(worker, blocks, capacityBlocks);
+    } finally {
+      this.recording = false;
+      // Entries that died during the record may be reused from now on.
+      for (let e = this.dying.pop(); e !== undefined; e = this.dying.pop()) this.freeEntries.push(e);
+    }
+  }
+
+  private recordChain(worker: string, blocks: readonly string[], capacityBlocks: number | undefined): void {
     const id = this.numberOf(worker);
     let wb = this.workers[id];
     if (!wb) this.workers[id] = wb = new WorkerBlocks(Math.max(1, capacityBlocks ?? DEFAULT_CAPACITY_BLOCKS));
@@ -223,38 +276,44 @@ export class PrefixIndex {
     }
     const now = this.now();
     // The chain's entries as they stand, found front to back along the hints.
-    // (Written in order from 0, so it grows packed; never shrunk: setting an array's length is V8's slow path.)
+    if (this.found.length < blocks.length) this.found = new Int32Array(blocks.length * 2);
     const found = this.found;
-    for (let i = 0, prev: Holders | undefined; i < blocks.length; i++) found[i] = prev = i === 0 || prev === undefined ? this.holders.get(blocks[i]!) : this.follow(prev, blocks[i]!);
+    const eNext = this.eNext;
+    const eLen = this.eLen;
+    const eBlock = this.eBlock;
+    for (let i = 0, prev = NONE; i < blocks.length; i++) {
+      // As in the walk: the hint when it is block i's live entry, else a lookup.
+      const block = blocks[i]!;
+      let e = prev === NONE ? NONE : eNext[prev]!;
+      if (e === NONE || eLen[e] === 0 || eBlock[e] !== block) e = this.entries.get(block) ?? NONE;
+      found[i] = prev = e;
+    }
     // Deepest block first, so the root of the chain is the most recent and the last to go: an
     // engine evicts a prefix from its tail, and a root without its tail is still a useful match.
-    let after: Holders | undefined;
+    let after = NONE;
     for (let i = blocks.length - 1; i >= 0; i--) {
       const b = blocks[i]!;
-      let h = found[i];
-      // An eviction earlier in this loop may have emptied it (then it is dead).
-      if (h === undefined || h.slots.length === 0) {
-        h = this.holders.get(b);
-        if (!h) this.holders.set(b, (h = new Holders(b)));
-      }
-      if (after !== undefined) h.next = after;
-      after = h;
+      let e = found[i]!;
+      // An eviction earlier in this loop may have emptied it (then it is dead, and not reused
+      // before the record ends).
+      if (e === NONE || this.eLen[e] === 0) e = this.entries.get(b) ?? this.newEntry(b);
+      if (after !== NONE) this.eNext[e] = after;
+      after = e;
       const touch = ++wb.touches;
-      const j = slotOf(h, id);
+      const j = this.slotOf(e, id);
       if (j >= 0) {
-        h.slots[j + AT] = now;
-        h.slots[j + TOUCH] = touch;
+        this.slots[j + AT] = now;
+        this.slots[j + TOUCH] = touch;
       } else {
-        h.slots.push(id, now, touch);
+        this.addHolder(e, id, now, touch);
         wb.size++;
       }
-      wb.qBlock.push(h);
-      wb.qTouch.push(touch);
+      wb.enqueue(e, touch);
       if (wb.size > wb.capacity) this.evictOldest(id, wb);
     }
     // Stale entries pile up behind the live ones (blocks routed again), consumed ones before the
     // head (evictions): either way the queue is rebuilt once the waste outgrows what it holds.
-    if (wb.qBlock.length - wb.head > 2 * wb.size + QUEUE_SLACK || wb.head > wb.size + QUEUE_SLACK) compact(id, wb);
+    if (wb.qLen - wb.head > 2 * wb.size + QUEUE_SLACK || wb.head > wb.size + QUEUE_SLACK) this.compact(id, wb);
     this.sweep(id, wb, now);
   }
 
@@ -265,10 +324,10 @@ export class PrefixIndex {
     const wb = id === undefined ? undefined : this.workers[id];
     if (id === undefined || !wb) return;
     for (const b of blocks) {
-      const h = this.holders.get(b);
-      const j = h ? slotOf(h, id) : -1;
+      const e = this.entries.get(b);
+      const j = e === undefined ? -1 : this.slotOf(e, id);
       // Its queue entry goes stale with it (the worker is no longer among the block's holders).
-      if (j >= 0) this.unhold(h!, j, wb);
+      if (j >= 0) this.unhold(e!, j, wb);
     }
   }
 
@@ -281,17 +340,92 @@ export class PrefixIndex {
   clear(): void {
     this.version++;
     this.workers = [];
-    this.holders.clear();
+    this.entries.clear();
+    this.eBlock = [];
+    this.entryCount = 0;
+    this.freeEntries = [];
+    this.dying = [];
+    this.slotsTop = 0;
+    this.freeRegions = [];
     this.memo = undefined;
   }
 
-  /** Scratch for `record`: the chain's entries (only the first blocks.length are this record's; it may keep a few dead entries alive until the next one). */
-  private readonly found: Array<Holders | undefined> = [];
+  /** Where a worker's three numbers start in an entry's holder slots, or -1. */
+  private slotOf(e: number, id: number): number {
+    const s = this.slots;
+    for (let j = this.eOff[e]!, end = j + SLOT * this.eLen[e]!; j < end; j += SLOT) if (s[j] === id) return j;
+    return -1;
+  }
 
-  /** The live entry of `block`, which follows `prev` in the chain: `prev`'s hint when it is that, else a lookup. */
-  private follow(prev: Holders, block: string): Holders | undefined {
-    const h = prev.next;
-    return h !== undefined && h.slots.length > 0 && h.block === block ? h : this.holders.get(block);
+  /** A new entry for a block nobody holds, with room for one holder. */
+  private newEntry(block: string): number {
+    let e = this.freeEntries.pop();
+    if (e === undefined) {
+      e = this.entryCount++;
+      if (e === this.eNext.length) this.growEntries();
+    }
+    this.eBlock[e] = block;
+    this.eNext[e] = NONE;
+    this.eLen[e] = 0;
+    this.eCls[e] = 0;
+    this.eOff[e] = this.region(0);
+    this.entries.set(block, e);
+    return e;
+  }
+
+  private growEntries(): void {
+    const n = this.eNext.length * 2;
+    const grow = <T extends Int32Array | Uint8Array>(a: T, make: (n: number) => T): T => {
+      const b = make(n);
+      b.set(a);
+      return b;
+    };
+    this.eNext = grow(this.eNext, (k) => new Int32Array(k));
+    this.eOff = grow(this.eOff, (k) => new Int32Array(k));
+    this.eLen = grow(this.eLen, (k) => new Int32Array(k));
+    this.eCls = grow(this.eCls, (k) => new Uint8Array(k));
+  }
+
+  /** A free slot region of size class `cls` (room for 2^cls holders): a freed one, or new at the top. */
+  private region(cls: number): number {
+    const free = this.freeRegions[cls];
+    const reused = free?.pop();
+    if (reused !== undefined) return reused;
+    const size = SLOT << cls;
+    if (this.slotsTop + size > this.slots.length) {
+      const bigger = new Float64Array(Math.max(this.slots.length * 2, this.slotsTop + size));
+      bigger.set(this.slots.subarray(0, this.slotsTop));
+      this.slots = bigger;
+    }
+    const off = this.slotsTop;
+    this.slotsTop += size;
+    return off;
+  }
+
+  private freeRegion(off: number, cls: number): void {
+    while (this.freeRegions.length <= cls) this.freeRegions.push([]);
+    this.freeRegions[cls]!.push(off);
+  }
+
+  /** Appends a holder to an entry, moving its slots to a region twice the size when full. */
+  private addHolder(e: number, id: number, now: number, touch: number): void {
+    const len = this.eLen[e]!;
+    const cls = this.eCls[e]!;
+    let off = this.eOff[e]!;
+    if (len === 1 << cls) {
+      const to = this.region(cls + 1);
+      // (`region` may have replaced the array: read it after.)
+      this.slots.copyWithin(to, off, off + SLOT * len);
+      this.freeRegion(off, cls);
+      this.eOff[e] = off = to;
+      this.eCls[e] = cls + 1;
+    }
+    const s = this.slots;
+    const j = off + SLOT * len;
+    s[j] = id;
+    s[j + AT] = now;
+    s[j + TOUCH] = touch;
+    this.eLen[e] = len + 1;
   }
 
   private numberOf(worker: string): number {
@@ -306,14 +440,13 @@ export class PrefixIndex {
 
   /**
    * The worker's least recently routed block still held, as the slot of its holder numbers in the
-   * entry at the head of its queue (`wb.qBlock[wb.head]`), once stale entries (blocks routed again
+   * entry at the head of its queue (`wb.qBlock[wb.head]`), once stale pairs (blocks routed again
    * since, forgotten, evicted or expired) are skipped; -1 when it holds none.
    */
   private oldest(id: number, wb: WorkerBlocks): number {
-    while (wb.head < wb.qBlock.length) {
-      const h = wb.qBlock[wb.head]!;
-      const j = slotOf(h, id);
-      if (j >= 0 && h.slots[j + TOUCH] === wb.qTouch[wb.head]) return j;
+    while (wb.head < wb.qLen) {
+      const j = this.slotOf(wb.qBlock[wb.head]!, id);
+      if (j >= 0 && this.slots[j + TOUCH] === wb.qTouch[wb.head]) return j;
       wb.head++;
     }
     return -1;
@@ -333,46 +466,46 @@ export class PrefixIndex {
     if (now - wb.sweptAt < Math.min(this.ttlMs, SWEEP_INTERVAL_MS)) return;
     wb.sweptAt = now;
     for (let j = this.oldest(id, wb); j >= 0; j = this.oldest(id, wb)) {
-      const h = wb.qBlock[wb.head]!;
-      if (now - h.slots[j + AT]! <= this.ttlMs) break;
-      this.unhold(h, j, wb);
+      if (now - this.slots[j + AT]! <= this.ttlMs) break;
+      this.unhold(wb.qBlock[wb.head]!, j, wb);
     }
   }
 
   /**
-   * The worker no longer holds the block: its slot out of the holders (the others keep their
-   * order), and the block out of the index with its last holder.
+   * The worker no longer holds the block: its slot out of the entry's holders (the others keep
+   * their order), and the entry freed with its last holder.
    */
-  private unhold(h: Holders, j: number, wb: WorkerBlocks): void {
-    const s = h.slots;
-    for (let k = j + SLOT; k < s.length; k++) s[k - SLOT] = s[k]!;
-    // pop, not `length -=`: setting an array's length leaves V8's fast path.
-    s.pop();
-    s.pop();
-    s.pop();
+  private unhold(e: number, j: number, wb: WorkerBlocks): void {
+    const s = this.slots;
+    const off = this.eOff[e]!;
+    const len = this.eLen[e]! - 1;
+    for (let k = j + SLOT, end = off + SLOT * (len + 1); k < end; k++) s[k - SLOT] = s[k]!;
+    this.eLen[e] = len;
     wb.size--;
-    if (s.length === 0) {
-      // It is the block's entry (the invariant above), and now dead.
-      this.holders.delete(h.block);
-      h.next = undefined;
+    if (len === 0) {
+      // It is the block's entry (the invariant above), and now free.
+      this.entries.delete(this.eBlock[e]!);
+      this.eBlock[e] = undefined;
+      this.eNext[e] = NONE;
+      this.freeRegion(off, this.eCls[e]!);
+      (this.recording ? this.dying : this.freeEntries).push(e);
     }
   }
-}
 
-/** Drops a worker's stale and consumed queue entries, in place (no new arrays: this runs on the request path). */
-function compact(id: number, wb: WorkerBlocks): void {
-  const qBlock = wb.qBlock;
-  const qTouch = wb.qTouch;
-  let out = 0;
-  for (let j = wb.head; j < qBlock.length; j++) {
-    const h = qBlock[j]!;
-    const k = slotOf(h, id);
-    if (k >= 0 && h.slots[k + TOUCH] === qTouch[j]) {
-      qBlock[out] = h;
-      qTouch[out++] = qTouch[j]!;
+  /** Drops a worker's stale and consumed queue pairs, in place (no new arrays: this runs on the request path). */
+  private compact(id: number, wb: WorkerBlocks): void {
+    const qBlock = wb.qBlock;
+    const qTouch = wb.qTouch;
+    let out = 0;
+    for (let j = wb.head; j < wb.qLen; j++) {
+      const e = qBlock[j]!;
+      const k = this.slotOf(e, id);
+      if (k >= 0 && this.slots[k + TOUCH] === qTouch[j]) {
+        qBlock[out] = e;
+        qTouch[out++] = qTouch[j]!;
+      }
     }
+    wb.qLen = out;
+    wb.head = 0;
   }
-  qBlock.length = out;
-  qTouch.length = out;
-  wb.head = 0;
 }

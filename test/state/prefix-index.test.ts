@@ -265,14 +265,50 @@ describe('PrefixIndex against a reference model', () => {
 
   test('a worker does not grow its memory without bound, evicting new blocks or routing the same ones again', () => {
     const ix = new PrefixIndex(3_600_000);
-    // The recency queue is internal; its length is what would leak.
-    const queue = () => (ix as unknown as { workers: Array<{ qBlock: unknown[] }> }).workers[0]!.qBlock.length;
+    // The recency queue, the entries and the holder slots are internal; their lengths are what would leak.
+    const inside = ix as unknown as { workers: Array<{ qLen: number; qBlock: Int32Array }>; entryCount: number; slotsTop: number };
+    const queue = () => Math.max(inside.workers[0]!.qLen, inside.workers[0]!.qBlock.length);
     for (let r = 0; r < 3000; r++) ix.record('w1', chain(`u${r}.`, 16), 64);
     assert.equal(ix.size('w1'), 64);
     assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after churn`);
+    // Freed entries and slot regions are reused: at most the blocks held plus one record's worth.
+    assert.ok(inside.entryCount <= 64 + 16, `${inside.entryCount} entries for 64 blocks after churn`);
+    assert.ok(inside.slotsTop <= 3 * (64 + 16), `${inside.slotsTop} slot numbers for 64 blocks of one holder after churn`);
     for (let r = 0; r < 3000; r++) ix.record('w1', chain('same.', 16));
     assert.equal(ix.size('w1'), 64);
     assert.ok(queue() < 64 * 3 + 2048, `queue of ${queue()} entries for 64 blocks after re-routing one chain`);
+  });
+
+  test('blocks shared by many workers, then dropped by most, then shared again: the same matches as the reference', () => {
+    // Holder slots grow from room for one holder to room for 16 and are moved each time; regions
+    // and entries freed on the way are reused by the next blocks.
+    let now = 0;
+    const ix = new PrefixIndex(3_600_000, () => now);
+    const ref = new ReferenceIndex(3_600_000, () => now);
+    const workers = Array.from({ length: 16 }, (_, i) => `w${i}`);
+    const slotsTop = () => (ix as unknown as { slotsTop: number }).slotsTop;
+    let grown = 0;
+    for (let round = 0; round < 24; round++) {
+      if (round === 12) grown = slotsTop();
+      const shared = chain(`sys${round % 2}.`, 12);
+      for (const w of workers) {
+        now++;
+        const own = [...shared, ...chain(`${w}.r${round}.`, 4)];
+        ix.record(w, own, 40);
+        ref.record(w, own, 40);
+      }
+      for (const w of workers.slice(round % 3)) {
+        const dropped = shared.slice(3 + (round % 4));
+        ix.forget(w, dropped);
+        ref.forget(w, dropped);
+      }
+      for (const q of [chain('sys0.', 12), chain('sys1.', 12), [...chain('sys0.', 12), ...chain('w3.r0.', 4)]]) {
+        assert.deepEqual([...ix.match(q)], ref.match(q), `round ${round}: ${q[0]}`);
+      }
+      for (const w of workers) assert.equal(ix.size(w), ref.size(w), `round ${round}: size of ${w}`);
+    }
+    // The second dozen rounds hold what the first did: moved and freed slot regions are reused.
+    assert.ok(slotsTop() <= grown * 1.05, `slot array ${grown} numbers after 12 rounds, ${slotsTop()} after 24`);
   });
 
   test('expiry: a block matches up to exactly the TTL, is swept after it, oldest first, and one routed again meanwhile stays', () => {
