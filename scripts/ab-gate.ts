@@ -4,7 +4,12 @@
  * burst of someone else's work on a shared machine lands on both alike. Prints each window's
  * main-thread CPU µs/request and the medians.
  *
- *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400] [--compiled]
+ *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400] [--store memory|redis|REDIS_URL] [--compiled]
+ *
+ * `--store redis` starts a throwaway redis-server (a URL uses that one) and both gates use it, each
+ * under its own key prefix. Only one gate is loaded at a time, so redis-server's CPU time over a
+ * window (INFO cpu) is that gate's Redis cost, give or take the other's timers (refreshes,
+ * renewals); it is printed beside the gate's, with their sum: what a decision costs the machine.
  *
  * `--compiled` loads each tree's build (dist/; `npm run build` in both first), as `kvgate serve`
  * runs: from the sources, tsx wraps every closure in a naming call the shipped code never makes.
@@ -16,8 +21,10 @@
 import { existsSync, readFileSync } from 'node:fs';
 import path from 'node:path';
 import { parseArgs } from 'node:util';
+import { Redis } from 'ioredis';
 import { parseSize } from '../src/bench/bodies.js';
 import { LoadPool } from '../src/bench/load-pool.js';
+import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type { ServerUnderTest } from '../src/bench/servers.js';
 
 const { values } = parseArgs({
@@ -39,14 +46,32 @@ function cpuUs(): number {
 }
 if (!existsSync(`/proc/self/task/${process.pid}/sched`)) throw new Error('Linux only');
 
-type Start = (name: 'memory' | 'noop', opts: { workers: number; logLevel?: string }) => Promise<ServerUnderTest>;
+type Start = (name: 'memory' | 'noop' | 'redis', opts: { workers: number; redisUrl?: string; logLevel?: string }) => Promise<ServerUnderTest>;
 const here = path.resolve(import.meta.dirname, '..');
 const trees = [path.resolve(values.base), here];
 const starts: Start[] = [];
 const serversModule = values.compiled ? 'dist/bench/servers.js' : 'src/bench/servers.ts';
 for (const t of trees) starts.push(((await import(path.join(t, serversModule))) as { startServer: Start }).startServer);
+let ownRedis: BenchRedis | undefined;
+let redisUrl: string | undefined;
+if (values.store === 'redis') {
+  const bin = findRedisServer();
+  if (!bin) throw new Error('--store redis needs redis-server on PATH (or give a URL)');
+  ownRedis = await startBenchRedis(bin);
+  redisUrl = ownRedis.url;
+} else if (values.store !== 'memory' && values.store !== 'noop') {
+  redisUrl = values.store;
+}
+const probe = redisUrl === undefined ? undefined : new Redis(redisUrl);
+/** redis-server's CPU time so far (µs), or 0 without Redis. */
+async function redisCpuUs(): Promise<number> {
+  if (!probe) return 0;
+  const cpu = await probe.info('cpu');
+  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
+  return (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6;
+}
 const servers: ServerUnderTest[] = [];
-for (const s of starts) servers.push(await s(values.store as 'memory', { workers: 16, logLevel: 'error' }));
+for (const s of starts) servers.push(await s(redisUrl === undefined ? (values.store as 'memory' | 'noop') : 'redis', { workers: 16, logLevel: 'error', ...(redisUrl === undefined ? {} : { redisUrl }) }));
 const pool = LoadPool.create(1);
 const plan = (s: ServerUnderTest) => ({
   target: s.target,
@@ -59,16 +84,27 @@ const plan = (s: ServerUnderTest) => ({
 });
 for (const s of servers) await pool.run({ ...plan(s), warmupMs: 0, durationMs: 1500 });
 const per: number[][] = [[], []];
+const perRedis: number[][] = [[], []];
+/** Requests, and those decided on local state or after a failed commit, per tree: a store change may move decisions there. */
+const tally = [0, 1].map(() => ({ requests: 0, degraded: 0, retried: 0 }));
+for (const s of servers) s.window();
 for (let r = 0; r < Number(values.rounds); r++) {
   const order = r % 2 === 0 ? [0, 1] : [1, 0];
   const line: string[] = [];
   for (const i of order) {
+    const r0 = await redisCpuUs();
     const c0 = cpuUs();
     const w = await pool.run({ ...plan(servers[i]!), warmupMs: 0, durationMs: Number(values.ms) });
     const c1 = cpuUs();
+    const r1 = await redisCpuUs();
     if (w.errors > 0) throw new Error(`${trees[i]}: ${w.errors} errors`);
+    const counts = servers[i]!.window();
+    tally[i]!.requests += w.completed;
+    tally[i]!.degraded += counts?.degraded ?? 0;
+    tally[i]!.retried += counts?.retried ?? 0;
     per[i]!.push((c1 - c0) / w.completed);
-    line[i] = ((c1 - c0) / w.completed).toFixed(0);
+    perRedis[i]!.push((r1 - r0) / w.completed);
+    line[i] = ((c1 - c0) / w.completed).toFixed(0) + (probe ? ` + redis ${((r1 - r0) / w.completed).toFixed(0)}` : '');
   }
   console.log(`round ${r + 1}: base ${line[0]} this ${line[1]}`);
 }
@@ -78,6 +114,15 @@ const median = (xs: number[]) => {
 };
 const ratios = per[0]!.map((a, i) => per[1]![i]! / a);
 console.log(`${values.size}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
+const pct = (x: number, of: number) => `${((100 * x) / Math.max(1, of)).toFixed(1)}%`;
+console.log(`decided after a failed commit: base ${pct(tally[0]!.retried, tally[0]!.requests)}, this ${pct(tally[1]!.retried, tally[1]!.requests)}; on local state: base ${pct(tally[0]!.degraded, tally[0]!.requests)}, this ${pct(tally[1]!.degraded, tally[1]!.requests)}`);
+if (probe) {
+  const sum = (i: number) => per[i]!.map((g, k) => g + perRedis[i]![k]!);
+  const sumRatios = sum(0).map((a, k) => sum(1)[k]! / a);
+  console.log(`${values.size} redis-server: base ${median(perRedis[0]!).toFixed(0)} µs/request, this ${median(perRedis[1]!).toFixed(0)}; gate + redis: base ${median(sum(0)).toFixed(0)}, this ${median(sum(1)).toFixed(0)}; this/base per round median ${median(sumRatios).toFixed(3)}`);
+}
 for (const s of servers) pool.forget(s.target);
 for (const s of servers) await s.close();
 await pool.close();
+probe?.disconnect();
+await ownRedis?.stop();

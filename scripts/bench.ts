@@ -98,6 +98,11 @@ function stamp(): string {
   return `_Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC at commit ${commit}; load average ${m.load_avg}, fresh memory ${m.fresh_memory_mb_s.toLocaleString('en-US')} MB/s._`;
 }
 
+/** A simulation's stamp: its results are in simulated time, so the machine's load does not enter them. */
+function simStamp(): string {
+  return `_Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC at commit ${commit}; simulated time, the same on any machine._`;
+}
+
 const microArgs = ['scripts/bench-micro.ts', '--json', ...(quick ? ['--quick'] : [])];
 const gateArgs = ['src/cli/main.ts', 'bench', '--json', ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : [])];
 const simExtra = quick ? ['--requests', '60'] : [];
@@ -174,9 +179,9 @@ if (steps.has('sweep')) {
     return out;
   };
   const missing = tracesDir ? '' : '\n\n_The shared traces were not found (pass `--traces DIR` or set `KVGATE_TRACES`); only the synthetic workloads ran._';
-  const at = stamp();
+  const at = simStamp();
   sections['sweep'] = `${at}${missing}\n\n${(await run(REPORT_SWEEPS)).map(sweepSection).join('\n\n')}`;
-  sections['sweep-held-out'] = `${stamp()}${missing}\n\n${(await run(HELD_OUT_SWEEPS)).map(heldOutSection).join('\n\n')}`;
+  sections['sweep-held-out'] = `${simStamp()}${missing}\n\n${(await run(HELD_OUT_SWEEPS)).map(heldOutSection).join('\n\n')}`;
 }
 
 const minutes = ((Date.now() - started) / 60000).toFixed(1);

@@ -7,12 +7,14 @@
  *   GET  /readyz                    200 when ready (src/health/readiness.ts), else 503; JSON says why
  *   GET  /metrics                   Prometheus text exposition (src/telemetry/metrics.ts)
  *   GET  /workers                   JSON: each worker's pool, state, in-flight count and limit
- *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"}
+ *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"};
+ *                                   503 when the store did not confirm the write (set it again)
  *   GET  /debug/decisions?limit=N   the last decisions and why: each candidate's load, prefix match, score
  */
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
+import { KvgateError } from '../errors.js';
 import type { Gate } from '../gate/gate.js';
 import type { Readiness } from '../health/readiness.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
@@ -123,7 +125,15 @@ export class AdminServer {
       if (typeof state !== 'string' || !WORKER_STATES.includes(state as WorkerState)) {
         return send(res, 400, { error: `body must be {"state": one of ${WORKER_STATES.join(', ')}}` });
       }
-      await gate.store.setWorkerState(pool.name, id, state as WorkerState);
+      try {
+        await gate.store.setWorkerState(pool.name, id, state as WorkerState);
+      } catch (err) {
+        // The store did not confirm in time (or is down): say so, not "internal error". The write
+        // may still have landed; setting a state again is harmless, so the answer says to retry.
+        if (!(err instanceof KvgateError) || err.code !== 'store_unavailable') throw err;
+        this.opts.logger.warn({ worker: id, pool: pool.name, state, err: err.message }, 'worker state not recorded: the store did not answer');
+        return send(res, 503, { error: `${err.message}; it may or may not have been recorded: set it again`, code: err.code });
+      }
       this.opts.logger.info({ worker: id, pool: pool.name, state }, 'worker state set by operator');
       return send(res, 200, { id, state });
     }

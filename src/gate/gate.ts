@@ -556,12 +556,23 @@ function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boo
 
 /**
  * The store can check only states it holds (an operator's). A state the decision read from
- * scraped signals is a local, delayed view: it is dropped from what the commit checks. `views`
- * are the pool's workers as the decision saw them (built from `snap`, so states agree).
+ * scraped signals is a local, delayed view the store cannot check, but the decision still relied
+ * on the operator having set none (an operator's state overrides the signals: `effectiveState`):
+ * the commit checks that the store still has none, or one the decision accepts. Dropping the check
+ * instead let a worker pressured by its signals and drained by another replica (or by this one,
+ * its view not yet refreshed) take the prompts it holds until the next refresh. `views` are the
+ * pool's workers as the decision saw them (built from `snap`, so states agree).
  */
 function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[]): Preconditions {
   if (p.states.length === 0) return p;
-  const states = p.states.filter((s) => (snap.states.get(s.worker) ?? 'healthy') === views.find((v) => v.id === s.worker)?.state);
+  const states = p.states.map((s) => {
+    const recorded = snap.states.get(s.worker) ?? 'healthy';
+    // Otherwise the signals set the state the decision saw, which holds while the store records
+    // none ('healthy'): that, or a recorded state the decision accepts as it is.
+    if (recorded === views.find((v) => v.id === s.worker)?.state || s.in.includes('healthy')) return s;
+    const allowed: WorkerState[] = [...s.in, 'healthy'];
+    return { worker: s.worker, in: allowed };
+  });
   // Field by field (not `{ ...p, states }`: a property after a spread takes V8's slow path, every decision).
   const { affinity, below, atOrAbove, prefix } = p;
   return prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };

@@ -8,8 +8,9 @@
  *   <prefix>:{<pool>}:a:<key>      affinity: the worker id holding the session's KV cache (PX = TTL)
  *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
  *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
- *   <prefix>:{<pool>}:b:<block>    hash: worker id → when its holding of the block lapses (ms)
- *   <prefix>:{<pool>}:bw:<worker>  sorted set: the worker's blocks by recency, trimmed to capacity
+ *   <prefix>:{<pool>}:bh:<worker>  hash: block id → when the worker's holding of it lapses (ms), and
+ *                                  one field `~encoding` that keeps it a hash table (DECIDE_LUA)
+ *   <prefix>:{<pool>}:br:<worker>  sorted set: the same blocks by recency, trimmed (both) to capacity
  *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions → when their affinity lapses (ms)
  *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape (`StoredScrape`)
  *   <prefix>:{<pool>}:gates        sorted set: live gate replica ids → expiry (ms)
@@ -17,6 +18,16 @@
  *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
  *   <prefix>:{<pool>}:lock:<name>  a lapsing lock (SET NX PX)
  *   <prefix>:{<pool>}:r:<hash>     the worker that produced a stored response (Responses API; PX = TTL)
+ *
+ * Prompt blocks were once a hash per block (`b:<block>`: worker → lapse time) beside the recency
+ * set (then `bw:<worker>`). Now the holdings are a hash per worker: a decision passes n worker keys
+ * instead of m block keys, reads each worker's leading run with a few HMGETs instead of m
+ * HGETALLs, and a commit writes one variadic HSET instead of an HSET and a PEXPIRE per block; a
+ * trim past capacity deletes from the worker's own hash inside the script, not with HDELs on block
+ * keys afterwards. Both keys got new names, so replicas of the two layouts never touch each
+ * other's prefix keys (a shared recency set would leave holdings no trim ever removes): during a
+ * rolling upgrade they still share affinities, leases, states and signals, but not prefix hints,
+ * and the old keys lapse within `prefix.ttl_s`.
  */
 import type { Result } from 'ioredis';
 import type { Preconditions } from '../routing/types.js';
@@ -28,10 +39,10 @@ import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGN
 declare module 'ioredis' {
   interface RedisCommander<Context> {
     /**
-     * DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). The keys go
-     * as one array: ioredis flattens arguments one level (Command's `args.flat()`).
+     * DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). The keys and
+     * the block ids go as arrays: ioredis flattens arguments one level (Command's `args.flat()`).
      */
-    kvgateDecide(numKeys: number, keys: readonly string[], spec: string): Result<string, Context>;
+    kvgateDecide(numKeys: number, keys: readonly string[], spec: string, blocks: readonly string[]): Result<string, Context>;
     kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
@@ -58,14 +69,11 @@ export function defineScripts(redis: RedisClient): void {
 /** The keys of one pool (see the layout above). */
 export class PoolKeys {
   readonly tag: string;
-  /** The length in bytes (as Lua counts) of a block key before the block's id. */
-  readonly blockKeyPrefix: number;
   constructor(
     keyPrefix: string,
     readonly pool: string,
   ) {
     this.tag = `${keyPrefix}:{${pool}}`;
-    this.blockKeyPrefix = Buffer.byteLength(this.block(''));
   }
   affinity(key: string): string {
     return `${this.tag}:a:${key}`;
@@ -78,20 +86,28 @@ export class PoolKeys {
   }
   /** `inflight` of each worker, built once per workers array (a pool's list changes rarely). */
   inflightKeys(workers: readonly string[]): readonly string[] {
+    return this.workerKeys(workers).inflight;
+  }
+  /** `holdings` of each worker, built once per workers array. */
+  holdingsKeys(workers: readonly string[]): readonly string[] {
+    return this.workerKeys(workers).holdings;
+  }
+  private workerKeys(workers: readonly string[]): { inflight: readonly string[]; holdings: readonly string[] } {
     if (workers !== this.lastWorkers) {
-      this.lastInflight = workers.map((w) => this.inflight(w));
+      this.lastKeys = { inflight: workers.map((w) => this.inflight(w)), holdings: workers.map((w) => this.holdings(w)) };
       this.lastWorkers = workers;
     }
-    return this.lastInflight;
+    return this.lastKeys;
   }
   private lastWorkers: readonly string[] | undefined;
-  private lastInflight: readonly string[] = [];
-  block(hash: string): string {
-    return `${this.tag}:b:${hash}`;
+  private lastKeys: { inflight: readonly string[]; holdings: readonly string[] } = { inflight: [], holdings: [] };
+  /** The prompt blocks the worker holds, each with when its holding lapses (see the layout above). */
+  holdings(worker: string): string {
+    return `${this.tag}:bh:${worker}`;
   }
-
-  blockSet(worker: string): string {
-    return `${this.tag}:bw:${worker}`;
+  /** The worker's blocks by recency, for its capacity. */
+  recency(worker: string): string {
+    return `${this.tag}:br:${worker}`;
   }
   sessions(worker: string): string {
     return `${this.tag}:ws:${worker}`;
@@ -131,12 +147,12 @@ export interface DecideQuery {
 export type Releases = ReadonlyMap<string, readonly string[]>;
 
 /**
- * How recently a holding must have been written for a commit to leave it as it is: a thousandth
- * of the prefix TTL, at most a second (30 min TTL: 1 s). Skipping the rewrite lets the holding lapse
- * at most this much earlier than routing would have made it (1 s in 30 min, or 0.06% of the TTL:
- * a block about to leave a busy worker's HBM either way), and spares Redis an HSET and a PEXPIRE
- * per block of a prompt routed to the same worker again within it: the shared system prompt and a
- * session's earlier turns, most of a long prompt.
+ * How recently a replica must have recorded a chain in its local prefix index (the copy in front of
+ * Redis's) for it to skip recording it again: a thousandth of the prefix TTL, at most a second
+ * (30 min TTL: 1 s). A skipped record lets the local holding lapse at most this much earlier than
+ * routing would have made it (0.06% of the TTL: a block about to leave a busy worker's HBM either
+ * way); Redis re-teaches it on the next reply that matches it. Redis's own holdings are rewritten by
+ * every commit (DECIDE_LUA).
  */
 export function freshWindowMs(prefixTtlMs: number): number {
   return Math.min(1000, Math.floor(prefixTtlMs / 1000));
@@ -172,8 +188,6 @@ export interface DecideReply {
   states: Map<string, string>;
   /** Leading blocks of the prompt each configured worker holds (absent = none). */
   depth: Map<string, number>;
-  /** Blocks the commit evicted from the chosen worker past its capacity (see `unholdEvicted`). */
-  evicted: string[];
 }
 
 /** The script's JSON argument (DECIDE_LUA reads exactly these fields). */
@@ -182,8 +196,6 @@ interface DecideSpec {
   keyed: boolean;
   workers: readonly string[];
   leaseKey: string;
-  /** A block key less this many leading characters is the block's id (ids are not sent twice). */
-  blockKeyPrefix: number;
   /** Lease members to remove first: [worker index (1-based), members]. */
   released?: Array<[number, readonly string[]]>;
   chosen?: number;
@@ -197,8 +209,6 @@ interface DecideSpec {
   leaseTtlMs?: number;
   prefixTtlMs?: number;
   capacityBlocks?: number;
-  /** A holding lapsing later than now + prefixTtlMs - freshMs is not rewritten (`freshWindowMs`). */
-  freshMs?: number;
   notAfter?: number;
 }
 
@@ -212,7 +222,6 @@ interface RawDecideReply {
   inflight?: number[] | Record<string, never>;
   states?: Record<string, string>;
   depth?: Record<string, number>;
-  evicted: string[] | Record<string, never>;
 }
 
 /** The KEYS of DECIDE_LUA, in the order its header lists them. */
@@ -224,10 +233,13 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
   // argument walk take slower paths over holey arrays.
   const k: string[] = [q.key === undefined ? keys.states : keys.affinity(q.key), keys.states];
   for (let i = 0; i < n; i++) k.push(inflight[i]!);
-  k.push(commit ? keys.blockSet(commit.worker) : keys.states);
+  k.push(commit && q.blocks.length > 0 ? keys.recency(commit.worker) : keys.states);
   k.push(commit ? keys.sessions(commit.worker) : keys.states);
   k.push(expected !== undefined && commit ? keys.sessions(expected) : keys.states);
-  for (let j = 0; j < q.blocks.length; j++) k.push(keys.block(q.blocks[j]!));
+  if (q.blocks.length > 0) {
+    const holdings = keys.holdingsKeys(q.workers);
+    for (let i = 0; i < n; i++) k.push(holdings[i]!);
+  }
   return k;
 }
 
@@ -246,13 +258,13 @@ export function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commi
     return Promise.reject(err as Error);
   }
   const k = decideKeys(keys, q, commit);
-  // ioredis flattens its arguments (and spreads them twice on the way): the keys go as one array.
-  return redis.kvgateDecide(k.length, k, spec).then((json) => readDecideReply(q, json));
+  // ioredis flattens its arguments (and spreads them twice on the way): keys and block ids go as arrays.
+  return redis.kvgateDecide(k.length, k, spec, q.blocks).then((json) => readDecideReply(q, json));
 }
 
 /** DECIDE_LUA's JSON argument. */
 function decideSpec(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): string {
-  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', blockKeyPrefix: keys.blockKeyPrefix };
+  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '' };
   if (released && released.size > 0) {
     spec.released = [];
     for (const [worker, members] of released) {
@@ -278,7 +290,6 @@ function decideSpec(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, relea
       leaseTtlMs: commit.leaseTtlMs,
       prefixTtlMs: commit.prefixTtlMs,
       capacityBlocks: commit.capacityBlocks,
-      freshMs: freshWindowMs(commit.prefixTtlMs),
       notAfter: commit.notAfter,
     } satisfies Partial<DecideSpec>);
   }
@@ -296,19 +307,7 @@ function readDecideReply(q: DecideQuery, json: string): DecideReply {
     inflight: q.workers.map((_, i) => Number((Array.isArray(raw.inflight) ? raw.inflight[i] : 0) ?? 0)),
     states: new Map(Object.entries(raw.states ?? {})),
     depth: new Map(Object.entries(raw.depth ?? {}).map(([w, d]) => [w, Number(d)])),
-    evicted: Array.isArray(raw.evicted) ? raw.evicted : [],
   };
-}
-
-/**
- * Deletes the worker from the holders of blocks a commit evicted past its capacity: plain HDELs,
- * each naming its key (the script cannot: those blocks' keys are not among its KEYS).
- */
-export async function unholdEvicted(redis: RedisClient, keys: PoolKeys, worker: string, evicted: readonly string[]): Promise<void> {
-  if (evicted.length === 0) return;
-  const p = redis.pipeline();
-  for (const b of evicted) p.hdel(keys.block(b), worker);
-  await p.exec();
 }
 
 /** Moves sessions still on `from` to their targets, recording an offload event each (MIGRATE_LUA). */

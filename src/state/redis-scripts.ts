@@ -8,26 +8,42 @@
  */
 
 /**
+ * The one field of a worker's holdings hash that is not a block (DECIDE_LUA): its value, longer than
+ * Redis's default hash-max-listpack-value (64), keeps the hash a hash table (see the script).
+ */
+export const HOLDINGS_ENCODING_FIELD = '~encoding';
+export const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-value keeps this hash a hash table';
+
+/**
  * A decision's read, or its check-and-write. Arguments and reply are JSON with named fields; the
- * typed binding (./redis-commands.ts, `decideCall` and `DecideReply`) is the one place that builds
+ * typed binding (./redis-commands.ts, `decide` and `DecideReply`) is the one place that builds
  * and reads them.
  *
- * KEYS (./redis-commands.ts `decideKeys`), n workers and m blocks:
+ * KEYS (./redis-commands.ts `decideKeys`), n workers:
  *   1          the session's affinity (unkeyed: the states hash again, never touched)
  *   2          the pool's worker states
  *   2+i        worker i's in-flight leases, i = 1..n
- *   3+n        the chosen worker's block set       } commits only; a read passes the states
- *   4+n        the chosen worker's session set     } hash in their place, never touched
+ *   3+n        the chosen worker's block recency    } commits only; a read passes the states
+ *   4+n        the chosen worker's session set      } hash in their place, never touched
  *   5+n        the expected affinity's session set (also the states hash when there is none)
- *   5+n+j      block j's holders, j = 1..m
+ *   5+n+i      worker i's block holdings, i = 1..n (only when the prompt has blocks)
+ * ARGV: [spec JSON, then the prompt's block ids, m of them, in order].
  * Every key the script touches is among them (test/faults/redis-script-keys.test.ts), so Redis
- * Cluster and proxies route and check it by its keys. One exception, kept outside the script: a
- * commit past the chosen worker's capacity evicts its oldest blocks, which are not the request's,
- * so the script returns them (`evicted`) and the store deletes the worker from their holders with
- * plain HDELs right after. Until then (or if the gate dies first, until their TTL) the evicted
- * blocks still name the worker as a holder: a hint a little too optimistic, never a wrong lease.
+ * Cluster and proxies route and check it by its keys. Capacity evictions included: the blocks
+ * trimmed are the chosen worker's, in its own two keys.
  *
- * A block's id is not sent twice: it is its key less the first `spec.blockKeyPrefix` characters.
+ * A worker's blocks are two keys with the same members, the block ids: its holdings (hash: block
+ * → when the holding lapses, ms) and its recency (sorted set: ms * 1000 + 100000 - j for a block
+ * at depth j of the routing that last wrote it, so within one routing the deepest blocks are the
+ * oldest and a trim past capacity cuts a prompt from its tail, as an engine evicts). A read takes
+ * lapse times with HMGET, which answers the stored strings; ZMSCORE on one sorted set holding both
+ * facts cost twice as much at 32 KB, most of it Redis formatting each score it returns. A match
+ * costs a call per worker (and more for long runs), where the per-block layout it replaced cost one
+ * per block up to the first nobody held: cheaper for long prompts, dearer for prompts of fewer
+ * blocks than the pool has workers (docs/DESIGN.md §10).
+ *
+ * Every commit writes each holding of the chosen worker afresh (until now + TTL): the recency write
+ * was needed for every block anyway, and the holdings write is one variadic HSET beside it.
  *
  * Releases ride along (`spec.released`: lease members by worker index): this replica's leases that
  * ended since its last command to the pool are removed first, before anything is counted or the
@@ -37,29 +53,21 @@
  * In-flight counts are the leases lapsing after now. A commit counts them (one ZCOUNT per worker)
  * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
  * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
- *
- * A holding refreshed less than `spec.freshMs` ago (its lapse time is within freshMs of
- * now + prefixTtlMs) is not written again: the holder's time and the block key's TTL stay as they
- * are, so the holding lapses up to freshMs earlier than a rewrite would have made it. The store
- * keeps freshMs a thousandth of the TTL and at most a second (./redis-commands.ts). The recency
- * ZADD is always made (one variadic call), so capacity evictions keep exact routing order.
  */
 export const DECIDE_LUA = `
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local n = #spec.workers
-local m = #KEYS - 5 - n
-local K_CHOSEN_BLOCKS, K_CHOSEN_SESSIONS, K_EXPECTED_SESSIONS = 3 + n, 4 + n, 5 + n
-local function blockKey(j) return KEYS[5 + n + j] end
-local bkp = spec.blockKeyPrefix
+local m = #ARGV - 1
+local K_CHOSEN_RECENCY, K_CHOSEN_SESSIONS, K_EXPECTED_SESSIONS, K_HOLDINGS = 3 + n, 4 + n, 5 + n, 5 + n
 
 -- Releases this replica made since its last command to the pool: first, whatever happens next.
 if spec.released then
   for _, r in ipairs(spec.released) do redis.call('ZREM', KEYS[2 + r[1]], unpack(r[2])) end
 end
 
-local reply = {ok = false, late = false, now = now, affinity = '', keyInflight = 0, evicted = {}}
+local reply = {ok = false, late = false, now = now, affinity = '', keyInflight = 0}
 -- A commit ioredis resent (after NOSCRIPT) or a cluster client retried can arrive after the gate
 -- gave up on it and decided locally: it must write nothing then.
 if spec.mode == 'commit' and spec.notAfter > 0 and now > spec.notAfter then
@@ -68,7 +76,7 @@ if spec.mode == 'commit' and spec.notAfter > 0 and now > spec.notAfter then
 end
 
 -- Numbers handed to redis.call are formatted with %.17g, which costs more than the command at 32 KB
--- (a recency score per block): integers are passed as strings formatted with %d instead.
+-- (a score per block): integers are passed as strings formatted with %d instead.
 local nowS = string.format('%d', now)
 -- In-flight counts are the leases that lapse after now. A read also purges the lapsed ones (every
 -- replica's refresh reads each refresh_ms, so they do not pile up); a commit only counts them, one
@@ -90,38 +98,32 @@ local statePairs = redis.call('HGETALL', KEYS[2])
 local states = {}
 for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 
--- Prefix match: for each configured worker, the leading blocks it holds; stop at the first block
--- none of them holds. A worker gone from the config still holds blocks until they lapse, and no
--- decision may weigh it. Each holder lapses on its own: a worker not sent the block within the
--- TTL stops holding it, even while other workers keep the block's hash alive. On the way, a commit
--- notes when the chosen worker's holding of each block lapses (to skip fresh rewrites below).
-local chosenName = false
-if spec.mode == 'commit' then chosenName = spec.workers[spec.chosen] end
-local chosenUntil = {}
-local configured = {}
-for _, w in ipairs(spec.workers) do configured[w] = true end
+-- Prefix match: for each configured worker (a worker gone from the config still holds blocks
+-- until they lapse, and no decision may weigh it), its leading run of live blocks. Each holding
+-- lapses on its own: a worker not sent the block within the TTL stops holding it, whoever else
+-- holds it. Read in chunks (8, then 32, 128, ... blocks), so a worker that holds nothing of the
+-- prompt costs one short HMGET, and one that holds a long run a few.
 local depth = {}
-local alive = configured
-for j = 1, m do
-  local hs = redis.call('HGETALL', blockKey(j))
-  local nxt = {}
-  local any = false
-  for h = 1, #hs, 2 do
-    local w = hs[h]
-    if alive[w] then
-      local until_ = tonumber(hs[h + 1])
-      if until_ > now then
-        nxt[w] = true
-        depth[w] = j
-        any = true
+if m > 0 then
+  for i = 1, n do
+    local hk = KEYS[K_HOLDINGS + i]
+    local d, size = 0, 8
+    while true do
+      local last = d + size
+      if last > m then last = m end
+      local untils = redis.call('HMGET', hk, unpack(ARGV, d + 2, last + 1))
+      local reached = d
+      for k = 1, last - d do
+        local u = untils[k]
+        if not u or tonumber(u) <= now then break end
+        reached = d + k
       end
-      if w == chosenName then chosenUntil[j] = until_ end
-    elseif w == chosenName then
-      chosenUntil[j] = tonumber(hs[h + 1])
+      d = reached
+      if d < last or d == m then break end
+      if size < 1024 then size = size * 4 end
     end
+    if d > 0 then depth[spec.workers[i]] = d end
   end
-  if not any then break end
-  alive = nxt
 end
 
 -- The key's requests in flight on its affine worker (lease members end in "|<key>").
@@ -153,7 +155,7 @@ if spec.mode == 'commit' then
     end
   end
   if ok then
-    local chosen = chosenName
+    local chosen = spec.workers[spec.chosen]
     if spec.keyed then
       local affTtlS = string.format('%d', spec.affinityTtlMs)
       redis.call('SET', KEYS[1], chosen, 'PX', affTtlS)
@@ -171,46 +173,54 @@ if spec.mode == 'commit' then
     -- An idle worker's set disappears on its own once its last lease is long gone.
     redis.call('PEXPIRE', z, string.format('%d', spec.leaseTtlMs * 2))
     counts[spec.chosen] = counts[spec.chosen] + 1
-    -- The chosen worker now holds the prompt's blocks, until now + TTL. Recency scores are
-    -- ms * 1000 minus the block's depth, so within one routing the deepest blocks are the oldest
-    -- and go first, as an engine evicts a prefix from its tail.
+    -- The chosen worker now holds the prompt's blocks until now + TTL, and they are its most
+    -- recent: one variadic HSET and one variadic ZADD, whatever the prompt's length.
     if m > 0 then
-      local lru = KEYS[K_CHOSEN_BLOCKS]
-      local until_ = now + spec.prefixTtlMs
-      local untilS = string.format('%d', until_)
+      local hk = KEYS[K_HOLDINGS + spec.chosen]
+      local lru = KEYS[K_CHOSEN_RECENCY]
+      local untilS = string.format('%d', now + spec.prefixTtlMs)
       local ttlS = string.format('%d', spec.prefixTtlMs)
-      local freshFrom = until_ - spec.freshMs
-      local ids = {}
+      local base = now * 1000 + 100000
+      -- A hash of up to hash-max-listpack-entries (512 by default) fields is a listpack, which
+      -- finds a field by scanning them all: a read of a few hundred blocks compared tens of
+      -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
+      -- table for good (an RDB reload keeps it so); the field is no block id, so no read asks for
+      -- it, and written first in the same HSET, it converts the hash before the blocks go in.
+      local held = {'${HOLDINGS_ENCODING_FIELD}', '${HOLDINGS_ENCODING_VALUE}'}
       local recency = {}
       for j = 1, m do
-        local bk = blockKey(j)
-        ids[j] = string.sub(bk, bkp + 1)
-        local held = chosenUntil[j]
-        if not held or held < freshFrom then
-          redis.call('HSET', bk, chosen, untilS)
-          redis.call('PEXPIRE', bk, ttlS)
-        end
-        recency[2 * j - 1] = string.format('%d', now * 1000 + (100000 - j))
-        recency[2 * j] = ids[j]
-        if (depth[chosen] or 0) < j then depth[chosen] = j end
+        local id = ARGV[j + 1]
+        held[2 * j + 1] = id
+        held[2 * j + 2] = untilS
+        recency[2 * j - 1] = string.format('%d', base - j)
+        recency[2 * j] = id
       end
       -- In slices: unpack is bounded by Lua's stack.
-      for s = 1, 2 * m, 1000 do
-        redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m)))
-      end
+      for s = 1, 2 * m + 2, 1000 do redis.call('HSET', hk, unpack(held, s, math.min(s + 999, 2 * m + 2))) end
+      for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
+      -- Both keys live as long as the newest holding, and expire together. A lapsed holding stays
+      -- (it no longer matches) until the worker's capacity or the keys' TTL takes it out: the two
+      -- keys always have the same blocks (the hash has its one field more), at most the worker's capacity.
+      redis.call('PEXPIRE', hk, ttlS)
       redis.call('PEXPIRE', lru, ttlS)
+      depth[chosen] = m
       local over = redis.call('ZCARD', lru) - spec.capacityBlocks
       if over > 0 then
-        reply.evicted = redis.call('ZRANGE', lru, 0, over - 1)
+        -- The lowest scores go: the least recently routed blocks, deepest first. This prompt's
+        -- deepest block is its lowest: if it stays, all of the prompt stays.
+        local gone = redis.call('ZRANGE', lru, 0, over - 1)
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
-        -- An evicted block of this very prompt is one of ours: unhold it here.
-        local mine = {}
-        for j = 1, m do mine[ids[j]] = j end
-        for _, b in ipairs(reply.evicted) do
-          local j = mine[b]
-          if j then
-            redis.call('HDEL', blockKey(j), chosen)
-            if (depth[chosen] or 0) >= j then depth[chosen] = j - 1 end
+        for s = 1, #gone, 1000 do redis.call('HDEL', hk, unpack(gone, s, math.min(s + 999, #gone))) end
+        local deepestGone = false
+        for _, b in ipairs(gone) do if b == ARGV[m + 1] then deepestGone = true end end
+        if deepestGone then
+          local mine = {}
+          for _, b in ipairs(gone) do mine[b] = true end
+          for j = 1, m do
+            if mine[ARGV[j + 1]] then
+              depth[chosen] = j - 1
+              break
+            end
           end
         end
       end

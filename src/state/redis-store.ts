@@ -104,6 +104,22 @@ interface PoolView {
   sending: Map<string, number>;
 }
 
+/**
+ * A pool's worker states this replica wrote (undefined: cleared to healthy), by worker, each with
+ * the number of the write among this store's commands (`RedisStore.issued`). A reply to a read
+ * sent before the write cannot have seen it, yet may be handled after it (both answers in one
+ * packet: the write's takes fewer steps back to the view), and would put the old state back until
+ * the next refresh: a worker this very replica drained would get new sessions for up to
+ * `refresh_ms`. So a reply sent earlier keeps these states; the first reply sent later is the
+ * truth again (the write, or something newer another replica wrote) and retires the entry. Kept
+ * apart from the pool's view so that a write made before the replica has one (an operator draining
+ * a worker on a replica that has not routed yet) is in its first view too. Almost always empty.
+ */
+type OwnStates = Map<string, { state: WorkerState | undefined; issued: number }>;
+
+/** A script reply and the number of its command among this store's (`RedisStore.issued`). */
+type IssuedReply = DecideReply & { issued: number };
+
 export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
@@ -142,6 +158,14 @@ export class RedisStore implements RoutingStore {
   /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
   private readonly releaseWaiters = new Map<string, () => void>();
   private releaseTimer: NodeJS.Timeout | undefined;
+  /**
+   * Numbers this store's reads and state writes in the order they are sent. One connection (one
+   * cluster node for a pool: its keys share a slot) runs commands in that order, so a reply to a
+   * command numbered below a write was read before it (see `OwnStates`).
+   */
+  private issued = 0;
+  /** By pool (`OwnStates`). */
+  private readonly ownStates = new Map<string, OwnStates>();
   private closed = false;
 
   constructor(private readonly opts: RedisStoreOptions) {
@@ -226,7 +250,7 @@ export class RedisStore implements RoutingStore {
       prefixTtlMs: req.prefixTtlMs,
       capacityBlocks: req.capacityBlocks,
     };
-    let reply: DecideReply;
+    let reply: IssuedReply;
     const sending = this.view(pool, workers).sending;
     sending.set(req.worker, (sending.get(req.worker) ?? 0) + 1);
     try {
@@ -251,9 +275,6 @@ export class RedisStore implements RoutingStore {
     // No snapshot after a commit that held (nobody reads it): only what the reply teaches. The
     // chosen worker now holds the whole prompt (recorded with its capacity).
     const { committedDepth } = this.learn(req, reply, req.worker);
-    if (reply.evicted.length > 0) {
-      cmd.unholdEvicted(this.redis, this.poolKeys(pool), req.worker, reply.evicted).catch((err: unknown) => this.logFailure('redis prefix eviction failed', err, scope));
-    }
     this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
@@ -283,15 +304,24 @@ export class RedisStore implements RoutingStore {
 
   async setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
     const key = this.poolKeys(pool).states;
+    const cleared = state === undefined || state === 'healthy';
+    const issued = ++this.issued;
     try {
-      if (state === undefined || state === 'healthy') await this.redis.hdel(key, worker);
+      if (cleared) await this.redis.hdel(key, worker);
       else await this.redis.hset(key, worker, state);
     } catch (err) {
       throw new KvgateError('store_unavailable', `cannot record state of ${worker}: ${(err as Error).message}`, { cause: err });
     }
+    // This replica acts on its own write at once (other replicas at their next refresh), and no
+    // reply to a read sent before the write may undo that (`OwnStates`).
+    let own = this.ownStates.get(pool);
+    if (!own) this.ownStates.set(pool, (own = new Map()));
+    const known = own.get(worker);
+    if (known !== undefined && known.issued > issued) return; // a later write of ours was confirmed first
+    own.set(worker, { state: cleared ? undefined : state, issued });
     const view = this.views.get(pool);
     if (view) {
-      if (state === undefined || state === 'healthy') view.states.delete(worker);
+      if (cleared) view.states.delete(worker);
       else view.states.set(worker, state);
     }
   }
@@ -413,7 +443,7 @@ export class RedisStore implements RoutingStore {
   }
 
   /** A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline. */
-  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>): Promise<DecideReply> {
+  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>): Promise<IssuedReply> {
     const deadline = Date.now() + this.opts.timeoutMs;
     let late = false;
     // Past the deadline the caller has decided locally: a commit sent now would take a lease
@@ -424,6 +454,8 @@ export class RedisStore implements RoutingStore {
       const full = commit ? { ...commit, notAfter: this.clockOffsetMs === undefined ? 0 : deadline + this.clockOffsetMs } : undefined;
       // This replica's releases in the pool ride along, removed before the script counts anything.
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
+      // Numbered when it goes to the client, not when asked for (it may wait for a resync above).
+      const issued = ++this.issued;
       const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
       // One reaction for the reply's bookkeeping (the clock, the releases it carried).
       return sent.then(
@@ -436,7 +468,10 @@ export class RedisStore implements RoutingStore {
           // (learnClock), so a clock step does not stick.
           const sample = reply.now - Date.now();
           if (this.clockOffsetMs === undefined || sample > this.clockOffsetMs) this.clockOffsetMs = sample;
-          return reply;
+          // Set on the reply itself: no second object per decision.
+          const r = reply as IssuedReply;
+          r.issued = issued;
+          return r;
         },
         (err: unknown) => {
           if (carried.length > 0) this.releasesFailed(carried, err);
@@ -474,7 +509,7 @@ export class RedisStore implements RoutingStore {
   }
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
-  private absorb(q: StateQuery, reply: DecideReply): Snapshot {
+  private absorb(q: StateQuery, reply: IssuedReply): Snapshot {
     const { prefix } = this.learn(q, reply);
     return { ...this.localSnapshot(q, false), prefix };
   }
@@ -484,10 +519,12 @@ export class RedisStore implements RoutingStore {
    * a commit just gave the whole prompt, which the caller records itself (with its capacity), told
    * how deep the local index matched the prompt on it before.
    */
-  private learn(q: StateQuery, reply: DecideReply, committed?: string): { prefix: Map<string, number>; committedDepth: number } {
+  private learn(q: StateQuery, reply: IssuedReply, committed?: string): { prefix: Map<string, number>; committedDepth: number } {
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
     view.states = parseStates(reply.states);
+    const own = this.ownStates.get(q.pool);
+    if (own !== undefined && own.size > 0) keepOwnStates(view.states, own, reply.issued);
     // Redis's prefix match is the truth: teach it to the local index (so the next decision on this
     // prompt needs no extra round trip) and unlearn what Redis no longer has (expired, evicted).
     const prefix = new Map<string, number>();
@@ -505,7 +542,7 @@ export class RedisStore implements RoutingStore {
       }
       for (const [w, d] of prefix) {
         // Already known to this depth and recorded that recently: recording it again would only
-        // move its time by less than the freshness window (as in Redis, DECIDE_LUA).
+        // move its time by less than the freshness window.
         if (w !== committed) this.recordUnlessFresh(view, w, q.blocks, d, undefined, local.get(w) === d);
       }
     }
@@ -735,7 +772,10 @@ export class RedisStore implements RoutingStore {
     let v = this.views.get(pool);
     if (!v) {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states: new Map(), index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
+      // Before any reply: only what this replica wrote itself (`OwnStates`).
+      const states = new Map<string, WorkerState>();
+      for (const [w, own] of this.ownStates.get(pool) ?? []) if (own.state !== undefined) states.set(w, own.state);
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;
@@ -768,6 +808,18 @@ export class RedisStore implements RoutingStore {
 
   private affinityCacheKey(pool: string, key: string): string {
     return `${pool}\u0000${key}`;
+  }
+}
+
+/**
+ * Lays this replica's state writes over `states` a reply read (`OwnStates`): a reply to a command
+ * sent before a write keeps the write's state; one sent after it retires the write.
+ */
+function keepOwnStates(states: Map<string, WorkerState>, own: OwnStates, issued: number): void {
+  for (const [worker, w] of own) {
+    if (issued > w.issued) own.delete(worker);
+    else if (w.state === undefined) states.delete(worker);
+    else states.set(worker, w.state);
   }
 }
 

@@ -172,6 +172,30 @@ describe('a release Redis did not take', () => {
   });
 });
 
+describe('an operator state write Redis does not confirm', () => {
+  test('is answered 503 saying so (not an internal error), and lands once Redis answers', async () => {
+    const redis = await startRedis();
+    const g = await startTestGate(CONFIG, { store: redis.url });
+    const put = (state: string) => fetch(`${g.admin}/workers/worker_2/state`, { method: 'PUT', body: JSON.stringify({ state }) });
+    try {
+      await redis.kill();
+      const res = await put('draining');
+      assert.equal(res.status, 503);
+      const body = (await res.json()) as { error: string; code: string };
+      assert.equal(body.code, 'store_unavailable');
+      assert.match(body.error, /cannot record state of worker_2.*set it again/);
+      await redis.restart();
+      await waitFor(async () => (await put('draining')).status === 200, 5000, 'the write accepted once Redis is back');
+      const r = new Redis(redis.port, '127.0.0.1');
+      assert.equal(await r.hget(`${TAG}:s`, 'worker_2'), 'draining');
+      r.disconnect();
+    } finally {
+      await g.close(100);
+      await redis.stop();
+    }
+  });
+});
+
 // Concurrently: each test has its own Redis, and a gate that cannot reach Redis waits 3 s at startup.
 describe('Redis AUTH and TLS', { concurrency: true }, () => {
   async function routesOnRedis(store: string, extra: Parameters<typeof startTestGate>[1] = {}): Promise<{ degraded: boolean; ready: number; logs: string }> {

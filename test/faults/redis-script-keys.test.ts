@@ -81,6 +81,7 @@ describe('store scripts on a Redis Cluster', () => {
       let scripts = 0;
       let checked = 0;
       const undeclared: string[] = [];
+      const ran = new Set<string>();
       for (const line of lines) {
         const a = args(line);
         const cmd = a[0]!.toLowerCase();
@@ -102,11 +103,14 @@ describe('store scripts on a Redis Cluster', () => {
           // TIME and the like: no keys.
         }
         checked++;
+        ran.add(a[0]!.toLowerCase());
         for (const k of keys) if (!declared.has(k)) undeclared.push(`${a[0]} ${k}`);
       }
       assert.ok(scripts >= 10, `saw ${scripts} script calls`);
       assert.ok(checked > 50, `checked ${checked} commands run by scripts`);
       assert.deepEqual(undeclared, [], 'every key a script touched was in its KEYS');
+      // The prefix paths ran among them: the match, the commit's writes, and a trim past capacity.
+      for (const c of ['hmget', 'hset', 'zadd', 'zremrangebyrank', 'hdel']) assert.ok(ran.has(c), `a script ran ${c}: ${[...ran].join(' ')}`);
     } finally {
       await store.close();
       mon.disconnect();

@@ -40,14 +40,22 @@ export async function startTestGate(
   return { ...running, target: `127.0.0.1:${running.grpcPort}`, admin: `http://127.0.0.1:${running.adminPort}`, results };
 }
 
-/** Sets a worker's state through the admin API, as an operator would. */
+/**
+ * Sets a worker's state through the admin API, as an operator would: a 503 (the store did not
+ * confirm within `store.timeout_ms`, e.g. on a CPU-starved machine) is answered by setting it
+ * again, as the answer says, a few times; anything else but 200 fails.
+ */
 export async function setWorkerState(admin: string, worker: string, state: string): Promise<void> {
-  const res = await fetch(`${admin}/workers/${encodeURIComponent(worker)}/state`, {
-    method: 'PUT',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ state }),
-  });
-  if (res.status !== 200) throw new Error(`admin answered ${res.status}: ${await res.text()}`);
+  for (let attempt = 1; ; attempt++) {
+    const res = await fetch(`${admin}/workers/${encodeURIComponent(worker)}/state`, {
+      method: 'PUT',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ state }),
+    });
+    if (res.status === 200) return;
+    if (res.status !== 503 || attempt === 5) throw new Error(`admin answered ${res.status}: ${await res.text()}`);
+    await res.arrayBuffer();
+  }
 }
 
 export async function workers(admin: string): Promise<Array<{ id: string; state: string; inflight: number }>> {

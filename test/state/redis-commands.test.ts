@@ -10,10 +10,10 @@ function plainDecideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit):
     q.key === undefined ? keys.states : keys.affinity(q.key),
     keys.states,
     ...q.workers.map((w) => keys.inflight(w)),
-    commit ? keys.blockSet(commit.worker) : keys.states,
+    commit && q.blocks.length > 0 ? keys.recency(commit.worker) : keys.states,
     commit ? keys.sessions(commit.worker) : keys.states,
     expected !== undefined && commit ? keys.sessions(expected) : keys.states,
-    ...q.blocks.map((b) => keys.block(b)),
+    ...(q.blocks.length > 0 ? q.workers.map((w) => keys.holdings(w)) : []),
   ];
 }
 
@@ -52,11 +52,11 @@ describe('DECIDE_LUA keys', () => {
     );
   });
 
-  test('the in-flight keys follow a changed worker list (kept per list, not per pool)', () => {
+  test('the in-flight and block keys follow a changed worker list (kept per list, not per pool)', () => {
     const keys = new PoolKeys('kv', 'p');
     const a = ['w1', 'w2'];
     const b = ['w2', 'w3', 'w4'];
-    const q = (workers: string[]): DecideQuery => ({ workers, key: undefined, blocks: [] });
+    const q = (workers: string[]): DecideQuery => ({ workers, key: undefined, blocks: ['b0', 'b1'] });
     assert.deepEqual(decideKeys(keys, q(a)), plainDecideKeys(keys, q(a)));
     assert.deepEqual(decideKeys(keys, q(b)), plainDecideKeys(keys, q(b)));
     assert.deepEqual(decideKeys(keys, q(a)), plainDecideKeys(keys, q(a)));

@@ -6,6 +6,7 @@ import { Gate } from '../../src/gate/gate.js';
 import type { RequestInfo } from '../../src/request/request.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
+import { HOLDINGS_ENCODING_FIELD } from '../../src/state/redis-scripts.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import type { RoutingStore } from '../../src/state/store.js';
 import { silentLogger } from '../helpers/logger.js';
@@ -353,44 +354,149 @@ describe('redis store: releases ride on the next command', () => {
     }));
 });
 
-describe('redis store: prompt blocks a commit does not rewrite', () => {
-  const workers = ['w1', 'w2'];
+describe('redis store: prompt blocks, a hash and a recency set per worker', () => {
+  const workers = ['w1', 'w2', 'w3'];
   const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
-  const blocks = Array.from({ length: 40 }, (_, i) => `fresh${i}`);
-  // A 60 s prefix TTL: holdings written less than 60 ms ago are left as they are.
-  const TTL = 60_000;
-  const WINDOW = 60;
+  const redisNow = async (raw: Redis) => {
+    const [s, us] = await raw.time();
+    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+  };
+  const commitOn = async (store: RedisStore, worker: string, blocks: readonly string[], extra: { prefixTtlMs?: number; capacityBlocks?: number } = {}) => {
+    const res = await store.commit({ pool: 'p', key: undefined, workers, blocks, worker, preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 1000, ...extra });
+    assert.ok(res.ok && !res.degraded);
+    await store.release(res.lease);
+  };
+  const depths = async (store: RedisStore, blocks: readonly string[]) => (await store.snapshot({ pool: 'p', key: undefined, workers, blocks })).prefix;
 
-  test('a holding is rewritten unless written within the window, and never lapses earlier than that allows', () =>
+  test('every commit rewrites the chosen worker’s holdings: each lapses one TTL after its latest routing', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      const redisNow = async () => {
-        const [s, us] = await raw.time();
-        return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-      };
-      const held = async () => Promise.all(blocks.map(async (b) => Number(await raw.hget(`kvgate-test:{p}:b:${b}`, 'w1'))));
-      const commitAt = async () => {
-        const t = await redisNow();
-        const res = await store.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: TTL, capacityBlocks: 1000 });
-        assert.ok(res.ok && !res.degraded);
-        await store.release(res.lease);
-        return t;
-      };
-      const t1 = await commitAt();
-      const first = await held();
-      for (const u of first) assert.ok(u >= t1 + TTL, 'written: until now + TTL');
-      // Again at once: within the window, left as written.
-      const t2 = await commitAt();
-      const second = await held();
-      if (t2 - t1 < WINDOW / 2) assert.deepEqual(second, first, 'a holding written just now is not rewritten');
-      for (const u of second) assert.ok(u >= t2 + TTL - WINDOW, `lapses at most ${WINDOW} ms early`);
-      for (const b of blocks) assert.ok((await raw.pttl(`kvgate-test:{p}:b:${b}`)) >= TTL - WINDOW - 50, 'the block key lives as long as its holding');
-      // Past the window: rewritten.
-      await new Promise((r) => setTimeout(r, WINDOW * 3));
-      const t3 = await commitAt();
-      for (const u of await held()) assert.ok(u >= t3 + TTL, 'rewritten once older than the window');
-      // The prefix still matches in full.
-      assert.equal((await store.snapshot({ pool: 'p', key: undefined, workers, blocks })).prefix.get('w1'), blocks.length);
+      const TTL = 60_000;
+      const blocks = Array.from({ length: 40 }, (_, i) => `again${i}`);
+      const held = async () => (await raw.hmget('kvgate-test:{p}:bh:w1', ...blocks)).map(Number);
+      const t1 = await redisNow(raw);
+      await commitOn(store, 'w1', blocks, { prefixTtlMs: TTL });
+      for (const u of await held()) assert.ok(u >= t1 + TTL, 'written: until now + TTL');
+      await new Promise((r) => setTimeout(r, 20));
+      // Again 20 ms later: rewritten, not left as it was (there is no freshness window any more).
+      const t2 = await redisNow(raw);
+      await commitOn(store, 'w1', blocks, { prefixTtlMs: TTL });
+      for (const u of await held()) assert.ok(u >= t2 + TTL, `rewritten: until ${t2} + TTL`);
+      for (const k of ['bh', 'br']) assert.ok((await raw.pttl(`kvgate-test:{p}:${k}:w1`)) > TTL - 1000, `${k}:w1 lives as long as its newest holding`);
+      assert.equal((await depths(store, blocks)).get('w1'), blocks.length);
+    }));
+
+  test('a holding that lapsed mid-run ends the worker’s run there, wherever it falls among the chunks a read takes', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const blocks = Array.from({ length: 200 }, (_, i) => `run${i}`);
+      await commitOn(store, 'w1', blocks);
+      await commitOn(store, 'w2', blocks.slice(0, 50));
+      const hk = 'kvgate-test:{p}:bh:w1';
+      // Reads take 8 blocks, then 32, then 128: runs ending on either side of each boundary.
+      for (const k of [0, 1, 7, 8, 9, 39, 40, 41, 167, 168, 169, 199]) {
+        const until = await raw.hget(hk, blocks[k]!);
+        await raw.hset(hk, blocks[k]!, String((await redisNow(raw)) - 1));
+        const d = await depths(store, blocks);
+        assert.equal(d.get('w1') ?? 0, k, `block ${k} lapsed: w1 holds the ${k} before it`);
+        assert.equal(d.get('w2'), 50, 'w2’s own holding of the same blocks is untouched');
+        await raw.hset(hk, blocks[k]!, until!);
+      }
+      assert.equal((await depths(store, blocks)).get('w1'), 200);
+      // A holding lapsing a second from now is still live.
+      await raw.hset(hk, blocks[3]!, String((await redisNow(raw)) + 1000));
+      assert.equal((await depths(store, blocks)).get('w1'), 200);
+    }));
+
+  test('a holding lapses on its own while another worker keeps being sent the block and its own worker other prompts', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const blocks = Array.from({ length: 20 }, (_, i) => `own${i}`);
+      const other = Array.from({ length: 20 }, (_, i) => `other${i}`);
+      const ttl = { prefixTtlMs: 400 };
+      await commitOn(store, 'w1', blocks, ttl);
+      // Every 100 ms, well past the TTL: w2 is sent the prompt, and w1 another one, which keeps
+      // w1's keys alive: only the holding's own lapse time can end it.
+      for (let i = 0; i < 6; i++) {
+        await commitOn(store, 'w2', blocks, ttl);
+        await commitOn(store, 'w1', other, ttl);
+        await new Promise((r) => setTimeout(r, 100));
+      }
+      const d = await depths(store, blocks);
+      assert.equal(d.get('w1') ?? 0, 0, 'w1 was last sent these blocks 600 ms ago');
+      assert.equal(d.get('w2'), 20);
+      assert.equal((await depths(store, other)).get('w1'), 20);
+      assert.ok((await raw.hexists('kvgate-test:{p}:bh:w1', 'own0')) === 1, 'the lapsed holding is still stored: its time ended it');
+    }));
+
+  test('a trim past capacity runs inside the commit: the deepest, least recent blocks leave both of the worker’s keys, and no per-block key is written', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const older = Array.from({ length: 6 }, (_, i) => `old${i}`);
+      const newer = Array.from({ length: 6 }, (_, i) => `new${i}`);
+      await commitOn(store, 'w1', older, { capacityBlocks: 8 });
+      await new Promise((r) => setTimeout(r, 3));
+      await commitOn(store, 'w1', newer, { capacityBlocks: 8 });
+      const kept = ['old0', 'old1', ...newer].sort();
+      const blocksHeld = async () => (await raw.hkeys('kvgate-test:{p}:bh:w1')).filter((f) => f !== HOLDINGS_ENCODING_FIELD);
+      assert.deepEqual((await blocksHeld()).sort(), kept, 'the older prompt lost its 4 deepest blocks');
+      assert.deepEqual((await raw.zrange('kvgate-test:{p}:br:w1', '0', '-1')).sort(), kept, 'the recency set has the same members');
+      assert.equal((await depths(store, older)).get('w1'), 2);
+      assert.equal((await depths(store, newer)).get('w1'), 6);
+      // A prompt longer than the capacity keeps its first blocks only.
+      const long = Array.from({ length: 12 }, (_, i) => `long${i}`);
+      await new Promise((r) => setTimeout(r, 3));
+      await commitOn(store, 'w1', long, { capacityBlocks: 8 });
+      assert.equal((await blocksHeld()).length, 8);
+      assert.equal((await depths(store, long)).get('w1'), 8);
+      const keys = await raw.keys('kvgate-test:*');
+      assert.deepEqual(keys.filter((k) => /:(b|bw):/.test(k)), [], `no key of the per-block layout: ${keys.join(' ')}`);
+    }));
+
+  test('a worker’s holdings are a hash table from its first commit, not a listpack that finds a block by scanning them all', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      await commitOn(store, 'w1', ['one', 'two', 'three']);
+      assert.equal(await raw.object('ENCODING', 'kvgate-test:{p}:bh:w1'), 'hashtable');
+      assert.equal((await depths(store, ['one', 'two', 'three'])).get('w1'), 3, 'the extra field is no block');
+    }));
+
+  test('matches what the memory store matches, over random prompts, workers and capacities', () =>
+    withRedis(async ({ store: open }) => {
+      const { default: fc } = await import('fast-check');
+      const redis = await open({ refreshMs: 60_000 });
+      // Prompts branch off shared roots, as chained block hashes do: a branch's block i is named by
+      // its root and the branch it left the root at, so two prompts share exactly their common prefix.
+      const prompt = (root: number, forkAt: number, branch: number, length: number) =>
+        Array.from({ length }, (_, i) => (i < forkAt ? `r${root}-${i}` : `r${root}-f${forkAt}b${branch}-${i}`));
+      const arbPrompt = fc.tuple(fc.integer({ min: 0, max: 1 }), fc.integer({ min: 0, max: 60 }), fc.integer({ min: 0, max: 2 }), fc.integer({ min: 1, max: 180 }));
+      let run = 0;
+      await fc.assert(
+        fc.asyncProperty(
+          fc.array(fc.record({ worker: fc.constantFrom(...workers), prompt: arbPrompt }), { minLength: 1, maxLength: 12 }),
+          fc.constantFrom(40, 150, 1000),
+          fc.array(arbPrompt, { minLength: 1, maxLength: 4 }),
+          async (commits, capacityBlocks, queries) => {
+            const pool = `diff${run++}`;
+            const memory = new MemoryStore();
+            for (const c of commits) {
+              const blocks = prompt(...c.prompt);
+              const r = { pool, key: undefined, workers, blocks, worker: c.worker, preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks };
+              const [a, b] = [await memory.commit(r), await redis.commit(r)];
+              assert.ok(a.ok && b.ok && !b.degraded);
+              await Promise.all([memory.release(a.lease), redis.release(b.lease)]);
+              // Recency is kept to the millisecond in Redis: one routing per millisecond at most.
+              await new Promise((r) => setTimeout(r, 2));
+            }
+            for (const qp of [...commits.map((c) => c.prompt), ...queries]) {
+              const q = { pool, key: undefined, workers, blocks: prompt(...qp) };
+              assert.deepEqual(new Map([...(await redis.snapshot(q)).prefix].sort()), new Map([...(await memory.snapshot(q)).prefix].sort()), `prompt ${qp.join('/')}`);
+            }
+            await memory.close();
+          },
+        ),
+        { numRuns: 25 },
+      );
     }));
 });
 
@@ -448,13 +554,13 @@ describe('redis store: what a commit counts and writes', () => {
         assert.match(String(v), integer, `${what} is written as an integer: ${v}`);
         assert.ok(Number(v) >= before + offset && Number(v) <= after + offset, `${what}: ${v} is Redis's now + ${offset}`);
       };
-      const held = await Promise.all(blocks.map((b) => raw.hget(`kvgate-test:{p}:b:${b}`, 'w1')));
+      const held = await raw.hmget('kvgate-test:{p}:bh:w1', ...blocks);
       for (const v of held) within(v, 1_800_000, 'a holding');
       assert.equal(new Set(held).size, 1, 'one time for the whole prompt');
       within(await raw.zscore('kvgate-test:{p}:f:w1', res.ok ? res.lease.id : ''), 30_000, 'the lease');
       within(await raw.zscore('kvgate-test:{p}:ws:w1', 's:x'), 3_600_000, 'the session');
       // Recency: ms * 1000 minus the block's depth, so within one routing the deepest go first.
-      const scores = await Promise.all(blocks.map((b) => raw.zscore('kvgate-test:{p}:bw:w1', b)));
+      const scores = await Promise.all(blocks.map((b) => raw.zscore('kvgate-test:{p}:br:w1', b)));
       const first = Number(scores[0]);
       scores.forEach((v, i) => {
         assert.match(String(v), integer);
@@ -470,3 +576,114 @@ function chunk(flat: string[]): Array<[string, string]> {
   for (let i = 0; i + 1 < flat.length; i += 2) out.push([flat[i]!, flat[i + 1]!]);
   return out;
 }
+
+describe('redis store: a worker state this replica wrote', () => {
+  const workers = ['w1', 'w2'];
+  const q = { pool: 'p', key: undefined, workers, blocks: [] };
+  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+
+  /**
+   * Runs `write` while a read of the pool (a refresh's, a decision's) is on its way: Redis is paused
+   * (CLIENT PAUSE, from another connection), the read is sent, then the write. Once the pause ends
+   * Redis runs both in order and answers both in one packet, so the store handles the read's reply
+   * (taken before the write) and the write's acknowledgement in the same turn, as a busy gate does
+   * whenever its event loop falls behind its socket. `read` picks what is in flight.
+   */
+  async function acrossRead(raw: Redis, store: RedisStore, write: () => Promise<void>, read: 'read' | 'commit' = 'read'): Promise<void> {
+    // Timed: a paused Redis would hold an UNPAUSE from another connection too.
+    const PAUSE_MS = 500;
+    assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+    const pausedAt = Date.now();
+    const inFlight =
+      read === 'read'
+        ? store.snapshot(q)
+        : store.commit({ pool: 'p', key: undefined, workers, blocks: [], worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 });
+    // A socket write of its own for the state write, as an admin call arriving later makes.
+    await new Promise((r) => setImmediate(r));
+    const written = write();
+    // Otherwise the read may have been answered on its own before the write was sent: a pass would prove nothing.
+    assert.ok(Date.now() - pausedAt < PAUSE_MS / 2, `both were sent while Redis was paused (${Date.now() - pausedAt} ms after the pause)`);
+    await Promise.all([inFlight, written]);
+  }
+
+  test('a reply read before this replica’s state write does not undo it in the replica’s view', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // No refresh of its own: the only reads are the test's.
+      const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      await store.snapshot(q);
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'draining'));
+      assert.equal(await raw.hget('kvgate-test:{p}:s', 'w2'), 'draining', 'Redis has the write');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'draining', 'a drained worker stays drained on the replica that drained it');
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'healthy'));
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), undefined, 'and a worker put back is back at once');
+      // A commit's reply carries the states too.
+      await acrossRead(raw, store, () => store.setWorkerState('p', 'w2', 'down'), 'commit');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'down', 'a commit’s reply read before the write does not undo it either');
+    }));
+
+  test('a state written before this replica decided anything in the pool is in its first view', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      // An operator drains w2 on a replica that has not routed yet: its first decisions (before
+      // any reply, or on local state if Redis is slow) must not see w2 healthy.
+      await store.setWorkerState('p', 'w2', 'draining');
+      assert.equal(store.cachedSnapshot(q).states.get('w2'), 'draining');
+    }));
+
+  test('a reply read after the write is the truth again: another replica’s later state is learned', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const a = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const b = await open({ refreshMs: 60_000 });
+      await a.snapshot(q);
+      await acrossRead(raw, a, () => a.setWorkerState('p', 'w2', 'draining'));
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), 'draining');
+      await b.setWorkerState('p', 'w2', 'healthy');
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), 'draining', 'not seen before a’s next read');
+      await a.snapshot(q);
+      assert.equal(a.cachedSnapshot(q).states.get('w2'), undefined, 'a’s own write no longer stands in for Redis once a reply read after it came');
+    }));
+});
+
+describe('redis store: the operator state a decision relied on is checked at commit', () => {
+  /** A request without a session whose prompt is `blocks` blocks long (256 characters each). */
+  function promptRequest(blocks: number): RequestInfo {
+    const content = Array.from({ length: blocks }, (_, i) => `block ${i} of the shared document `.padEnd(256, '.')).join('');
+    const headers = new Map([['content-type', 'application/json']]);
+    return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] })) };
+  }
+  const signals = (kvUsage: number) => ({ signals: { kvUsage, running: 1, waiting: 0 }, ageMs: 0, failures: 0 });
+
+  test('a worker pressured by its signals, drained by another replica, gets no request its prompt would bring it', () =>
+    withRedis(async ({ raw, store: open }) => {
+      await initHashing();
+      const workers = ['w1', 'w2'];
+      const config = parseConfig({ workers: workers.map((id) => ({ id, cluster: id, max_inflight: 50, metrics_url: `http://127.0.0.1:9/${id}` })) }, 'test');
+      // No refresh: this replica learns another's drain only through a commit's reply.
+      const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const gate = new Gate(config, store, silentLogger());
+      const route = async () => {
+        const r = await gate.route(promptRequest(12));
+        assert.equal(r.kind, 'route');
+        if (r.kind !== 'route') throw new Error('unreachable');
+        assert.equal(r.degraded, false);
+        await gate.release(r.lease);
+        return r;
+      };
+      gate.setSignals(new Map([['w1', signals(0.1)], ['w2', signals(0.1)]]));
+      // The prompt lands on w1 (w2 drained for the moment, by this replica).
+      await store.setWorkerState('default', 'w2', 'draining');
+      assert.equal((await route()).worker, 'w1');
+      await store.setWorkerState('default', 'w2', undefined);
+      // w1 reports KV pressure: it keeps what it holds, the prompt among it (the control: the path is reached).
+      gate.setSignals(new Map([['w1', signals(0.95)], ['w2', signals(0.1)]]));
+      const kept = await route();
+      assert.equal(kept.worker, 'w1', 'a pressured worker keeps a prompt it holds');
+      assert.equal(kept.explanation.candidates.find((c) => c.worker === 'w1')?.state, 'pressured');
+      // Another replica drains w1; this one has not read it yet.
+      await raw.hset('kvgate-test:{default}:s', 'w1', 'draining');
+      assert.equal(store.cachedSnapshot({ pool: 'default', key: undefined, workers, blocks: [] }).states.get('w1'), undefined, 'the view is stale');
+      const after = await route();
+      assert.equal(after.worker, 'w2', 'the commit saw the drain (w1 had no operator state when decided) and the decision was made again');
+      assert.equal(after.attempts, 2);
+    }));
+});
