@@ -104,7 +104,8 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- until they lapse, and no decision may weigh it), its leading run of live blocks. Each holding
 -- lapses on its own: a worker not sent the block within the TTL stops holding it, whoever else
 -- holds it. Read in chunks (8, then 32, 128, ... blocks), so a worker that holds nothing of the
--- prompt costs one short HMGET, and one that holds a long run a few.
+-- prompt costs one short HMGET, and one that holds a long run a few. A holding still matches at
+-- its lapse time itself, as the memory store's does (held while now - routed <= TTL).
 local depth = {}
 if m > 0 then
   for i = 1, n do
@@ -117,7 +118,7 @@ if m > 0 then
       local reached = d
       for k = 1, last - d do
         local u = untils[k]
-        if not u or tonumber(u) <= now then break end
+        if not u or tonumber(u) < now then break end
         reached = d + k
       end
       d = reached
