@@ -14,6 +14,7 @@ import { DEFAULTS } from '../config/defaults.js';
 import type { KnobProblem } from '../config/knobs.js';
 import type { Gate, GateResult } from '../gate/gate.js';
 import { LogThrottle } from '../util/log-throttle.js';
+import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
@@ -148,7 +149,6 @@ export class ExtProcServer {
   }
 
   private accept(call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>): void {
-    const logger = this.opts.logger.child({ stream: this.nextStreamId++ });
     // Envoy puts its ext_proc client span's context in the call's metadata when tracing is on.
     // Without them (tracing off in Envoy: most streams) every stream shares one empty map.
     let traceHeaders: Map<string, string> | undefined;
@@ -156,10 +156,13 @@ export class ExtProcServer {
       const v = call.metadata.get(name)[0];
       if (typeof v === 'string') (traceHeaders ??= new Map()).set(name, v);
     }
-    const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, logger, {
-      telemetry: new RequestTelemetry(this.opts.metrics, traceHeaders ?? NO_TRACE_HEADERS),
+    // The stream's logger (a child naming the stream and its trace) is built at its first line.
+    const telemetry = new RequestTelemetry(this.opts.metrics, traceHeaders ?? NO_TRACE_HEADERS);
+    const stream: ExtProcStream = new ExtProcStream(call, this.opts.gate, this.opts.logger, {
+      telemetry,
+      streamId: this.nextStreamId++,
       onClose: () => this.streams.delete(stream),
-      onKnobProblems: (problems) => this.logKnobProblems(problems),
+      onKnobProblems: (problems) => this.logKnobProblems(problems, telemetry),
       onModeMismatch: (modes, configured) => this.logModeMismatch(modes, configured),
       duplexBodyWaitMs: this.opts.fullDuplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs,
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
@@ -180,12 +183,15 @@ export class ExtProcServer {
     );
   }
 
-  /** A bad knob is a config mistake in Envoy, repeated on every request of its route: warn once a minute per mistake. */
-  private logKnobProblems(problems: readonly KnobProblem[]): void {
+  /**
+   * A bad knob is a config mistake in Envoy, repeated on every request of its route: warn once a
+   * minute per mistake, with the trace ids of the request that showed it.
+   */
+  private logKnobProblems(problems: readonly KnobProblem[], scope: RequestScope): void {
     for (const p of problems) {
       const repeats = this.configLog.take(`knob\u0000${p.layer}\u0000${p.key}\u0000${p.value}`);
       if (repeats === undefined) continue;
-      this.opts.logger.warn(
+      requestLogger(this.opts.logger, scope).warn(
         { knob_layer: p.layer, key: p.key, value: p.value, reason: p.reason, repeats },
         'knob rejected; using the next layer or the config default',
       );

@@ -63,8 +63,10 @@ export interface StreamHooks {
   onClose(): void;
   /** Called once per routing decision or rejection (for tests). */
   onResult?(result: GateResult): void;
-  /** This request's span, metrics and log context. */
+  /** This request's span, metrics and trace ids for its log lines; handed to the gate as the request's scope. */
   telemetry: RequestTelemetry;
+  /** Names the stream on its log lines (`stream`). */
+  streamId?: number;
   /** Knobs from Envoy that were unknown or invalid and were ignored (the caller logs them). */
   onKnobProblems?(problems: readonly KnobProblem[]): void;
   /** Envoy declared body modes that differ from the config's fallback (the caller logs it once). */
@@ -124,19 +126,19 @@ export class ExtProcStream {
   private duplexBody: Buffer[] = [];
   private duplexBytes = 0;
   private duplexTimer: NodeJS.Timeout | undefined;
+  /** This stream's logger, built at its first line after the request headers (most streams write none); see `logger`. */
+  private streamLogger: Logger | undefined;
 
+  /** @param baseLogger the server's logger: this stream's lines go through a child of it. */
   constructor(
     private readonly call: Call,
     private readonly gate: Gate,
-    private readonly logger: Logger,
+    private readonly baseLogger: Logger,
     private readonly hooks: StreamHooks,
   ) {
     this.config = gate.currentConfig;
     this.grpcMetadata = knobMetadataEntries(call.metadata);
     this.routeKnobs = this.grpcMetadata.length > 0;
-    const t = hooks.telemetry;
-    // Each message is handled inside the request's trace context, so every log line about it
-    // (the gate's and the store's included) carries its trace and span ids.
     // One `answered` callback per stream, not a new closure per message.
     const answered = () => {
       this.unanswered--;
@@ -149,27 +151,41 @@ export class ExtProcStream {
     });
     // Envoy half-closes when processing is complete; answer with OK once our replies are out.
     call.on('end', () => this.enqueue(() => this.finish(true)));
-    call.on('cancelled', () => t.run(() => this.finish(false)));
-    call.on('error', () => t.run(() => this.finish(false)));
-    call.on('close', () => t.run(() => this.finish(false)));
+    call.on('cancelled', () => this.finish(false));
+    call.on('error', () => this.finish(false));
+    call.on('close', () => this.finish(false));
   }
 
   /**
-   * Runs `step` after everything queued before it, inside the request's trace context. With
-   * nothing ahead of it, it runs at once, and a step that finishes synchronously (a headers
-   * message in BUFFERED mode, the response headers) costs no promise; a step that returns one
-   * holds back the steps after it until it settles. Either way a failed step is failed, then
-   * `after` runs.
+   * The logger for a line about this request: the server's, with the stream's id and, once the
+   * request headers have begun its span, its trace and span ids (the gate and the store get them
+   * through the request's scope, `hooks.telemetry`). Built at the first line; a stream that logs
+   * nothing builds none. Kept only once the span has begun (its ids do not change after): a line
+   * before the request headers (a stream that fails at once) has no ids to carry yet.
+   */
+  private get logger(): Logger {
+    if (this.streamLogger) return this.streamLogger;
+    const ids = this.hooks.telemetry.logIds;
+    const id = this.hooks.streamId;
+    const logger = this.baseLogger.child(id === undefined ? { ...ids } : { stream: id, ...ids });
+    if (this.reqPhase !== 'start') this.streamLogger = logger;
+    return logger;
+  }
+
+  /**
+   * Runs `step` after everything queued before it. With nothing ahead of it, it runs at once, and
+   * a step that finishes synchronously (a headers message in BUFFERED mode, the response headers)
+   * costs no promise; a step that returns one holds back the steps after it until it settles.
+   * Either way a failed step is failed, then `after` runs.
    */
   private enqueue(step: () => Promise<void> | void, after?: () => void): void {
-    const t = this.hooks.telemetry;
     if (this.pending > 0) {
-      this.settle(this.queue.then(() => t.run(step)), after);
+      this.settle(this.queue.then(step), after);
       return;
     }
     let result: Promise<void> | void;
     try {
-      result = t.run(step);
+      result = step();
     } catch (err) {
       this.failStep(err, after);
       return;
@@ -195,7 +211,7 @@ export class ExtProcStream {
 
   private failStep(err: unknown, after: (() => void) | undefined): void {
     try {
-      this.hooks.telemetry.run(() => this.fail(err));
+      this.fail(err);
     } finally {
       after?.();
     }
@@ -279,8 +295,7 @@ export class ExtProcStream {
       this.duplexTimer.unref();
       return;
     }
-    // Inside the span begun just now.
-    return this.hooks.telemetry.run(() => this.decideAndReply('request_headers'));
+    return this.decideAndReply('request_headers');
   }
 
   private onRequestBody(msg: ProcessingRequest, modes: BodyModes): Promise<void> | void {
@@ -435,7 +450,7 @@ export class ExtProcStream {
     if (result.kind === 'route') {
       // A stream that ended while the store answered must not keep the lease.
       if (this.finished) {
-        void this.gate.release(result.lease);
+        void this.gate.release(result.lease, t);
         t.decided(result, facts);
         return;
       }
@@ -484,11 +499,15 @@ export class ExtProcStream {
     t.decided(result, { ...facts, status: answer.status });
   }
 
-  /** Endpoint-picker mode: the proxy's subset hint limits the candidates. */
+  /**
+   * The request's scope (its log lines' trace ids, its store usage) and, in endpoint-picker mode,
+   * the proxy's subset hint that limits the candidates.
+   */
   private routeOptions(): RouteOptions {
-    if (!this.endpointPicker) return {};
+    const scope = this.hooks.telemetry;
+    if (!this.endpointPicker) return { scope };
     const hint = subsetHint(this.requestMetadata);
-    return hint === undefined ? {} : { eligible: workersAt(this.gate.currentConfig.workers, hint) };
+    return hint === undefined ? { scope } : { scope, eligible: workersAt(this.gate.currentConfig.workers, hint) };
   }
 
   /**
@@ -515,7 +534,7 @@ export class ExtProcStream {
     this.hooks.telemetry.served('other');
     this.servedBy = worker.id;
     this.logger.info({ served, served_worker: worker.id, chosen: chosen?.endpoint, chosen_worker: chosen?.worker, key_hash: chosen?.key?.hash }, 'request served by another endpoint than chosen');
-    if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id);
+    if (chosen?.key) void this.gate.reassign(chosen.key, chosen.worker, worker.id, this.hooks.telemetry);
   }
 
   /**
@@ -541,8 +560,8 @@ export class ExtProcStream {
     if (read === 'none' || !this.chosen) return;
     // The response is stored where it was produced: the endpoint the proxy reports, if another.
     const served = this.servedBy === undefined ? undefined : this.gate.pools.poolOfWorker(this.servedBy);
-    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id);
-    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id);
+    if (served) await this.gate.recordResponse(served.name, this.servedBy!, read.id, this.hooks.telemetry);
+    else await this.gate.recordResponse(this.chosen.pool, this.chosen.worker, read.id, this.hooks.telemetry);
   }
 
   /** Envoy applies removes before sets: every client-sent copy goes, then ours is the only one. */
@@ -579,7 +598,7 @@ export class ExtProcStream {
   private releaseLease(): void {
     const lease = this.lease;
     this.lease = undefined;
-    if (lease) void this.gate.release(lease);
+    if (lease) void this.gate.release(lease, this.hooks.telemetry);
   }
 
   /**

@@ -19,6 +19,7 @@ import { SCORER_NAMES } from '../routing/scorers/index.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
+import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import { DecisionLog, type DecisionEntry } from './decision-log.js';
 import { PendingPrefill } from './pending-prefill.js';
 import { PoolTable, type Pool } from './pools.js';
@@ -69,6 +70,11 @@ export interface RouteOptions {
   eligible?: ReadonlySet<string>;
   /** The route's knobs from Envoy (already validated); they override the config for this request only. */
   knobs?: Knobs;
+  /**
+   * The request being routed, as the transport's telemetry knows it: the gate's and the store's
+   * lines about it carry its trace ids, and the store calls made for it count in its store usage.
+   */
+  scope?: RequestScope;
 }
 
 /** Everything a decision reads from the config, swapped as one value by `reconfigure`. */
@@ -128,6 +134,7 @@ export class Gate {
   /** Routes one request in its pool: the route's `pool` knob, else its model's pool, else the default pool. */
   async route(req: RequestInfo, opts: RouteOptions = {}): Promise<GateResult> {
     const knobs = opts.knobs ?? {};
+    const scope = opts.scope;
     const setup = this.setup;
     const cfg = applyKnobs(setup.config, knobs);
     const answer = { shed_status: cfg.routing.shed_status, retry_after_s: cfg.routing.retry_after_s };
@@ -143,24 +150,24 @@ export class Gate {
       storedResponse = u.storedResponse;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
-        this.logger.info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
+        requestLogger(this.logger, scope).info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
       }
     } catch (err) {
       const error = KvgateError.from(err, 'bad_request');
-      this.logger.info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
+      requestLogger(this.logger, scope).info({ path: req.path, code: error.code, err: error.message }, 'request rejected');
       return { kind: 'reject', error, key: undefined, routing: answer };
     }
     const pick = setup.pools.pick(knobs.pool, model);
-    if (pick.unknownKnob !== undefined) this.unknownPool(pick.unknownKnob, setup.pools);
+    if (pick.unknownKnob !== undefined) this.unknownPool(pick.unknownKnob, setup.pools, scope);
     if (pick.kind === 'reject') {
-      this.logger.info({ path: req.path, code: pick.error.code, ...pick.error.details }, 'request rejected');
+      requestLogger(this.logger, scope).info({ path: req.path, code: pick.error.code, ...pick.error.details }, 'request rejected');
       return { kind: 'reject', error: pick.error, key, routing: answer };
     }
     const pool = pick.pool;
     // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body.
     const promptBlocks = blocks.length < cfg.prefix.max_blocks ? blocks.length : Math.max(blocks.length, Math.floor((req.body?.length ?? 0) / cfg.prefix.block_chars));
     const cls = serviceClass(req.headers, cfg.classes, knobs.class, cfg.routing.protocol === 'endpoint_picker', DEFAULTS.objectiveHeader);
-    if (cls.ignored) this.unknownClass(cls, cfg);
+    if (cls.ignored) this.unknownClass(cls, cfg, scope);
     const session = key?.kind === 'session';
     const eligible = opts.eligible;
     if (eligible && !pool.workerIds.some((id) => eligible.has(id))) {
@@ -187,11 +194,11 @@ export class Gate {
     let pinned: string | undefined;
     if (storedResponse !== undefined) {
       t0 = performance.now();
-      pinned = await this.store.responseWorker(pool.name, storedResponse);
+      pinned = await this.store.responseWorker(pool.name, storedResponse, scope);
       storeMs += performance.now() - t0;
     }
     if (pinned !== undefined) {
-      this.logger.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
+      requestLogger(this.logger, scope).debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
@@ -230,13 +237,13 @@ export class Gate {
         // Never shed on a stale view: re-read once, then trust it.
         if (!fresh) {
           t0 = performance.now();
-          snap = await this.store.snapshot(q);
+          snap = await this.store.snapshot(q, scope);
           storeMs += performance.now() - t0;
           fresh = true;
           attempt--;
           continue;
         }
-        return this.shed(decision, key, pool, answer, views, cls);
+        return this.shed(decision, key, pool, answer, views, cls, scope);
       }
       t0 = performance.now();
       // Field by field, not `{ ...q, worker, ... }`: each property added after a spread went
@@ -251,12 +258,12 @@ export class Gate {
         affinityTtlMs: cfg.affinity.ttl_s * 1000,
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
-      });
+      }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {
         // Tallied only while the backlog term is weighed: at its default weight 0 nothing reads it.
         if (cfg.scoring.backlog_weight > 0) this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
-        return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views);
+        return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views, scope);
       }
       snap = res.snapshot;
       fresh = true;
@@ -269,6 +276,7 @@ export class Gate {
       answer,
       views,
       cls,
+      scope,
     );
   }
 
@@ -276,9 +284,10 @@ export class Gate {
    * Moves a session's affinity from `from` to `to`, unless it no longer points at `from` (another
    * request moved it meanwhile). Used when the proxy reports that another worker served a request:
    * that worker now holds its KV cache. Only within one pool (a session never crosses pools): `to`
-   * must be in `from`'s pool. Never throws; true when the affinity moved.
+   * must be in `from`'s pool. Never throws; true when the affinity moved. `scope`: the request
+   * whose served endpoint moved it.
    */
-  async reassign(key: RoutingKey, from: string, to: string): Promise<boolean> {
+  async reassign(key: RoutingKey, from: string, to: string, scope?: RequestScope): Promise<boolean> {
     const storeKey = storeKeyOf(key);
     const { config, pools } = this.setup;
     const pool = pools.poolOfWorker(to);
@@ -295,35 +304,36 @@ export class Gate {
         affinityTtlMs: config.affinity.ttl_s * 1000,
         prefixTtlMs: config.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, to, config),
-      });
+      }, scope);
       if (!res.ok) return false;
-      await this.release(res.lease);
+      await this.release(res.lease, scope);
       return true;
     } catch (err) {
-      this.logger.warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
+      requestLogger(this.logger, scope).warn({ err: (err as Error).message, key_hash: key.hash }, 'affinity reassignment failed');
       return false;
     }
   }
 
   /**
    * Records that `worker` (of `pool`) produced the stored response `responseId` (read from its
-   * response), so that a request continuing it reaches that worker. Never throws.
+   * response), so that a request continuing it reaches that worker. Never throws. `scope`: the
+   * request whose response it is.
    */
-  async recordResponse(pool: string, worker: string, responseId: string): Promise<void> {
+  async recordResponse(pool: string, worker: string, responseId: string, scope?: RequestScope): Promise<void> {
     try {
       const hash = responseIdHash(responseId);
-      await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000);
-      this.logger.debug({ pool, worker, response_hash: hash }, 'stored response learned');
+      await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000, scope);
+      requestLogger(this.logger, scope).debug({ pool, worker, response_hash: hash }, 'stored response learned');
     } catch (err) {
-      this.logger.warn({ err: (err as Error).message, worker }, 'recording a response id failed');
+      requestLogger(this.logger, scope).warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }
   }
 
-  /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. */
-  release(lease: Lease): Promise<void> {
+  /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. `scope`: the request that held it. */
+  release(lease: Lease, scope?: RequestScope): Promise<void> {
     this.pending.remove(lease);
-    return this.store.release(lease).catch((err: unknown) => {
-      this.logger.warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
+    return this.store.release(lease, scope).catch((err: unknown) => {
+      requestLogger(this.logger, scope).warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
     });
   }
 
@@ -398,21 +408,21 @@ export class Gate {
   }
 
   /** A knob or header named a class the config does not have: said once a minute per value; the next source classified the request. */
-  private unknownClass(cls: ServiceClass, cfg: Config): void {
+  private unknownClass(cls: ServiceClass, cfg: Config, scope: RequestScope | undefined): void {
     const ignored = cls.ignored!;
     const suppressed = this.problems.take(`class:${ignored.source}:${ignored.value}`);
     if (suppressed === undefined) return;
-    this.logger.warn(
+    requestLogger(this.logger, scope).warn(
       { source: ignored.source, value: ignored.value, classes: cfg.classes.levels.map((l) => l.name), class: cls.name, class_source: cls.source, repeats: suppressed },
       'unknown class of service ignored',
     );
   }
 
   /** A route named a pool the config does not have: said once a minute, and the request is placed as if it had not. */
-  private unknownPool(name: string, pools: PoolTable): void {
+  private unknownPool(name: string, pools: PoolTable, scope: RequestScope | undefined): void {
     const suppressed = this.problems.take(`pool:${name}`);
     if (suppressed === undefined) return;
-    this.logger.warn(
+    requestLogger(this.logger, scope).warn(
       { knob: 'pool', value: name, pools: pools.all().map((p) => p.name), repeats: suppressed },
       'knob rejected: no such pool; choosing the pool by model, else the default pool',
     );
@@ -428,6 +438,7 @@ export class Gate {
     storeMs: number,
     cls: ServiceClass,
     views: readonly WorkerView[],
+    scope: RequestScope | undefined,
   ): GateResult {
     // With and without `from` as two literals, not a conditional spread in the middle: every
     // property after a spread took V8's slow path, on every routed request.
@@ -440,7 +451,7 @@ export class Gate {
         : { atMs, pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: decision.outcome, worker: decision.worker, from, attempts, degraded, class: cls.name, explanation };
     this.decisions.push(record);
     // The fields are built only when they will be written (this runs on every routed request).
-    if (this.logger.isLevelEnabled('debug')) this.logger.debug(
+    if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug(
       {
         key_kind: key?.kind,
         key_source: key?.source,
@@ -470,6 +481,7 @@ export class Gate {
     routing: NonNullable<Extract<GateResult, { kind: 'reject' }>['routing']>,
     views: readonly WorkerView[],
     cls: ServiceClass,
+    scope: RequestScope | undefined,
   ): GateResult {
     const details = { class: cls.name };
     const error =
@@ -479,7 +491,7 @@ export class Gate {
           ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
           : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
-    if (this.logger.isLevelEnabled('debug')) this.logger.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
+    if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }

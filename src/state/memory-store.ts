@@ -8,6 +8,7 @@ import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
+import { lruClock } from './lru-clock.js';
 import { PrefixIndex } from './prefix-index.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
@@ -27,9 +28,10 @@ export interface MemoryStoreOptions {
   /** Most affinities kept; the least recently used go first. */
   maxAffinities?: number;
   /**
-   * The clock locks are timed by (ms; Date.now by default). The simulator passes its simulated
-   * clock, so the migration lock's TTL, wall time in production, keeps pace with simulated rounds.
-   * Affinity and prefix TTLs stay on lru-cache's and the index's own clocks.
+   * The clock (ms; Date.now by default) every time-based decision of the store reads: affinity,
+   * prefix-holding and stored-response TTLs, lock TTLs, signal ages, session recency. The
+   * simulator passes its simulated clock, so that these expire after the simulated time a real
+   * gate's would, not after the few seconds of wall time a simulation takes.
    */
   now?: () => number;
 }
@@ -46,15 +48,17 @@ export class MemoryStore implements RoutingStore {
   private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
   private readonly events = new EventEmitter();
   private readonly locks = new Map<string, number>();
-  private readonly responses = new ResponseDirectory(MAX_LOCAL_RESPONSES);
+  private readonly responses: ResponseDirectory;
   /** The facts a commit checks, read in place (one reusable reader: commits are synchronous). */
   private readonly facts = new LiveFacts(this.leases, this.states, this.indexes);
 
   private readonly now: () => number;
 
   constructor(opts: MemoryStoreOptions = {}) {
-    this.now = opts.now ?? Date.now;
+    const now = (this.now = opts.now ?? Date.now);
+    this.responses = new ResponseDirectory(MAX_LOCAL_RESPONSES, now);
     this.affinities = new LRUCache<string, string>({
+      ...lruClock(now),
       // Bounded by count through maxSize (every entry weighs 1), not `max`: lru-cache allocates
       // `max` slots up front, which for a million took ~60 ms of a gate's start-up (and its
       // garbage collection more); this way the slots grow with use. Eviction is the same LRU.
@@ -124,7 +128,7 @@ export class MemoryStore implements RoutingStore {
       const m = this.sessionMap(req.pool, req.worker);
       // Re-insert so map order is recency order: the first entries are the coldest.
       m.delete(req.key);
-      m.set(req.key, Date.now());
+      m.set(req.key, this.now());
     }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
@@ -149,13 +153,13 @@ export class MemoryStore implements RoutingStore {
     let m = this.signals.get(pool);
     if (!m) this.signals.set(pool, (m = new Map()));
     const prev = m.get(worker);
-    if ('signals' in update) m.set(worker, { signals: update.signals, t: Date.now(), failures: 0 });
+    if ('signals' in update) m.set(worker, { signals: update.signals, t: this.now(), failures: 0 });
     else m.set(worker, { signals: prev?.signals ?? {}, t: prev?.t ?? -Infinity, failures: (prev?.failures ?? 0) + 1, error: update.error });
     return Promise.resolve();
   }
 
   readSignals(pool: string): Promise<Map<string, SignalRecord>> {
-    const now = Date.now();
+    const now = this.now();
     const out = new Map<string, SignalRecord>();
     for (const [w, r] of this.signals.get(pool) ?? []) {
       out.set(w, { signals: r.signals, ageMs: now - r.t, failures: r.failures, ...(r.error !== undefined ? { error: r.error } : {}) });
@@ -182,8 +186,9 @@ export class MemoryStore implements RoutingStore {
       const ttl = this.affinities.getRemainingTTL(ak);
       this.affinities.set(ak, to, { ttl: ttl > 0 && Number.isFinite(ttl) ? ttl : opts.affinityTtlMs });
       this.sessionMap(pool, from).delete(key);
-      this.sessionMap(pool, to).set(key, Date.now());
-      const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: Date.now() };
+      const at = this.now();
+      this.sessionMap(pool, to).set(key, at);
+      const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: at };
       out.push(e);
       this.events.emit('offload', e);
     }
@@ -221,7 +226,7 @@ export class MemoryStore implements RoutingStore {
 
   private index(pool: string, ttlMs: number): PrefixIndex {
     let i = this.indexes.get(pool);
-    if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs)));
+    if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs, this.now)));
     return i;
   }
 

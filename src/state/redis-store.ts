@@ -27,6 +27,7 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { Coalesced } from '../util/coalesced.js';
+import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
@@ -226,16 +227,16 @@ export class RedisStore implements RoutingStore {
     };
   }
 
-  async snapshot(q: StateQuery): Promise<Snapshot> {
+  async snapshot(q: StateQuery, scope?: RequestScope): Promise<Snapshot> {
     try {
       return this.absorb(q, await this.decide(q));
     } catch (err) {
-      this.logFailure('redis read failed; deciding on local state', err);
+      this.logFailure('redis read failed; deciding on local state', err, scope);
       return this.localSnapshot(q, false);
     }
   }
 
-  async commit(req: CommitRequest): Promise<CommitResult> {
+  async commit(req: CommitRequest, scope?: RequestScope): Promise<CommitResult> {
     const { pool, key, workers } = req;
     if (!workers.includes(req.worker)) throw new KvgateError('internal', `worker ${req.worker} is not in pool ${pool}`);
     const member = leaseMember(randomUUID(), key);
@@ -263,7 +264,7 @@ export class RedisStore implements RoutingStore {
       }
       if (reply.late) throw new KvgateError('store_unavailable', 'the commit reached redis after its deadline');
     } catch (err) {
-      this.logFailure('redis commit failed; routing on local state', err);
+      this.logFailure('redis commit failed; routing on local state', err, scope);
       // A timed-out script may still have run: take back the lease it would have written, or it
       // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
       // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
@@ -284,6 +285,8 @@ export class RedisStore implements RoutingStore {
    * Resolves once Redis has taken the lease out (or, failing that, once it is queued for retry on
    * the refresh). The removal rides on this replica's next command to the pool, or goes on its own
    * after RELEASE_FLUSH_MS: one command fewer per request under load.
+   * Takes no request scope: many requests' removals go out in one command, and a failure is
+   * about all of them, so its line carries no one request's trace ids.
    */
   async release(lease: Lease): Promise<void> {
     // By id, not by `shared`: a lease taken locally becomes shared once resync re-adds it to Redis.
@@ -369,20 +372,20 @@ export class RedisStore implements RoutingStore {
 
   // Stored responses (Responses API): one plain key per response id, written once with its TTL.
   // Kept in this process as well, so what this replica learned survives Redis being away.
-  async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
+  async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number, scope?: RequestScope): Promise<void> {
     this.responses.record(pool, responseHash, worker, ttlMs);
     try {
       await this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs);
     } catch (err) {
-      this.logFailure('redis write of a response id failed; kept on this replica only', err);
+      this.logFailure('redis write of a response id failed; kept on this replica only', err, scope);
     }
   }
 
-  async responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
+  async responseWorker(pool: string, responseHash: string, scope?: RequestScope): Promise<string | undefined> {
     try {
       return (await this.redis.get(this.poolKeys(pool).response(responseHash))) ?? this.responses.worker(pool, responseHash);
     } catch (err) {
-      this.logFailure('redis read of a response id failed; using this replica\'s own', err);
+      this.logFailure('redis read of a response id failed; using this replica\'s own', err, scope);
       return this.responses.worker(pool, responseHash);
     }
   }
@@ -787,7 +790,8 @@ export class RedisStore implements RoutingStore {
     return k;
   }
 
-  private logFailure(msg: string, err: unknown): void {
+  /** `scope`: the request the failing call was made for, whose trace ids the line then carries. */
+  private logFailure(msg: string, err: unknown, scope?: RequestScope): void {
     // A Redis outage fails every reconnect attempt (one a second) and every request: the first
     // failure is logged at once, then one line a minute at most while it lasts, counting the
     // failures it left out. Readiness logs the recovery ("store reachable again").
@@ -799,7 +803,7 @@ export class RedisStore implements RoutingStore {
     this.lastErrorLog = now;
     const skipped = this.failuresNotLogged;
     this.failuresNotLogged = 0;
-    this.opts.logger.warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
+    requestLogger(this.opts.logger, scope).warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
   }
 
   private affinityCacheKey(pool: string, key: string): string {

@@ -9,15 +9,17 @@
  * what this replica learned itself, answered when Redis is unreachable or lost its data.
  */
 import { LRUCache } from 'lru-cache';
+import { lruClock } from './lru-clock.js';
 
 export class ResponseDirectory {
   private readonly entries: LRUCache<string, string>;
 
-  constructor(maxEntries: number) {
+  /** `now` (ms) times the TTLs: the owning store's clock. */
+  constructor(maxEntries: number, now: () => number = Date.now) {
     // Bounded by count through maxSize (every entry weighs 1), not `max`: lru-cache allocates
     // `max` slots (and, with TTLs, two timestamp arrays) up front, which for a million took
     // ~100 ms of every gate's start-up; this way they grow with use. Eviction is the same LRU.
-    this.entries = new LRUCache<string, string>({ maxSize: maxEntries, sizeCalculation: () => 1, ttlAutopurge: false });
+    this.entries = new LRUCache<string, string>({ maxSize: maxEntries, sizeCalculation: () => 1, ttlAutopurge: false, ...lruClock(now) });
   }
 
   record(pool: string, responseHash: string, worker: string, ttlMs: number): void {

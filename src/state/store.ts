@@ -11,6 +11,7 @@
  */
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import type { Preconditions, WorkerState } from '../routing/types.js';
+import type { RequestScope } from '../util/request-scope.js';
 
 /**
  * One session moved off a pressured worker: a worker-side agent can move its KV cache to CPU RAM
@@ -76,20 +77,25 @@ export interface CommitRequest extends StateQuery {
  */
 export type CommitResult = { ok: true; lease: Lease; degraded: boolean } | { ok: false; snapshot: Snapshot };
 
+/**
+ * The calls a request makes take its `scope` (optional; backends may ignore it): a backend writes
+ * its lines about the call with the request's trace ids, a timing wrapper adds the call to the
+ * request's store usage. Background work (signals, migration, heartbeats) passes none.
+ */
 export interface RoutingStore {
   readonly backend: 'memory' | 'redis';
   /** The best local knowledge, without I/O. Exact for memory; last known shared state for Redis. */
   cachedSnapshot(q: StateQuery): Snapshot;
   /** Fresh shared state (falls back to the cached snapshot when the shared store is unreachable). */
-  snapshot(q: StateQuery): Promise<Snapshot>;
+  snapshot(q: StateQuery, scope?: RequestScope): Promise<Snapshot>;
   /**
    * Checks the preconditions and, if they hold, atomically: records the key's affinity (when there
    * is a key), takes an in-flight lease on the worker, and records that the worker now holds the
    * prompt's blocks (the prefix index learns from routing decisions).
    */
-  commit(req: CommitRequest): Promise<CommitResult>;
+  commit(req: CommitRequest, scope?: RequestScope): Promise<CommitResult>;
   /** Gives the lease back; never throws (a lost release expires with the lease TTL). */
-  release(lease: Lease): Promise<void>;
+  release(lease: Lease, scope?: RequestScope): Promise<void>;
   /** Records an operator- or signal-set state; undefined clears it back to healthy. */
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void>;
   /** Records a scrape of a worker: its signals, or the error that stopped it. Stamped by the store's clock. */
@@ -115,9 +121,9 @@ export interface RoutingStore {
    * API), for `ttlMs`. Shared by every replica; never throws (an unreachable shared store keeps it
    * in this process only).
    */
-  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void>;
+  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number, scope?: RequestScope): Promise<void>;
   /** The worker that produced a stored response, or undefined when unknown or expired. Never throws. */
-  responseWorker(pool: string, responseHash: string): Promise<string | undefined>;
+  responseWorker(pool: string, responseHash: string, scope?: RequestScope): Promise<string | undefined>;
   /** Calls `listener` for each offload event this store records; returns an unsubscribe function. */
   onOffload(listener: (e: OffloadEvent) => void): () => void;
   /** Resolves when the shared store answers; rejects with KvgateError('store_unavailable') otherwise. */

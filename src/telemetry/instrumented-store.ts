@@ -1,30 +1,21 @@
 /**
  * A RoutingStore that times every call of the store it wraps, counts its failures, and adds both
- * to the request being decided (found through the active OpenTelemetry context), so a request's
+ * to the usage of the request the call is made for (the `scope` the caller passes), so a request's
  * span says how long it waited on the store and whether the store failed it. It changes no result.
+ * The scope is passed on to the wrapped store (whose log lines about the call carry the request's
+ * trace ids).
  *
  * "Failed" means the call threw, or a commit came back `degraded` (the Redis store could not reach
  * Redis and routed on local state: it swallows the error itself, so this is how we see it).
  */
-import { context, createContextKey } from '@opentelemetry/api';
 import type { CommitRequest, CommitResult, Lease, OffloadEvent, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import type { SignalRecord } from '../routing/health.js';
 import type { WorkerState } from '../routing/types.js';
 import type { WorkerSignals } from '../routing/health.js';
+import type { RequestScope } from '../util/request-scope.js';
 import { Metrics, type StoreOperation } from './metrics.js';
 
-/** What one request spent in the store; lives in the request's context while it is decided. */
-export interface StoreUsage {
-  seconds: number;
-  calls: number;
-  errors: Array<{ operation: StoreOperation; message: string }>;
-}
-
-export const STORE_USAGE_KEY = createContextKey('kvgate.store_usage');
-
-export function newStoreUsage(): StoreUsage {
-  return { seconds: 0, calls: 0, errors: [] };
-}
+export { newStoreUsage, type StoreUsage } from '../util/request-scope.js';
 
 export class InstrumentedStore implements RoutingStore {
   constructor(
@@ -45,28 +36,28 @@ export class InstrumentedStore implements RoutingStore {
     return this.inner.cachedSnapshot(q);
   }
 
-  snapshot(q: StateQuery): Promise<Snapshot> {
-    return this.time('snapshot', () => this.inner.snapshot(q));
+  snapshot(q: StateQuery, scope?: RequestScope): Promise<Snapshot> {
+    return this.time('snapshot', scope, () => this.inner.snapshot(q, scope));
   }
 
-  commit(req: CommitRequest): Promise<CommitResult> {
-    return this.time('commit', () => this.inner.commit(req), degradedCommit);
+  commit(req: CommitRequest, scope?: RequestScope): Promise<CommitResult> {
+    return this.time('commit', scope, () => this.inner.commit(req, scope), degradedCommit);
   }
 
-  release(lease: Lease): Promise<void> {
-    return this.time('release', () => this.inner.release(lease));
+  release(lease: Lease, scope?: RequestScope): Promise<void> {
+    return this.time('release', scope, () => this.inner.release(lease, scope));
   }
 
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
-    return this.time('set_state', () => this.inner.setWorkerState(pool, worker, state));
+    return this.time('set_state', undefined, () => this.inner.setWorkerState(pool, worker, state));
   }
 
-  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number): Promise<void> {
-    return this.time('record_response', () => this.inner.recordResponse(pool, responseHash, worker, ttlMs));
+  recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number, scope?: RequestScope): Promise<void> {
+    return this.time('record_response', scope, () => this.inner.recordResponse(pool, responseHash, worker, ttlMs, scope));
   }
 
-  responseWorker(pool: string, responseHash: string): Promise<string | undefined> {
-    return this.time('response_worker', () => this.inner.responseWorker(pool, responseHash));
+  responseWorker(pool: string, responseHash: string, scope?: RequestScope): Promise<string | undefined> {
+    return this.time('response_worker', scope, () => this.inner.responseWorker(pool, responseHash, scope));
   }
 
   // Background work (the collector and the migrator), not on a request's path: passed through
@@ -100,14 +91,14 @@ export class InstrumentedStore implements RoutingStore {
   }
 
   ping(): Promise<void> {
-    return this.time('ping', () => this.inner.ping());
+    return this.time('ping', undefined, () => this.inner.ping());
   }
 
   close(): Promise<void> {
     return this.inner.close();
   }
 
-  private async time<T>(operation: StoreOperation, call: () => Promise<T>, failureOf?: (result: T) => string | undefined): Promise<T> {
+  private async time<T>(operation: StoreOperation, scope: RequestScope | undefined, call: () => Promise<T>, failureOf?: (result: T) => string | undefined): Promise<T> {
     const start = process.hrtime.bigint();
     let failure: string | undefined;
     try {
@@ -123,7 +114,7 @@ export class InstrumentedStore implements RoutingStore {
         const seconds = Number(process.hrtime.bigint() - start) / 1e9;
         this.metrics.storeSeconds.observe(LABELS[operation], seconds);
         if (failure !== undefined) this.metrics.storeErrors.inc(LABELS[operation]);
-        const usage = context.active().getValue(STORE_USAGE_KEY) as StoreUsage | undefined;
+        const usage = scope?.storeUsage;
         if (usage) {
           usage.seconds += seconds;
           usage.calls++;

@@ -1,31 +1,34 @@
 /**
- * Telemetry for one request (one ext_proc stream): its span, its metrics and the context that
- * puts its trace and span ids on every log line written while it is handled.
+ * Telemetry for one request (one ext_proc stream): its span, its metrics, the trace and span ids
+ * every log line about it carries, and what it spent in the store. It is the request's
+ * `RequestScope` (src/util/request-scope.ts): the transport hands it to the gate, the gate to the
+ * store, explicitly; no async context is involved (src/telemetry/tracing.ts says why).
  *
  * The span `kvgate.route` starts when the request headers arrive and ends when kvgate answers
  * with its decision (a route, an immediate response, or a fallback). Its parent is Envoy's span
  * for the ext_proc call, read from the call's gRPC metadata (W3C `traceparent`/`tracestate`, which
  * Envoy injects there when its tracing is on), else from the request's own headers (a client's
  * trace), else it starts a trace. With export off the span is non-recording but still carries the
- * parent's ids, so logs correlate with Envoy's traces anyway.
+ * parent's ids, so logs correlate with Envoy's traces anyway. Log lines carry the span's ids:
+ * kvgate's span when it records, else Envoy's (or the client's); none before the request headers,
+ * or when no trace reached kvgate and nothing is exported.
  *
  * Every method swallows its own failures: telemetry never throws into the request path.
  */
 import {
-  context,
+  isSpanContextValid,
   propagation,
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
   trace,
   type Attributes,
-  type Context,
   type Span,
   type TextMapGetter,
 } from '@opentelemetry/api';
 import type { GateResult } from '../gate/gate.js';
 import type { WorkerView } from '../routing/types.js';
-import { newStoreUsage, STORE_USAGE_KEY, type StoreUsage } from './instrumented-store.js';
+import { newStoreUsage, type RequestScope, type StoreUsage } from '../util/request-scope.js';
 import { Metrics, type DecisionOutcome, type StreamErrorReason } from './metrics.js';
 import { TRACER_NAME } from './tracing.js';
 
@@ -46,11 +49,10 @@ export interface DecisionFacts {
   subsetSize?: number;
 }
 
-export class RequestTelemetry {
-  private ctx: Context = ROOT_CONTEXT;
+export class RequestTelemetry implements RequestScope {
   private span: Span | undefined;
   private ended = false;
-  private readonly usage: StoreUsage = newStoreUsage();
+  readonly storeUsage: StoreUsage = newStoreUsage();
   private decisionStart: bigint | undefined;
 
   /**
@@ -93,13 +95,21 @@ export class RequestTelemetry {
         },
         parent,
       );
-      this.ctx = trace.setSpan(parent, this.span).setValue(STORE_USAGE_KEY, this.usage);
     });
   }
 
-  /** Runs `fn` with this request's span active (its log lines then carry trace_id/span_id). */
-  run<T>(fn: () => T): T {
-    return context.with(this.ctx, fn);
+  /**
+   * `trace_id` and `span_id` for a log line about this request: its span's (kvgate's own when it
+   * records, else the parent's it carries), or undefined before the span begins or when it has no
+   * valid ids. Built when a line is written, not per request.
+   */
+  get logIds(): Readonly<Record<string, string>> | undefined {
+    try {
+      const sc = this.span?.spanContext();
+      return sc && isSpanContextValid(sc) ? { trace_id: sc.traceId, span_id: sc.spanId } : undefined;
+    } catch {
+      return undefined;
+    }
   }
 
   /** The decision starts now (for the latency histogram). */
@@ -128,7 +138,7 @@ export class RequestTelemetry {
       if (span.isRecording()) {
         span.setAttributes(decisionAttributes(result, outcome, facts));
         span.setAttributes(this.storeAttributes());
-        for (const e of this.usage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
+        for (const e of this.storeUsage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
       }
       this.endSpan();
     });
@@ -177,9 +187,9 @@ export class RequestTelemetry {
 
   private storeAttributes(): Attributes {
     return {
-      'kvgate.store.duration_ms': this.usage.seconds * 1000,
-      'kvgate.store.calls': this.usage.calls,
-      'kvgate.store.errors': this.usage.errors.length,
+      'kvgate.store.duration_ms': this.storeUsage.seconds * 1000,
+      'kvgate.store.calls': this.storeUsage.calls,
+      'kvgate.store.errors': this.storeUsage.errors.length,
     };
   }
 

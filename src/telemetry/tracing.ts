@@ -3,17 +3,15 @@
  * else uses `@opentelemetry/api`, which is a no-op until a provider is registered here.
  *
  * Two separate things happen here:
- *  - `installTraceContext()` always runs (cheap, no exporter): the W3C trace-context propagator and
- *    an AsyncLocalStorage context manager, so kvgate reads Envoy's `traceparent` and log lines made
- *    while a request's span is active carry its trace and span ids, even with export off.
+ *  - `installTraceContext()` always runs (cheap, no exporter): the W3C trace-context propagator,
+ *    so kvgate reads Envoy's `traceparent` (its log lines carry those ids even with export off).
  *  - `startTracing()` exports spans over OTLP, configured only by the standard OTEL_* environment
  *    variables, and is off unless they ask for it (see `tracingRequested`).
  *
  * Telemetry never fails the host: a missing collector, a bad variable or a full export queue is a
  * warning in the log (rate-limited by the SDK's batching), never an error in the request path.
  */
-import { context, diag, DiagLogLevel, propagation, ROOT_CONTEXT, trace, type DiagLogger } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
+import { diag, DiagLogLevel, propagation, trace, type DiagLogger } from '@opentelemetry/api';
 import { W3CTraceContextPropagator } from '@opentelemetry/core';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
 import type { Logger } from 'pino';
@@ -40,14 +38,25 @@ export interface Tracing extends TracingSettings {
 let contextInstalled = false;
 
 /**
- * Registers the W3C propagator and the AsyncLocalStorage context manager, once per process.
- * Without them `propagation.extract` and `context.with` are no-ops.
+ * Registers the W3C propagator, once per process (without it `propagation.extract` finds no
+ * parent).
+ *
+ * No context manager is registered, with or without export, and none must be: on Node 20 and 22
+ * an AsyncLocalStorage, once entered, runs async hooks on every promise and native callback of
+ * the process (about 10 µs of a 2 KB request's ~150 µs on the gate's thread). Nothing needs one:
+ * a request's span is started with an explicit parent (src/telemetry/request-telemetry.ts), its
+ * trace ids reach log lines and its store usage reaches the span through the request's scope,
+ * passed down explicitly (src/util/request-scope.ts); no instrumentation library is loaded (grpc-js,
+ * ioredis and http make no spans of their own), so nothing else reads the active context. The
+ * SDK's batch processor wraps each export in `context.with(suppressTracing(...))`, which only
+ * instrumentations read: without a manager it just runs the export. Were instrumentations ever
+ * added (ioredis spans under the request's span), they would need a manager, installed only when
+ * an exporter is configured, and their cost measured then.
  */
 export function installTraceContext(): void {
   if (contextInstalled) return;
   contextInstalled = true;
   propagation.setGlobalPropagator(new W3CTraceContextPropagator());
-  context.setGlobalContextManager(new AsyncLocalStorageContextManager().enable());
 }
 
 const PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json', 'grpc'];
@@ -94,9 +103,8 @@ const DIAG_LOG_INTERVAL_MS = 30_000;
 /**
  * The SDK's own diagnostics (export failures, bad variables) as pino warnings an operator can
  * read: the error's message without its stack (the SDK hands over whole serialised exceptions),
- * the logger's own `component` (no second one), written outside any request's trace context (an
- * export runs in whatever context its timer was armed in, so the line would otherwise carry an
- * unrelated request's trace id), and at most once per cause every 30 s.
+ * the logger's own `component` (no second one), no request's trace ids (the logger is not a
+ * request's, and nothing adds ids from an async context), and at most once per cause every 30 s.
  */
 export function diagToPino(logger: Logger, now: () => number = Date.now): DiagLogger {
   const throttle = new LogThrottle(DIAG_LOG_INTERVAL_MS, 100, now);
@@ -104,12 +112,7 @@ export function diagToPino(logger: Logger, now: () => number = Date.now): DiagLo
     const text = [msg, ...args.map(describeDiagArg)].map(firstLine).filter(Boolean).join(': ');
     const repeats = throttle.take(text.slice(0, 200));
     if (repeats === undefined) return;
-    context.with(ROOT_CONTEXT, () =>
-      logger.warn(
-        { source: 'opentelemetry', hint: DIAG_HINT, ...(repeats > 0 ? { repeats_not_logged: repeats } : {}) },
-        `opentelemetry: ${text}`,
-      ),
-    );
+    logger.warn({ source: 'opentelemetry', hint: DIAG_HINT, ...(repeats > 0 ? { repeats_not_logged: repeats } : {}) }, `opentelemetry: ${text}`);
   };
   return { error: warn, warn, info: () => undefined, debug: () => undefined, verbose: () => undefined };
 }

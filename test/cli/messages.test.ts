@@ -125,7 +125,9 @@ describe('failures of things kvgate talks to', () => {
     const failure = new Error('connect ECONNREFUSED 127.0.0.1:4318');
     // The SDK's global error handler passes a serialised exception, stack included.
     const serialised = JSON.stringify({ message: failure.message, stack: failure.stack, name: 'Error' });
-    // An export runs in whatever context its timer was armed in: here, a request's span.
+    // kvgate installs no context manager, so this context.with is inert; were one (and a log
+    // mixin reading it) ever brought back, an export would run in whatever context its timer was
+    // armed in: here, a request's span, whose ids must not land on the SDK's line.
     const span = trace.wrapSpanContext({ traceId: 'a'.repeat(32), spanId: 'b'.repeat(16), traceFlags: TraceFlags.SAMPLED });
     context.with(trace.setSpan(context.active(), span), () => {
       diag.error(serialised);

@@ -1,16 +1,18 @@
 /**
  * The instrumented store: every timed call lands in the duration histogram under its operation,
  * a thrown call or a degraded commit counts as that operation's error, and both reach the usage
- * of the request in whose context the call ran. It changes no result.
+ * of the request the call was made for (the scope passed with it), which the wrapped store gets
+ * too. It changes no result.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import { context, ROOT_CONTEXT } from '@opentelemetry/api';
-import { AsyncLocalStorageContextManager } from '@opentelemetry/context-async-hooks';
 import type { CommitRequest, RoutingStore } from '../../src/state/store.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
-import { InstrumentedStore, newStoreUsage, STORE_USAGE_KEY } from '../../src/telemetry/instrumented-store.js';
+import { InstrumentedStore, newStoreUsage } from '../../src/telemetry/instrumented-store.js';
 import { Metrics } from '../../src/telemetry/metrics.js';
+import type { RequestScope } from '../../src/util/request-scope.js';
+
+const scopeOf = (usage = newStoreUsage()): RequestScope => ({ logIds: { trace_id: 'a'.repeat(32), span_id: 'b'.repeat(16) }, storeUsage: usage });
 
 const req: CommitRequest = {
   pool: 'p',
@@ -32,64 +34,102 @@ async function metricValue(m: Metrics, name: string, operation: string, suffix =
 }
 
 test('calls are timed by operation; a throw and a degraded commit count as errors, in the calling request too', async () => {
-  const manager = new AsyncLocalStorageContextManager().enable();
-  context.setGlobalContextManager(manager);
-  try {
-    const inner = new MemoryStore();
-    let mode: 'ok' | 'throw' | 'degraded' = 'ok';
-    const flaky: RoutingStore = Object.create(inner) as RoutingStore;
-    flaky.commit = async (r) => {
-      if (mode === 'throw') throw new Error('boom');
-      const res = await inner.commit(r);
-      return mode === 'degraded' && res.ok ? { ...res, degraded: true } : res;
-    };
-    const metrics = new Metrics({ processMetrics: false });
-    const store = new InstrumentedStore(flaky, metrics);
-    const usage = newStoreUsage();
-    await context.with(ROOT_CONTEXT.setValue(STORE_USAGE_KEY, usage), async () => {
-      const ok = await store.commit(req);
-      assert.ok(ok.ok);
-      await store.release(ok.lease);
-      mode = 'degraded';
-      const degraded = await store.commit(req);
-      assert.ok(degraded.ok && degraded.degraded, 'the result passes through unchanged');
-      mode = 'throw';
-      await assert.rejects(store.commit(req), /boom/);
-    });
-    assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'commit', '_count'), 3);
-    assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'release', '_count'), 1);
-    assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'commit'), 2);
-    assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'release'), undefined);
-    assert.equal(usage.calls, 4);
-    assert.deepEqual(usage.errors, [
-      { operation: 'commit', message: 'shared store unreachable; committed on local state' },
-      { operation: 'commit', message: 'boom' },
-    ]);
-  } finally {
-    context.disable();
-  }
+  const inner = new MemoryStore();
+  let mode: 'ok' | 'throw' | 'degraded' = 'ok';
+  const flaky: RoutingStore = Object.create(inner) as RoutingStore;
+  flaky.commit = async (r) => {
+    if (mode === 'throw') throw new Error('boom');
+    const res = await inner.commit(r);
+    return mode === 'degraded' && res.ok ? { ...res, degraded: true } : res;
+  };
+  const metrics = new Metrics({ processMetrics: false });
+  const store = new InstrumentedStore(flaky, metrics);
+  const usage = newStoreUsage();
+  const scope = scopeOf(usage);
+  const ok = await store.commit(req, scope);
+  assert.ok(ok.ok);
+  await store.release(ok.lease, scope);
+  mode = 'degraded';
+  const degraded = await store.commit(req, scope);
+  assert.ok(degraded.ok && degraded.degraded, 'the result passes through unchanged');
+  mode = 'throw';
+  await assert.rejects(store.commit(req, scope), /boom/);
+  // A call made for no request (background work) is timed, and counted in no request.
+  const background = await store.commit(req).catch(() => undefined);
+  assert.equal(background, undefined);
+  assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'commit', '_count'), 4);
+  assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'release', '_count'), 1);
+  assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'commit'), 3);
+  assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'release'), undefined);
+  assert.equal(usage.calls, 4);
+  assert.ok(usage.seconds > 0, 'the time is added');
+  assert.deepEqual(usage.errors, [
+    { operation: 'commit', message: 'shared store unreachable; committed on local state' },
+    { operation: 'commit', message: 'boom' },
+  ]);
+});
+
+test('each request counts its own calls, after awaits and interleaved with other requests', async () => {
+  const inner = new MemoryStore();
+  const slow: RoutingStore = Object.create(inner) as RoutingStore;
+  slow.snapshot = async (q) => {
+    await new Promise((r) => setTimeout(r, 5));
+    return inner.snapshot(q);
+  };
+  const store = new InstrumentedStore(slow, new Metrics({ processMetrics: false }));
+  const a = scopeOf();
+  const b = scopeOf();
+  const q = { pool: 'p', key: undefined, workers: ['w1'], blocks: [] };
+  // Two requests in flight at once: a makes three calls, b one; each after an await of its own.
+  await Promise.all([
+    (async () => {
+      await store.snapshot(q, a);
+      await store.snapshot(q, a);
+      const res = await store.commit(req, a);
+      assert.ok(res.ok);
+    })(),
+    (async () => {
+      await new Promise((r) => setTimeout(r, 1));
+      await store.snapshot(q, b);
+    })(),
+  ]);
+  assert.equal(a.storeUsage.calls, 3);
+  assert.equal(b.storeUsage.calls, 1);
+});
+
+test('the wrapped store gets the request scope of each call it makes on a request’s behalf', async () => {
+  const seen: Array<[string, RequestScope | undefined]> = [];
+  const inner: RoutingStore = new MemoryStore();
+  const spy: RoutingStore = Object.create(inner) as RoutingStore;
+  spy.commit = (r, s) => (seen.push(['commit', s]), inner.commit(r, s));
+  spy.snapshot = (q, s) => (seen.push(['snapshot', s]), inner.snapshot(q, s));
+  spy.release = (l, s) => (seen.push(['release', s]), inner.release(l, s));
+  spy.responseWorker = (p, h, s) => (seen.push(['response_worker', s]), inner.responseWorker(p, h, s));
+  spy.recordResponse = (p, h, w, t, s) => (seen.push(['record_response', s]), inner.recordResponse(p, h, w, t, s));
+  const store = new InstrumentedStore(spy, new Metrics({ processMetrics: false }));
+  const scope = scopeOf();
+  await store.snapshot({ pool: 'p', key: undefined, workers: ['w1'], blocks: [] }, scope);
+  const res = await store.commit(req, scope);
+  assert.ok(res.ok);
+  await store.release(res.lease, scope);
+  await store.recordResponse('p', 'h', 'w1', 1000, scope);
+  await store.responseWorker('p', 'h', scope);
+  assert.deepEqual(seen.map(([op]) => op), ['snapshot', 'commit', 'release', 'record_response', 'response_worker']);
+  for (const [op, s] of seen) assert.equal(s, scope, `${op} got the request's scope`);
 });
 
 test('a store call that throws before returning a promise still answers with a rejection, timed and counted in the calling request', async () => {
-  const manager = new AsyncLocalStorageContextManager().enable();
-  context.setGlobalContextManager(manager);
-  try {
-    const flaky: RoutingStore = Object.create(new MemoryStore()) as RoutingStore;
-    flaky.commit = () => {
-      throw new Error('thrown synchronously');
-    };
-    const metrics = new Metrics({ processMetrics: false });
-    const store = new InstrumentedStore(flaky, metrics);
-    const usage = newStoreUsage();
-    await context.with(ROOT_CONTEXT.setValue(STORE_USAGE_KEY, usage), async () => {
-      let answer: Promise<unknown> | undefined;
-      assert.doesNotThrow(() => (answer = store.commit(req)), 'no synchronous throw into the request path');
-      await assert.rejects(answer!, /thrown synchronously/);
-    });
-    assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'commit', '_count'), 1);
-    assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'commit'), 1);
-    assert.deepEqual(usage.errors, [{ operation: 'commit', message: 'thrown synchronously' }]);
-  } finally {
-    context.disable();
-  }
+  const flaky: RoutingStore = Object.create(new MemoryStore()) as RoutingStore;
+  flaky.commit = () => {
+    throw new Error('thrown synchronously');
+  };
+  const metrics = new Metrics({ processMetrics: false });
+  const store = new InstrumentedStore(flaky, metrics);
+  const usage = newStoreUsage();
+  let answer: Promise<unknown> | undefined;
+  assert.doesNotThrow(() => (answer = store.commit(req, scopeOf(usage))), 'no synchronous throw into the request path');
+  await assert.rejects(answer!, /thrown synchronously/);
+  assert.equal(await metricValue(metrics, 'kvgate_store_duration_seconds', 'commit', '_count'), 1);
+  assert.equal(await metricValue(metrics, 'kvgate_store_errors_total', 'commit'), 1);
+  assert.deepEqual(usage.errors, [{ operation: 'commit', message: 'thrown synchronously' }]);
 });

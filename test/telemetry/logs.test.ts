@@ -6,11 +6,14 @@
 import assert from 'node:assert/strict';
 import { randomBytes } from 'node:crypto';
 import { describe, test } from 'node:test';
+import { context, createContextKey, ROOT_CONTEXT } from '@opentelemetry/api';
 import { hashSessionId } from '../../src/request/hashing.js';
 import { startTracing } from '../../src/telemetry/tracing.js';
 import { chat, harness, headersMsg, waitFor } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate } from '../helpers/gate.js';
+import { startLatencyProxy } from '../helpers/latency-proxy.js';
 import { recordingLogger, silentLogger } from '../helpers/logger.js';
+import { startRedis } from '../helpers/redis-server.js';
 import { OtlpReceiver } from './otlp-receiver.js';
 
 const hex = (n: number) => randomBytes(n).toString('hex');
@@ -87,11 +90,101 @@ describe('request logs', () => {
       const routed = lines.find((l) => l['msg'] === 'routed')!;
       assert.equal(routed['trace_id'], envoyTrace);
       assert.equal(routed['span_id'], span.spanId, 'the log line points at the kvgate.route span');
+      const key = createContextKey('probe');
+      assert.equal(context.with(ROOT_CONTEXT.setValue(key, 1), () => context.active().getValue(key)), undefined, 'no context manager with export on either');
     } finally {
       h.close();
       await g.close(100);
       await tracing.shutdown();
       await receiver.close();
+    }
+  });
+  test('a line the store writes about a request, after an await, carries its trace ids', async () => {
+    // Redis answers later than store.timeout_ms: the commit fails after awaiting Redis, and the
+    // Redis store says so (once a minute) while the request goes on on local state. No refresh
+    // runs meanwhile (its failure would take the once-a-minute line first).
+    const redis = await startRedis();
+    const proxy = await startLatencyProxy(redis.port);
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate(
+      { store: { timeout_ms: 100, refresh_ms: 600_000 }, workers: [{ id: 'w1', cluster: 'worker_1' }] },
+      { logger, store: `redis://${proxy.address}` },
+    );
+    const envoyTrace = hex(16);
+    const envoySpan = hex(8);
+    const h = harness(g.target, { grpcMetadata: { traceparent: `00-${envoyTrace}-${envoySpan}-01` } });
+    try {
+      proxy.setLatency(300);
+      const out = await h.request(chat({ session: 'slow-store' }));
+      assert.equal(out.kind, 'upstream');
+      const last = g.results.at(-1)!;
+      assert.ok(last.kind === 'route' && last.degraded, 'decided on local state: the commit did fail');
+      const line = lines.find((l) => l['msg'] === 'redis commit failed; routing on local state');
+      assert.ok(line, `the store's line (got ${lines.map((l) => l['msg']).join(' | ')})`);
+      assert.equal(line['component'], 'redis-store');
+      assert.equal(line['trace_id'], envoyTrace);
+      assert.equal(line['span_id'], envoySpan);
+      // The gate's line after the same await carries them too.
+      const routed = lines.find((l) => l['msg'] === 'routed' && l['degraded'] === true);
+      assert.equal(routed?.['trace_id'], envoyTrace);
+    } finally {
+      h.close();
+      proxy.setLatency(0);
+      await g.close(100);
+      await proxy.close();
+      await redis.stop();
+    }
+  });
+
+  test('a knob problem is logged with the ids of the request that showed it', async () => {
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] }, { logger });
+    const envoyTrace = hex(16);
+    const envoySpan = hex(8);
+    const h = harness(g.target, { grpcMetadata: { traceparent: `00-${envoyTrace}-${envoySpan}-01`, 'x-kvgate-colour': 'blue' } });
+    try {
+      assert.equal((await h.request(chat({ session: 'knobbed' }))).kind, 'upstream');
+      const line = lines.find((l) => String(l['msg']).startsWith('knob rejected'));
+      assert.ok(line, `the knob line (got ${lines.map((l) => l['msg']).join(' | ')})`);
+      assert.equal(line['key'], 'x-kvgate-colour');
+      assert.equal(line['trace_id'], envoyTrace);
+      assert.equal(line['span_id'], envoySpan);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
+  test('lines of requests in flight at once each carry their own ids', async () => {
+    const { logger, lines } = recordingLogger('debug');
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }, { id: 'w2', cluster: 'worker_2' }] }, { logger });
+    const traces = Array.from({ length: 8 }, () => ({ trace: hex(16), span: hex(8) }));
+    const harnesses = traces.map((t) => harness(g.target, { grpcMetadata: { traceparent: `00-${t.trace}-${t.span}-01` } }));
+    try {
+      await Promise.all(harnesses.map((h, i) => h.request(chat({ session: `s-${i}`, text: 'x'.repeat(2000) }))));
+      const routed = lines.filter((l) => l['msg'] === 'routed');
+      assert.equal(routed.length, traces.length);
+      const byHash = new Map(routed.map((l) => [l['key_hash'], l]));
+      traces.forEach((t, i) => {
+        const l = byHash.get(hashSessionId(`s-${i}`));
+        assert.equal(l?.['trace_id'], t.trace, `request ${i}'s line names its own trace`);
+        assert.equal(l?.['span_id'], t.span);
+      });
+    } finally {
+      for (const h of harnesses) h.close();
+      await g.close(100);
+    }
+  });
+
+  test('no async context manager is installed: ids travel with the request, not through async hooks', async () => {
+    // An AsyncLocalStorage context manager runs async hooks on every promise of the process
+    // (src/telemetry/tracing.ts, installTraceContext): the lines above must get their ids without one.
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1' }] });
+    try {
+      const key = createContextKey('probe');
+      assert.equal(context.with(ROOT_CONTEXT.setValue(key, 1), () => context.active().getValue(key)), undefined, 'context.with is the no-op manager’s');
+    } finally {
+      await g.close(100);
     }
   });
 });

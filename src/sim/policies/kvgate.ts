@@ -79,7 +79,7 @@ export class KvgatePolicy implements RouterPolicy {
   private readonly index: ReadonlyMap<string, number>;
   /** How the gate decided, by outcome, for the report. */
   readonly outcomes = new Map<RouteOutcome | 'shed', number>();
-  /** Simulated milliseconds, as of the last call in: the Migrator's (and the store's locks') clock. */
+  /** Simulated milliseconds, as of the last call in: the Migrator's and the store's clock. */
   private nowMs = 0;
   private readonly migrator: Migrator<Pool>;
   /** Each worker's state at the last read, as the collector keeps it (a round starts on a change to pressured). */
@@ -107,8 +107,10 @@ export class KvgatePolicy implements RouterPolicy {
   static async create(ctx: PolicyContext, variant: KvgateVariant = {}): Promise<KvgatePolicy> {
     await initHashing();
     let clock = (): number => 0;
-    // The migration lock on the simulated clock: on the wall clock a simulation, running faster
-    // than real time, would find it still held and skip rounds a real gate makes.
+    // The store on the simulated clock, as a real gate's runs on real time: its affinity, prefix
+    // and response TTLs lapse after that much simulated time (on the wall clock, a simulation
+    // taking seconds, they never would), and its migration lock is held for simulated time (on
+    // the wall clock a simulation would find it still held and skip rounds a real gate makes).
     const store = new MemoryStore({ now: () => clock() });
     const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), store, createLogger('silent')), variant.name, variant.decorate);
     clock = policy.clock;
@@ -132,7 +134,8 @@ export class KvgatePolicy implements RouterPolicy {
     return { worker: this.index.get(res.worker)! };
   }
 
-  async firstToken(req: SimRequest): Promise<void> {
+  async firstToken(req: SimRequest, _worker?: number, nowS?: number): Promise<void> {
+    if (nowS !== undefined) this.nowMs = nowS * 1000;
     const lease = this.leases.get(req.index);
     if (!lease) return;
     this.leases.delete(req.index);
