@@ -251,10 +251,12 @@ export const DEFAULTS = {
    */
   connectionMaxStreams: 500,
   /**
-   * A retired connection gets a GOAWAY that refuses nothing (no new streams, please), and its final
-   * GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and sent
-   * its new streams elsewhere, so no stream is refused. The connection serves its open streams
-   * meanwhile, at no cost.
+   * A retired connection gets a GOAWAY naming no last stream (no new streams, please), and its
+   * final GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and
+   * sent its new streams elsewhere. The connection serves its open streams meanwhile, at no cost.
+   * Not longer: nghttp2 ignores a stream that arrives after the first GOAWAY until the final one
+   * refuses it (docs/RELIABILITY.md), so this is also how long such a stream waits; 5 s (Envoy's
+   * own drain grace) made the test harness time out on them.
    */
   goawayNoticeMs: 1000,
   /**

@@ -1,6 +1,6 @@
 /**
  * Retires each of Envoy's HTTP/2 connections after a while (DEFAULTS.connectionAgeMs, see there
- * for why), without refusing a single stream.
+ * for why), refusing as few streams as Node's HTTP/2 allows (see the limit below).
  *
  * grpc-js has `grpc.max_connection_age_ms`, but it sends its "no new streams" GOAWAY (last stream
  * id 2^31-1) and the final GOAWAY (the last stream it has seen) back to back. A stream the client
@@ -20,14 +20,18 @@
  * Here the final GOAWAY follows the first after a notice period (DEFAULTS.goawayNoticeMs), as
  * Envoy drains its own connections (a GOAWAY with the largest stream id, then the final one after
  * its drain timeout): by then Envoy has read the first and moved new streams to a new connection,
- * and every stream it opened before that has reached kvgate and is counted in the final one.
+ * and every stream kvgate processed is counted in the final one. The limit: nghttp2 ignores a stream whose HEADERS arrive after any GOAWAY it sent that is not a
+ * shutdown notice (`session_allow_incoming_new_stream`, lib/nghttp2_session.c), and Node's
+ * `Http2Session.goaway()` sends a plain GOAWAY (Node exposes no shutdown notice). A stream Envoy
+ * opened within a round trip of the first GOAWAY therefore waits for the final one, which refuses
+ * it: rare (one round trip per retirement) but not nothing.
  * (gRPC's Go and C cores wait for a PING's answer instead; under Node 20 a PING sent after the
  * GOAWAY sometimes left both unsent for as long as the wait, so a plain delay it is.)
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
 
-/** The largest stream id: the first GOAWAY refuses nothing, it only asks for no new streams. */
+/** The largest stream id: the first GOAWAY names no last stream, it only asks for no new streams. */
 const ALL_STREAMS = 2 ** 31 - 1;
 
 export interface ConnectionAgeOptions {

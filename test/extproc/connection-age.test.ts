@@ -1,7 +1,9 @@
 /**
  * kvgate retires each Envoy connection after a while (src/extproc/connection-age.ts) and must not
- * refuse a stream doing it: Envoy does not retry a refused ext_proc stream (no retry_policy by
- * default), so each would be a request without affinity, or failed when fail-closed.
+ * refuse a stream it has processed doing it: Envoy does not retry a refused ext_proc stream (no
+ * retry_policy by default), so each would be a request without affinity, or failed when
+ * fail-closed. (A stream arriving after the first GOAWAY is ignored by nghttp2 and refused by the
+ * final one: a known limit, docs/RELIABILITY.md.)
  *
  * The client here behaves as Envoy's HTTP/2 client does on a GOAWAY: the connection drains (no new
  * streams on it, no GOAWAY sent back, closed once its streams are over:
@@ -31,7 +33,7 @@ function frame(msg: unknown): Buffer {
 const CHAT = { ':method': 'POST', ':path': '/v1/chat/completions', ':scheme': 'http', ':authority': 'llm', 'x-session-id': 'age' };
 
 describe('connection retirement', () => {
-  test('a retired connection gets a GOAWAY that refuses nothing, its final GOAWAY a notice period later, and its open stream ends normally', async () => {
+  test('a retired connection gets a GOAWAY naming no last stream, its final GOAWAY a notice period later, and its open stream ends normally', async () => {
     // grpc-js's own max_connection_age sends both GOAWAYs back to back: a stream Envoy opened
     // before it read the first is refused by the second (Envoy does not retry it).
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 100 });
@@ -54,7 +56,7 @@ describe('connection retirement', () => {
       const deadline = Date.now() + DEFAULTS.goawayNoticeMs + 3000;
       while (goaways.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20));
       assert.equal(goaways.length, 2, `two GOAWAYs (${JSON.stringify(goaways)})`);
-      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, 'the first GOAWAY refuses no stream');
+      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, 'the first GOAWAY names no last stream');
       assert.ok(goaways[1]!.lastStreamId >= req.id!, `the final GOAWAY counts the open stream (${JSON.stringify(goaways)}, stream ${req.id})`);
       const gap = goaways[1]!.atMs - goaways[0]!.atMs;
       assert.ok(gap >= DEFAULTS.goawayNoticeMs * 0.9, `the final GOAWAY ${gap} ms after the first, not before the notice period`);
@@ -98,7 +100,7 @@ describe('connection retirement', () => {
       const deadline = Date.now() + 3000;
       while (goaways.length === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
       assert.ok(goaways.length >= 1, 'a GOAWAY after the budget, with the age a minute away');
-      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, 'the first GOAWAY refuses no stream');
+      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, 'the first GOAWAY names no last stream');
       assert.equal(goaways[0]!.afterStreams, budget, 'sent once the budget was reached, not before');
       assert.deepEqual(statuses, Array.from({ length: budget }, () => '0'), 'every stream within the budget was served');
     } finally {
