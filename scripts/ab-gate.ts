@@ -4,7 +4,7 @@
  * burst of someone else's work on a shared machine lands on both alike. Prints each window's
  * main-thread CPU µs/request and the medians.
  *
- *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--rounds 12] [--ms 400] [--store memory|redis|REDIS_URL] [--compiled]
+ *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--body-mode buffered|full_duplex] [--base-body-mode buffered|full_duplex] [--rounds 12] [--ms 400] [--store memory|redis|REDIS_URL [--commands]] [--compiled]
  *
  * `--store redis` starts a throwaway redis-server (a URL uses that one) and both gates use it, each
  * under its own key prefix. Only one gate is loaded at a time, so redis-server's CPU time over a
@@ -13,6 +13,10 @@
  *
  * `--commands` (with a Redis store) also prints, per tree, the commands Redis ran per request (INFO
  * commandstats over its windows, scripts' inner calls included): what a layout change costs in calls.
+ *
+ * `--base-body-mode` loads the base tree's gate in another body mode than `--body-mode`: with
+ * `--base .` it compares one tree's two modes in alternating windows (what full duplex costs over
+ * buffered), and with `--store noop` the same for the no-op ceiling (what the transport alone costs).
  *
  * `--compiled` loads each tree's build (dist/; `npm run build` in both first), as `kvgate serve`
  * runs: from the sources, tsx wraps every closure in a naming call the shipped code never makes.
@@ -26,6 +30,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { parseSize } from '../src/bench/bodies.js';
+import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type { ServerUnderTest } from '../src/bench/servers.js';
@@ -34,6 +39,8 @@ const { values } = parseArgs({
   options: {
     base: { type: 'string' },
     size: { type: 'string', default: '2k' },
+    'body-mode': { type: 'string', default: 'buffered' },
+    'base-body-mode': { type: 'string' },
     rounds: { type: 'string', default: '12' },
     ms: { type: 'string', default: '400' },
     store: { type: 'string', default: 'memory' },
@@ -42,6 +49,9 @@ const { values } = parseArgs({
   },
 });
 if (!values.base) throw new Error('--base DIR: the tree to compare with');
+const bodyMode = values['body-mode'] as BenchBodyMode;
+const baseBodyMode = (values['base-body-mode'] ?? bodyMode) as BenchBodyMode;
+for (const m of [bodyMode, baseBodyMode]) if (m !== 'buffered' && m !== 'full_duplex') throw new Error(`body mode ${m}: buffered or full_duplex`);
 
 function cpuUs(): number {
   const m = /^se\.sum_exec_runtime\s*:\s*([\d.]+)/m.exec(readFileSync(`/proc/self/task/${process.pid}/sched`, 'utf8'));
@@ -93,7 +103,7 @@ const plan = (s: ServerUnderTest) => ({
   ...(s.routingHeader !== undefined ? { expectHeader: s.routingHeader } : {}),
   mode: 'closed' as const,
   concurrency: 64,
-  bodyMode: 'buffered' as const,
+  bodyMode: s === servers[0] ? baseBodyMode : bodyMode,
 });
 for (const s of servers) await pool.run({ ...plan(s), warmupMs: 0, durationMs: 1500 });
 const per: number[][] = [[], []];
@@ -128,7 +138,7 @@ const median = (xs: number[]) => {
   return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
 };
 const ratios = per[0]!.map((a, i) => per[1]![i]! / a);
-console.log(`${values.size}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
+console.log(`${values.size} ${baseBodyMode === bodyMode ? bodyMode : `base ${baseBodyMode}, this ${bodyMode}`}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
 const pct = (x: number, of: number) => `${((100 * x) / Math.max(1, of)).toFixed(1)}%`;
 console.log(`decided after a failed commit: base ${pct(tally[0]!.retried, tally[0]!.requests)}, this ${pct(tally[1]!.retried, tally[1]!.requests)}; on local state: base ${pct(tally[0]!.degraded, tally[0]!.requests)}, this ${pct(tally[1]!.degraded, tally[1]!.requests)}`);
 if (probe) {

@@ -6,7 +6,7 @@
  * Prints the estimated bytes allocated per request and the allocation sites that allocate most,
  * self (the function that allocated) and inclusive (a function and all it calls).
  *
- *   npx tsx scripts/alloc-gate.ts [--size 2k] [--store memory|noop] [--seconds 3] [--top 30] [--compiled]
+ *   npx tsx scripts/alloc-gate.ts [--size 2k] [--body-mode buffered|full_duplex] [--store memory|noop] [--seconds 3] [--top 30] [--compiled]
  *
  * Sampling: one sample per `--interval` bytes (default 4096) on average, scaled back up by V8, so
  * the totals are estimates; compare sites, and runs with many thousand requests.
@@ -14,12 +14,14 @@
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
+import type { BenchBodyMode } from '../src/bench/load-client.js';
 import type * as LoadPoolModule from '../src/bench/load-pool.js';
 import type * as ServersModule from '../src/bench/servers.js';
 
 const { values } = parseArgs({
   options: {
     size: { type: 'string', default: '2k' },
+    'body-mode': { type: 'string', default: 'buffered' },
     store: { type: 'string', default: 'memory' },
     seconds: { type: 'string', default: '3' },
     top: { type: 'string', default: '30' },
@@ -37,6 +39,7 @@ interface HeapNode { callFrame: { functionName: string; url: string; lineNumber:
 const store = values.store as 'memory' | 'noop';
 const server = await startServer(store, { workers: 16, logLevel: 'error' });
 const pool = LoadPool.create(1);
+if (values['body-mode'] !== 'buffered' && values['body-mode'] !== 'full_duplex') throw new Error(`--body-mode ${values['body-mode']}: buffered or full_duplex`);
 const plan = {
   target: server.target,
   bodyBytes: parseSize(values.size!),
@@ -44,7 +47,7 @@ const plan = {
   ...(server.routingHeader !== undefined ? { expectHeader: server.routingHeader } : {}),
   mode: 'closed' as const,
   concurrency: 64,
-  bodyMode: 'buffered' as const,
+  bodyMode: values['body-mode'] as BenchBodyMode,
 };
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();

@@ -252,11 +252,16 @@ export const DEFAULTS = {
   connectionMaxStreams: 500,
   /**
    * A retired connection gets a GOAWAY that refuses nothing (no new streams, please), and its final
-   * GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and sent
-   * its new streams elsewhere, so no stream is refused. The connection serves its open streams
-   * meanwhile, at no cost.
+   * GOAWAY this much later: long enough for Envoy to have read the first and sent its new streams
+   * elsewhere, and for kvgate to have read every stream Envoy opened before that, so no stream is
+   * refused. The final GOAWAY names the last stream kvgate has *read*: an overloaded gate that has
+   * not yet read a burst's HEADERS frames would refuse the unread ones (with 1 s, the fault test
+   * that opens 2,000 streams at once on one connection once saw a stream refused on a busy
+   * machine). 5 s is Envoy's own grace between the two GOAWAYs
+   * when it drains a connection (HttpConnectionManager `drain_timeout`, default 5000 ms). The
+   * connection serves its open streams meanwhile, at no cost but a socket.
    */
-  goawayNoticeMs: 1000,
+  goawayNoticeMs: 5000,
   /**
    * FULL_DUPLEX_STREAMED: the longest kvgate waits for a request body to end before it decides on
    * the headers alone and lets the body flow. Envoy runs no message timer in that mode (only the

@@ -186,7 +186,11 @@ export interface DecideReply {
   inflight: number[];
   /** Recorded worker states (absent = healthy). */
   states: Map<string, string>;
-  /** Leading blocks of the prompt each configured worker holds (absent = none). */
+  /**
+   * Leading blocks of the prompt each configured worker holds (absent = none), as the script found
+   * them before a commit wrote: what its prefix check weighed. The store records a held commit's
+   * prompt on the chosen worker itself (with its capacity) and reads nothing else of its reply.
+   */
   depth: Map<string, number>;
 }
 

@@ -33,9 +33,11 @@ export const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-va
  * trimmed are the chosen worker's, in its own two keys.
  *
  * A worker's blocks are two keys with the same members, the block ids: its holdings (hash: block
- * → when the holding lapses, ms) and its recency (sorted set: ms * 1000 + 100000 - j for a block
- * at depth j of the routing that last wrote it, so within one routing the deepest blocks are the
- * oldest and a trim past capacity cuts a prompt from its tail, as an engine evicts). A read takes
+ * → when the holding lapses, ms) and its recency (sorted set: base - j for a block at depth j of
+ * the routing that last wrote it, base ms * 1000 + 100000 or, if higher, just above the worker's
+ * newest score: each routing ranks above every earlier one, and within one routing the deepest
+ * blocks are the oldest, so a trim past capacity cuts a prompt from its tail, as an engine evicts,
+ * in the order the process index evicts). A read takes
  * lapse times with HMGET, which answers the stored strings; ZMSCORE on one sorted set holding both
  * facts cost twice as much at 32 KB, most of it Redis formatting each score it returns. A match
  * costs a call per worker (and more for long runs), where the per-block layout it replaced cost one
@@ -102,7 +104,8 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- until they lapse, and no decision may weigh it), its leading run of live blocks. Each holding
 -- lapses on its own: a worker not sent the block within the TTL stops holding it, whoever else
 -- holds it. Read in chunks (8, then 32, 128, ... blocks), so a worker that holds nothing of the
--- prompt costs one short HMGET, and one that holds a long run a few.
+-- prompt costs one short HMGET, and one that holds a long run a few. A holding still matches at
+-- its lapse time itself, as the memory store's does (held while now - routed <= TTL).
 local depth = {}
 if m > 0 then
   for i = 1, n do
@@ -115,7 +118,7 @@ if m > 0 then
       local reached = d
       for k = 1, last - d do
         local u = untils[k]
-        if not u or tonumber(u) <= now then break end
+        if not u or tonumber(u) < now then break end
         reached = d + k
       end
       d = reached
@@ -180,7 +183,16 @@ if spec.mode == 'commit' then
       local lru = KEYS[K_CHOSEN_RECENCY]
       local untilS = string.format('%d', now + spec.prefixTtlMs)
       local ttlS = string.format('%d', spec.prefixTtlMs)
+      -- Every routing's blocks rank above all the worker's earlier ones, so the trim is the exact
+      -- LRU the process index keeps: the millisecond alone (× 1000) tied routings of one
+      -- millisecond, and put the deep blocks of a prompt longer than 1000 blocks below the shallow
+      -- ones of a routing a few milliseconds older. Only the order of scores means anything.
       local base = now * 1000 + 100000
+      local top = redis.call('ZRANGE', lru, -1, -1, 'WITHSCORES')
+      if top[2] then
+        local above = tonumber(top[2]) + m + 1
+        if above > base then base = above end
+      end
       -- A hash of up to hash-max-listpack-entries (512 by default) fields is a listpack, which
       -- finds a field by scanning them all: a read of a few hundred blocks compared tens of
       -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
@@ -200,29 +212,29 @@ if spec.mode == 'commit' then
       for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
       -- Both keys live as long as the newest holding, and expire together. A lapsed holding stays
       -- (it no longer matches) until the worker's capacity or the keys' TTL takes it out: the two
-      -- keys always have the same blocks (the hash has its one field more), at most the worker's capacity.
+      -- keys have the same blocks after every commit (the hash has its one field more), at most the worker's capacity.
       redis.call('PEXPIRE', hk, ttlS)
       redis.call('PEXPIRE', lru, ttlS)
-      depth[chosen] = m
-      local over = redis.call('ZCARD', lru) - spec.capacityBlocks
+      local card = redis.call('ZCARD', lru)
+      -- Redis under maxmemory may evict one key of the two (volatile-lru, as the shipped manifest
+      -- sets, takes the recency set first: only commits touch it, every decision reads the
+      -- holdings). Holdings the recency set lost would never be trimmed, and every commit keeps the
+      -- hash alive: it would grow by a capacity per eviction. One HLEN notices; the rare repair
+      -- drops them.
+      if redis.call('HLEN', hk) - 1 > card then
+        local lost = {}
+        for _, b in ipairs(redis.call('HKEYS', hk)) do
+          if b ~= '${HOLDINGS_ENCODING_FIELD}' and not redis.call('ZSCORE', lru, b) then lost[#lost + 1] = b end
+        end
+        for s = 1, #lost, 1000 do redis.call('HDEL', hk, unpack(lost, s, math.min(s + 999, #lost))) end
+      end
+      local over = card - spec.capacityBlocks
       if over > 0 then
-        -- The lowest scores go: the least recently routed blocks, deepest first. This prompt's
-        -- deepest block is its lowest: if it stays, all of the prompt stays.
+        -- The lowest scores go: the least recently routed blocks, deepest first (a prompt longer
+        -- than the capacity keeps its first blocks).
         local gone = redis.call('ZRANGE', lru, 0, over - 1)
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
         for s = 1, #gone, 1000 do redis.call('HDEL', hk, unpack(gone, s, math.min(s + 999, #gone))) end
-        local deepestGone = false
-        for _, b in ipairs(gone) do if b == ARGV[m + 1] then deepestGone = true end end
-        if deepestGone then
-          local mine = {}
-          for _, b in ipairs(gone) do mine[b] = true end
-          for j = 1, m do
-            if mine[ARGV[j + 1]] then
-              depth[chosen] = j - 1
-              break
-            end
-          end
-        end
       end
     end
   end

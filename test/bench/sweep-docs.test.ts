@@ -59,6 +59,14 @@ describe('load-sweep sections of the benchmark docs', () => {
     assert.equal(sweepTargets(tied)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.8, best baseline 0.8: llm-d; 1.00x)');
   });
 
+  test('goodput: every policy missing the SLO from the lightest load is no target met', () => {
+    const rows = [row('kvgate', 0.2, late), row('kvgate', 0.4, late), row('round-robin', 0.2, late), row('round-robin', 0.4, shed)];
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.0, best baseline 0.0: round-robin; every policy at 0)');
+    // Every baseline at 0 and kvgate above it: met, whatever the ratio.
+    rows[0] = row('kvgate', 0.2);
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 0.2, best baseline 0.0: round-robin; every baseline at 0)');
+  });
+
   test('tokens/s against round robin: the lowest ratio over the loads decides', () => {
     const rows = [row('kvgate', 0.4, { throughput_tok_s: 9_900 }), row('kvgate', 1.4, { throughput_tok_s: 9_700 }), row('round-robin', 0.4), row('round-robin', 1.4)];
     assert.equal(sweepTargets(rows)[1], 'tokens/s ≥ 0.98x round robin at every load: **missed** (lowest 0.970x at load 1.4)');

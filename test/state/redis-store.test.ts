@@ -150,6 +150,36 @@ describe('redis store specifics', () => {
       assert.equal(a.cachedSnapshot(q).inflight.get('w2'), 0);
     }));
 
+  test('a view that answers for a Redis that did not answer (a read that timed out, a commit checked locally) leaves out commits still on their way', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000, timeoutMs: 150 });
+      const workers = ['w1', 'w2'];
+      const q = { pool: 'p', key: undefined, workers, blocks: [] };
+      // A view, and Redis's clock: the commits carry their deadline, so none writes once Redis wakes.
+      await store.snapshot(q);
+      const commit = (below: Array<{ worker: string; limit: number }>) =>
+        store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below, atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      // Timed: a paused Redis would hold an UNPAUSE from another connection too.
+      const PAUSE_MS = 600;
+      assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+      const pausedAt = Date.now();
+      // Sent in this order, so they time out in this order: the read, then the first commit, each
+      // while the commits after it are still on their way.
+      const read = store.snapshot(q);
+      const first = commit([{ worker: 'w1', limit: 1 }]);
+      const second = commit([]);
+      assert.equal(store.cachedSnapshot(q).inflight.get('w1'), 2, 'the view a decision starts from counts both commits');
+      const seen = await read;
+      assert.equal(seen.inflight.get('w1'), 0, 'the read that timed out: commits that may yet fail do not fill w1');
+      const held = await first;
+      assert.ok(held.ok && held.degraded, 'checked locally below 1 on w1: the second commit, still on its way, is not counted');
+      const other = await second;
+      assert.ok(other.ok && other.degraded);
+      assert.ok(Date.now() - pausedAt < PAUSE_MS, `all of it happened while Redis was paused (${Date.now() - pausedAt} ms)`);
+      await new Promise((r) => setTimeout(r, PAUSE_MS - (Date.now() - pausedAt) + 50));
+      for (const l of [held, other]) if (l.ok) await store.release(l.lease);
+    }));
+
   test('a burst of new sessions one gate decides before any reply is placed as on counts kept at once (the memory store)', () =>
     withRedis(async ({ store }) => {
       await initHashing();
@@ -453,6 +483,52 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       assert.deepEqual(keys.filter((k) => /:(b|bw):/.test(k)), [], `no key of the per-block layout: ${keys.join(' ')}`);
     }));
 
+  test('a trim takes the least recently routed blocks first, even when a routing of more than 1000 blocks follows another within milliseconds', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const short = Array.from({ length: 10 }, (_, i) => `short${i}`);
+      const long = Array.from({ length: 3000 }, (_, i) => `long${i}`);
+      const commit = (blocks: string[]) => store.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 3005 });
+      // Sent together, run back to back: the long prompt is the newer by well under a millisecond
+      // or two, and the 5 blocks past capacity are the short one's deepest (as in process).
+      const [a, b] = await Promise.all([commit(short), commit(long)]);
+      assert.ok(a.ok && b.ok && !a.degraded && !b.degraded);
+      const held = new Set((await raw.hkeys('kvgate-test:{p}:bh:w1')).filter((f) => f !== HOLDINGS_ENCODING_FIELD));
+      assert.deepEqual(short.filter((s) => !held.has(s)), short.slice(5), 'the older prompt lost its deepest blocks');
+      assert.equal(long.filter((s) => !held.has(s)).length, 0, 'the newer prompt is whole');
+      const memory = new MemoryStore();
+      for (const blocks of [short, long]) {
+        const r = await memory.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 3005 });
+        assert.ok(r.ok);
+      }
+      for (const blocks of [short, long]) {
+        const q = { pool: 'p', key: undefined, workers, blocks };
+        assert.deepEqual((await store.snapshot(q)).prefix, (await memory.snapshot(q)).prefix);
+      }
+      await memory.close();
+      for (const l of [a, b]) if (l.ok) await store.release(l.lease);
+    }));
+
+  test('a recency set Redis evicted without its holdings (maxmemory-policy) leaves no holding past capacity that no trim would remove', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const hk = 'kvgate-test:{p}:bh:w1';
+      const blocksHeld = async () => (await raw.hkeys(hk)).filter((f) => f !== HOLDINGS_ENCODING_FIELD);
+      const older = Array.from({ length: 6 }, (_, i) => `gone${i}`);
+      await commitOn(store, 'w1', older, { capacityBlocks: 8 });
+      // volatile-lru (envoy/kubernetes/redis.yaml) picks the recency set first: only commits touch
+      // it, where every decision reads the holdings.
+      assert.equal(await raw.del('kvgate-test:{p}:br:w1'), 1);
+      for (let r = 0; r < 3; r++) {
+        await new Promise((res) => setTimeout(res, 3));
+        await commitOn(store, 'w1', Array.from({ length: 6 }, (_, i) => `later${r}-${i}`), { capacityBlocks: 8 });
+      }
+      const held = await blocksHeld();
+      assert.equal(held.length, 8, `at most the worker's capacity: ${held.join(' ')}`);
+      assert.deepEqual(held.sort(), (await raw.zrange('kvgate-test:{p}:br:w1', '0', '-1')).sort(), 'both keys have the same blocks again');
+      assert.equal((await depths(store, older)).get('w1') ?? 0, 0, 'the blocks the recency set lost are no longer matched');
+    }));
+
   test('a worker’s holdings are a hash table from its first commit, not a listpack that finds a block by scanning them all', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
@@ -485,8 +561,6 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
               const [a, b] = [await memory.commit(r), await redis.commit(r)];
               assert.ok(a.ok && b.ok && !b.degraded);
               await Promise.all([memory.release(a.lease), redis.release(b.lease)]);
-              // Recency is kept to the millisecond in Redis: one routing per millisecond at most.
-              await new Promise((r) => setTimeout(r, 2));
             }
             for (const qp of [...commits.map((c) => c.prompt), ...queries]) {
               const q = { pool, key: undefined, workers, blocks: prompt(...qp) };
