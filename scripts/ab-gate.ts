@@ -4,12 +4,15 @@
  * burst of someone else's work on a shared machine lands on both alike. Prints each window's
  * main-thread CPU µs/request and the medians.
  *
- *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--body-mode buffered|full_duplex] [--base-body-mode buffered|full_duplex] [--rounds 12] [--ms 400] [--store memory|redis|REDIS_URL] [--compiled]
+ *   npx tsx scripts/ab-gate.ts --base /path/to/other/tree [--size 2k] [--body-mode buffered|full_duplex] [--base-body-mode buffered|full_duplex] [--rounds 12] [--ms 400] [--store memory|redis|REDIS_URL [--commands]] [--compiled]
  *
  * `--store redis` starts a throwaway redis-server (a URL uses that one) and both gates use it, each
  * under its own key prefix. Only one gate is loaded at a time, so redis-server's CPU time over a
  * window (INFO cpu) is that gate's Redis cost, give or take the other's timers (refreshes,
  * renewals); it is printed beside the gate's, with their sum: what a decision costs the machine.
+ *
+ * `--commands` (with a Redis store) also prints, per tree, the commands Redis ran per request (INFO
+ * commandstats over its windows, scripts' inner calls included): what a layout change costs in calls.
  *
  * `--base-body-mode` loads the base tree's gate in another body mode than `--body-mode`: with
  * `--base .` it compares one tree's two modes in alternating windows (what full duplex costs over
@@ -42,6 +45,7 @@ const { values } = parseArgs({
     ms: { type: 'string', default: '400' },
     store: { type: 'string', default: 'memory' },
     compiled: { type: 'boolean', default: false },
+    commands: { type: 'boolean', default: false },
   },
 });
 if (!values.base) throw new Error('--base DIR: the tree to compare with');
@@ -80,6 +84,15 @@ async function redisCpuUs(): Promise<number> {
   const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
   return (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6;
 }
+/** Calls so far per command (INFO commandstats), or an empty map without Redis or --commands. */
+async function redisCalls(): Promise<Map<string, number>> {
+  const calls = new Map<string, number>();
+  if (!probe || !values.commands) return calls;
+  for (const m of (await probe.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(m[1]!, Number(m[2]));
+  return calls;
+}
+/** Per tree: command → calls over its windows. */
+const callsByTree = [new Map<string, number>(), new Map<string, number>()];
 const servers: ServerUnderTest[] = [];
 for (const s of starts) servers.push(await s(redisUrl === undefined ? (values.store as 'memory' | 'noop') : 'redis', { workers: 16, logLevel: 'error', ...(redisUrl === undefined ? {} : { redisUrl }) }));
 const pool = LoadPool.create(1);
@@ -102,11 +115,13 @@ for (let r = 0; r < Number(values.rounds); r++) {
   const order = r % 2 === 0 ? [0, 1] : [1, 0];
   const line: string[] = [];
   for (const i of order) {
+    const k0 = await redisCalls();
     const r0 = await redisCpuUs();
     const c0 = cpuUs();
     const w = await pool.run({ ...plan(servers[i]!), warmupMs: 0, durationMs: Number(values.ms) });
     const c1 = cpuUs();
     const r1 = await redisCpuUs();
+    for (const [cmd, n] of await redisCalls()) callsByTree[i]!.set(cmd, (callsByTree[i]!.get(cmd) ?? 0) + n - (k0.get(cmd) ?? 0));
     if (w.errors > 0) throw new Error(`${trees[i]}: ${w.errors} errors`);
     const counts = servers[i]!.window();
     tally[i]!.requests += w.completed;
@@ -130,6 +145,15 @@ if (probe) {
   const sum = (i: number) => per[i]!.map((g, k) => g + perRedis[i]![k]!);
   const sumRatios = sum(0).map((a, k) => sum(1)[k]! / a);
   console.log(`${values.size} redis-server: base ${median(perRedis[0]!).toFixed(0)} µs/request, this ${median(perRedis[1]!).toFixed(0)}; gate + redis: base ${median(sum(0)).toFixed(0)}, this ${median(sum(1)).toFixed(0)}; this/base per round median ${median(sumRatios).toFixed(3)}`);
+}
+if (values.commands && probe) {
+  // The probe's own INFO calls are left out; the other tree's timers (refreshes, renewals) are not.
+  for (const [i, name] of ['base', 'this'].entries()) {
+    const rows = [...callsByTree[i]!].filter(([cmd, n]) => cmd !== 'info' && n > 0).sort((a, b) => b[1] - a[1]);
+    const total = rows.reduce((t, [, n]) => t + n, 0);
+    const per = (n: number) => (n / Math.max(1, tally[i]!.requests)).toFixed(2);
+    console.log(`${name} commands per request: ${per(total)} (${rows.map(([cmd, n]) => `${cmd} ${per(n)}`).join(', ')})`);
+  }
 }
 for (const s of servers) pool.forget(s.target);
 for (const s of servers) await s.close();
