@@ -1,7 +1,9 @@
 import assert from 'node:assert/strict';
-import { describe, test } from 'node:test';
+import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
-import { decideKeys, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { Redis } from 'ioredis';
+import { decide, decideKeys, defineScripts, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 /** DECIDE_LUA's KEYS as its header lists them, built the plain way (the oracle). */
 function plainDecideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit): string[] {
@@ -62,5 +64,57 @@ describe('DECIDE_LUA keys', () => {
     assert.deepEqual(decideKeys(keys, q(a)), plainDecideKeys(keys, q(a)));
     // A new array with the same names (a config reload) gives the same keys.
     assert.deepEqual(decideKeys(keys, q([...b])), plainDecideKeys(keys, q(b)));
+  });
+});
+
+describe('DECIDE_LUA prefix match', () => {
+  let server: TestRedis;
+  let redis: Redis;
+  before(async () => {
+    server = await startRedis();
+    redis = new Redis(server.url);
+    defineScripts(redis);
+  });
+  after(async () => {
+    redis.disconnect();
+    await server.stop();
+  });
+
+  // Each worker's holdings of the prompt: a leading run of live blocks, then anything (live,
+  // lapsed or absent). The script probes a worker's first block alone unless the worker before it
+  // held the prompt, then reads in growing chunks (8, 32, ...): runs of any length, in any order of
+  // holders and non-holders, with live holdings past a gap that must not count.
+  const holding = fc.constantFrom('live', 'lapsed', 'absent');
+  test("each worker's depth is its leading run of live holdings, whatever the order of holders", async () => {
+    let run = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.integer({ min: 1, max: 50 }).chain((m) =>
+          fc.tuple(fc.constant(m), fc.array(fc.tuple(fc.integer({ min: 0, max: m }), fc.array(holding, { minLength: m, maxLength: m })), { minLength: 1, maxLength: 8 })),
+        ),
+        async ([m, spec]) => {
+          const keys = new PoolKeys('t', `match${run++}`);
+          const workers = spec.map((_, i) => `w${i}`);
+          const blocks = Array.from({ length: m }, (_, j) => `blk${j}`);
+          const far = Date.now() + 3_600_000;
+          const expected = new Map<string, number>();
+          const p = redis.pipeline();
+          spec.forEach(([lead, rest], i) => {
+            const fields: string[] = ['~encoding', 'x'];
+            for (let j = 0; j < m; j++) {
+              const h = j < lead ? 'live' : j === lead ? (rest[j] === 'live' ? 'lapsed' : rest[j]!) : rest[j]!;
+              if (h === 'live') fields.push(blocks[j]!, String(far));
+              if (h === 'lapsed') fields.push(blocks[j]!, '1');
+            }
+            p.hset(keys.holdings(workers[i]!), ...fields);
+            if (lead > 0) expected.set(workers[i]!, lead);
+          });
+          await p.exec();
+          const reply = await decide(redis, keys, { workers, key: undefined, blocks });
+          assert.deepEqual(new Map([...reply.depth].sort()), new Map([...expected].sort()));
+        },
+      ),
+      { numRuns: 150 },
+    );
   });
 });
