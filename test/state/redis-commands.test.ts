@@ -117,4 +117,39 @@ describe('DECIDE_LUA prefix match', () => {
       { numRuns: 150 },
     );
   });
+
+  test('the reply names each state, count and depth with its own worker, whatever the names hold', async () => {
+    const keys = new PoolKeys('t', 'names');
+    // Separators a reader might split on, quotes JSON escapes, a name that is a number.
+    const workers = ['a|b,c', 'x y:z', '"q"\\', '7', 'ü-w'];
+    const blocks = Array.from({ length: 12 }, (_, j) => `nb${j}`);
+    const far = String(Date.now() + 3_600_000);
+    await redis.hset(keys.states, 'a|b,c', 'draining', '7', 'pressured', 'x y:z', 'down');
+    await redis.hset(keys.holdings('7'), ...blocks.slice(0, 3).flatMap((b) => [b, far]));
+    await redis.hset(keys.holdings('ü-w'), ...blocks.flatMap((b) => [b, far]));
+    await redis.zadd(keys.inflight('x y:z'), Date.now() + 3_600_000, 'l1|k', Date.now() + 3_600_000, 'l2|k');
+    const reply = await decide(redis, keys, { workers, key: undefined, blocks });
+    assert.deepEqual(new Map([...reply.states].sort()), new Map([['7', 'pressured'], ['a|b,c', 'draining'], ['x y:z', 'down']]));
+    assert.deepEqual(new Map([...reply.depth].sort()), new Map([['7', 3], ['ü-w', 12]]));
+    assert.deepEqual(reply.inflight, [0, 2, 0, 0, 0]);
+    assert.equal(reply.ok, false);
+    assert.equal(reply.late, false);
+  });
+
+  test('a commit past its deadline is read as late, not held, and writes nothing', async () => {
+    const keys = new PoolKeys('t', 'late');
+    const workers = ['w1', 'w2'];
+    const q: DecideQuery = { workers, key: 's:k', blocks: ['lb0', 'lb1'] };
+    const late = await decide(redis, keys, q, { ...commitOn('w1', undefined), notAfter: 1 });
+    assert.equal(late.late, true);
+    assert.equal(late.ok, false);
+    assert.equal(await redis.exists(keys.affinity('s:k'), keys.inflight('w1'), keys.holdings('w1')), 0);
+    // The same commit without a deadline holds and writes: the deadline alone made the difference.
+    const held = await decide(redis, keys, q, commitOn('w1', undefined));
+    assert.equal(held.late, false);
+    assert.equal(held.ok, true);
+    assert.equal(held.affinity, 'w1');
+    assert.deepEqual(held.inflight, [1, 0]);
+    assert.equal(await redis.get(keys.affinity('s:k')), 'w1');
+  });
 });
