@@ -132,7 +132,13 @@ export class MemoryStore implements RoutingStore {
     }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
-    if (req.blocks.length > 0) this.index(req.pool, req.prefixTtlMs).record(req.worker, req.blocks, req.capacityBlocks);
+    if (req.blocks.length > 0) {
+      const index = this.index(req.pool, req.prefixTtlMs);
+      // A commit carries the pool's worker list as configured now: the index releases the workers
+      // a reload removed once their blocks lapse, so churning worker ids do not pile up.
+      index.configure(req.workers);
+      index.record(req.worker, req.blocks, req.capacityBlocks);
+    }
     return { ok: true, lease, degraded: false };
   }
 
@@ -217,6 +223,11 @@ export class MemoryStore implements RoutingStore {
     this.leases.clear();
     for (const i of this.indexes.values()) i.clear();
     return Promise.resolve();
+  }
+
+  /** Workers the pool's prefix index has numbered, now and at most at once (for tests and the debug endpoint). */
+  prefixWorkers(pool: string): { workers: number; numbers: number } {
+    return this.indexes.get(pool)?.numberedWorkers() ?? { workers: 0, numbers: 0 };
   }
 
   /** The key's worker (lru-cache's `get`: it counts as a use, as every snapshot's read did). */

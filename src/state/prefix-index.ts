@@ -79,6 +79,8 @@ class WorkerBlocks {
   qLen = 0;
   head = 0;
   sweptAt: number | undefined;
+  /** When it was last recorded: every block it holds was routed then or before. */
+  lastAt = -Infinity;
   constructor(public capacity: number) {}
 
   enqueue(e: number, touch: number): void {
@@ -122,9 +124,21 @@ export class PrefixIndex {
   private slotsTop = 0;
   /** Freed slot regions by size class, for reuse. */
   private freeRegions: number[][] = [];
-  /** worker id → its number; `names` is the reverse */
-  private readonly numbers = new Map<string, number>();
-  private readonly names: string[] = [];
+  /** worker id → its number; `names` is the reverse (undefined for a released number) */
+  private numbers = new Map<string, number>();
+  private names: Array<string | undefined> = [];
+  /** Numbers of released workers, handed out again before new ones. */
+  private freeNumbers: number[] = [];
+  /** Bumped whenever a number is given out or released: a worker list's mask holds for one numbering. */
+  private numbering = 0;
+  /**
+   * The pool's configured workers as last told (`configure`), as a set; undefined until told, and
+   * then no worker is ever released (an index on its own cannot know who is gone).
+   */
+  private configuredList: readonly string[] | undefined;
+  private configured: Set<string> | undefined;
+  /** When workers gone from the config were last looked for. */
+  private releaseCheckedAt: number | undefined;
   /** worker number → its blocks (undefined for a worker never recorded since the last clear) */
   private workers: Array<WorkerBlocks | undefined> = [];
   /** Bumped by every change to the holders (record, forget, clear), for the memo below. */
@@ -179,13 +193,15 @@ export class PrefixIndex {
 
   private maskOf(workers: readonly string[]): Uint8Array {
     let m = this.masks.get(workers);
-    if (!m || m.known !== this.names.length) {
+    // Per numbering, not per count of numbers: a released number given to another worker must not
+    // stay in a list that named its old one.
+    if (!m || m.known !== this.numbering) {
       const mask = new Uint8Array(this.names.length);
       for (const w of workers) {
         const n = this.numbers.get(w);
         if (n !== undefined) mask[n] = 1;
       }
-      this.masks.set(workers, (m = { known: this.names.length, mask }));
+      this.masks.set(workers, (m = { known: this.numbering, mask }));
     }
     return m.mask;
   }
@@ -263,6 +279,65 @@ export class PrefixIndex {
       // Entries that died during the record may be reused from now on.
       for (let e = this.dying.pop(); e !== undefined; e = this.dying.pop()) this.freeEntries.push(e);
     }
+    if (this.configured !== undefined) this.releaseGone(this.now(), false);
+  }
+
+  /**
+   * The pool's workers now (its configured list, the same array for as long as its config lives).
+   * A worker the index numbered that is not among them is released, number and storage, once it
+   * holds nothing live: at once if it holds nothing, else when the last block it was routed has
+   * expired (looked for now and at most every `SWEEP_INTERVAL_MS` of records after). Its expired
+   * blocks go with it; they matched nothing, so no answer changes. Without this, a fleet whose
+   * worker ids churn (pods replaced) would number every id it ever saw, for the gate's life.
+   */
+  configure(workers: readonly string[]): void {
+    if (workers === this.configuredList) return;
+    const prev = this.configuredList;
+    this.configuredList = workers;
+    // A new array with the same workers (a reload that kept the pool) changes nothing.
+    if (prev !== undefined && prev.length === workers.length && prev.every((w, i) => w === workers[i])) return;
+    this.configured = new Set(workers);
+    this.releaseGone(this.now(), true);
+  }
+
+  /**
+   * Workers numbered (tests and the debug endpoint): `workers` hold a number now; `numbers` is how
+   * many numbers were ever needed at once, the length of every per-worker array.
+   */
+  numberedWorkers(): { workers: number; numbers: number } {
+    return { workers: this.numbers.size, numbers: this.names.length };
+  }
+
+  /** Releases every numbered worker not configured whose blocks have all expired (or that holds none). */
+  private releaseGone(now: number, force: boolean): void {
+    const set = this.configured;
+    if (set === undefined) return;
+    if (!force && this.releaseCheckedAt !== undefined && now - this.releaseCheckedAt < SWEEP_INTERVAL_MS) return;
+    this.releaseCheckedAt = now;
+    for (let id = 0; id < this.names.length; id++) {
+      const name = this.names[id];
+      if (name === undefined || set.has(name)) continue;
+      const wb = this.workers[id];
+      if (!wb || wb.size === 0 || now - wb.lastAt > this.ttlMs) this.release(id);
+    }
+  }
+
+  /** Drops a worker's remaining (expired) blocks and frees its number for reuse. */
+  private release(id: number): void {
+    this.version++;
+    const wb = this.workers[id];
+    if (wb) {
+      // Every block it holds has its current pair in the queue: popping them all empties it.
+      for (let j = this.oldest(id, wb); j >= 0; j = this.oldest(id, wb)) this.unhold(wb.qBlock[wb.head]!, j, wb);
+      // Never expected; but a number reused while a slot still names it would hand the old
+      // worker's blocks to the new one, so such a number is kept instead.
+      if (wb.size !== 0) return;
+    }
+    this.workers[id] = undefined;
+    this.numbers.delete(this.names[id]!);
+    this.names[id] = undefined;
+    this.freeNumbers.push(id);
+    this.numbering++;
   }
 
   private recordChain(worker: string, blocks: readonly string[], capacityBlocks: number | undefined): void {
@@ -275,6 +350,7 @@ export class PrefixIndex {
       while (wb.size > wb.capacity) this.evictOldest(id, wb);
     }
     const now = this.now();
+    wb.lastAt = now;
     // The chain's entries as they stand, found front to back along the hints.
     if (this.found.length < blocks.length) this.found = new Int32Array(blocks.length * 2);
     const found = this.found;
@@ -348,6 +424,11 @@ export class PrefixIndex {
     this.slotsTop = 0;
     this.freeRegions = [];
     this.memo = undefined;
+    // Nobody holds anything: every number is free (and the numbering starts again).
+    this.numbers = new Map();
+    this.names = [];
+    this.freeNumbers = [];
+    this.numbering++;
   }
 
   /** Where a worker's three numbers start in an entry's holder slots, or -1. */
@@ -431,9 +512,10 @@ export class PrefixIndex {
   private numberOf(worker: string): number {
     let id = this.numbers.get(worker);
     if (id === undefined) {
-      id = this.names.length;
+      id = this.freeNumbers.pop() ?? this.names.length;
       this.numbers.set(worker, id);
-      this.names.push(worker);
+      this.names[id] = worker;
+      this.numbering++;
     }
     return id;
   }

@@ -63,3 +63,33 @@ describe('MemoryStore commit check against the snapshot rule', () => {
     );
   });
 });
+
+/**
+ * Worker ids churn (pods replaced under autoscaling or a rollout, each a new name): the prefix
+ * index must not keep a number and its storage for every id it ever saw.
+ */
+describe('MemoryStore prefix index under worker churn', () => {
+  test('1,000 worker ids, each routed a long prompt then removed from the pool, leave a bounded index', () => {
+    let now = 1_000_000;
+    const store = new MemoryStore({ now: () => now });
+    const ttl = 5_000;
+    // 12 blocks of 256 characters' worth each: the prompt reaches deep into the index.
+    const prompt = (tag: string) => Array.from({ length: 12 }, (_, i) => `${tag}:${i}`);
+    const free = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+    for (let i = 0; i < 1_000; i++) {
+      // A rollout step: pod i joins as pod i-2 leaves (each reload makes a new list).
+      const workers = [`pod-${i - 1}`, `pod-${i}`];
+      const r = store.commitSync({ pool: 'p', workers, key: undefined, blocks: prompt(`sys${i % 7}`), worker: `pod-${i}`, preconditions: free, affinityTtlMs: 60_000, prefixTtlMs: ttl, capacityBlocks: 100 });
+      assert.ok(r.ok);
+      if (r.ok) void store.release(r.lease);
+      // Half the removed pods' blocks lapse before the next step; the others' are still live then.
+      now += i % 2 === 0 ? ttl + 1 : 10;
+    }
+    const { workers, numbers } = store.prefixWorkers('p');
+    assert.ok(workers <= 4, `workers numbered now: ${workers}`);
+    assert.ok(numbers <= 5, `numbers ever needed at once: ${numbers}`);
+    // The configured pods still match: releasing the others took nothing of theirs.
+    const snap = store.cachedSnapshot({ pool: 'p', workers: ['pod-998', 'pod-999'], key: undefined, blocks: prompt(`sys${999 % 7}`) });
+    assert.equal(snap.prefix.get('pod-999'), 12);
+  });
+});

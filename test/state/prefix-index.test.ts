@@ -347,3 +347,95 @@ describe('PrefixIndex against a reference model', () => {
     assert.deepEqual(Object.fromEntries(ix.match(a)), { w1: 1, w2: 1, w3: 3 });
   });
 });
+
+describe('PrefixIndex releasing workers gone from the config', () => {
+  test('a worker removed from the config is released once its blocks lapse, and its number reused', () => {
+    let now = 0;
+    const ix = new PrefixIndex(1_000, () => now);
+    const first = ['w1', 'w2'];
+    ix.configure(first);
+    ix.record('w1', chain('a', 8), 100);
+    ix.record('w2', chain('b', 8), 100);
+    ix.configure(['w2', 'w3']); // w1 removed while its blocks are live: kept, still matched without a list
+    ix.record('w3', chain('c', 8), 100);
+    assert.deepEqual(ix.numberedWorkers(), { workers: 3, numbers: 3 });
+    assert.equal(ix.match(chain('a', 8)).get('w1'), 8);
+    assert.equal(ix.match(chain('a', 8), first).get('w1'), 8); // (first's worker mask is built now, with w1's number)
+    now += 1_001; // w1's blocks lapse (and everyone else's)
+    ix.configure(['w2', 'w3', 'w4']); // looks for the gone: w1 is released
+    assert.deepEqual(ix.numberedWorkers(), { workers: 2, numbers: 3 });
+    assert.equal(ix.size('w1'), 0);
+    assert.equal(ix.match(chain('a', 8)).size, 0);
+    ix.record('w4', chain('a', 8), 3); // takes w1's number: no new one, and none of w1's blocks
+    assert.deepEqual(ix.numberedWorkers(), { workers: 3, numbers: 3 });
+    // Its own three most recent blocks (the chain's root), counted against its capacity: not w1's eight.
+    assert.equal(ix.size('w4'), 3);
+    assert.deepEqual(Object.fromEntries(ix.match(chain('a', 8))), { w4: 3 });
+    // A list that named w1 does not name w4, which now has w1's number.
+    assert.equal(ix.match(chain('a', 8), first).size, 0);
+    ix.forget('w2', chain('b', 8));
+    ix.configure(['w3', 'w4']); // w2 holds nothing: released at once
+    assert.deepEqual(ix.numberedWorkers(), { workers: 2, numbers: 3 });
+    assert.equal(ix.match(chain('b', 8)).size, 0);
+  });
+
+  test('churn: 1,000 worker ids routed and dropped keep the per-worker storage bounded', () => {
+    let now = 0;
+    const ix = new PrefixIndex(2_000, () => now);
+    for (let i = 0; i < 1_000; i++) {
+      ix.configure([`pod-${i}`]);
+      ix.record(`pod-${i}`, chain(`s${i % 5}-`, 16), 200);
+      if (i % 3 === 0) ix.forget(`pod-${i}`, chain(`s${i % 5}-`, 16)); // an engine's eviction empties some
+      now += i % 2 === 0 ? 2_001 : 5;
+    }
+    const { workers, numbers } = ix.numberedWorkers();
+    assert.ok(workers <= 3, `workers numbered: ${workers}`);
+    assert.ok(numbers <= 4, `numbers needed at once: ${numbers}`);
+  });
+
+  test('a released number given to a new worker never carries the old one\'s blocks', async () => {
+    const { default: fc } = await import('fast-check');
+    const NAMES = ['w1', 'w2', 'w3', 'w4', 'w5', 'w6'];
+    // Lists kept across the run (their worker masks too), matched after numbers changed hands.
+    const LISTS: ReadonlyArray<readonly string[]> = [NAMES, ['w1', 'w2'], ['w2', 'w5'], ['w3'], ['w4', 'w6']];
+    const block = fc.constantFrom('a0', 'a1', 'a2', 'a3', 'b1', 'b2', 'c0', 'x');
+    const chainArb = fc.array(block, { maxLength: 7 });
+    const op = fc.oneof(
+      // Capacities always given, as the gate gives them: a released worker's capacity is not kept.
+      { weight: 6, arbitrary: fc.record({ kind: fc.constant('record' as const), worker: fc.constantFrom(...NAMES), blocks: chainArb, cap: fc.integer({ min: 1, max: 3 }) }) },
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant('forget' as const), worker: fc.constantFrom(...NAMES), blocks: chainArb }) },
+      // Small steps, and steps past the TTL (everything lapses: who is gone is released).
+      { weight: 2, arbitrary: fc.record({ kind: fc.constant('tick' as const), ms: fc.oneof(fc.integer({ min: 0, max: 600 }), fc.constant(1_501)) }) },
+      { weight: 3, arbitrary: fc.record({ kind: fc.constant('configure' as const), workers: fc.subarray(NAMES) }) },
+      { weight: 1, arbitrary: fc.record({ kind: fc.constant('match' as const), blocks: chainArb, list: fc.integer({ min: 0, max: LISTS.length - 1 }) }) },
+    );
+    fc.assert(
+      fc.property(fc.array(op, { maxLength: 50 }), fc.array(chainArb, { minLength: 1, maxLength: 4 }), (ops, queries) => {
+        let now = 10_000;
+        const ix = new PrefixIndex(1500, () => now);
+        // The reference never releases anyone: released workers held only lapsed blocks, so every
+        // match (with the pool's list, and without) must be the same depths.
+        const ref = new ReferenceIndex(1500, () => now);
+        let pool: readonly string[] = NAMES;
+        const check = (q: readonly string[], list?: readonly string[]) => {
+          for (const among of [pool, list, undefined]) {
+            assert.deepEqual(Object.fromEntries(ix.match(q, among)), Object.fromEntries(ref.match(q, among)), `match ${q.join(',')} among ${among?.join(',') ?? 'all'}`);
+          }
+        };
+        for (const o of ops) {
+          if (o.kind === 'record') {
+            ix.record(o.worker, o.blocks, o.cap);
+            ref.record(o.worker, o.blocks, o.cap);
+          } else if (o.kind === 'forget') {
+            ix.forget(o.worker, o.blocks);
+            ref.forget(o.worker, o.blocks);
+          } else if (o.kind === 'tick') now += o.ms;
+          else if (o.kind === 'configure') ix.configure((pool = [...o.workers]));
+          else check(o.blocks, LISTS[o.list]);
+        }
+        for (const q of queries) check(q);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+});
