@@ -781,6 +781,9 @@ export class RedisStore implements RoutingStore {
       v.workers = workers;
       v.workerSet = new Set(workers);
     }
+    // The local index releases workers the config dropped once their blocks lapse (as the memory
+    // store's does); an identity check when the list is unchanged.
+    v.index.configure(workers);
     return v;
   }
 
