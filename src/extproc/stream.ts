@@ -346,7 +346,7 @@ export class ExtProcStream {
   /** The body did not end in time: decide on the headers alone and let the body flow. */
   private async onDuplexDeadline(): Promise<void> {
     if (!this.duplexWaiting || this.finished || this.answeredImmediately) return;
-    this.logger.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
+    if (this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
     return this.decideDuplex('deadline');
   }
 
@@ -411,7 +411,7 @@ export class ExtProcStream {
     else {
       const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
       if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
-      if (Object.keys(reading.from).length > 0) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
+      if (Object.keys(reading.from).length > 0 && this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
       options.knobs = reading.knobs;
     }
     let result: GateResult;
@@ -486,7 +486,7 @@ export class ExtProcStream {
       t.fallback(result.error);
       return;
     }
-    this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
+    if (this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
     this.answeredImmediately = true;
     this.reply(
       immediate(

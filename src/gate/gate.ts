@@ -198,7 +198,7 @@ export class Gate {
       storeMs += performance.now() - t0;
     }
     if (pinned !== undefined) {
-      requestLogger(this.logger, scope).debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
+      if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
@@ -323,7 +323,7 @@ export class Gate {
     try {
       const hash = responseIdHash(responseId);
       await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000, scope);
-      requestLogger(this.logger, scope).debug({ pool, worker, response_hash: hash }, 'stored response learned');
+      if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ pool, worker, response_hash: hash }, 'stored response learned');
     } catch (err) {
       requestLogger(this.logger, scope).warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }

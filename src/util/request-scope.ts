@@ -36,7 +36,8 @@ export function newStoreUsage(): StoreUsage {
 /**
  * `logger` for a line about `scope`'s request: a child carrying the request's trace ids, or
  * `logger` itself when there is no request or it has no trace. Call it where the line is written,
- * not ahead: a child logger is an object and a serialised string per call.
+ * not ahead: a child logger is an object and a serialised string per call. A line at a level that
+ * is usually off (debug) checks `logger.isLevelEnabled` first, so no child is built to write nothing.
  */
 export function requestLogger(logger: Logger, scope: RequestScope | undefined): Logger {
   const ids = scope?.logIds;
