@@ -405,10 +405,10 @@ export class ExtProcStream {
     const t = this.hooks.telemetry;
     t.deciding();
     const request = this.request ?? requestInfoFromHeaders(new Map());
-    // No knob in either layer (the common case): nothing to read, validate or log.
+    // No knob in either layer (the common case): nothing to read, validate or log (the gate reads
+    // absent knobs as none).
     const options: RouteOptions = this.routeOptions();
-    if (this.knobContext === undefined && !this.routeKnobs) options.knobs = {};
-    else {
+    if (this.knobContext !== undefined || this.routeKnobs) {
       const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
       if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
       if (Object.keys(reading.from).length > 0 && this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
