@@ -15,8 +15,6 @@ import type { WorkerSignals } from '../routing/health.js';
 import type { RequestScope } from '../util/request-scope.js';
 import { Metrics, type StoreOperation } from './metrics.js';
 
-export { newStoreUsage, type StoreUsage } from '../util/request-scope.js';
-
 export class InstrumentedStore implements RoutingStore {
   constructor(
     private readonly inner: RoutingStore,

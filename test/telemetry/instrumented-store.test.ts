@@ -8,9 +8,9 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import type { CommitRequest, RoutingStore } from '../../src/state/store.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
-import { InstrumentedStore, newStoreUsage } from '../../src/telemetry/instrumented-store.js';
+import { InstrumentedStore } from '../../src/telemetry/instrumented-store.js';
 import { Metrics } from '../../src/telemetry/metrics.js';
-import type { RequestScope } from '../../src/util/request-scope.js';
+import { newStoreUsage, type RequestScope } from '../../src/util/request-scope.js';
 
 const scopeOf = (usage = newStoreUsage()): RequestScope => ({ logIds: { trace_id: 'a'.repeat(32), span_id: 'b'.repeat(16) }, storeUsage: usage });
 
