@@ -6,6 +6,7 @@ import { readFileSync } from 'node:fs';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
 import { KvgateError } from '../errors.js';
+import { deepFreeze } from '../util/deep-freeze.js';
 import { configSchema, type Config } from './schema.js';
 
 /** Validates an already-parsed config object. Throws KvgateError('invalid_config') listing every problem. */
@@ -60,12 +61,4 @@ export function parseConfigText(text: string, source: string): Config {
     throw new KvgateError('invalid_config', `${source} is not valid YAML: ${(err as Error).message}`, { cause: err });
   }
   return parseConfig(raw, source);
-}
-
-export function deepFreeze<T>(value: T): T {
-  if (value && typeof value === 'object') {
-    for (const v of Object.values(value)) deepFreeze(v);
-    Object.freeze(value);
-  }
-  return value;
 }

@@ -19,7 +19,8 @@ import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
 import { DEFAULTS } from './defaults.js';
-import { deepFreeze, parseConfigText, readConfigText } from './load.js';
+import { deepFreeze } from '../util/deep-freeze.js';
+import { parseConfigText, readConfigText } from './load.js';
 import type { Config } from './schema.js';
 
 export type ReloadTrigger = 'watch' | 'SIGHUP';

@@ -6,6 +6,7 @@
  */
 import type { ServiceDefinition } from '@grpc/grpc-js';
 import type { CommonResponse, HeaderMutation, HttpStatusCode, ProcessingResponse } from './messages.js';
+import { deepFreeze } from '../util/deep-freeze.js';
 import { withResponseSerializer } from './proto.js';
 
 /**
@@ -18,14 +19,6 @@ import { withResponseSerializer } from './proto.js';
  * needs a variant builds a new object.
  */
 const encodedOnce = new WeakMap<object, Buffer | null>();
-
-function deepFreeze<T>(v: T): T {
-  if (v !== null && typeof v === 'object' && !Object.isFrozen(v) && !ArrayBuffer.isView(v)) {
-    for (const k of Object.keys(v)) deepFreeze((v as Record<string, unknown>)[k]);
-    Object.freeze(v);
-  }
-  return v;
-}
 
 /** Marks a reply as constant: frozen, and encoded once by the serializer. */
 function constantReply(msg: ProcessingResponse): Readonly<ProcessingResponse> {
