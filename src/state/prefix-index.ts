@@ -301,7 +301,7 @@ export class PrefixIndex {
   }
 
   /**
-   * Workers numbered (tests and the debug endpoint): `workers` hold a number now; `numbers` is how
+   * Workers numbered (tests read it: no endpoint does): `workers` hold a number now; `numbers` is how
    * many numbers were ever needed at once, the length of every per-worker array.
    */
   numberedWorkers(): { workers: number; numbers: number } {
