@@ -17,6 +17,7 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { findRedisServer, startBenchRedis } from '../src/bench/redis-server.js';
+import { commandStats, redisCpuUs as cpuFromInfo } from './lib/gate-load.js';
 
 const { values } = parseArgs({
   options: {
@@ -77,14 +78,10 @@ function decision(r: number): { q: unknown; commit: unknown } {
   };
 }
 async function redisCpuUs(): Promise<number> {
-  const cpu = await probe.info('cpu');
-  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
-  return (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6;
+  return cpuFromInfo(await probe.info('cpu'));
 }
 async function calls(): Promise<Map<string, number>> {
-  const out = new Map<string, number>();
-  for (const x of (await probe.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) out.set(x[1]!, Number(x[2]));
-  return out;
+  return new Map([...commandStats(await probe.info('commandstats'))].map(([c, s]) => [c, s.calls]));
 }
 /** `count` decisions, 32 in flight. */
 async function run(t: Tree, count: number, from: number): Promise<void> {

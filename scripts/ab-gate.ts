@@ -30,10 +30,10 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { parseSize } from '../src/bench/bodies.js';
-import type { BenchBodyMode } from '../src/bench/load-client.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type { ServerUnderTest } from '../src/bench/servers.js';
+import { bodyModeFlag, commandStats, redisCpuUs as cpuFromInfo, saturationPlan } from './lib/gate-load.js';
 
 const { values } = parseArgs({
   options: {
@@ -49,9 +49,8 @@ const { values } = parseArgs({
   },
 });
 if (!values.base) throw new Error('--base DIR: the tree to compare with');
-const bodyMode = values['body-mode'] as BenchBodyMode;
-const baseBodyMode = (values['base-body-mode'] ?? bodyMode) as BenchBodyMode;
-for (const m of [bodyMode, baseBodyMode]) if (m !== 'buffered' && m !== 'full_duplex') throw new Error(`body mode ${m}: buffered or full_duplex`);
+const bodyMode = bodyModeFlag(values['body-mode']);
+const baseBodyMode = values['base-body-mode'] === undefined ? bodyMode : bodyModeFlag(values['base-body-mode'], '--base-body-mode');
 
 function cpuUs(): number {
   const m = /^se\.sum_exec_runtime\s*:\s*([\d.]+)/m.exec(readFileSync(`/proc/self/task/${process.pid}/sched`, 'utf8'));
@@ -79,32 +78,19 @@ if (values.store === 'redis') {
 const probe = redisUrl === undefined ? undefined : new Redis(redisUrl);
 /** redis-server's CPU time so far (µs), or 0 without Redis. */
 async function redisCpuUs(): Promise<number> {
-  if (!probe) return 0;
-  const cpu = await probe.info('cpu');
-  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
-  return (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6;
+  return probe ? cpuFromInfo(await probe.info('cpu')) : 0;
 }
 /** Calls so far per command (INFO commandstats), or an empty map without Redis or --commands. */
 async function redisCalls(): Promise<Map<string, number>> {
-  const calls = new Map<string, number>();
-  if (!probe || !values.commands) return calls;
-  for (const m of (await probe.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+)/gm)) calls.set(m[1]!, Number(m[2]));
-  return calls;
+  if (!probe || !values.commands) return new Map();
+  return new Map([...commandStats(await probe.info('commandstats'))].map(([c, s]) => [c, s.calls]));
 }
 /** Per tree: command → calls over its windows. */
 const callsByTree = [new Map<string, number>(), new Map<string, number>()];
 const servers: ServerUnderTest[] = [];
 for (const s of starts) servers.push(await s(redisUrl === undefined ? (values.store as 'memory' | 'noop') : 'redis', { workers: 16, logLevel: 'error', ...(redisUrl === undefined ? {} : { redisUrl }) }));
 const pool = LoadPool.create(1);
-const plan = (s: ServerUnderTest) => ({
-  target: s.target,
-  bodyBytes: parseSize(values.size!),
-  seed: 1,
-  ...(s.routingHeader !== undefined ? { expectHeader: s.routingHeader } : {}),
-  mode: 'closed' as const,
-  concurrency: 64,
-  bodyMode: s === servers[0] ? baseBodyMode : bodyMode,
-});
+const plan = (s: ServerUnderTest) => saturationPlan(s, parseSize(values.size!), s === servers[0] ? baseBodyMode : bodyMode);
 for (const s of servers) await pool.run({ ...plan(s), warmupMs: 0, durationMs: 1500 });
 const per: number[][] = [[], []];
 const perRedis: number[][] = [[], []];

@@ -14,9 +14,9 @@
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
-import type { BenchBodyMode } from '../src/bench/load-client.js';
 import type * as LoadPoolModule from '../src/bench/load-pool.js';
 import type * as ServersModule from '../src/bench/servers.js';
+import { bodyModeFlag, saturationPlan } from './lib/gate-load.js';
 
 const { values } = parseArgs({
   options: {
@@ -39,16 +39,7 @@ interface HeapNode { callFrame: { functionName: string; url: string; lineNumber:
 const store = values.store as 'memory' | 'noop';
 const server = await startServer(store, { workers: 16, logLevel: 'error' });
 const pool = LoadPool.create(1);
-if (values['body-mode'] !== 'buffered' && values['body-mode'] !== 'full_duplex') throw new Error(`--body-mode ${values['body-mode']}: buffered or full_duplex`);
-const plan = {
-  target: server.target,
-  bodyBytes: parseSize(values.size!),
-  seed: 1,
-  ...(server.routingHeader !== undefined ? { expectHeader: server.routingHeader } : {}),
-  mode: 'closed' as const,
-  concurrency: 64,
-  bodyMode: values['body-mode'] as BenchBodyMode,
-};
+const plan = saturationPlan(server, parseSize(values.size!), bodyModeFlag(values['body-mode']));
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();

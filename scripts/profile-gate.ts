@@ -33,11 +33,11 @@ import { existsSync, readFileSync, writeFileSync } from 'node:fs';
 import { Session } from 'node:inspector/promises';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
-import type { BenchBodyMode } from '../src/bench/load-client.js';
 import type * as LoadPoolModule from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type * as ServersModule from '../src/bench/servers.js';
 import { Redis } from 'ioredis';
+import { bodyModeFlag, commandStats, redisCpuUs, saturationPlan } from './lib/gate-load.js';
 
 const { values } = parseArgs({
   options: {
@@ -223,8 +223,7 @@ if (values.summarise) {
 }
 
 const bytes = parseSize(values.size!);
-const bodyMode = values['body-mode'] as BenchBodyMode;
-if (bodyMode !== 'buffered' && bodyMode !== 'full_duplex') throw new Error(`--body-mode ${bodyMode}: buffered or full_duplex`);
+const bodyMode = bodyModeFlag(values['body-mode']);
 let store = values.store!;
 let ownRedis: BenchRedis | undefined;
 if (store === 'redis') {
@@ -242,24 +241,13 @@ const probe = store === 'memory' || store === 'noop' ? undefined : new Redis(sto
 
 /** Redis's counters now: calls and µs per command, its CPU time, and bytes in and out. */
 async function redisCounters(r: Redis): Promise<{ cmds: Map<string, { calls: number; usec: number }>; cpuUs: number; inBytes: number; outBytes: number }> {
-  const cmds = new Map<string, { calls: number; usec: number }>();
-  for (const m of (await r.info('commandstats')).matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) cmds.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
+  const cmds = commandStats(await r.info('commandstats'));
   const stats = await r.info('stats');
   const num = (k: string) => Number(new RegExp(`^${k}:(\\d+)`, 'm').exec(stats)?.[1] ?? 0);
-  const cpu = await r.info('cpu');
-  const secs = (k: string) => Number(new RegExp(`^${k}:([\\d.]+)`, 'm').exec(cpu)?.[1] ?? 0);
-  return { cmds, cpuUs: (secs('used_cpu_user') + secs('used_cpu_sys')) * 1e6, inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
+  return { cmds, cpuUs: redisCpuUs(await r.info('cpu')), inBytes: num('total_net_input_bytes'), outBytes: num('total_net_output_bytes') };
 }
 const pool = LoadPool.create(1);
-const plan = {
-  target: server.target,
-  bodyBytes: bytes,
-  seed: 1,
-  ...(server.routingHeader !== undefined ? { expectHeader: server.routingHeader } : {}),
-  mode: 'closed' as const,
-  concurrency: Number(values.concurrency),
-  bodyMode,
-};
+const plan = saturationPlan(server, bytes, bodyMode, Number(values.concurrency));
 await pool.run({ ...plan, warmupMs: 0, durationMs: 1500 });
 const session = new Session();
 session.connect();

@@ -71,7 +71,9 @@ export interface LoadResult {
   clientElu: number;
 }
 
-export type BenchBodyMode = 'buffered' | 'full_duplex';
+export const BENCH_BODY_MODES = ['buffered', 'full_duplex'] as const;
+export type BenchBodyMode = (typeof BENCH_BODY_MODES)[number];
+export const isBenchBodyMode = (s: string): s is BenchBodyMode => (BENCH_BODY_MODES as readonly string[]).includes(s);
 
 interface Prepared {
   headers: Buffer;

@@ -64,9 +64,11 @@ export function percentiles(h: RecordableHistogram): Percentiles {
  * it (dist/, what the `kvgate` binary runs, where tsx, a development tool, may not be installed),
  * or, from the source, load-worker.ts through tsx whether or not this process was started by tsx.
  */
+/** Whether the bench runs from the compiled build (dist/, as `kvgate serve` runs) or the TypeScript source. */
+export const COMPILED = !import.meta.url.endsWith('.ts');
+
 function clientWorker(): Worker {
-  const compiled = !import.meta.url.endsWith('.ts');
-  if (compiled) return new Worker(new URL('./load-worker.js', import.meta.url));
+  if (COMPILED) return new Worker(new URL('./load-worker.js', import.meta.url));
   const entry = new URL('./load-worker.ts', import.meta.url);
   const tsx = import.meta.resolve('tsx/esm/api');
   const boot = `import(${JSON.stringify(tsx)}).then((m) => { m.register(); return import(${JSON.stringify(entry.href)}); });`;

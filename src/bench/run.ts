@@ -6,7 +6,7 @@
  * same machine, with the same client.
  */
 import { describeMachine, type Machine } from './machine.js';
-import { LoadPool, type WindowResult } from './load-pool.js';
+import { COMPILED, LoadPool, type WindowResult } from './load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from './redis-server.js';
 import { startServer, type GateCounts, type ServerUnderTest, type TargetName } from './servers.js';
 import { sizeLabel } from './bodies.js';
@@ -188,7 +188,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
     tool: 'kvgate bench',
     machine,
     redis: redisLabel,
-    build: runningBuild(),
+    build: COMPILED ? 'compiled' : 'source (tsx)',
     options: { ...opts, ...(opts.redisUrl ? { redisUrl: '(given)' } : {}) },
     runs,
     targets: evaluateTargets(runs),
@@ -248,9 +248,4 @@ function row(
     heap_mb: w.heapMb,
     gate,
   };
-}
-
-/** Whether this module is the compiled build (dist/…/run.js) or the source run through tsx. */
-export function runningBuild(): BenchReport['build'] {
-  return import.meta.url.endsWith('.ts') ? 'source (tsx)' : 'compiled';
 }

@@ -5,6 +5,7 @@
  * rows, so the verdicts under each table come from the same run as the table.
  */
 import { goodputs, type SweepRow } from '../sim/sweep.js';
+import { pct, secs } from '../sim/table.js';
 
 /** One sweep as the docs show it. */
 export interface SweepResult {
@@ -35,16 +36,14 @@ const load1 = (l: number) => l.toFixed(1);
 /** p99 TTFT over offered requests, as the table shows it: a shed share past 1% has no p99. */
 function p99Cell(r: SweepRow | undefined): string {
   if (!r) return '-';
-  const x = r.ttft_p99_offered_s;
-  if (x === null) return 'shed>1%';
-  return x < 1 ? `${(x * 1000).toFixed(0)}ms` : `${x.toFixed(2)}s`;
+  return r.ttft_p99_offered_s === null ? 'shed>1%' : secs(r.ttft_p99_offered_s);
 }
 
 function outcomeCell(r: SweepRow | undefined): string {
   if (!r) return '-';
   const tokens = r.throughput_tok_s === null ? '-' : `${Math.round(r.throughput_tok_s / 1000)}k`;
   const imbalance = r.imbalance === null ? '-' : r.imbalance.toFixed(2);
-  return `${(r.hit_rate * 100).toFixed(1)}% / ${tokens} / ${imbalance} / ${r.shed}`;
+  return `${pct(r.hit_rate)} / ${tokens} / ${imbalance} / ${r.shed}`;
 }
 
 function policiesOf(rows: readonly SweepRow[]): string[] {

@@ -10,7 +10,7 @@ import { parseSize } from '../bench/bodies.js';
 import { formatReport } from '../bench/report.js';
 import { stepProgress, type ProgressSink } from '../bench/progress.js';
 import { benchPlan, runBench, type BenchOptions } from '../bench/run.js';
-import type { BenchBodyMode } from '../bench/load-client.js';
+import { isBenchBodyMode, type BenchBodyMode } from '../bench/load-client.js';
 
 /**
  * The default run takes about 70 s: 3 sizes × 3 servers × (0.5 s warm-up + 3 rounds of 1.2 s +
@@ -38,7 +38,7 @@ function sizeList(value: string): number[] {
 
 function bodyModeList(value: string): BenchBodyMode[] {
   const parts = [...new Set(value.split(',').map((s) => s.trim()).filter(Boolean))];
-  const bad = parts.filter((p) => p !== 'buffered' && p !== 'full_duplex');
+  const bad = parts.filter((p) => !isBenchBodyMode(p));
   if (bad.length > 0) throw new InvalidArgumentError(`unknown body modes: ${bad.join(', ')} (buffered, full_duplex)`);
   if (parts.length === 0) throw new InvalidArgumentError('name at least one body mode');
   return parts as BenchBodyMode[];
