@@ -225,7 +225,7 @@ export class MemoryStore implements RoutingStore {
     return Promise.resolve();
   }
 
-  /** Workers the pool's prefix index has numbered, now and at most at once (for tests and the debug endpoint). */
+  /** Workers the pool's prefix index has numbered, now and at most at once (tests read it: no endpoint does). */
   prefixWorkers(pool: string): { workers: number; numbers: number } {
     return this.indexes.get(pool)?.numberedWorkers() ?? { workers: 0, numbers: 0 };
   }

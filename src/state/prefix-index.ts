@@ -113,12 +113,6 @@ export class PrefixIndex {
   /** Entries ever handed out (the arrays' used length) and the free ones among them. */
   private entryCount = 0;
   private freeEntries: number[] = [];
-  /**
-   * Entries freed during a `record`, made reusable only when it ends: it holds the chain's entries
-   * as it found them and tells a dead one by its holder count, which reuse would make non-zero.
-   */
-  private dying: number[] = [];
-  private recording = false;
   /** Holder slots of every entry, `SLOT` numbers per holder; `slotsTop` is its used length. */
   private slots = new Float64Array(1024);
   private slotsTop = 0;
@@ -271,14 +265,7 @@ export class PrefixIndex {
    */
   record(worker: string, blocks: readonly string[], capacityBlocks?: number): void {
     this.version++;
-    this.recording = true;
-    try {
-      this.recordChain(worker, blocks, capacityBlocks);
-    } finally {
-      this.recording = false;
-      // Entries that died during the record may be reused from now on.
-      for (let e = this.dying.pop(); e !== undefined; e = this.dying.pop()) this.freeEntries.push(e);
-    }
+    this.recordChain(worker, blocks, capacityBlocks);
     if (this.configured !== undefined) this.releaseGone(this.now(), false);
   }
 
@@ -301,7 +288,7 @@ export class PrefixIndex {
   }
 
   /**
-   * Workers numbered (tests and the debug endpoint): `workers` hold a number now; `numbers` is how
+   * Workers numbered (tests read it: no endpoint does): `workers` hold a number now; `numbers` is how
    * many numbers were ever needed at once, the length of every per-worker array.
    */
   numberedWorkers(): { workers: number; numbers: number } {
@@ -370,9 +357,9 @@ export class PrefixIndex {
     for (let i = blocks.length - 1; i >= 0; i--) {
       const b = blocks[i]!;
       let e = found[i]!;
-      // An eviction earlier in this loop may have emptied it (then it is dead, and not reused
-      // before the record ends).
-      if (e === NONE || this.eLen[e] === 0) e = this.entries.get(b) ?? this.newEntry(b);
+      // An eviction earlier in this loop may have emptied it (then it is dead), and a block made
+      // since may have taken it over (then it has another block id): either way, a lookup.
+      if (e === NONE || this.eLen[e] === 0 || this.eBlock[e] !== b) e = this.entries.get(b) ?? this.newEntry(b);
       if (after !== NONE) this.eNext[e] = after;
       after = e;
       const touch = ++wb.touches;
@@ -420,7 +407,6 @@ export class PrefixIndex {
     this.eBlock = [];
     this.entryCount = 0;
     this.freeEntries = [];
-    this.dying = [];
     this.slotsTop = 0;
     this.freeRegions = [];
     this.memo = undefined;
@@ -570,7 +556,7 @@ export class PrefixIndex {
       this.eBlock[e] = undefined;
       this.eNext[e] = NONE;
       this.freeRegion(off, this.eCls[e]!);
-      (this.recording ? this.dying : this.freeEntries).push(e);
+      this.freeEntries.push(e);
     }
   }
 

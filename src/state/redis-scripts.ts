@@ -12,7 +12,7 @@
  * Redis's default hash-max-listpack-value (64), keeps the hash a hash table (see the script).
  */
 export const HOLDINGS_ENCODING_FIELD = '~encoding';
-export const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-value keeps this hash a hash table';
+const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-value keeps this hash a hash table';
 
 /**
  * A decision's read, or its check-and-write. Arguments and reply are JSON with named fields; the

@@ -211,18 +211,19 @@ export class RedisStore implements RoutingStore {
    * commit's state, a read that failed, a commit checked locally) must not hold a worker full on
    * commits that may yet fail, or a decision would move a session off a worker Redis still has
    * room on (and its `atOrAbove` fail), or a degraded commit would shed on commits that timed out.
+   * `prefix`: the match to report when the caller already has it (Redis's, from a reply), instead
+   * of a walk of the local index.
    */
-  private localSnapshot(q: StateQuery, sending: boolean): Snapshot {
+  private localSnapshot(q: StateQuery, sending: boolean, prefix?: Map<string, number>): Snapshot {
     const view = this.view(q.pool, q.workers);
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w) + (sending ? (view.sending.get(w) ?? 0) : 0));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
-    const prefix = q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>();
     return {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
-      prefix,
+      prefix: prefix ?? (q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>()),
       keyInflight: cached?.keyInflight ?? 0,
     };
   }
@@ -510,8 +511,9 @@ export class RedisStore implements RoutingStore {
 
   /** Folds a script reply into the local view and returns it as a snapshot. */
   private absorb(q: StateQuery, reply: IssuedReply): Snapshot {
-    const { prefix } = this.learn(q, reply);
-    return { ...this.localSnapshot(q, false), prefix };
+    // Redis's match, not the local index's: `learn` has just recorded it there (a new version of
+    // the index), so a local walk would be a whole walk made only to be replaced.
+    return this.localSnapshot(q, false, this.learn(q, reply).prefix);
   }
 
   /**
@@ -647,7 +649,8 @@ export class RedisStore implements RoutingStore {
     for (const [pool, view] of this.views) {
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
-        this.absorb(q, await this.decide(q));
+        // Into the view only: nobody reads a snapshot of a refresh.
+        this.learn(q, await this.decide(q));
       } catch (err) {
         this.logFailure('redis refresh failed', err);
       }
