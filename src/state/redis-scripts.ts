@@ -15,6 +15,22 @@ export const HOLDINGS_ENCODING_FIELD = '~encoding';
 const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-value keeps this hash a hash table';
 
 /**
+ * Lua (a local function, put at the top of each script that uses it): makes a key last at least
+ * `ttlMs` more, never less. A key that holds many entries, each lapsing on its own (a worker's
+ * holdings and recency, its sessions, its leases, the live gates), must outlive its newest entry
+ * without cutting any older one short: an entry written under a shorter TTL (a config reload that
+ * shortened it, a replica still on the old config) must not make the key, and with it entries
+ * recorded under the longer TTL, vanish early. PTTL and a PEXPIRE only when that is later, not
+ * `PEXPIRE … GT`: that needs Redis 7, and treats a key without expiry (one this script just
+ * created) as lasting for ever, so it would never set one.
+ */
+const EXTEND_EXPIRY_LUA = `
+local function extendExpiry(key, ttlMs)
+  if redis.call('PTTL', key) < ttlMs then redis.call('PEXPIRE', key, string.format('%d', ttlMs)) end
+end
+`;
+
+/**
  * A decision's read, or its check-and-write. Arguments and reply are JSON with named fields; the
  * typed binding (./redis-commands.ts, `decide` and `DecideReply`) is the one place that builds
  * and reads them.
@@ -56,7 +72,7 @@ const HOLDINGS_ENCODING_VALUE = 'a value longer than hash-max-listpack-value kee
  * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
  * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
  */
-export const DECIDE_LUA = `
+export const DECIDE_LUA = `${EXTEND_EXPIRY_LUA}
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -182,7 +198,7 @@ if spec.mode == 'commit' then
       -- moves the coldest first, and expired ones are dropped when it is read.
       if aff and aff ~= chosen then redis.call('ZREM', KEYS[K_EXPECTED_SESSIONS], spec.leaseKey) end
       redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], string.format('%d', now + spec.affinityTtlMs), spec.leaseKey)
-      redis.call('PEXPIRE', KEYS[K_CHOSEN_SESSIONS], affTtlS)
+      extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
       keyInflight = keyInflight + 1
@@ -190,7 +206,7 @@ if spec.mode == 'commit' then
     local z = KEYS[2 + spec.chosen]
     redis.call('ZADD', z, string.format('%d', now + spec.leaseTtlMs), spec.leaseMember)
     -- An idle worker's set disappears on its own once its last lease is long gone.
-    redis.call('PEXPIRE', z, string.format('%d', spec.leaseTtlMs * 2))
+    extendExpiry(z, spec.leaseTtlMs * 2)
     counts[spec.chosen] = counts[spec.chosen] + 1
     -- The chosen worker now holds the prompt's blocks until now + TTL, and they are its most
     -- recent: one variadic HSET and one variadic ZADD, whatever the prompt's length.
@@ -198,7 +214,6 @@ if spec.mode == 'commit' then
       local hk = KEYS[K_HOLDINGS + spec.chosen]
       local lru = KEYS[K_CHOSEN_RECENCY]
       local untilS = string.format('%d', now + spec.prefixTtlMs)
-      local ttlS = string.format('%d', spec.prefixTtlMs)
       -- Every routing's blocks rank above all the worker's earlier ones, so the trim is the exact
       -- LRU the process index keeps: the millisecond alone (× 1000) tied routings of one
       -- millisecond, and put the deep blocks of a prompt longer than 1000 blocks below the shallow
@@ -226,11 +241,12 @@ if spec.mode == 'commit' then
       -- In slices: unpack is bounded by Lua's stack.
       for s = 1, 2 * m + 2, 1000 do redis.call('HSET', hk, unpack(held, s, math.min(s + 999, 2 * m + 2))) end
       for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
-      -- Both keys live as long as the newest holding, and expire together. A lapsed holding stays
-      -- (it no longer matches) until the worker's capacity or the keys' TTL takes it out: the two
-      -- keys have the same blocks after every commit (the hash has its one field more), at most the worker's capacity.
-      redis.call('PEXPIRE', hk, ttlS)
-      redis.call('PEXPIRE', lru, ttlS)
+      -- Both keys live as long as their longest-lived holding: a commit under a shorter TTL never
+      -- cuts short the holdings recorded under a longer one. A lapsed holding stays (it no longer
+      -- matches) until the worker's capacity or the keys' TTL takes it out: the two keys have the
+      -- same blocks after every commit (the hash has its one field more), at most the worker's capacity.
+      extendExpiry(hk, spec.prefixTtlMs)
+      extendExpiry(lru, spec.prefixTtlMs)
       local card = redis.call('ZCARD', lru)
       -- Redis under maxmemory may evict one key of the two (volatile-lru, as the shipped manifest
       -- sets, takes the recency set first: only commits touch it, every decision reads the
@@ -270,7 +286,7 @@ return cjson.encode(reply)
  * requests counted while a dead gate's leases lapse.
  * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]
  */
-export const RENEW_LUA = `
+export const RENEW_LUA = `${EXTEND_EXPIRY_LUA}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- A lease that lapsed stays lapsed: commits count only live leases without purging the lapsed
@@ -278,7 +294,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
 local expiry = now + tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+extendExpiry(KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
 `;
 
@@ -310,12 +326,12 @@ return {now, redis.call('HGETALL', KEYS[1])}
 `;
 
 /** KEYS: [gates set]; ARGV: [gate id, ttl ms]. Registers the gate and returns the live ones. */
-export const HEARTBEAT_LUA = `
+export const HEARTBEAT_LUA = `${EXTEND_EXPIRY_LUA}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 redis.call('ZADD', KEYS[1], now + tonumber(ARGV[2]), ARGV[1])
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[2]) * 4)
+extendExpiry(KEYS[1], tonumber(ARGV[2]) * 4)
 return redis.call('ZRANGE', KEYS[1], 0, -1)
 `;
 
@@ -327,7 +343,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
  * ARGV[1]: JSON {from, reason, defaultTtlMs, streamMaxLen, moves: [{key, to}]}.
  * Returns JSON {now, moved: [{key, to}]}.
  */
-export const MIGRATE_LUA = `
+export const MIGRATE_LUA = `${EXTEND_EXPIRY_LUA}
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -340,7 +356,8 @@ for i, mv in ipairs(spec.moves) do
     redis.call('SET', ak, mv.to, 'PX', ttl)
     redis.call('ZREM', KEYS[2], mv.key)
     redis.call('ZADD', toSessions, now + ttl, mv.key)
-    redis.call('PEXPIRE', toSessions, ttl)
+    -- The target's other sessions may lapse later than this one.
+    extendExpiry(toSessions, ttl)
     local session = mv.key
     if string.sub(mv.key, 1, 2) == 's:' then session = string.sub(mv.key, 3) end
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.streamMaxLen, '*', 'session', session, 'from', spec.from, 'to', mv.to, 'reason', spec.reason, 'time', tostring(now))
@@ -358,11 +375,11 @@ return cjson.encode({now = now, moved = moved})
  * while the replica could not renew them), with a fresh expiry on Redis's clock.
  * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease id…]
  */
-export const RESTORE_LEASES_LUA = `
+export const RESTORE_LEASES_LUA = `${EXTEND_EXPIRY_LUA}
 local t = redis.call('TIME')
 local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[1])
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
-redis.call('PEXPIRE', KEYS[1], tonumber(ARGV[1]) * 2)
+extendExpiry(KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
 `;
 

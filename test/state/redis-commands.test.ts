@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { decide, decideKeys, defineScripts, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { decide, decideKeys, defineScripts, heartbeat, migrate, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 /** DECIDE_LUA's KEYS as its header lists them, built the plain way (the oracle). */
@@ -151,5 +151,82 @@ describe('DECIDE_LUA prefix match', () => {
     assert.equal(held.affinity, 'w1');
     assert.deepEqual(held.inflight, [1, 0]);
     assert.equal(await redis.get(keys.affinity('s:k')), 'w1');
+  });
+});
+
+/**
+ * A key holding many entries, each lapsing on its own, lives as long as its longest-lived entry:
+ * an entry written under a shorter TTL (after a config reload lowered it, or by a replica still on
+ * another config) never shortens the key's expiry, which would take the older entries with it.
+ */
+describe('key expiry only ever extends', () => {
+  let server: TestRedis;
+  let redis: Redis;
+  before(async () => {
+    server = await startRedis();
+    redis = new Redis(server.url);
+    defineScripts(redis);
+  });
+  after(async () => {
+    redis.disconnect();
+    await server.stop();
+  });
+
+  const HOUR = 3_600_000;
+  const prompt = (tag: string) => Array.from({ length: 12 }, (_, j) => `${tag}${j}`);
+
+  test('a commit under a shorter prefix TTL leaves the holdings recorded under the longer one', async () => {
+    const keys = new PoolKeys('t', 'prefix-ttl');
+    const workers = ['w1', 'w2'];
+    const older = prompt('old');
+    const long = await decide(redis, keys, { workers, key: undefined, blocks: older }, { ...commitOn('w1', undefined), prefixTtlMs: HOUR, capacityBlocks: 100 });
+    assert.equal(long.ok, true);
+    // A new key gets an expiry (a key without one must not be read as lasting longer).
+    assert.ok((await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000);
+    const short = await decide(redis, keys, { workers, key: undefined, blocks: prompt('new') }, { ...commitOn('w1', undefined), prefixTtlMs: 100, capacityBlocks: 100 });
+    assert.equal(short.ok, true);
+    assert.ok((await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000, 'holdings key expiry cut short');
+    assert.ok((await redis.pttl(keys.recency('w1'))) > HOUR - 60_000, 'recency key expiry cut short');
+    // Past the short TTL, the older prompt is still held in full; the newer one has lapsed.
+    await new Promise((r) => setTimeout(r, 300));
+    const read = await decide(redis, keys, { workers, key: undefined, blocks: older });
+    assert.equal(read.depth.get('w1'), older.length);
+    assert.equal((await decide(redis, keys, { workers, key: undefined, blocks: prompt('new') })).depth.get('w1'), undefined);
+  });
+
+  test("a commit under a shorter affinity or lease TTL leaves the worker's other sessions and leases", async () => {
+    const keys = new PoolKeys('t', 'session-ttl');
+    const workers = ['w1', 'w2'];
+    const first = await decide(redis, keys, { workers, key: 's:a', blocks: [] }, { ...commitOn('w1', undefined), leaseMember: 'l1|s:a', affinityTtlMs: HOUR, leaseTtlMs: HOUR });
+    assert.equal(first.ok, true);
+    const second = await decide(redis, keys, { workers, key: 's:b', blocks: [] }, { ...commitOn('w1', undefined), leaseMember: 'l2|s:b', affinityTtlMs: 100, leaseTtlMs: 100 });
+    assert.equal(second.ok, true);
+    assert.ok((await redis.pttl(keys.sessions('w1'))) > HOUR - 60_000, 'session set expiry cut short');
+    assert.ok((await redis.pttl(keys.inflight('w1'))) > 2 * HOUR - 60_000, 'lease set expiry cut short');
+  });
+
+  test('a migration, renewal, restore or heartbeat with a shorter TTL leaves the key its longer expiry', async () => {
+    const keys = new PoolKeys('t', 'other-ttl');
+    const far = Date.now() + HOUR;
+    // w2's session set holds a session for an hour; a session with 200 ms left moves onto it.
+    await redis.zadd(keys.sessions('w2'), far, 's:long');
+    await redis.pexpire(keys.sessions('w2'), HOUR);
+    await redis.set(keys.affinity('s:short'), 'w1', 'PX', 200);
+    await redis.zadd(keys.sessions('w1'), Date.now() + 200, 's:short');
+    const moved = await migrate(redis, keys, 'w1', [{ key: 's:short', to: 'w2' }], 'test', { defaultTtlMs: 100, streamMaxLen: 10 });
+    assert.deepEqual(moved.moved, [{ key: 's:short', to: 'w2' }]);
+    assert.ok((await redis.pttl(keys.sessions('w2'))) > HOUR - 60_000, 'migration cut the target session set short');
+    // Leases of one worker: one held for an hour, another renewed or restored for 100 ms.
+    await redis.zadd(keys.inflight('w1'), far, 'long|k', far, 'short|k');
+    await redis.pexpire(keys.inflight('w1'), 2 * HOUR);
+    await redis.kvgateRenew(keys.inflight('w1'), 100, 'short|k');
+    assert.ok((await redis.pttl(keys.inflight('w1'))) > 2 * HOUR - 60_000, 'renewal cut the lease set short');
+    await redis.kvgateRestoreLeases(keys.inflight('w1'), 100, 'other|k');
+    assert.ok((await redis.pttl(keys.inflight('w1'))) > 2 * HOUR - 60_000, 'restore cut the lease set short');
+    // Gates: one with a long heartbeat TTL, then one with a short one.
+    await heartbeat(redis, keys, 'slow-gate', HOUR);
+    await heartbeat(redis, keys, 'fast-gate', 100);
+    assert.ok((await redis.pttl(keys.gates)) > 4 * HOUR - 60_000, 'heartbeat cut the gates set short');
+    assert.deepEqual((await heartbeat(redis, keys, 'fast-gate', 100)).sort(), ['fast-gate', 'slow-gate']);
   });
 });
