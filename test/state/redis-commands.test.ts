@@ -67,19 +67,20 @@ describe('DECIDE_LUA keys', () => {
   });
 });
 
-describe('DECIDE_LUA prefix match', () => {
-  let server: TestRedis;
-  let redis: Redis;
-  before(async () => {
-    server = await startRedis();
-    redis = new Redis(server.url);
-    defineScripts(redis);
-  });
-  after(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
+/** One real redis-server for the tests of this file that run scripts. */
+let server: TestRedis;
+let redis: Redis;
+before(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+  defineScripts(redis);
+});
+after(async () => {
+  redis.disconnect();
+  await server.stop();
+});
 
+describe('DECIDE_LUA prefix match', () => {
   // Each worker's holdings of the prompt: a leading run of live blocks, then anything (live,
   // lapsed or absent). The script probes a worker's first block alone unless the worker before it
   // held the prompt, then reads in growing chunks (8, 32, ...): runs of any length, in any order of
@@ -160,18 +161,6 @@ describe('DECIDE_LUA prefix match', () => {
  * another config) never shortens the key's expiry, which would take the older entries with it.
  */
 describe('key expiry only ever extends', () => {
-  let server: TestRedis;
-  let redis: Redis;
-  before(async () => {
-    server = await startRedis();
-    redis = new Redis(server.url);
-    defineScripts(redis);
-  });
-  after(async () => {
-    redis.disconnect();
-    await server.stop();
-  });
-
   const HOUR = 3_600_000;
   const prompt = (tag: string) => Array.from({ length: 12 }, (_, j) => `${tag}${j}`);
 
