@@ -77,13 +77,23 @@ export function queueCredit(workers: readonly WorkerView[]): number {
 }
 
 /**
+ * Whether this request may go past any worker's in-flight limit at all: an overflow factor above 1,
+ * and the top class of service. Without it no step weighs the queue credit.
+ */
+export function mayOverflow(input: DecisionInput): boolean {
+  return (input.overflowFactor ?? 0) > 1 && topClass(input);
+}
+
+/**
  * A session's own worker, at or past its in-flight limit, keeps the session while its engine
  * reports room: moving would recompute the conversation's prompt elsewhere to skip a queue the
  * engine itself says is short. The session must not have `maxInflightPerSession` requests
- * running there (fan-out spreads, as below the limit). Undefined: it does not.
+ * running there (fan-out spreads, as below the limit). Undefined: it does not. `credit` is
+ * `queueCredit(input.workers)`, which the decision computes once for all its steps. It decides
+ * even at a limit of 0: the bound is then the credit alone, so nothing is decided before it.
  */
-export function keepsOverLimit(affine: WorkerView, input: DecisionInput): { limit: number; in: readonly WorkerState[] } | undefined {
-  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0, queueCredit(input.workers));
+export function keepsOverLimit(affine: WorkerView, input: DecisionInput, credit: number): { limit: number; in: readonly WorkerState[] } | undefined {
+  const limit = overflowLimitOf(affine, input.overflowFactor ?? 0, credit);
   if (limit <= affine.maxInflight || !topClass(input) || input.keyInflight >= input.maxInflightPerSession) return undefined;
   return takesOverflow(affine, limit) ? { limit, in: KEEPS } : undefined;
 }

@@ -19,6 +19,8 @@ export interface FilterContext {
   readonly input: DecisionInput;
   /** The session's worker, kept as a candidate past its in-flight limit (overflow.ts `keepsOverLimit`). */
   readonly home?: WorkerView | undefined;
+  /** `queueCredit(input.workers)` (overflow.ts), when the decision has computed it: one pass a decision. */
+  readonly queueCredit?: number | undefined;
 }
 
 export interface Filter {

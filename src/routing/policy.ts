@@ -32,7 +32,7 @@
 import { admitLimit } from './filters/class-share.js';
 import { adapterFit } from './filters/adapter.js';
 import { KEEPS, TAKES, keepsSessions } from './filters/takes-new-work.js';
-import { keepsOverLimit, overflowLimitOf, queueCredit, topClass } from './overflow.js';
+import { keepsOverLimit, mayOverflow, overflowLimitOf, queueCredit } from './overflow.js';
 import { runFilters, runProfile, type FilterContext } from './plugins.js';
 import { profilesFor, VISIBLE } from './profiles.js';
 import { fleetLoad, work } from './score.js';
@@ -71,7 +71,11 @@ export function decide(input: DecisionInput): Decision {
   // against the prefill a move would recompute (overflow.ts).
   // One rule (the per-session cap, the hard bound, engine room) for both places it applies: the
   // contest below (prefix modes) and queueing when every worker is full.
-  const ownOverLimit = affine && !spilled ? keepsOverLimit(affine, input) : undefined;
+  // The fleet's queue credit (overflow.ts), a pass over every worker: computed at most once a
+  // decision, and only where a step may go past a limit (without that, every step ignores it).
+  const overflows = mayOverflow(input);
+  let credit: number | undefined;
+  const ownOverLimit = affine && !spilled && overflows ? keepsOverLimit(affine, input, (credit = queueCredit(input.workers))) : undefined;
   const home = usePrefix ? ownOverLimit : undefined;
 
   // Fair share is weighed only where a session is placed (new, or moving off a full or dead
@@ -103,18 +107,18 @@ export function decide(input: DecisionInput): Decision {
     keptIn = home.in;
     rule = 'overflow';
   }
-  const factor = input.overflowFactor ?? 0;
-  if (!best && factor > 1 && topClass(input)) {
+  if (!best && overflows) {
+    credit ??= queueCredit(input.workers);
     let over: WorkerView | undefined;
     if (ownOverLimit) over = affine;
     else {
-      const queued = runProfile(profile.overflow, workers, { input }, { input, fleet, overLimit: true });
+      const queued = runProfile(profile.overflow, workers, { input, queueCredit: credit }, { input, fleet, overLimit: true });
       over = queued.best;
       if (over) for (const [id, s] of queued.scores) scores.set(id, s);
     }
     if (over) {
       best = over;
-      limit = overflowLimitOf(over, factor, queueCredit(input.workers));
+      limit = overflowLimitOf(over, input.overflowFactor ?? 0, credit);
       keptIn = KEEPS;
       rule = 'overflow';
     }

@@ -249,6 +249,28 @@ describe('routing policy', () => {
       assert.deepEqual(home.kind === 'route' && home.preconditions.below, [{ worker: 'a', limit: 70 }]);
     });
 
+    test('the queue credit is weighed once a decision, however many steps use it', () => {
+      // A session whose worker is full and out of room; the other worker is full with room: the
+      // session's own worker is weighed past its limit, then the overflow filter, then the commit's
+      // bound, each of which once computed the credit afresh. queueCredit reads `waiting` of each
+      // serving worker with room; in a session-mode decision nothing else reads it but the
+      // explanation (once a worker, as `running` is set).
+      let reads = 0;
+      const counted: WorkerView = {
+        ...m('b', 10),
+        get waiting() {
+          reads++;
+          return 3;
+        },
+      };
+      const d = decide(input({ keyHash: 'k', affinity: 'a', mode: 'session', overflowFactor: 2, workers: [m('a', 10, 'healthy', 0, false), counted] }));
+      assert.equal(d.kind === 'route' && d.worker, 'b');
+      assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
+      // a has no room: no credit, the bound is 2 × 10.
+      assert.deepEqual(d.kind === 'route' && d.preconditions.below, [{ worker: 'b', limit: 20 }]);
+      assert.equal(reads, 2, 'one read for the credit, one for the explanation');
+    });
+
     test('a worker without engine metrics has only the count: its limit stays hard', () => {
       const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [w('a', 10), w('b', 10)] }));
       assert.equal(d.kind === 'shed' && d.reason, 'overloaded');

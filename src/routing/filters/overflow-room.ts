@@ -7,9 +7,10 @@ import type { Filter } from '../plugins.js';
 
 export const overflowRoom: Filter = {
   name: 'overflow-room',
-  filter(workers, { input }) {
+  filter(workers, ctx) {
+    const input = ctx.input;
     const factor = input.overflowFactor ?? 0;
-    const credit = factor > 1 ? queueCredit(input.workers) : 0;
+    const credit = factor > 1 ? (ctx.queueCredit ?? queueCredit(input.workers)) : 0;
     return workers.filter((w) => takesOverflow(w, overflowLimitOf(w, factor, credit)));
   },
 };
