@@ -73,6 +73,13 @@ end
  * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
  */
 export const DECIDE_LUA = `${EXTEND_EXPIRY_LUA}
+-- A variadic command on one key with all of args, in slices of 1000 (an even number: field-value
+-- and score-member pairs stay whole): unpack is bounded by Lua's stack.
+local function inSlices(command, key, args)
+  local n = #args
+  for s = 1, n, 1000 do redis.call(command, key, unpack(args, s, math.min(s + 999, n))) end
+end
+
 local spec = cjson.decode(ARGV[1])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -238,9 +245,8 @@ if spec.mode == 'commit' then
         recency[2 * j - 1] = string.format('%d', base - j)
         recency[2 * j] = id
       end
-      -- In slices: unpack is bounded by Lua's stack.
-      for s = 1, 2 * m + 2, 1000 do redis.call('HSET', hk, unpack(held, s, math.min(s + 999, 2 * m + 2))) end
-      for s = 1, 2 * m, 1000 do redis.call('ZADD', lru, unpack(recency, s, math.min(s + 999, 2 * m))) end
+      inSlices('HSET', hk, held)
+      inSlices('ZADD', lru, recency)
       -- Both keys live as long as their longest-lived holding: a commit under a shorter TTL never
       -- cuts short the holdings recorded under a longer one. A lapsed holding stays (it no longer
       -- matches) until the worker's capacity or the keys' TTL takes it out: the two keys have the
@@ -258,7 +264,7 @@ if spec.mode == 'commit' then
         for _, b in ipairs(redis.call('HKEYS', hk)) do
           if b ~= '${HOLDINGS_ENCODING_FIELD}' and not redis.call('ZSCORE', lru, b) then lost[#lost + 1] = b end
         end
-        for s = 1, #lost, 1000 do redis.call('HDEL', hk, unpack(lost, s, math.min(s + 999, #lost))) end
+        inSlices('HDEL', hk, lost)
       end
       local over = card - spec.capacityBlocks
       if over > 0 then
@@ -266,7 +272,7 @@ if spec.mode == 'commit' then
         -- than the capacity keeps its first blocks).
         local gone = redis.call('ZRANGE', lru, 0, over - 1)
         redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
-        for s = 1, #gone, 1000 do redis.call('HDEL', hk, unpack(gone, s, math.min(s + 999, #gone))) end
+        inSlices('HDEL', hk, gone)
       end
     end
   end
