@@ -319,12 +319,10 @@ export class RedisStore implements RoutingStore {
     if (!own) this.ownStates.set(pool, (own = new Map()));
     const known = own.get(worker);
     if (known !== undefined && known.issued > issued) return; // a later write of ours was confirmed first
-    own.set(worker, { state: cleared ? undefined : state, issued });
+    const written = cleared ? undefined : state;
+    own.set(worker, { state: written, issued });
     const view = this.views.get(pool);
-    if (view) {
-      if (cleared) view.states.delete(worker);
-      else view.states.set(worker, state);
-    }
+    if (view) putState(view.states, worker, written);
   }
 
   async publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
@@ -777,7 +775,8 @@ export class RedisStore implements RoutingStore {
       const index = new PrefixIndex(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
       // Before any reply: only what this replica wrote itself (`OwnStates`).
       const states = new Map<string, WorkerState>();
-      for (const [w, own] of this.ownStates.get(pool) ?? []) if (own.state !== undefined) states.set(w, own.state);
+      const own = this.ownStates.get(pool);
+      if (own !== undefined) keepOwnStates(states, own, BEFORE_ANY_REPLY);
       this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
@@ -817,16 +816,25 @@ export class RedisStore implements RoutingStore {
   }
 }
 
+/** `keepOwnStates`'s `issued` for a view no reply has filled yet: below every command's number. */
+const BEFORE_ANY_REPLY = 0;
+
 /**
- * Lays this replica's state writes over `states` a reply read (`OwnStates`): a reply to a command
- * sent before a write keeps the write's state; one sent after it retires the write.
+ * Lays this replica's state writes over `states` (`OwnStates`), read by the reply to command
+ * `issued`: a reply to a command sent before a write keeps the write's state; one sent after it
+ * retires the write. A new view (`BEFORE_ANY_REPLY`) keeps them all.
  */
 function keepOwnStates(states: Map<string, WorkerState>, own: OwnStates, issued: number): void {
   for (const [worker, w] of own) {
     if (issued > w.issued) own.delete(worker);
-    else if (w.state === undefined) states.delete(worker);
-    else states.set(worker, w.state);
+    else putState(states, worker, w.state);
   }
+}
+
+/** A worker's state in a view; undefined (cleared to healthy) is no entry. */
+function putState(states: Map<string, WorkerState>, worker: string, state: WorkerState | undefined): void {
+  if (state === undefined) states.delete(worker);
+  else states.set(worker, state);
 }
 
 function parseStates(recorded: ReadonlyMap<string, string>): Map<string, WorkerState> {
