@@ -85,6 +85,14 @@ export function metadataKey(knob: KnobName): string {
   return `${DEFAULTS.knobMetadataPrefix}${knob.replaceAll('_', '-')}`;
 }
 
+/**
+ * Whether a gRPC metadata key (lower-case) is in the knobs' namespace: the only entries the route
+ * layer reads. Every other entry of the call (content-type, traceparent, …) is no knob and no problem.
+ */
+export function isKnobMetadataKey(key: string): boolean {
+  return key.startsWith(DEFAULTS.knobMetadataPrefix);
+}
+
 const BY_METADATA_KEY = new Map(KNOB_NAMES.map((k) => [metadataKey(k), k]));
 const BY_CONTEXT_KEY = new Map(KNOB_NAMES.map((k) => [k as string, k]));
 
@@ -92,15 +100,16 @@ const BY_CONTEXT_KEY = new Map(KNOB_NAMES.map((k) => [k as string, k]));
 const MAX_ENTRIES = 64;
 
 /**
- * Reads both layers. `metadata` is every gRPC metadata entry of the call (only `x-kvgate-` keys
- * are knobs); `context` is the `kvgate` namespace of metadata_context, as plain values.
+ * Reads both layers. `metadata` is gRPC metadata entries of the call, any of them (only those
+ * `isKnobMetadataKey` names are read); `context` is the `kvgate` namespace of metadata_context, as
+ * plain values.
  */
 export function readKnobs(input: { metadata?: Iterable<[string, string]>; context?: Readonly<Record<string, unknown>> }): KnobReading {
   const reading: KnobReading = { knobs: {}, from: {}, problems: [] };
   // Host first, so the route's valid values overwrite it knob by knob.
   if (input.context) readLayer(reading, 'host', Object.entries(input.context), (key) => BY_CONTEXT_KEY.get(key));
   if (input.metadata) {
-    const ours = [...input.metadata].filter(([k]) => k.toLowerCase().startsWith(DEFAULTS.knobMetadataPrefix));
+    const ours = [...input.metadata].filter(([k]) => isKnobMetadataKey(k.toLowerCase()));
     readLayer(reading, 'route', ours, (key) => BY_METADATA_KEY.get(key.toLowerCase()));
   }
   return reading;

@@ -9,12 +9,12 @@
  *    namespaces listed in the filter's `metadata_options.forwarding_namespaces.untyped` (§3.5).
  */
 import type { Metadata } from '@grpc/grpc-js';
-import { DEFAULTS } from '../config/defaults.js';
+import { isKnobMetadataKey } from '../config/knobs.js';
 import type { MetadataContext, PbStruct, PbValue } from './messages.js';
 
 /**
- * The call's text metadata entries that can be knobs (keys under DEFAULTS.knobMetadataPrefix, the
- * only ones readKnobs reads), lower-case keys, first value of each; binary (`-bin`) keys are
+ * The call's text metadata entries that can be knobs (`isKnobMetadataKey`: the only ones
+ * readKnobs reads), lower-case keys, first value of each; binary (`-bin`) keys are
  * skipped. Read once per stream, without an entry array per metadata key.
  */
 export function knobMetadataEntries(md: Metadata | undefined): Array<[string, string]> {
@@ -25,7 +25,7 @@ export function knobMetadataEntries(md: Metadata | undefined): Array<[string, st
     const value = map[key];
     if (typeof value !== 'string') continue;
     const k = key.toLowerCase();
-    if (k.startsWith(DEFAULTS.knobMetadataPrefix)) out.push([k, value]);
+    if (isKnobMetadataKey(k)) out.push([k, value]);
   }
   return out;
 }
