@@ -332,7 +332,7 @@ export class Gate {
   /** Ends a routed request's in-flight count. Safe to call once per lease; never throws. `scope`: the request that held it. */
   release(lease: Lease, scope?: RequestScope): Promise<void> {
     this.pending.remove(lease);
-    return this.store.release(lease, scope).catch((err: unknown) => {
+    return this.store.release(lease).catch((err: unknown) => {
       requestLogger(this.logger, scope).warn({ err: (err as Error).message, worker: lease.worker }, 'lease release failed');
     });
   }

@@ -94,8 +94,12 @@ export interface RoutingStore {
    * prompt's blocks (the prefix index learns from routing decisions).
    */
   commit(req: CommitRequest, scope?: RequestScope): Promise<CommitResult>;
-  /** Gives the lease back; never throws (a lost release expires with the lease TTL). */
-  release(lease: Lease, scope?: RequestScope): Promise<void>;
+  /**
+   * Gives the lease back; never throws (a lost release expires with the lease TTL). Takes no
+   * request scope: a lease is given back once its request's decision is over (its span ended),
+   * and the Redis store sends many requests' releases in one command.
+   */
+  release(lease: Lease): Promise<void>;
   /** Records an operator- or signal-set state; undefined clears it back to healthy. */
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void>;
   /** Records a scrape of a worker: its signals, or the error that stopped it. Stamped by the store's clock. */

@@ -3,7 +3,7 @@
  * to the usage of the request the call is made for (the `scope` the caller passes), so a request's
  * span says how long it waited on the store and whether the store failed it. It changes no result.
  * The scope is passed on to the wrapped store (whose log lines about the call carry the request's
- * trace ids).
+ * trace ids). A release has no scope: it comes after the request's span has ended.
  *
  * "Failed" means the call threw, or a commit came back `degraded` (the Redis store could not reach
  * Redis and routed on local state: it swallows the error itself, so this is how we see it).
@@ -42,8 +42,9 @@ export class InstrumentedStore implements RoutingStore {
     return this.time('commit', scope, () => this.inner.commit(req, scope), degradedCommit);
   }
 
-  release(lease: Lease, scope?: RequestScope): Promise<void> {
-    return this.time('release', scope, () => this.inner.release(lease, scope));
+  /** Timed, but in no request's usage: the request's decision, and its span, are over by then. */
+  release(lease: Lease): Promise<void> {
+    return this.time('release', undefined, () => this.inner.release(lease));
   }
 
   setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {
