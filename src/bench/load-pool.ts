@@ -42,6 +42,11 @@ export interface WindowResult {
   heapMb: number;
 }
 
+/**
+ * `minCompleted` is for the whole run: split over the client threads as the concurrency is. The
+ * server's event-loop use, RSS and heap cover the planned window (`durationMs`), not the time a
+ * window waits past it for `minCompleted`.
+ */
 export type RunPlan = Omit<LoadPlan, 'thread'> & { warmupMs: number; durationMs: number };
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
@@ -155,6 +160,7 @@ export class LoadPool {
               thread: i,
               concurrency: split(load.concurrency, active.length, i),
               ...(load.ratePerS !== undefined ? { ratePerS: load.ratePerS / active.length } : {}),
+              ...(load.minCompleted !== undefined ? { minCompleted: split(load.minCompleted, active.length, i) } : {}),
             },
           },
           'started',

@@ -5,7 +5,7 @@
  * ceiling. Prints a table (or one JSON object with `--json`).
  */
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { positiveInt, secondsUpTo } from './arg-parsers.js';
+import { nonNegativeInt, positiveInt, secondsUpTo } from './arg-parsers.js';
 import { parseSize } from '../bench/bodies.js';
 import { formatReport } from '../bench/report.js';
 import { stepProgress, type ProgressSink } from '../bench/progress.js';
@@ -70,6 +70,7 @@ interface BenchFlags {
   redis?: string;
   half: boolean;
   seed: number;
+  minCompleted: number;
   json?: boolean;
 }
 
@@ -98,6 +99,11 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
     .addOption(new Option('--redis <url>', 'use this Redis instead of starting a redis-server on a free port').argParser(redisUrl))
     .addOption(new Option('--no-half', 'skip the runs at half of saturation'))
     .addOption(new Option('--seed <n>', 'seed for bodies and arrivals').argParser(positiveInt).default(1))
+    .addOption(
+      new Option('--min-completed <n>', 'keep each measured window open until n requests completed in it (at most 10 s longer): for a loaded machine, where a short window can see none')
+        .argParser(nonNegativeInt)
+        .default(0),
+    )
     .addOption(new Option('--json', 'print one JSON object (machine, options, runs, targets) on stdout and nothing else'))
     .action(async (o: BenchFlags) => {
       if (o.duration <= 0) throw new InvalidArgumentError('--duration must be above 0');
@@ -114,6 +120,7 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
         ...(o.redis !== undefined ? { redisUrl: o.redis } : {}),
         halfSaturation: o.half,
         seed: o.seed,
+        ...(o.minCompleted > 0 ? { minCompleted: o.minCompleted } : {}),
       };
       // Progress on stderr in every case (stdout carries the table or the JSON): redrawn with the
       // time left on a terminal, a line per step otherwise.

@@ -17,8 +17,12 @@ async function bench(args: string[]): Promise<string> {
   return chunks.join('');
 }
 
-/** As short as a run can be and still route requests; the numbers mean nothing, the shape does. */
-const TINY = ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8', '--workers', '4'];
+/**
+ * As short as a run can be and still route requests; the numbers mean nothing, the shape does.
+ * On a loaded machine a 0.3 s window once saw no request complete (the no-op at half load): each
+ * window stays open until 20 have (at most 10 s more), so every run's assertions weigh requests.
+ */
+const TINY = ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8', '--workers', '4', '--min-completed', '20'];
 
 describe('kvgate bench', () => {
   let redis: TestRedis;
@@ -125,6 +129,7 @@ describe('kvgate bench', () => {
     await assert.rejects(bench(['--redis', 'http://localhost:6379']), /redis:\/\//);
     await assert.rejects(bench(['--concurrency', '0']), /positive integer/);
     await assert.rejects(bench(['--duration', '0']), /above 0/);
+    await assert.rejects(bench(['--min-completed', '-1']), /--min-completed/);
   });
 
   test('without --redis the bench starts its own redis-server on a free port and stops it', async () => {
