@@ -83,8 +83,12 @@ describe('DECIDE_LUA prefix match', () => {
   // Each worker's holdings of the prompt: a leading run of live blocks, then anything (live,
   // lapsed or absent). The script probes a worker's first block alone unless the worker before it
   // held the prompt, then reads in growing chunks (8, 32, ...): runs of any length, in any order of
-  // holders and non-holders, with live holdings past a gap that must not count.
-  const holding = fc.constantFrom('live', 'lapsed', 'absent');
+  // holders and non-holders, with live holdings past a gap that must not count. Lapse times are
+  // compared as strings when they have as many digits as Redis's clock, as numbers otherwise:
+  // holdings of both kinds, on both sides of now ('soon' and 'past' have the clock's length,
+  // 'far' and '1' do not).
+  const holding = fc.constantFrom('live', 'soon', 'far', 'lapsed', 'past', 'absent');
+  const isLive = (h: string) => h === 'live' || h === 'soon' || h === 'far';
   test("each worker's depth is its leading run of live holdings, whatever the order of holders", async () => {
     let run = 0;
     await fc.assert(
@@ -96,15 +100,22 @@ describe('DECIDE_LUA prefix match', () => {
           const keys = new PoolKeys('t', `match${run++}`);
           const workers = spec.map((_, i) => `w${i}`);
           const blocks = Array.from({ length: m }, (_, j) => `blk${j}`);
-          const far = Date.now() + 3_600_000;
+          const now = Date.now();
+          const value: Record<string, string> = {
+            live: String(now + 3_600_000),
+            soon: String(now + 60_000),
+            far: '99999999999999',
+            lapsed: '1',
+            past: String(now - 60_000),
+          };
           const expected = new Map<string, number>();
           const p = redis.pipeline();
           spec.forEach(([lead, rest], i) => {
             const fields: string[] = ['~encoding', 'x'];
             for (let j = 0; j < m; j++) {
-              const h = j < lead ? 'live' : j === lead ? (rest[j] === 'live' ? 'lapsed' : rest[j]!) : rest[j]!;
-              if (h === 'live') fields.push(blocks[j]!, String(far));
-              if (h === 'lapsed') fields.push(blocks[j]!, '1');
+              const r = rest[j]!;
+              const h = j < lead ? (isLive(r) ? r : 'live') : j === lead ? (isLive(r) ? 'past' : r) : r;
+              if (h !== 'absent') fields.push(blocks[j]!, value[h]!);
             }
             p.hset(keys.holdings(workers[i]!), ...fields);
             if (lead > 0) expected.set(workers[i]!, lead);
