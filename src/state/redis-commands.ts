@@ -42,7 +42,7 @@ declare module 'ioredis' {
      * DECIDE_LUA; the key count comes first (it varies with the pool and the prompt). The keys and
      * the block ids go as arrays: ioredis flattens arguments one level (Command's `args.flat()`).
      */
-    kvgateDecide(numKeys: number, keys: readonly string[], spec: string, blocks: readonly string[]): Result<string, Context>;
+    kvgateDecide(numKeys: number, keys: readonly string[], spec: string, blocks: string | readonly string[]): Result<string, Context>;
     kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
@@ -200,6 +200,8 @@ interface DecideSpec {
   keyed: boolean;
   workers: readonly string[];
   leaseKey: string;
+  /** The length of every block id, passed joined as one argument; 0: one argument each. */
+  idWidth: number;
   /** Lease members to remove first: [worker index (1-based), members]. */
   released?: Array<[number, readonly string[]]>;
   chosen?: number;
@@ -256,19 +258,37 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
 export function decide(redis: RedisClient, keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): Promise<DecideReply> {
   // Not async: one promise fewer per decision. A bad argument still comes back as a rejection.
   let spec: string;
+  const packed = packBlocks(q.blocks);
   try {
-    spec = decideSpec(keys, q, commit, released);
+    spec = decideSpec(keys, q, packed.width, commit, released);
   } catch (err) {
     return Promise.reject(err as Error);
   }
   const k = decideKeys(keys, q, commit);
   // ioredis flattens its arguments (and spreads them twice on the way): keys and block ids go as arrays.
-  return redis.kvgateDecide(k.length, k, spec, q.blocks).then((json) => readDecideReply(q, json));
+  return redis.kvgateDecide(k.length, k, spec, packed.arg).then((json) => readDecideReply(q, json));
+}
+
+const NOT_ASCII = /[^\x00-\x7f]/;
+
+/**
+ * The prompt's block ids as DECIDE_LUA takes them: joined into one argument, with `width` the
+ * length in bytes of each, when they all have one length and are ASCII (Lua cuts the joined
+ * string by bytes); else `width` 0 and one argument each.
+ */
+export function packBlocks(blocks: readonly string[]): { width: number; arg: string | readonly string[] } {
+  const m = blocks.length;
+  const w = m > 0 ? blocks[0]!.length : 0;
+  if (w === 0) return { width: 0, arg: blocks };
+  for (let i = 1; i < m; i++) if (blocks[i]!.length !== w) return { width: 0, arg: blocks };
+  const joined = blocks.join('');
+  // One UTF-8 byte per UTF-16 unit only when every character is ASCII.
+  return NOT_ASCII.test(joined) ? { width: 0, arg: blocks } : { width: w, arg: joined };
 }
 
 /** DECIDE_LUA's JSON argument. */
-function decideSpec(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit, released?: Releases): string {
-  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '' };
+function decideSpec(keys: PoolKeys, q: DecideQuery, width: number, commit?: DecideCommit, released?: Releases): string {
+  const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', idWidth: width };
   if (released && released.size > 0) {
     spec.released = [];
     for (const [worker, members] of released) {

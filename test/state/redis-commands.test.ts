@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { decide, decideKeys, defineScripts, heartbeat, migrate, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { decide, decideKeys, defineScripts, heartbeat, migrate, packBlocks, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 /** DECIDE_LUA's KEYS as its header lists them, built the plain way (the oracle). */
@@ -84,8 +84,18 @@ describe('DECIDE_LUA prefix match', () => {
   // Each worker's holdings of the prompt: a leading run of live blocks, then anything (live,
   // lapsed or absent). The script probes a worker's first block alone unless the worker before it
   // held the prompt, then reads in growing chunks (8, 32, ...): runs of any length, in any order of
-  // holders and non-holders, with live holdings past a gap that must not count.
-  const holding = fc.constantFrom('live', 'lapsed', 'absent');
+  // holders and non-holders, with live holdings past a gap that must not count. Lapse times are
+  // compared as strings when they have as many digits as Redis's clock, as numbers otherwise:
+  // holdings of both kinds, on both sides of now ('soon' and 'past' have the clock's length,
+  // 'far' and '1' do not).
+  const holding = fc.constantFrom('live', 'soon', 'far', 'lapsed', 'past', 'absent');
+  // Block ids of one ASCII length go to the script joined in one argument and are cut apart there
+  // ('hex', as the keys layer makes them); others one argument each ('varying', and 'wide': one
+  // length in UTF-16 units but not in bytes).
+  const idStyle = fc.constantFrom('hex', 'varying', 'wide');
+  const blockId = (style: string, j: number) =>
+    style === 'hex' ? (j * 0x9e3779b9).toString(16).padStart(16, '0') : style === 'wide' ? `\u00fc${String(j).padStart(3, '0')}` : `blk${j}`;
+  const isLive = (h: string) => h === 'live' || h === 'soon' || h === 'far';
   test("each worker's depth is its leading run of live holdings, whatever the order of holders", async () => {
     let run = 0;
     await fc.assert(
@@ -93,19 +103,27 @@ describe('DECIDE_LUA prefix match', () => {
         fc.integer({ min: 1, max: 50 }).chain((m) =>
           fc.tuple(fc.constant(m), fc.array(fc.tuple(fc.integer({ min: 0, max: m }), fc.array(holding, { minLength: m, maxLength: m })), { minLength: 1, maxLength: 8 })),
         ),
-        async ([m, spec]) => {
+        idStyle,
+        async ([m, spec], style) => {
           const keys = new PoolKeys('t', `match${run++}`);
           const workers = spec.map((_, i) => `w${i}`);
-          const blocks = Array.from({ length: m }, (_, j) => `blk${j}`);
-          const far = Date.now() + 3_600_000;
+          const blocks = Array.from({ length: m }, (_, j) => blockId(style, j));
+          const now = Date.now();
+          const value: Record<string, string> = {
+            live: String(now + 3_600_000),
+            soon: String(now + 60_000),
+            far: '99999999999999',
+            lapsed: '1',
+            past: String(now - 60_000),
+          };
           const expected = new Map<string, number>();
           const p = redis.pipeline();
           spec.forEach(([lead, rest], i) => {
             const fields: string[] = ['~encoding', 'x'];
             for (let j = 0; j < m; j++) {
-              const h = j < lead ? 'live' : j === lead ? (rest[j] === 'live' ? 'lapsed' : rest[j]!) : rest[j]!;
-              if (h === 'live') fields.push(blocks[j]!, String(far));
-              if (h === 'lapsed') fields.push(blocks[j]!, '1');
+              const r = rest[j]!;
+              const h = j < lead ? (isLive(r) ? r : 'live') : j === lead ? (isLive(r) ? 'past' : r) : r;
+              if (h !== 'absent') fields.push(blocks[j]!, value[h]!);
             }
             p.hset(keys.holdings(workers[i]!), ...fields);
             if (lead > 0) expected.set(workers[i]!, lead);
@@ -135,6 +153,30 @@ describe('DECIDE_LUA prefix match', () => {
     assert.deepEqual(reply.inflight, [0, 2, 0, 0, 0]);
     assert.equal(reply.ok, false);
     assert.equal(reply.late, false);
+  });
+
+  test('a commit records each block id as itself, cut from one argument or passed one by one', async () => {
+    for (const style of ['hex', 'varying', 'wide']) {
+      const keys = new PoolKeys('t', `ids-${style}`);
+      const blocks = Array.from({ length: 300 }, (_, j) => blockId(style, j));
+      assert.equal(packBlocks(blocks).width, style === 'hex' ? 16 : 0, style);
+      const held = await decide(redis, keys, { workers: ['w1', 'w2'], key: undefined, blocks }, { ...commitOn('w1', undefined), prefixTtlMs: 60_000, capacityBlocks: 1000 });
+      assert.equal(held.ok, true);
+      assert.deepEqual((await redis.hkeys(keys.holdings('w1'))).filter((f) => f !== '~encoding').sort(), [...blocks].sort(), style);
+      // Recency: the prompt's blocks, deepest (lowest score) first.
+      assert.deepEqual(await redis.zrange(keys.recency('w1'), 0, -1), [...blocks].reverse(), style);
+      const read = await decide(redis, keys, { workers: ['w1', 'w2'], key: undefined, blocks });
+      assert.deepEqual([...read.depth], [['w1', 300]], style);
+    }
+  });
+
+  test('block ids are joined only when every one has the same length in bytes', () => {
+    assert.deepEqual(packBlocks(['ab', 'cd', 'ef']), { width: 2, arg: 'abcdef' });
+    assert.equal(packBlocks(['ab', 'c']).width, 0);
+    assert.equal(packBlocks(['\u00fca', 'bb']).width, 0, 'same UTF-16 length, not the same bytes');
+    assert.equal(packBlocks(['\ud83d\ude00', 'bb']).width, 0, 'a surrogate pair: two units, four bytes');
+    assert.equal(packBlocks(['', '']).width, 0);
+    assert.equal(packBlocks([]).width, 0);
   });
 
   test('a commit past its deadline is read as late, not held, and writes nothing', async () => {
