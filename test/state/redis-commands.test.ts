@@ -164,7 +164,7 @@ describe('DECIDE_LUA prefix match', () => {
       assert.equal(held.ok, true);
       assert.deepEqual((await redis.hkeys(keys.holdings('w1'))).filter((f) => f !== '~encoding').sort(), [...blocks].sort(), style);
       // Recency: the prompt's blocks, deepest (lowest score) first.
-      assert.deepEqual(await redis.zrange(keys.recency('w1'), 0, -1), [...blocks].reverse(), style);
+      assert.deepEqual(await redis.zrange(keys.recency('w1'), '0', '-1'), [...blocks].reverse(), style);
       const read = await decide(redis, keys, { workers: ['w1', 'w2'], key: undefined, blocks });
       assert.deepEqual([...read.depth], [['w1', 300]], style);
     }
