@@ -8,6 +8,7 @@
 import * as grpc from '@grpc/grpc-js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../extproc/messages.js';
 import { extProcServiceDefinition } from '../extproc/proto.js';
+import { openReceiveWindows, receiveWindows } from '../extproc/receive-window.js';
 
 export interface NoopServer {
   port: number;
@@ -59,6 +60,8 @@ export async function startNoopServer(maxMessageBytes: number, host = '127.0.0.1
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(`${host}:0`, grpc.ServerCredentials.createInsecure(), (err, bound) => (err ? reject(err) : resolve(bound)));
   });
+  // The windows kvgate opens, so the ceiling and the gate wait on the same transport.
+  openReceiveWindows(server, receiveWindows(maxMessageBytes));
   return {
     port,
     close: () =>

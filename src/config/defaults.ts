@@ -208,6 +208,15 @@ export const DEFAULTS = {
    * the per_connection_buffer_limit_bytes in envoy/envoy.yaml; past it Envoy itself answers 413.
    */
   maxBodyBytes: 8 * 1024 * 1024,
+  /**
+   * The HTTP/2 connection window kvgate opens on each of Envoy's ext_proc connections
+   * (src/extproc/receive-window.ts; a stream's window is the longest message kvgate accepts, so any
+   * body it takes arrives in one go). HTTP/2's 64 KiB made Envoy wait for a window update every
+   * 64 KiB on all the connection's streams together. 32 MiB carries 80 bodies of 400 KB, or three
+   * of the longest, at once; what it lets in is what Envoy has already buffered for those requests.
+   * Envoy's own default for the windows it opens is 16 MiB per stream, 24 MiB per connection.
+   */
+  receiveConnectionWindowBytes: 32 * 1024 * 1024,
   /** A malformed body is the model server's to reject (it has the authoritative error format). */
   malformedBody: 'forward' as 'forward' | 'reject',
 

@@ -30,6 +30,7 @@
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
+import { http2ServersOf } from './http2-servers.js';
 
 /** The largest stream id: the first GOAWAY names no last stream, it only asks for no new streams. */
 const ALL_STREAMS = 2 ** 31 - 1;
@@ -43,15 +44,6 @@ export interface ConnectionAgeOptions {
   noticeMs: number;
   /** Streams still open this long after the final GOAWAY are cut (the connection is destroyed). */
   graceMs: number;
-}
-
-/**
- * The HTTP/2 servers under a grpc-js server. grpc-js does not expose them; it keeps them in a
- * private map, read here and nowhere else. Undefined when that is not there (another grpc-js).
- */
-function http2ServersOf(server: grpc.Server): Map<http2.Http2Server, unknown> | undefined {
-  const servers = (server as unknown as { http2Servers?: unknown }).http2Servers;
-  return servers instanceof Map ? (servers as Map<http2.Http2Server, unknown>) : undefined;
 }
 
 /** Whether this grpc-js lets kvgate retire connections itself (checked before choosing how). */

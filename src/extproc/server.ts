@@ -21,6 +21,7 @@ import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
 import { canRetireConnections, retireConnections, type ConnectionAgeOptions } from './connection-age.js';
+import { openReceiveWindows, receiveWindows } from './receive-window.js';
 import { withConstantReplies } from './responses.js';
 import { ExtProcStream } from './stream.js';
 import { withStreamedReplies } from './streamed-reply.js';
@@ -113,6 +114,9 @@ export class ExtProcServer {
       this.server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${port}`, creds, (err, bound) => {
         if (err) return reject(err);
         if (this.connectionAge) this.stopRetiring.push(retireConnections(this.server, this.connectionAge));
+        if (!openReceiveWindows(this.server, receiveWindows(this.opts.maxMessageBytes))) {
+          this.opts.logger.warn('this grpc-js hides its HTTP/2 servers: receive windows stay at 64 KiB, so large bodies wait on window updates');
+        }
         resolve(bound);
       });
     });

@@ -1,0 +1,62 @@
+/**
+ * Opens the HTTP/2 flow-control windows Envoy may fill before kvgate acknowledges what it read.
+ *
+ * A grpc-js server advertises HTTP/2's 65,535-byte windows, per stream and for the whole
+ * connection, and offers no option to raise them (the client side has
+ * `grpc-node.flow_control_window`; grpc/grpc-node#3058 would add it to servers). Envoy then sends
+ * a 400 KB body in 64 KiB pieces, each after kvgate's event loop has read the one before and
+ * nghttp2 has answered with a WINDOW_UPDATE: six or more round trips per body, each as long as a
+ * busy event loop takes to turn, and every stream of a connection shares the one 64 KiB connection
+ * window. And kvgate retires each connection within a second (DEFAULTS.connectionAgeMs), so every
+ * new one starts from the small windows again.
+ *
+ * So after each bind every session the server accepts advertises `streamBytes` as its initial
+ * stream window (SETTINGS_INITIAL_WINDOW_SIZE) and opens its connection window to
+ * `connectionBytes` (a WINDOW_UPDATE on stream 0) before any DATA can arrive. Neither lets more in
+ * than kvgate already accepts: grpc-js reads every stream as data comes, and a message longer than
+ * `grpc.max_receive_message_length` is refused from its length prefix.
+ */
+import type * as http2 from 'node:http2';
+import type * as grpc from '@grpc/grpc-js';
+import { DEFAULTS } from '../config/defaults.js';
+import { http2ServersOf } from './http2-servers.js';
+
+export interface ReceiveWindows {
+  streamBytes: number;
+  connectionBytes: number;
+}
+
+/** HTTP/2's largest window (2^31 - 1). */
+const MAX_WINDOW = 2 ** 31 - 1;
+
+/** kvgate's windows for a server that accepts messages of up to `maxMessageBytes`. */
+export function receiveWindows(maxMessageBytes: number): ReceiveWindows {
+  const streamBytes = Math.min(MAX_WINDOW, Math.max(65_535, maxMessageBytes));
+  return { streamBytes, connectionBytes: Math.min(MAX_WINDOW, Math.max(streamBytes, DEFAULTS.receiveConnectionWindowBytes)) };
+}
+
+/** HTTP/2 servers whose windows are already opened (a second bind must not add a listener twice). */
+const opened = new WeakSet<http2.Http2Server>();
+
+/**
+ * Opens the windows of every port `server` is bound to; call after each bind. False when this
+ * grpc-js hides its HTTP/2 servers (the windows stay at 64 KiB).
+ */
+export function openReceiveWindows(server: grpc.Server, windows: ReceiveWindows): boolean {
+  const servers = http2ServersOf(server);
+  if (!servers) return false;
+  for (const s of servers.keys()) {
+    if (opened.has(s)) continue;
+    opened.add(s);
+    // Sessions accepted from now on send these in their first SETTINGS.
+    s.updateSettings({ initialWindowSize: windows.streamBytes });
+    s.on('session', (session: http2.ServerHttp2Session) => {
+      try {
+        session.setLocalWindowSize(windows.connectionBytes);
+      } catch {
+        // A session already closing: nothing to open.
+      }
+    });
+  }
+  return true;
+}
