@@ -24,7 +24,6 @@ import type { ProcessingRequest, ReceivedProcessingResponse as ProcessingRespons
 import { extProcServiceDefinition } from '../extproc/proto.js';
 import { Rng } from '../sim/rng.js';
 import { benchRequests, RESPONSE_HEADERS, type BenchRequest } from './bodies.js';
-import { envoyWindowOptions } from './envoy-window.js';
 
 const PROCESS_PATH = '/envoy.service.ext_proc.v3.ExternalProcessor/Process';
 
@@ -131,8 +130,6 @@ export class LoadClient {
       'grpc.max_receive_message_length': -1,
       // A channel of its own, not one shared through grpc-js's global subchannel pool.
       'grpc.use_local_subchannel_pool': 1,
-      // Envoy's HTTP/2 windows, not grpc-js's 64 KiB (./envoy-window.ts).
-      ...envoyWindowOptions(),
     });
   }
 

@@ -56,7 +56,6 @@
  *    header_mutation.
  */
 import * as grpc from '@grpc/grpc-js';
-import { envoyWindowOptions } from '../../src/bench/envoy-window.js';
 import { extProcClientConstructor } from '../../src/extproc/proto.js';
 import type { ExtProcConfig, ParsedEnvoyConfig, ProcessingMode } from './envoy-config.js';
 import { type ExtProcStats, ExtProcSession, type MessageRecord } from './ext-proc-session.js';
@@ -207,11 +206,7 @@ export class EnvoyHarness {
     };
     this.metadata = [...(this.extProc?.initialMetadata ?? []), ...Object.entries(opts.grpcMetadata ?? {})];
     const Client = extProcClientConstructor();
-    // Envoy's HTTP/2 flow-control windows (16 MiB), not grpc-js's 64 KiB: the ext_proc cluster's
-    // `http2_protocol_options` defaults, filled in by Envoy's
-    // `Http2::Utility::initializeAndValidateOptions` (source/common/http/utility.cc); the rule and
-    // its sources are in src/bench/envoy-window.ts.
-    const channelOptions: grpc.ChannelOptions = { ...envoyWindowOptions() };
+    const channelOptions: grpc.ChannelOptions = {};
     // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
     const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
     if (authority) channelOptions['grpc.default_authority'] = authority;
