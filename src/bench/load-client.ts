@@ -130,6 +130,12 @@ export class LoadClient {
       'grpc.max_receive_message_length': -1,
       // A channel of its own, not one shared through grpc-js's global subchannel pool.
       'grpc.use_local_subchannel_pool': 1,
+      // HTTP/2's 64 KiB receive windows, not Envoy's 16 MiB (envoy/config/core/v3/protocol.proto,
+      // Http2ProtocolOptions): Node stops reading a connection while one of its writes is in
+      // progress (Http2Session::MaybeStopReading, src/node_http2.cc), so this Node client and a
+      // kvgate whose windows are open (src/extproc/receive-window.ts) can both fill the socket in
+      // full duplex and wait on each other forever; Envoy keeps reading. The small window bounds
+      // what kvgate sends before this client reads: it understates the echo's speed, not kvgate's.
     });
   }
 

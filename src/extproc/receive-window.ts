@@ -15,6 +15,15 @@
  * `connectionBytes` (a WINDOW_UPDATE on stream 0) before any DATA can arrive. Neither lets more in
  * than kvgate already accepts: grpc-js reads every stream as data comes, and a message longer than
  * `grpc.max_receive_message_length` is refused from its length prefix.
+ *
+ * One thing the small windows also did: Node's HTTP/2 stops reading a connection while one of its
+ * own writes is in progress (Http2Session::MaybeStopReading, src/node_http2.cc). Against a peer
+ * that does the same and whose windows let it push more than the socket buffers hold, both can
+ * stop reading at once and wait forever: a Node client with Envoy's 16 MiB windows streaming 400
+ * KB full-duplex bodies against this server did. Envoy's connections keep reading while they
+ * write, so kvgate's write always completes and it reads again; kvgate's own Node-based
+ * stand-ins for Envoy (the bench's load client, the test harness) keep HTTP/2's 64 KiB windows
+ * for that reason. Not verified against a running Envoy.
  */
 import type * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
