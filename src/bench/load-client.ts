@@ -44,12 +44,6 @@ export interface LoadPlan {
   seed: number;
   /** Which client thread this is: seeds its own order of requests and arrivals. */
   thread: number;
-  /**
-   * The measured window stays open past its stop until this many requests completed in it, for at
-   * most MIN_COMPLETED_WAIT_MS more: on a loaded machine a short window can otherwise see none,
-   * and a rate or latency of no requests measures nothing. Default 0: it closes when told.
-   */
-  minCompleted?: number;
 }
 
 /** Counts and histograms (microseconds) of one measured window. */
@@ -107,9 +101,6 @@ function headerMap(list: ReadonlyArray<readonly [string, string]>) {
 
 /** How long the end of a run waits for open streams to finish before cutting them. */
 const DRAIN_MS = 10_000;
-
-/** How long past its stop a window waits for `minCompleted` (a server that completes none is broken). */
-const MIN_COMPLETED_WAIT_MS = 10_000;
 
 export class LoadClient {
   private readonly serialize: (msg: ProcessingRequest) => Buffer;
@@ -175,7 +166,7 @@ export class LoadClient {
    * Runs load until `stop()`; `mark()` starts the measured window (what came before is warm-up).
    * The promise resolves with the window's result once the streams still open have finished.
    */
-  start(plan: LoadPlan): { mark(): void; stop(): Promise<LoadResult> } {
+  start(plan: LoadPlan): { mark(): void; completed(): number; stop(): Promise<LoadResult> } {
     const mode = plan.bodyMode ?? 'buffered';
     const reqs = this.requests(plan.bodyBytes, plan.seed, mode);
     const rng = new Rng(plan.seed * 7919 + plan.thread + 1);
@@ -191,9 +182,6 @@ export class LoadClient {
     let stopping = false;
     let outstanding = 0;
     let drained: (() => void) | undefined;
-    const minCompleted = plan.minCompleted ?? 0;
-    /** Set while `stop` waits for `minCompleted`. */
-    let enough: (() => void) | undefined;
     /** Calls not yet over, so the ones a stuck server never finishes can be cancelled at the end. */
     const open = new Map<grpc.ClientDuplexStream<Buffer, ProcessingResponse>, () => void>();
     // A connection of its own per run: nothing one run left behind can slow the next.
@@ -249,7 +237,6 @@ export class LoadClient {
           if (shed) counters.shed++;
           else {
             counters.completed++;
-            if (enough && counters.completed >= minCompleted) enough();
             counters.bodyBytes += r.bodyBytes;
             if (routed) counters.routed++;
             else fail('body reply did not set the routing header');
@@ -364,17 +351,8 @@ export class LoadClient {
         windowStart = performance.now();
         eluStart = performance.eventLoopUtilization();
       },
+      completed: () => (measuring ? counters.completed : 0),
       stop: async () => {
-        if (measuring && counters.completed < minCompleted) {
-          await new Promise<void>((resolve) => {
-            const late = setTimeout(resolve, MIN_COMPLETED_WAIT_MS);
-            enough = () => {
-              clearTimeout(late);
-              resolve();
-            };
-          });
-          enough = undefined;
-        }
         const windowMs = performance.now() - windowStart;
         const clientElu = performance.eventLoopUtilization(eluStart).utilization;
         measuring = false;

@@ -35,6 +35,8 @@ export interface WindowResult {
   scheduleLag: Percentiles;
   /** Main thread (server) event-loop utilization over the window. */
   serverElu: number;
+  /** The span `serverElu` covers (s): from the window's mark to its end, extension included. */
+  serverWindowS: number;
   /** Mean over client threads. */
   clientElu: number;
   rssPeakMb: number;
@@ -43,11 +45,17 @@ export interface WindowResult {
 }
 
 /**
- * `minCompleted` is for the whole run: split over the client threads as the concurrency is. The
- * server's event-loop use, RSS and heap cover the planned window (`durationMs`), not the time a
- * window waits past it for `minCompleted`.
+ * `minCompleted`: the measured window stays open past `durationMs` until the client threads
+ * together have completed this many requests in it, for at most MIN_COMPLETED_WAIT_MS more: on a
+ * loaded machine a short window can otherwise see none, and a rate or latency of no requests
+ * measures nothing. Every figure (the server's event-loop use, RSS and heap as well as the
+ * threads' counts) covers the whole window, its extension included, and every thread keeps its
+ * load up until all stop together. Default 0: the window closes at `durationMs`.
  */
-export type RunPlan = Omit<LoadPlan, 'thread'> & { warmupMs: number; durationMs: number };
+export type RunPlan = Omit<LoadPlan, 'thread'> & { warmupMs: number; durationMs: number; minCompleted?: number };
+
+/** How long past its planned end a window waits for `minCompleted` (a server that completes none is broken). */
+const MIN_COMPLETED_WAIT_MS = 10_000;
 
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
@@ -147,7 +155,7 @@ export class LoadPool {
   }
 
   async run(plan: RunPlan): Promise<WindowResult> {
-    const { warmupMs, durationMs, ...load } = plan;
+    const { warmupMs, durationMs, minCompleted = 0, ...load } = plan;
     const k = this.threads.length;
     const active = this.threads.filter((_, i) => split(load.concurrency, k, i) > 0);
     await Promise.all(
@@ -160,7 +168,6 @@ export class LoadPool {
               thread: i,
               concurrency: split(load.concurrency, active.length, i),
               ...(load.ratePerS !== undefined ? { ratePerS: load.ratePerS / active.length } : {}),
-              ...(load.minCompleted !== undefined ? { minCompleted: split(load.minCompleted, active.length, i) } : {}),
             },
           },
           'started',
@@ -170,17 +177,27 @@ export class LoadPool {
     await sleep(warmupMs);
     for (const t of active) t.post({ type: 'mark' });
     const elu0 = performance.eventLoopUtilization();
+    const marked = performance.now();
     let rssPeak = process.memoryUsage.rss();
     const sampler = setInterval(() => {
       rssPeak = Math.max(rssPeak, process.memoryUsage.rss());
     }, 100);
     await sleep(durationMs);
+    if (minCompleted > 0) {
+      const until = performance.now() + MIN_COMPLETED_WAIT_MS;
+      for (;;) {
+        const counts = await Promise.all(active.map((t) => t.request({ type: 'count' }, 'count')));
+        if (counts.reduce((n, c) => n + c.completed, 0) >= minCompleted || performance.now() >= until) break;
+        await sleep(10);
+      }
+    }
     clearInterval(sampler);
     rssPeak = Math.max(rssPeak, process.memoryUsage.rss());
     const serverElu = performance.eventLoopUtilization(elu0).utilization;
+    const serverWindowS = round3((performance.now() - marked) / 1000);
     const heapMb = process.memoryUsage().heapUsed / 2 ** 20;
     const results = (await Promise.all(active.map((t) => t.request({ type: 'stop' }, 'result')))).map((m) => m.result);
-    return merge(results, { serverElu, rssPeakMb: rssPeak / 2 ** 20, heapMb });
+    return merge(results, { serverElu, serverWindowS, rssPeakMb: rssPeak / 2 ** 20, heapMb });
   }
 
   /** Drops the client threads' connections to a target that is about to stop. */
@@ -193,7 +210,7 @@ export class LoadPool {
   }
 }
 
-function merge(results: LoadResult[], server: { serverElu: number; rssPeakMb: number; heapMb: number }): WindowResult {
+function merge(results: LoadResult[], server: { serverElu: number; serverWindowS: number; rssPeakMb: number; heapMb: number }): WindowResult {
   const hist = (pick: (r: LoadResult) => RecordableHistogram) => {
     const h = newHistogram();
     for (const r of results) h.add(pick(r));
@@ -216,6 +233,7 @@ function merge(results: LoadResult[], server: { serverElu: number; rssPeakMb: nu
     decision: hist((r) => r.decision),
     scheduleLag: hist((r) => r.scheduleLag),
     serverElu: round3(server.serverElu),
+    serverWindowS: server.serverWindowS,
     clientElu: round3(sum((r) => r.clientElu) / results.length),
     rssPeakMb: Math.round(server.rssPeakMb),
     heapMb: Math.round(server.heapMb),

@@ -10,12 +10,15 @@ export type ToWorker =
   | { type: 'start'; plan: LoadPlan }
   | { type: 'mark' }
   | { type: 'stop' }
+  /** How many requests completed in the measured window so far. */
+  | { type: 'count' }
   /** The target is going away: drop its connection. */
   | { type: 'forget'; target: string }
   | { type: 'close' };
 export type FromWorker =
   | { type: 'started' }
   | { type: 'result'; result: import('./load-client.js').LoadResult }
+  | { type: 'count'; completed: number }
   | { type: 'error'; message: string };
 
 const port = parentPort;
@@ -41,6 +44,9 @@ port.on('message', (msg: ToWorker) => {
         }
         case 'mark':
           running?.mark();
+          break;
+        case 'count':
+          send({ type: 'count', completed: running?.completed() ?? 0 });
           break;
         case 'stop': {
           const r = running;

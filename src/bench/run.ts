@@ -34,7 +34,7 @@ export interface BenchOptions {
   redisUrl?: string;
   halfSaturation: boolean;
   seed: number;
-  /** Each measured window stays open until this many requests completed in it (load-client.ts `minCompleted`). */
+  /** Each measured window stays open until this many requests completed in it (load-pool.ts `minCompleted`). */
   minCompleted?: number;
 }
 
@@ -235,7 +235,8 @@ function row(
     rounds_per_s: [w.perS],
     ratio_to_noop: null,
     ratio_range: null,
-    server_busy_us: w.completed > 0 ? Math.round((w.serverElu * w.windowS * 1e6) / w.completed) : 0,
+    // The server's busy time over the span its ELU covers, per request completed in the window.
+    server_busy_us: w.completed > 0 ? Math.round((w.serverElu * w.serverWindowS * 1e6) / w.completed) : 0,
     completed: w.completed,
     routed: w.routed,
     shed: w.shed,
