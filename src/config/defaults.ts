@@ -213,8 +213,11 @@ export const DEFAULTS = {
    * (src/extproc/receive-window.ts; a stream's window is the longest message kvgate accepts, so any
    * body it takes arrives in one go). HTTP/2's 64 KiB made Envoy wait for a window update every
    * 64 KiB on all the connection's streams together. 32 MiB carries 80 bodies of 400 KB, or three
-   * of the longest, at once; what it lets in is what Envoy has already buffered for those requests.
-   * Envoy's own default for the windows it opens is 16 MiB per stream, 24 MiB per connection.
+   * of the longest, at once. It sets the pace, not a cap on memory: Node returns connection window
+   * as data arrives, and what bounds a connection's buffered data is that kvgate reads each stream's
+   * messages as they come (each at most the longest message), as it did with 64 KiB windows, only
+   * with less waiting. Envoy's own default for the windows it opens is 16 MiB per stream, 24 MiB
+   * per connection.
    */
   receiveConnectionWindowBytes: 32 * 1024 * 1024,
   /** A malformed body is the model server's to reject (it has the authoritative error format). */

@@ -3,7 +3,7 @@
  *
  * A grpc-js server advertises HTTP/2's 65,535-byte windows, per stream and for the whole
  * connection, and offers no option to raise them (the client side has
- * `grpc-node.flow_control_window`; grpc/grpc-node#3058 would add it to servers). Envoy then sends
+ * `grpc-node.flow_control_window`; an open pull request upstream would add it to servers). Envoy then sends
  * a 400 KB body in 64 KiB pieces, each after kvgate's event loop has read the one before and
  * nghttp2 has answered with a WINDOW_UPDATE: six or more round trips per body, each as long as a
  * busy event loop takes to turn, and every stream of a connection shares the one 64 KiB connection
@@ -13,8 +13,10 @@
  * So after each bind every session the server accepts advertises `streamBytes` as its initial
  * stream window (SETTINGS_INITIAL_WINDOW_SIZE) and opens its connection window to
  * `connectionBytes` (a WINDOW_UPDATE on stream 0) before any DATA can arrive. Neither lets more in
- * than kvgate already accepts: grpc-js reads every stream as data comes, and a message longer than
- * `grpc.max_receive_message_length` is refused from its length prefix.
+ * than kvgate already accepts: grpc-js pauses a stream after each message until its reader takes
+ * it, kvgate's reader always takes it at once, and a message longer than
+ * `grpc.max_receive_message_length` is refused from its length prefix. The windows set how fast a
+ * peer gets there, not how much a connection may hold.
  *
  * One thing the small windows also did: Node's HTTP/2 stops reading a connection while one of its
  * own writes is in progress (Http2Session::MaybeStopReading, src/node_http2.cc). Against a peer
@@ -57,8 +59,13 @@ export function openReceiveWindows(server: grpc.Server, windows: ReceiveWindows)
   for (const s of servers.keys()) {
     if (opened.has(s)) continue;
     opened.add(s);
-    // Sessions accepted from now on send these in their first SETTINGS.
-    s.updateSettings({ initialWindowSize: windows.streamBytes });
+    // Sessions accepted from now on send these in their first SETTINGS (merged with the server's
+    // others). A Node that refuses it leaves the 64 KiB windows, and the caller warns.
+    try {
+      s.updateSettings({ initialWindowSize: windows.streamBytes });
+    } catch {
+      return false;
+    }
     s.on('session', (session: http2.ServerHttp2Session) => {
       try {
         session.setLocalWindowSize(windows.connectionBytes);

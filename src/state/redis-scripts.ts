@@ -147,7 +147,10 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- Holdings are compared as strings: every lapse time is written as a decimal integer (%d), and two
 -- of the same length order as their numbers do, with no tonumber (which cost more than the rest of
 -- a 32 KB match: 0.1 us a value inside Redis's Lua, against 0.01 for the comparison). A value of
--- another length (a clock crossing a power of ten) is compared as a number.
+-- another length (a clock crossing a power of ten) is compared as a number. (Lua compares strings
+-- with strcoll, and Redis sets LC_COLLATE from its environment: every locale's collation orders
+-- the digits 0-9 ascending and never ignores them, so same-length digit strings still compare as
+-- their numbers do.)
 local nowLen = #nowS
 local depth = {}
 if m > 0 then
