@@ -81,6 +81,11 @@ export interface EnvoyHarnessOptions {
   grpcMetadata?: Record<string, string>;
   /** TLS / mTLS to the ext_proc server, as Envoy's transport_socket on the gate's cluster (default plaintext). */
   channelCredentials?: grpc.ChannelCredentials;
+  /**
+   * With TLS: the server name Envoy sends (UpstreamTlsContext.sni on the gate's cluster;
+   * envoy/kvgate-ext-proc-mtls-cluster.yaml sets `kvgate`), not the address it connects to.
+   */
+  sni?: string;
 }
 
 export interface HarnessRequest {
@@ -210,6 +215,9 @@ export class EnvoyHarness {
     // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
     const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
     if (authority) channelOptions['grpc.default_authority'] = authority;
+    // Envoy sends the configured SNI, never the upstream's IP address (which RFC 6066 forbids as a
+    // server name and Node warns about).
+    if (opts.sni) channelOptions['grpc.ssl_target_name_override'] = opts.sni;
     this.client = new Client(opts.target, opts.channelCredentials ?? grpc.credentials.createInsecure(), channelOptions) as unknown as ExtProcClient;
   }
 

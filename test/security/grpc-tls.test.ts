@@ -42,7 +42,7 @@ function clientCreds(opts: { ca?: string; cert?: string; key?: string }): grpc.C
 /** One request through the harness; 'ok' when kvgate routed it, 'refused' when the stream failed. */
 async function attempt(target: string, credentials: grpc.ChannelCredentials): Promise<string> {
   // A long message timeout: a TLS handshake on a busy machine must not pass for a refusal.
-  const h = harness(target, { channelCredentials: credentials, extProcOverride: { messageTimeoutMs: 10_000 } });
+  const h = harness(target, { channelCredentials: credentials, sni: 'kvgate', extProcOverride: { messageTimeoutMs: 10_000 } });
   try {
     const out = await h.request(chat({ session: 'tls' }));
     if (out.kind === 'upstream' && out.cluster === FALLBACK_CLUSTER && out.stats?.streamsFailed === 1) return 'refused';
