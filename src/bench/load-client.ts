@@ -99,6 +99,9 @@ function headerMap(list: ReadonlyArray<readonly [string, string]>) {
   return { headers: list.map(([key, value]) => ({ key, raw_value: Buffer.from(value, 'latin1') })) };
 }
 
+/** The bench client's HTTP/2 receive windows (see `newClient`). */
+export const STAND_IN_WINDOW_BYTES = 1024 * 1024;
+
 /** How long the end of a run waits for open streams to finish before cutting them. */
 const DRAIN_MS = 10_000;
 
@@ -121,12 +124,16 @@ export class LoadClient {
       'grpc.max_receive_message_length': -1,
       // A channel of its own, not one shared through grpc-js's global subchannel pool.
       'grpc.use_local_subchannel_pool': 1,
-      // HTTP/2's 64 KiB receive windows, not Envoy's 16 MiB (envoy/config/core/v3/protocol.proto,
-      // Http2ProtocolOptions): Node stops reading a connection while one of its writes is in
-      // progress (Http2Session::MaybeStopReading, src/node_http2.cc), so this Node client and a
-      // kvgate whose windows are open (src/extproc/receive-window.ts) can both fill the socket in
-      // full duplex and wait on each other forever; Envoy keeps reading. The small window bounds
-      // what kvgate sends before this client reads: it understates the echo's speed, not kvgate's.
+      // 1 MiB receive windows (stream and connection), not Envoy's 16 MiB and 24 MiB
+      // (envoy/config/core/v3/protocol.proto, Http2ProtocolOptions) nor grpc-js's 64 KiB. Node
+      // stops reading a connection while one of its writes is in progress
+      // (Http2Session::MaybeStopReading, src/node_http2.cc), so this Node client at Envoy's windows
+      // and a kvgate whose windows are open (src/extproc/receive-window.ts) both filled the socket
+      // with 400 KB full-duplex bodies and waited on each other forever (from 24 streams); Envoy
+      // keeps reading. At 1 MiB, 64 such streams ran without a stall, and the echo kvgate sends
+      // back waits for a window update every 512 KiB instead of every 32 KiB: closer to Envoy, not
+      // equal to it. Only what kvgate sends to the client depends on this window.
+      'grpc-node.flow_control_window': STAND_IN_WINDOW_BYTES,
     });
   }
 
