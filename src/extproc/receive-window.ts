@@ -24,8 +24,8 @@
  * stop reading at once and wait forever: a Node client with Envoy's 16 MiB windows streaming 400
  * KB full-duplex bodies against this server did. Envoy's connections keep reading while they
  * write, so kvgate's write always completes and it reads again; kvgate's own Node-based
- * stand-ins for Envoy (the bench's load client, the test harness) keep HTTP/2's 64 KiB windows
- * for that reason. Not verified against a running Envoy.
+ * stand-ins for Envoy open less for that reason (the test harness HTTP/2's 64 KiB, the bench's
+ * load client 1 MiB). Not verified against a running Envoy.
  */
 import type * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
