@@ -23,7 +23,9 @@
  * that does the same and whose windows let it push more than the socket buffers hold, both can
  * stop reading at once and wait forever: a Node client with Envoy's 16 MiB windows streaming 400
  * KB full-duplex bodies against this server did. Envoy's connections keep reading while they
- * write, so kvgate's write always completes and it reads again; kvgate's own Node-based
+ * write (a full write buffer only tells its streams to stop producing:
+ * ConnectionImpl::onUnderlyingConnectionAboveWriteBufferHighWatermark, Envoy's
+ * source/common/http/http2/codec_impl.h), so kvgate's write always completes and it reads again; kvgate's own Node-based
  * stand-ins for Envoy open less for that reason (the test harness HTTP/2's 64 KiB, the bench's
  * load client 1 MiB). Not verified against a running Envoy.
  */
