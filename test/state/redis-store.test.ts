@@ -1,4 +1,5 @@
 import assert from 'node:assert/strict';
+import { performance } from 'node:perf_hooks';
 import { describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../../src/config/load.js';
@@ -271,6 +272,34 @@ describe('redis store specifics', () => {
         assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0, 'no lease nobody holds (it would count against w2 until its TTL)');
         assert.equal(await raw.get('kvgate-test:{p}:a:s:late'), null, 'no affinity written behind the local decision’s back');
         await store.release(late.lease);
+      },
+      { proxy: true },
+    ));
+
+  test('a commit issued while another is on its way goes out at once, not after the first one’s reply', () =>
+    withRedis(
+      async ({ proxy, store: open }) => {
+        // ioredis's auto-pipelining holds every command issued while a pipeline is in flight until
+        // all of that pipeline's replies are back: under load each decision waited a round trip
+        // more. 100 ms each way through the proxy: a round trip is 200 ms, waiting for one first 400.
+        const store = await open({ timeoutMs: 5000, refreshMs: 60_000 }, { viaProxy: true });
+        const base = { pool: 'p', workers: ['w1', 'w2'], blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
+        const warm = await store.commit({ ...base, key: 's:warm', worker: 'w1' });
+        assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+        await store.release(warm.lease);
+        proxy!.setLatency(100);
+        const first = store.commit({ ...base, key: 's:first', worker: 'w1' });
+        // A later turn of the event loop, as the next stream's decision would be.
+        await new Promise((r) => setImmediate(r));
+        const t0 = performance.now();
+        const second = await store.commit({ ...base, key: 's:second', worker: 'w2' });
+        const tookMs = performance.now() - t0;
+        assert.ok(second.ok && !second.degraded, 'committed in Redis');
+        assert.ok(tookMs < 330, `the second commit took ${Math.round(tookMs)} ms: it waited for the first one's reply`);
+        const firstResult = await first;
+        assert.ok(firstResult.ok);
+        await store.release(firstResult.lease);
+        await store.release(second.lease);
       },
       { proxy: true },
     ));
