@@ -215,8 +215,10 @@ export class EnvoyHarness {
     // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
     const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
     if (authority) channelOptions['grpc.default_authority'] = authority;
-    // Envoy sends the configured SNI, never the upstream's IP address (which RFC 6066 forbids as a
-    // server name and Node warns about).
+    // Envoy sends the configured SNI and nothing when none is set, never the upstream's address
+    // (ClientContextImpl::newSsl, source/common/tls/client_context_impl.cc: SSL_set_tlsext_host_name
+    // only with a non-empty UpstreamTlsContext.sni). grpc-js would send the target's IP, which RFC
+    // 6066 forbids as a server name and Node warns about.
     if (opts.sni) channelOptions['grpc.ssl_target_name_override'] = opts.sni;
     this.client = new Client(opts.target, opts.channelCredentials ?? grpc.credentials.createInsecure(), channelOptions) as unknown as ExtProcClient;
   }

@@ -8,7 +8,9 @@ import assert from 'node:assert/strict';
 import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
-import { checkServerIdentity } from 'node:tls';
+import * as http2 from 'node:http2';
+import type { AddressInfo } from 'node:net';
+import { checkServerIdentity, type TLSSocket } from 'node:tls';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { validateEnvoyText } from '../../scripts/envoy-schema.js';
@@ -51,6 +53,21 @@ async function attempt(target: string, credentials: grpc.ChannelCredentials): Pr
     h.close();
   }
 }
+
+test("the harness sends the cluster's SNI, as Envoy does, not the address it connects to", async () => {
+  const seen: string[] = [];
+  const server = http2.createSecureServer({ cert: readFileSync(certs.serverCert), key: readFileSync(certs.serverKey) });
+  server.on('secureConnection', (socket: TLSSocket) => seen.push(String(socket.servername)));
+  server.on('stream', (stream) => stream.close());
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve));
+  const target = `127.0.0.1:${(server.address() as AddressInfo).port}`;
+  try {
+    await attempt(target, clientCreds({ ca: certs.caCert }));
+    assert.deepEqual([...new Set(seen)], ['kvgate']);
+  } finally {
+    server.close();
+  }
+});
 
 describe('TLS', () => {
   let g: TestGate;
