@@ -30,7 +30,7 @@
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
-import { http2ServersOf } from './http2-servers.js';
+import { http2ServersOf, onNewSessions } from './http2-servers.js';
 
 /** The largest stream id: the first GOAWAY names no last stream, it only asks for no new streams. */
 const ALL_STREAMS = 2 ** 31 - 1;
@@ -52,7 +52,7 @@ export function canRetireConnections(server: grpc.Server): boolean {
 }
 
 /** HTTP/2 servers whose sessions are already watched (a second bind must not watch them twice). */
-const watched = new WeakSet<http2.Http2Server>();
+const hooked = new WeakSet<http2.Http2Server>();
 
 /**
  * Starts retiring the connections of every port `server` is bound to. Call after each bind.
@@ -88,16 +88,9 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
     // Each stream ends with one reset from Envoy: counting streams counts the resets to come.
     session.on('stream', onStream);
   };
-  const servers = [...(http2ServersOf(server)?.keys() ?? [])].filter((s) => !watched.has(s));
-  for (const s of servers) {
-    watched.add(s);
-    s.on('session', onSession);
-  }
+  const watch = onNewSessions(server, hooked, onSession);
   return () => {
-    for (const s of servers) {
-      s.off('session', onSession);
-      watched.delete(s);
-    }
+    watch?.stop();
     for (const t of timers) clearTimeout(t);
     timers.clear();
   };

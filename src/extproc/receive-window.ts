@@ -32,7 +32,7 @@
 import type * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
 import { DEFAULTS } from '../config/defaults.js';
-import { http2ServersOf } from './http2-servers.js';
+import { onNewSessions } from './http2-servers.js';
 
 export interface ReceiveWindows {
   streamBytes: number;
@@ -48,33 +48,32 @@ export function receiveWindows(maxMessageBytes: number): ReceiveWindows {
   return { streamBytes, connectionBytes: Math.min(MAX_WINDOW, Math.max(streamBytes, DEFAULTS.receiveConnectionWindowBytes)) };
 }
 
-/** HTTP/2 servers whose windows are already opened (a second bind must not add a listener twice). */
-const opened = new WeakSet<http2.Http2Server>();
+/** HTTP/2 servers whose sessions get the windows (a second bind must not hook one twice). */
+const hooked = new WeakSet<http2.Http2Server>();
 
 /**
- * Opens the windows of every port `server` is bound to; call after each bind. False when this
- * grpc-js hides its HTTP/2 servers (the windows stay at 64 KiB).
+ * Opens the windows of every port `server` is bound to; call after each bind. `hidden` when this
+ * grpc-js hides its HTTP/2 servers, `refused` when Node refused the stream window's setting on
+ * one of them: new connections there keep 64 KiB stream windows (their connection window is
+ * still opened).
  */
-export function openReceiveWindows(server: grpc.Server, windows: ReceiveWindows): boolean {
-  const servers = http2ServersOf(server);
-  if (!servers) return false;
-  for (const s of servers.keys()) {
-    if (opened.has(s)) continue;
-    opened.add(s);
-    // Sessions accepted from now on send these in their first SETTINGS (merged with the server's
-    // others). A Node that refuses it leaves the 64 KiB windows, and the caller warns.
+export function openReceiveWindows(server: grpc.Server, windows: ReceiveWindows): 'opened' | 'hidden' | 'refused' {
+  const watch = onNewSessions(server, hooked, (session) => {
+    try {
+      session.setLocalWindowSize(windows.connectionBytes);
+    } catch {
+      // A session already closing: nothing to open.
+    }
+  });
+  if (!watch) return 'hidden';
+  let refused = false;
+  for (const s of watch.servers) {
+    // Sessions accepted from now on send it in their first SETTINGS (merged with the server's others).
     try {
       s.updateSettings({ initialWindowSize: windows.streamBytes });
     } catch {
-      return false;
+      refused = true;
     }
-    s.on('session', (session: http2.ServerHttp2Session) => {
-      try {
-        session.setLocalWindowSize(windows.connectionBytes);
-      } catch {
-        // A session already closing: nothing to open.
-      }
-    });
   }
-  return true;
+  return refused ? 'refused' : 'opened';
 }

@@ -114,9 +114,9 @@ export class ExtProcServer {
       this.server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${port}`, creds, (err, bound) => {
         if (err) return reject(err);
         if (this.connectionAge) this.stopRetiring.push(retireConnections(this.server, this.connectionAge));
-        if (!openReceiveWindows(this.server, receiveWindows(this.opts.maxMessageBytes))) {
-          this.opts.logger.warn('this grpc-js hides its HTTP/2 servers: receive windows stay at 64 KiB, so large bodies wait on window updates');
-        }
+        const windows = openReceiveWindows(this.server, receiveWindows(this.opts.maxMessageBytes));
+        if (windows === 'hidden') this.opts.logger.warn('this grpc-js hides its HTTP/2 servers: receive windows stay at 64 KiB, so large bodies wait on window updates');
+        if (windows === 'refused') this.opts.logger.warn('Node refused the HTTP/2 stream window setting: stream windows stay at 64 KiB, so large bodies wait on window updates');
         resolve(bound);
       });
     });

@@ -10,7 +10,9 @@ import * as http2 from 'node:http2';
 import { describe, test } from 'node:test';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { startNoopServer } from '../../src/bench/noop-server.js';
-import { receiveWindows } from '../../src/extproc/receive-window.js';
+import * as grpc from '@grpc/grpc-js';
+import { http2ServersOf } from '../../src/extproc/http2-servers.js';
+import { openReceiveWindows, receiveWindows } from '../../src/extproc/receive-window.js';
 import { startTestGate } from '../helpers/gate.js';
 
 /** The stream window the server advertises and the connection window it opens, as a client sees them. */
@@ -49,6 +51,24 @@ describe('HTTP/2 receive windows', () => {
       assert.deepEqual(await windowsOf(`127.0.0.1:${noop.port}`), { stream: expected.streamBytes, connection: expected.connectionBytes });
     } finally {
       await noop.close();
+    }
+  });
+
+  test('says why it could not open them: servers hidden by grpc-js, or the setting refused by Node', async () => {
+    assert.equal(openReceiveWindows({} as unknown as grpc.Server, receiveWindows(1 << 20)), 'hidden');
+    const server = new grpc.Server();
+    await new Promise<number>((resolve, reject) => server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, port) => (err ? reject(err) : resolve(port))));
+    try {
+      for (const s of http2ServersOf(server)!.keys()) {
+        s.updateSettings = () => {
+          throw new Error('refused');
+        };
+      }
+      assert.equal(openReceiveWindows(server, receiveWindows(1 << 20)), 'refused');
+      // Hooked once: a second call finds nothing new to open.
+      assert.equal(openReceiveWindows(server, receiveWindows(1 << 20)), 'opened');
+    } finally {
+      server.forceShutdown();
     }
   });
 
