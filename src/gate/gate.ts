@@ -564,15 +564,14 @@ function isAdapter(model: string, pool: Pool, views: readonly WorkerView[]): boo
  * pool's workers as the decision saw them (built from `snap`, so states agree).
  */
 function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[]): Preconditions {
-  if (p.states.length === 0) return p;
-  const states = p.states.map((s) => {
-    const recorded = snap.states.get(s.worker) ?? 'healthy';
-    // Otherwise the signals set the state the decision saw, which holds while the store records
-    // none ('healthy'): that, or a recorded state the decision accepts as it is.
-    if (recorded === views.find((v) => v.id === s.worker)?.state || s.in.includes('healthy')) return s;
-    const allowed: WorkerState[] = [...s.in, 'healthy'];
-    return { worker: s.worker, in: allowed };
-  });
+  // A check that already accepts 'healthy' (the usual lists do) or whose state the store recorded
+  // itself holds as it is; only the rest are widened, and only then is anything copied.
+  const holds = (s: Preconditions['states'][number]) =>
+    s.in.includes('healthy') || (snap.states.get(s.worker) ?? 'healthy') === views.find((v) => v.id === s.worker)?.state;
+  if (p.states.every(holds)) return p;
+  // Otherwise the signals set the state the decision saw, which holds while the store records
+  // none ('healthy'): that, or a recorded state the decision accepts as it is.
+  const states = p.states.map((s) => (holds(s) ? s : { worker: s.worker, in: [...s.in, 'healthy'] as WorkerState[] }));
   // Field by field (not `{ ...p, states }`: a property after a spread takes V8's slow path, every decision).
   const { affinity, below, atOrAbove, prefix } = p;
   return prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };

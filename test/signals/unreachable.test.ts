@@ -64,3 +64,35 @@ test('a collector stopped while its first scrape hangs starts no loops afterward
     await metrics.close();
   }
 });
+
+test("a session whose worker went down by its signals alone moves in one attempt: the commit accepts the store's 'none' for that state", async () => {
+  // The decision relies on w's state being what the signals say (down) while no operator set one;
+  // the store holds only operator states, so the commit's check must accept its 'none' there too
+  // (src/gate/gate.ts `checkable`). Without that the check fails on every attempt.
+  const { initHashing } = await import('../../src/request/hashing.js');
+  await initHashing();
+  const config = parseConfig({ workers: ['w1', 'w2'].map((id) => ({ id, cluster: id, metrics_url: `http://127.0.0.1:9/${id}` })) }, 'test');
+  const store = new MemoryStore();
+  const gate = new Gate(config, store, silentLogger());
+  const fresh = { signals: { kvUsage: 0.1, running: 0, waiting: 0 }, ageMs: 0, failures: 0 };
+  gate.setSignals(new Map([['w1', fresh], ['w2', fresh]]));
+  const request = {
+    method: 'POST',
+    path: '/v1/chat/completions',
+    headers: new Map([['content-type', 'application/json'], ['x-session-id', 'moves']]),
+    body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }] })),
+  };
+  const first = await gate.route(request);
+  assert.equal(first.kind, 'route');
+  if (first.kind !== 'route') return;
+  await gate.release(first.lease);
+  const other = first.worker === 'w1' ? 'w2' : 'w1';
+  gate.setSignals(new Map([[first.worker, { ...fresh, failures: 99 }], [other, fresh]]));
+  const moved = await gate.route(request);
+  assert.equal(moved.kind, 'route');
+  if (moved.kind !== 'route') return;
+  assert.equal(moved.worker, other);
+  assert.equal(moved.attempts, 1, 'committed at the first attempt');
+  assert.equal(moved.degraded, false);
+  await gate.release(moved.lease);
+});
