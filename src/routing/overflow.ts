@@ -103,6 +103,6 @@ export function keepsOverLimit(affine: WorkerView, input: DecisionInput, credit:
  * Only the top class of service goes past the limit: a lower class is held to a share of it
  * (./filters/class-share.ts) to keep room for the top one, and overflow would undo that.
  */
-export function topClass(input: DecisionInput): boolean {
+function topClass(input: DecisionInput): boolean {
   return (input.classShare ?? 1) >= 1;
 }

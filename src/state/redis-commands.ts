@@ -146,18 +146,6 @@ export interface DecideQuery {
  */
 export type Releases = ReadonlyMap<string, readonly string[]>;
 
-/**
- * How recently a replica must have recorded a chain in its local prefix index (the copy in front of
- * Redis's) for it to skip recording it again: a thousandth of the prefix TTL, at most a second
- * (30 min TTL: 1 s). A skipped record lets the local holding lapse at most this much earlier than
- * routing would have made it (0.06% of the TTL: a block about to leave a busy worker's HBM either
- * way); Redis re-teaches it on the next reply that matches it. Redis's own holdings are rewritten by
- * every commit (DECIDE_LUA).
- */
-export function freshWindowMs(prefixTtlMs: number): number {
-  return Math.min(1000, Math.floor(prefixTtlMs / 1000));
-}
-
 /** What a commit writes, and the facts it checks first. */
 export interface DecideCommit {
   worker: string;
@@ -188,8 +176,8 @@ export interface DecideReply {
   states: Map<string, string>;
   /**
    * Leading blocks of the prompt each configured worker holds (absent = none), as the script found
-   * them before a commit wrote: what its prefix check weighed. The store records a held commit's
-   * prompt on the chosen worker itself (with its capacity) and reads nothing else of its reply.
+   * them before a commit wrote: what its prefix check weighed. The store learns every other
+   * worker's depth from it; the chosen worker's it records itself (the whole prompt, with its capacity).
    */
   depth: Map<string, number>;
 }

@@ -117,6 +117,18 @@ interface PoolView {
  */
 type OwnStates = Map<string, { state: WorkerState | undefined; issued: number }>;
 
+/**
+ * How recently a replica must have recorded a chain in its local prefix index (the copy in front of
+ * Redis's) for it to skip recording it again: a thousandth of the prefix TTL, at most a second
+ * (30 min TTL: 1 s). A skipped record lets the local holding lapse at most this much earlier than
+ * routing would have made it (0.06% of the TTL: a block about to leave a busy worker's HBM either
+ * way); Redis re-teaches it on the next reply that matches it. Redis's own holdings are rewritten by
+ * every commit (DECIDE_LUA).
+ */
+function freshWindowMs(prefixTtlMs: number): number {
+  return Math.min(1000, Math.floor(prefixTtlMs / 1000));
+}
+
 /** A script reply and the number of its command among this store's (`RedisStore.issued`). */
 type IssuedReply = DecideReply & { issued: number };
 
@@ -562,14 +574,13 @@ export class RedisStore implements RoutingStore {
    * Records that `worker` holds the chain's first `depth` blocks in the local index, unless it holds
    * exactly those already (`known`: the index matched the chain that deep on it) and this replica
    * recorded them less than the freshness window ago (a thousandth of the index's TTL, at most 1 s:
-   * `cmd.freshWindowMs`). A
-   * skipped record leaves the blocks' times and recency that much older: they lapse at most that
-   * much earlier, and Redis re-teaches them on the next reply that matches them anyway.
+   * `freshWindowMs`). A skipped record leaves the blocks' times and recency that much older: they
+   * lapse at most that much earlier, and Redis re-teaches them on the next reply that matches them.
    */
   private recordUnlessFresh(view: PoolView, worker: string, blocks: readonly string[], depth: number, capacityBlocks: number | undefined, known: boolean): void {
     if (depth <= 0) return;
     const now = Date.now();
-    const window = cmd.freshWindowMs(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
+    const window = freshWindowMs(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
     if (now - view.recordedSince > window) {
       view.recorded.clear();
       view.recordedSince = now;

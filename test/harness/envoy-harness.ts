@@ -212,6 +212,12 @@ export class EnvoyHarness {
     this.metadata = [...(this.extProc?.initialMetadata ?? []), ...Object.entries(opts.grpcMetadata ?? {})];
     const Client = extProcClientConstructor();
     const channelOptions: grpc.ChannelOptions = {};
+    // Receive windows stay grpc-js's 64 KiB, knowingly not Envoy's 16 MiB stream / 24 MiB
+    // connection defaults (Http2ProtocolOptions in envoy/config/core/v3/protocol.proto, filled in
+    // by Http2::Utility::initializeAndValidateOptions, source/common/http/utility.cc): Node stops
+    // reading while one of its writes is in progress (Http2Session::MaybeStopReading in Node's
+    // src/node_http2.cc), so a Node client that large can deadlock against kvgate's open windows
+    // on full-duplex bodies, where Envoy keeps reading (src/extproc/receive-window.ts).
     // Envoy's :authority on the ext_proc call is envoy_grpc.authority or the cluster name.
     const authority = this.extProc?.grpcAuthority ?? this.extProc?.grpcCluster;
     if (authority) channelOptions['grpc.default_authority'] = authority;

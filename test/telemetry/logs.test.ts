@@ -55,7 +55,7 @@ describe('request logs', () => {
       }
       for (const l of about) {
         assert.equal(l['trace_id'], envoyTrace, `trace_id on "${String(l['msg'])}"`);
-        // Export off: kvgate's span does not record, and the active span is Envoy's.
+        // Export off: kvgate's span does not record; the ids are Envoy's.
         assert.equal(l['span_id'], envoySpan, `span_id on "${String(l['msg'])}"`);
       }
       const routed = about.find((l) => l['msg'] === 'routed')!;
