@@ -17,7 +17,8 @@ import path from 'node:path';
 import { parseArgs } from 'node:util';
 import { Redis } from 'ioredis';
 import { findRedisServer, startBenchRedis } from '../src/bench/redis-server.js';
-import { commandStats, redisCpuUs as cpuFromInfo } from './lib/gate-load.js';
+import { commandCalls, redisCpuUs as cpuFromInfo } from './lib/gate-load.js';
+import { median } from '../src/util/median.js';
 
 const { values } = parseArgs({
   options: {
@@ -81,7 +82,7 @@ async function redisCpuUs(): Promise<number> {
   return cpuFromInfo(await probe.info('cpu'));
 }
 async function calls(): Promise<Map<string, number>> {
-  return new Map([...commandStats(await probe.info('commandstats'))].map(([c, s]) => [c, s.calls]));
+  return commandCalls(await probe.info('commandstats'));
 }
 /** `count` decisions, 32 in flight. */
 async function run(t: Tree, count: number, from: number): Promise<void> {
@@ -110,10 +111,6 @@ for (let r = 0; r < Number(values.rounds); r++) {
   }
   console.log(`round ${r + 1}: base ${per[0]!.at(-1)!.toFixed(1)} this ${per[1]!.at(-1)!.toFixed(1)} µs redis CPU/decision`);
 }
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b);
-  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
-};
 console.log(`${m} blocks, ${n} workers, ${holders} holders per app: redis-server base ${median(per[0]!).toFixed(1)}, this ${median(per[1]!).toFixed(1)} µs/decision; this/base per round median ${median(per[1]!.map((x, k) => x / per[0]![k]!)).toFixed(3)}`);
 for (const [i, name] of ['base', 'this'].entries()) {
   const rows = [...cmds[i]!].filter(([c, v]) => c !== 'info' && v > 0).sort((a, b) => b[1] - a[1]);

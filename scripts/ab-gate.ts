@@ -33,7 +33,8 @@ import { parseSize } from '../src/bench/bodies.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type { ServerUnderTest } from '../src/bench/servers.js';
-import { bodyModeFlag, commandStats, redisCpuUs as cpuFromInfo, saturationPlan } from './lib/gate-load.js';
+import { bodyModeFlag, commandCalls, redisCpuUs as cpuFromInfo, saturationPlan } from './lib/gate-load.js';
+import { median } from '../src/util/median.js';
 
 const { values } = parseArgs({
   options: {
@@ -83,7 +84,7 @@ async function redisCpuUs(): Promise<number> {
 /** Calls so far per command (INFO commandstats), or an empty map without Redis or --commands. */
 async function redisCalls(): Promise<Map<string, number>> {
   if (!probe || !values.commands) return new Map();
-  return new Map([...commandStats(await probe.info('commandstats'))].map(([c, s]) => [c, s.calls]));
+  return commandCalls(await probe.info('commandstats'));
 }
 /** Per tree: command → calls over its windows. */
 const callsByTree = [new Map<string, number>(), new Map<string, number>()];
@@ -119,10 +120,6 @@ for (let r = 0; r < Number(values.rounds); r++) {
   }
   console.log(`round ${r + 1}: base ${line[0]} this ${line[1]}`);
 }
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b);
-  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
-};
 const ratios = per[0]!.map((a, i) => per[1]![i]! / a);
 console.log(`${values.size} ${baseBodyMode === bodyMode ? bodyMode : `base ${baseBodyMode}, this ${bodyMode}`}: base ${median(per[0]!).toFixed(0)} µs/request, this ${median(per[1]!).toFixed(0)} µs/request (medians of ${per[0]!.length}); this/base per round median ${median(ratios).toFixed(3)}`);
 const pct = (x: number, of: number) => `${((100 * x) / Math.max(1, of)).toFixed(1)}%`;

@@ -38,6 +38,7 @@ import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/
 import type * as ServersModule from '../src/bench/servers.js';
 import { Redis } from 'ioredis';
 import { bodyModeFlag, commandStats, redisCpuUs, saturationPlan } from './lib/gate-load.js';
+import { median } from '../src/util/median.js';
 
 const { values } = parseArgs({
   options: {
@@ -291,10 +292,6 @@ await pool.close();
 probe?.disconnect();
 await ownRedis?.stop();
 if (values.out && profile) writeFileSync(values.out, JSON.stringify(profile));
-const median = (xs: number[]) => {
-  const v = [...xs].sort((a, b) => a - b);
-  return v.length % 2 ? v[(v.length - 1) / 2]! : (v[v.length / 2 - 1]! + v[v.length / 2]!) / 2;
-};
 const cpuPerRequest =
   cpuTotal === undefined
     ? ''

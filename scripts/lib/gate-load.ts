@@ -35,3 +35,8 @@ export function commandStats(infoCommandstats: string): Map<string, { calls: num
   for (const m of infoCommandstats.matchAll(/^cmdstat_([^:]+):calls=(\d+),usec=(\d+)/gm)) out.set(m[1]!, { calls: Number(m[2]), usec: Number(m[3]) });
   return out;
 }
+
+/** Calls so far per command (`INFO commandstats`, scripts' inner calls included). */
+export function commandCalls(infoCommandstats: string): Map<string, number> {
+  return new Map([...commandStats(infoCommandstats)].map(([c, s]) => [c, s.calls]));
+}

@@ -39,6 +39,7 @@ export interface BenchOptions {
 }
 
 import type { RunRow } from './run-row.js';
+import { median } from '../util/median.js';
 
 export type { RunRow };
 
@@ -74,11 +75,6 @@ export function benchPlan(opts: Pick<BenchOptions, 'sizes' | 'stores' | 'rounds'
 /** Each measured run first ramps up its streams unmeasured for this long. */
 const RAMP_MS = 200;
 
-const median = (xs: readonly number[]) => {
-  const s = [...xs].sort((a, b) => a - b);
-  const m = s.length >> 1;
-  return s.length % 2 ? s[m]! : (s[m - 1]! + s[m]!) / 2;
-};
 const round3 = (x: number) => Math.round(x * 1000) / 1000;
 
 export async function runBench(opts: BenchOptions, progress: Progress = () => {}): Promise<BenchReport> {

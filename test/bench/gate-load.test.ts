@@ -1,7 +1,8 @@
 /** The measuring scripts' shared pieces: a wrong flag is refused, Redis's counters read right. */
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
-import { bodyModeFlag, commandStats, redisCpuUs, saturationPlan } from '../../scripts/lib/gate-load.js';
+import { bodyModeFlag, commandCalls, commandStats, redisCpuUs, saturationPlan } from '../../scripts/lib/gate-load.js';
+import { median } from '../../src/util/median.js';
 
 describe('gate-measuring scripts: shared pieces', () => {
   test('body modes: the two Envoy modes pass, anything else names the flag', () => {
@@ -23,5 +24,18 @@ describe('gate-measuring scripts: shared pieces', () => {
     assert.equal(redisCpuUs(cpu), 3_750_000);
     const stats = '# Commandstats\r\ncmdstat_hmget:calls=17,usec=40,usec_per_call=2.35\r\ncmdstat_evalsha:calls=3,usec=900,usec_per_call=300.00\r\n';
     assert.deepEqual([...commandStats(stats)], [['hmget', { calls: 17, usec: 40 }], ['evalsha', { calls: 3, usec: 900 }]]);
+  });
+  test('median: the middle value, or the mean of the middle two; the input is left as it was', () => {
+    const xs = [5, 1, 4];
+    assert.equal(median(xs), 4);
+    assert.deepEqual(xs, [5, 1, 4]);
+    assert.equal(median([10, 2, 8, 4]), 6);
+    assert.equal(median([7]), 7);
+    assert.ok(Number.isNaN(median([])));
+  });
+
+  test('commandCalls: the calls of each command in INFO commandstats', () => {
+    const info = 'cmdstat_evalsha:calls=12,usec=340,usec_per_call=28.33\r\ncmdstat_hget:calls=3,usec=1,usec_per_call=0.33\r\n';
+    assert.deepEqual(commandCalls(info), new Map([['evalsha', 12], ['hget', 3]]));
   });
 });
