@@ -6,6 +6,23 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { PrefixIndex } from '../../src/state/prefix-index.js';
 
+/** Applies a generated record or forget to the index and its reference alike; false for other ops. */
+type RecordOrForget = { kind: 'record'; worker: string; blocks: readonly string[]; cap: number } | { kind: 'forget'; worker: string; blocks: readonly string[] };
+function recordOrForget<O extends { kind: string }>(o: O, ix: PrefixIndex, ref: ReferenceIndex): o is Extract<O, RecordOrForget> {
+  const op = o as unknown as RecordOrForget;
+  if (op.kind === 'record') {
+    ix.record(op.worker, op.blocks, op.cap);
+    ref.record(op.worker, op.blocks, op.cap);
+    return true;
+  }
+  if (op.kind === 'forget') {
+    ix.forget(op.worker, op.blocks);
+    ref.forget(op.worker, op.blocks);
+    return true;
+  }
+  return false;
+}
+
 const chain = (tag: string, n: number) => Array.from({ length: n }, (_, i) => `${tag}${i}`);
 
 describe('PrefixIndex', () => {
@@ -212,13 +229,8 @@ describe('PrefixIndex against a reference model', () => {
         const ref = new ReferenceIndex(1500, () => now);
         const check = (q: readonly string[], among?: readonly string[]) => assert.deepEqual([...ix.match(q, among)], ref.match(q, among), `match ${q.join(',')}`);
         for (const o of ops) {
-          if (o.kind === 'record') {
-            ix.record(o.worker, o.blocks, o.cap);
-            ref.record(o.worker, o.blocks, o.cap);
-          } else if (o.kind === 'forget') {
-            ix.forget(o.worker, o.blocks);
-            ref.forget(o.worker, o.blocks);
-          } else if (o.kind === 'tick') now += o.ms;
+          if (recordOrForget(o, ix, ref)) continue;
+          if (o.kind === 'tick') now += o.ms;
           else if (o.kind === 'match') check(o.blocks, o.among);
           else {
             ix.clear();
@@ -423,13 +435,8 @@ describe('PrefixIndex releasing workers gone from the config', () => {
           }
         };
         for (const o of ops) {
-          if (o.kind === 'record') {
-            ix.record(o.worker, o.blocks, o.cap);
-            ref.record(o.worker, o.blocks, o.cap);
-          } else if (o.kind === 'forget') {
-            ix.forget(o.worker, o.blocks);
-            ref.forget(o.worker, o.blocks);
-          } else if (o.kind === 'tick') now += o.ms;
+          if (recordOrForget(o, ix, ref)) continue;
+          if (o.kind === 'tick') now += o.ms;
           else if (o.kind === 'configure') ix.configure((pool = [...o.workers]));
           else check(o.blocks, LISTS[o.list]);
         }
