@@ -16,9 +16,9 @@ export interface LatencyProxy {
   close(): Promise<void>;
 }
 
-/** Chunks of one direction, released in order once due. */
+/** Chunks of one direction, released in order once due; `undefined` is the sender's end (FIN). */
 class DelayedPipe {
-  private readonly queue: Array<{ due: number; chunk: Buffer }> = [];
+  private readonly queue: Array<{ due: number; chunk: Buffer | undefined }> = [];
   private timer: NodeJS.Timeout | undefined;
   private lastDue = 0;
 
@@ -27,7 +27,7 @@ class DelayedPipe {
     private readonly latency: () => number,
   ) {}
 
-  push(chunk: Buffer): void {
+  push(chunk: Buffer | undefined): void {
     const due = Math.max(Date.now() + this.latency(), this.lastDue);
     this.lastDue = due;
     this.queue.push({ due, chunk });
@@ -41,7 +41,9 @@ class DelayedPipe {
       const now = Date.now();
       while (this.queue.length > 0 && this.queue[0]!.due <= now) {
         const { chunk } = this.queue.shift()!;
-        if (!this.to.destroyed) this.to.write(chunk);
+        if (this.to.destroyed) continue;
+        if (chunk === undefined) this.to.end();
+        else this.to.write(chunk);
       }
       this.schedule();
     }, Math.max(0, this.queue[0]!.due - Date.now()));
@@ -69,6 +71,15 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     const toClient = new DelayedPipe(client, () => latency);
     client.on('data', (c: Buffer) => toUpstream.push(c));
     upstream.on('data', (c: Buffer) => toClient.push(c));
+    // A side that closes gracefully (FIN) has its data delivered first, then its FIN, a latency
+    // later, as TCP would: a server's last replies before it closes are not lost in the proxy.
+    let ended = 0;
+    const endOf = (pipe: DelayedPipe) => () => {
+      ended++;
+      pipe.push(undefined);
+    };
+    client.on('end', endOf(toUpstream));
+    upstream.on('end', endOf(toClient));
     const end = () => {
       toUpstream.stop();
       toClient.stop();
@@ -77,8 +88,12 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
       sockets.delete(client);
       sockets.delete(upstream);
     };
-    client.on('close', end);
-    upstream.on('close', end);
+    // A close after a FIN lets the other direction drain; an abrupt one (or both sides done) ends all.
+    const closed = () => {
+      if (ended === 0 || (client.destroyed && upstream.destroyed)) end();
+    };
+    client.on('close', closed);
+    upstream.on('close', closed);
     client.on('error', end);
     upstream.on('error', end);
   });
