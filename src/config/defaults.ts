@@ -263,12 +263,14 @@ export const DEFAULTS = {
    */
   connectionMaxStreams: 500,
   /**
-   * A retired connection gets a GOAWAY naming no last stream (no new streams, please), and its
-   * final GOAWAY this much later: long enough for Envoy to have read the first (a round trip) and
-   * sent its new streams elsewhere. The connection serves its open streams meanwhile, at no cost.
-   * Not longer: nghttp2 ignores a stream that arrives after the first GOAWAY until the final one
-   * refuses it (docs/RELIABILITY.md), so this is also how long such a stream waits; 5 s (Envoy's
-   * own drain grace) made the test harness time out on them.
+   * A retired connection gets HTTP/2's shutdown notice and a PING, and its final GOAWAY once the
+   * PING is answered (src/extproc/connection-age.ts); this long after the notice when no answer
+   * comes, and on TLS, where the notice is Node's plain GOAWAY and nothing is waited for. Long
+   * enough for Envoy to have read the notice (a round trip) and sent its new streams elsewhere; the
+   * connection serves its open streams meanwhile, at no cost. Not longer: on TLS nghttp2 ignores a
+   * stream that arrives after the first GOAWAY until the final one refuses it (docs/RELIABILITY.md),
+   * so this is also how long such a stream waits; 5 s (Envoy's own drain grace) made the test
+   * harness time out on them.
    */
   goawayNoticeMs: 1000,
   /**

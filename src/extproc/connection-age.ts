@@ -17,20 +17,26 @@
  * (nghttp2's reset budget, DEFAULTS.connectionMaxStreams); a fast gate behind a busy Envoy sees
  * more.
  *
- * Here the final GOAWAY follows the first after a notice period (DEFAULTS.goawayNoticeMs), as
- * Envoy drains its own connections (a GOAWAY with the largest stream id, then the final one after
- * its drain timeout): by then Envoy has read the first and moved new streams to a new connection,
- * and every stream kvgate processed is counted in the final one. The limit: nghttp2 ignores a stream whose HEADERS arrive after any GOAWAY it sent that is not a
- * shutdown notice (`session_allow_incoming_new_stream`, lib/nghttp2_session.c), and Node's
- * `Http2Session.goaway()` sends a plain GOAWAY (Node exposes no shutdown notice). A stream Envoy
- * opened within a round trip of the first GOAWAY therefore waits for the final one, which refuses
- * it: rare (one round trip per retirement) but not nothing.
- * (gRPC's Go and C cores wait for a PING's answer instead; under Node 20 a PING sent after the
- * GOAWAY sometimes left both unsent for as long as the wait, so a plain delay it is.)
+ * How a connection is retired. First HTTP/2's shutdown notice (./shutdown-notice.ts: a GOAWAY
+ * naming no last stream, written beside nghttp2 so that nghttp2 keeps accepting streams), then a
+ * PING; Envoy answers the PING after it has read the notice and moved new streams to a new
+ * connection, so once the answer is in, every stream Envoy sent on this one has arrived, and the
+ * final GOAWAY (the last stream kvgate saw) refuses none. gRPC's C and Go cores shut down the
+ * same way. Without the answer the final GOAWAY goes after a notice period
+ * (DEFAULTS.goawayNoticeMs), as Envoy drains its own connections.
+ *
+ * Where the notice cannot be written (TLS, or a Node that hides the socket), the first GOAWAY is
+ * Node's `Http2Session.goaway()`, a plain GOAWAY, and the final one follows after the notice
+ * period. The limit there: nghttp2 ignores a stream whose HEADERS arrive after any GOAWAY it sent
+ * that is not a shutdown notice (`session_allow_incoming_new_stream`, lib/nghttp2_session.c), so a
+ * stream Envoy opened within a round trip of the first GOAWAY waits for the final one, which
+ * refuses it. (A PING after Node's GOAWAY was sometimes left unsent with it for the whole wait
+ * under Node 20, so that path keeps a plain delay.)
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
 import { http2ServersOf, onNewSessions } from './http2-servers.js';
+import { sendShutdownNotice } from './shutdown-notice.js';
 
 /** The largest stream id: the first GOAWAY names no last stream, it only asks for no new streams. */
 const ALL_STREAMS = 2 ** 31 - 1;
@@ -100,17 +106,39 @@ type Later = (ms: number, fn: () => void) => () => void;
 
 function retire(session: http2.ServerHttp2Session, opts: ConnectionAgeOptions, later: Later): void {
   if (session.closed || session.destroyed) return;
+  // close() sends the final GOAWAY (the last stream seen) and ends the connection once its streams have.
+  const finalGoaway = () => {
+    if (session.closed || session.destroyed) return;
+    session.close();
+    session.once('close', later(opts.graceMs, () => session.destroy()));
+  };
+  if (sendShutdownNotice(session)) {
+    // Envoy answers the PING after it has read the notice, so every stream it sent before moving
+    // to a new connection is on the wire ahead of the answer, and nghttp2 has taken it in when the
+    // answer arrives: then the final GOAWAY refuses nothing. No answer within the notice period
+    // (a peer that does not answer PINGs): the final GOAWAY goes then, as without the notice.
+    let done = false;
+    const finish = () => {
+      if (done) return;
+      done = true;
+      cancel();
+      finalGoaway();
+    };
+    const cancel = later(opts.noticeMs, finish);
+    session.once('close', cancel);
+    try {
+      session.ping(() => finish());
+    } catch {
+      // The session is closing: the timer, or its close, ends it.
+    }
+    return;
+  }
   try {
     session.goaway(http2.constants.NGHTTP2_NO_ERROR, ALL_STREAMS);
   } catch {
     session.destroy();
     return;
   }
-  const notice = later(opts.noticeMs, () => {
-    if (session.closed || session.destroyed) return;
-    // close() sends the final GOAWAY (the last stream seen) and ends the connection once its streams have.
-    session.close();
-    session.once('close', later(opts.graceMs, () => session.destroy()));
-  });
+  const notice = later(opts.noticeMs, finalGoaway);
   session.once('close', notice);
 }
