@@ -206,7 +206,10 @@ describe('thousands of concurrent streams', () => {
     // must reach the gate on its own, without the idle sweep's help.
     const g = await startTestGate({ workers: FLEET });
     // The message timeout is about latency, not leaks: keep it out of the way on a busy machine.
-    const h = harness(g.target, { extProcOverride: { messageTimeoutMs: 60_000 } });
+    // No retry of a refused stream, as behind Envoy: the burst crosses the connection's retirement
+    // at its 500th stream, and every stream after it must still be served by kvgate itself (with
+    // a plain first GOAWAY nghttp2 ignored them: 832 of 2000 lost, in every run).
+    const h = harness(g.target, { extProcOverride: { messageTimeoutMs: 60_000 }, retryRefused: false });
     try {
       await h.request(chat({ session: 'warm' }));
       const baseline = timers();

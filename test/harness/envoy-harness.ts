@@ -53,7 +53,17 @@
  *    `metadata_options` only (other overrides are config errors in the harness), merged once
  *    on the route matched when ext_proc starts, as Envoy does;
  *  - no header count/size limits, no grpc_status on immediate responses, no HCM response
- *    header_mutation.
+ *    header_mutation;
+ *  - a stream the server refuses (REFUSED_STREAM, or above its final GOAWAY's last stream id) is
+ *    retried once, grpc-js's transparent retry, unless `retryRefused: false`. Envoy retries an
+ *    ext_proc stream only under a GrpcService `retry_policy` (Grpc::AsyncStreamImpl,
+ *    source/common/grpc/async_client_impl.cc; without one RetryStateImpl::create builds no retry
+ *    state, source/common/router/retry_state_impl.cc), and its pool moves no stream it has sent
+ *    (MultiplexedActiveClientBase::onGoAway, source/common/http/conn_pool_base.cc). The retry stays
+ *    on by default because grpc-js, unlike Envoy, can refuse a stream itself: one it was asked for
+ *    in the same turn of its event loop as it read a GOAWAY, before writing it (nghttp2 starts no
+ *    stream after a GOAWAY; Envoy writes a stream's HEADERS as it opens it). Tests of what kvgate
+ *    refuses turn it off (test/faults/extproc-faults.test.ts, the burst across a retirement).
  */
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/extproc/proto.js';
@@ -86,6 +96,11 @@ export interface EnvoyHarnessOptions {
    * envoy/kvgate-ext-proc-mtls-cluster.yaml sets `kvgate`), not the address it connects to.
    */
   sni?: string;
+  /**
+   * false: no stream is retried, as behind Envoy (see the file's comment); a stream kvgate refuses
+   * fails. Default true: grpc-js's one transparent retry of a refused stream.
+   */
+  retryRefused?: boolean;
 }
 
 export interface HarnessRequest {
@@ -211,7 +226,8 @@ export class EnvoyHarness {
     };
     this.metadata = [...(this.extProc?.initialMetadata ?? []), ...Object.entries(opts.grpcMetadata ?? {})];
     const Client = extProcClientConstructor();
-    const channelOptions: grpc.ChannelOptions = {};
+    // 0 is grpc-js's off switch for every retry, its transparent one included.
+    const channelOptions: grpc.ChannelOptions = opts.retryRefused === false ? { 'grpc.enable_retries': 0 } : {};
     // Receive windows stay grpc-js's 64 KiB, knowingly not Envoy's 16 MiB stream / 24 MiB
     // connection defaults (Http2ProtocolOptions in envoy/config/core/v3/protocol.proto, filled in
     // by Http2::Utility::initializeAndValidateOptions, source/common/http/utility.cc): Node stops
