@@ -34,7 +34,7 @@ export interface BenchOptions {
   redisUrl?: string;
   halfSaturation: boolean;
   seed: number;
-  /** Each measured window stays open until this many requests completed in it (load-pool.ts `minCompleted`). */
+  /** Each measured window stays open until this many requests completed in it (load-pool.ts `minCompleted`; 0 or absent: off). */
   minCompleted?: number;
 }
 
@@ -118,7 +118,6 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         seed: opts.seed,
         ...(s.routingHeader ? { expectHeader: s.routingHeader } : {}),
       });
-      const measured = opts.minCompleted ? { minCompleted: opts.minCompleted } : {};
       for (const s of servers) {
         progress(`${label}: warming up ${s.name}`, Math.max(1, opts.warmupMs));
         await pool.run({ ...base(s), mode: 'closed', concurrency: opts.concurrency, warmupMs: 0, durationMs: Math.max(1, opts.warmupMs) });
@@ -128,7 +127,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         for (const s of servers) {
           progress(`${label}: ${s.name} at saturation, round ${round}/${opts.rounds}`, RAMP_MS + opts.durationMs);
           s.window();
-          const w = await pool.run({ ...base(s), ...measured, mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
+          const w = await pool.run({ ...base(s), minCompleted: opts.minCompleted, mode: 'closed', concurrency: opts.concurrency, warmupMs: RAMP_MS, durationMs: opts.durationMs });
           rounds.get(s)!.push({ w, gate: s.window() ?? null });
         }
       }
@@ -164,7 +163,7 @@ export async function runBench(opts: BenchOptions, progress: Progress = () => {}
         const cap = Math.max(opts.concurrency * 4, 256);
         progress(`${label}: ${s.name} at half of saturation, ${Math.round(rate)}/s`, RAMP_MS + opts.durationMs * opts.rounds);
         s.window();
-        const w = await pool.run({ ...base(s), ...measured, mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
+        const w = await pool.run({ ...base(s), minCompleted: opts.minCompleted, mode: 'open', concurrency: cap, ratePerS: rate, warmupMs: RAMP_MS, durationMs: opts.durationMs * opts.rounds });
         runs.push(row(s.name, bodyMode, size, 'half', cap, Math.round(rate), w, s.window() ?? null));
       }
     }

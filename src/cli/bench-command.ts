@@ -120,7 +120,7 @@ export function registerBenchCommand(program: Command, out: BenchOutput = proces
         ...(o.redis !== undefined ? { redisUrl: o.redis } : {}),
         halfSaturation: o.half,
         seed: o.seed,
-        ...(o.minCompleted > 0 ? { minCompleted: o.minCompleted } : {}),
+        minCompleted: o.minCompleted,
       };
       // Progress on stderr in every case (stdout carries the table or the JSON): redrawn with the
       // time left on a terminal, a line per step otherwise.
