@@ -173,6 +173,14 @@ export class ExtProcStream {
   }
 
   /**
+   * `logger` for a debug line, or undefined when debug is off (written `this.debugLogger?.debug(…)`):
+   * as request-scope.ts `debugLogger`, no logger and no fields are built to write nothing.
+   */
+  private get debugLogger(): Logger | undefined {
+    return this.baseLogger.isLevelEnabled('debug') ? this.logger : undefined;
+  }
+
+  /**
    * Runs `step` after everything queued before it. With nothing ahead of it, it runs at once, and
    * a step that finishes synchronously (a headers message in BUFFERED mode, the response headers)
    * costs no promise; a step that returns one holds back the steps after it until it settles.
@@ -346,7 +354,7 @@ export class ExtProcStream {
   /** The body did not end in time: decide on the headers alone and let the body flow. */
   private async onDuplexDeadline(): Promise<void> {
     if (!this.duplexWaiting || this.finished || this.answeredImmediately) return;
-    if (this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
+    this.debugLogger?.debug({ bytes: this.duplexBytes, wait_ms: this.duplexWaitMs }, 'request body still open; deciding on the headers');
     return this.decideDuplex('deadline');
   }
 
@@ -411,7 +419,7 @@ export class ExtProcStream {
     if (this.knobContext !== undefined || this.routeKnobs) {
       const reading = readKnobs({ metadata: this.grpcMetadata, context: this.knobContext });
       if (reading.problems.length > 0) this.hooks.onKnobProblems?.(reading.problems);
-      if (Object.keys(reading.from).length > 0 && this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
+      if (Object.keys(reading.from).length > 0) this.debugLogger?.debug({ knobs: reading.knobs, from: reading.from }, 'route knobs');
       options.knobs = reading.knobs;
     }
     let result: GateResult;
@@ -486,7 +494,7 @@ export class ExtProcStream {
       t.fallback(result.error);
       return;
     }
-    if (this.baseLogger.isLevelEnabled('debug')) this.logger.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
+    this.debugLogger?.debug({ status: answer.status, code: result.error.code, key_hash: result.key?.hash }, 'answered immediately');
     this.answeredImmediately = true;
     this.reply(
       immediate(

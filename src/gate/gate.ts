@@ -19,7 +19,7 @@ import { SCORER_NAMES } from '../routing/scorers/index.js';
 import type { Decision, Explanation, Preconditions, RouteOutcome, ScoreWeights, WorkerState, WorkerView } from '../routing/types.js';
 import type { Lease, RoutingStore, Snapshot, StateQuery } from '../state/store.js';
 import { LogThrottle } from '../util/log-throttle.js';
-import { requestLogger, type RequestScope } from '../util/request-scope.js';
+import { debugLogger, requestLogger, type RequestScope } from '../util/request-scope.js';
 import { DecisionLog, type DecisionEntry } from './decision-log.js';
 import { PendingPrefill } from './pending-prefill.js';
 import { PoolTable, type Pool } from './pools.js';
@@ -198,7 +198,7 @@ export class Gate {
       storeMs += performance.now() - t0;
     }
     if (pinned !== undefined) {
-      if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
+      debugLogger(this.logger, scope)?.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
@@ -323,7 +323,7 @@ export class Gate {
     try {
       const hash = responseIdHash(responseId);
       await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000, scope);
-      if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ pool, worker, response_hash: hash }, 'stored response learned');
+      debugLogger(this.logger, scope)?.debug({ pool, worker, response_hash: hash }, 'stored response learned');
     } catch (err) {
       requestLogger(this.logger, scope).warn({ err: (err as Error).message, worker }, 'recording a response id failed');
     }
@@ -450,8 +450,9 @@ export class Gate {
         ? { atMs, pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: decision.outcome, worker: decision.worker, attempts, degraded, class: cls.name, explanation }
         : { atMs, pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: decision.outcome, worker: decision.worker, from, attempts, degraded, class: cls.name, explanation };
     this.decisions.push(record);
-    // The fields are built only when they will be written (this runs on every routed request).
-    if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug(
+    // The fields are built only when they will be written (`?.` skips them with debug off; this
+    // runs on every routed request).
+    debugLogger(this.logger, scope)?.debug(
       {
         key_kind: key?.kind,
         key_source: key?.source,
@@ -491,7 +492,7 @@ export class Gate {
           ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
           : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
-    if (this.logger.isLevelEnabled('debug')) requestLogger(this.logger, scope).debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
+    debugLogger(this.logger, scope)?.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }

@@ -37,9 +37,18 @@ export function newStoreUsage(): StoreUsage {
  * `logger` for a line about `scope`'s request: a child carrying the request's trace ids, or
  * `logger` itself when there is no request or it has no trace. Call it where the line is written,
  * not ahead: a child logger is an object and a serialised string per call. A line at a level that
- * is usually off (debug) checks `logger.isLevelEnabled` first, so no child is built to write nothing.
+ * is usually off (debug) goes through `debugLogger` instead.
  */
 export function requestLogger(logger: Logger, scope: RequestScope | undefined): Logger {
   const ids = scope?.logIds;
   return ids === undefined ? logger : logger.child(ids);
+}
+
+/**
+ * `requestLogger` for a debug line, or undefined when debug is off: written
+ * `debugLogger(logger, scope)?.debug({...}, msg)`, so that with debug off (the usual case) neither
+ * a child logger nor the line's fields are built.
+ */
+export function debugLogger(logger: Logger, scope: RequestScope | undefined): Logger | undefined {
+  return logger.isLevelEnabled('debug') ? requestLogger(logger, scope) : undefined;
 }
