@@ -66,7 +66,7 @@ export interface StreamHooks {
   /** This request's span, metrics and trace ids for its log lines; handed to the gate as the request's scope. */
   telemetry: RequestTelemetry;
   /** Names the stream on its log lines (`stream`). */
-  streamId?: number;
+  streamId: number;
   /** Knobs from Envoy that were unknown or invalid and were ignored (the caller logs them). */
   onKnobProblems?(problems: readonly KnobProblem[]): void;
   /** Envoy declared body modes that differ from the config's fallback (the caller logs it once). */
@@ -166,8 +166,7 @@ export class ExtProcStream {
   private get logger(): Logger {
     if (this.streamLogger) return this.streamLogger;
     const ids = this.hooks.telemetry.logIds;
-    const id = this.hooks.streamId;
-    const logger = this.baseLogger.child(id === undefined ? { ...ids } : { stream: id, ...ids });
+    const logger = this.baseLogger.child({ stream: this.hooks.streamId, ...ids });
     if (this.reqPhase !== 'start') this.streamLogger = logger;
     return logger;
   }

@@ -85,6 +85,7 @@ function open() {
   let closed = 0;
   const stream = new ExtProcStream(c.call as never, g.gate, silentLogger(), {
     telemetry: new RequestTelemetry(new Metrics({ processMetrics: false }), new Map()),
+    streamId: 1,
     onClose: () => void closed++,
   });
   // What the stream still holds of the request (private; read here for the body's lifetime).
