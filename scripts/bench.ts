@@ -92,15 +92,20 @@ const machine = describeMachine();
 const sections: Record<string, string> = {};
 const commit = gitCommit();
 
+/** A time as the docs show it: to the minute, in UTC ("2026-01-31 14:05 UTC"). */
+function utcMinute(ms: number = Date.now()): string {
+  return `${new Date(ms).toISOString().slice(0, 16).replace('T', ' ')} UTC`;
+}
+
 /** Each section says when and on what it ran: sections can come from different runs (--only). */
 function stamp(): string {
   const m = describeMachine();
-  return `_Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC at commit ${commit}; load average ${m.load_avg}, fresh memory ${m.fresh_memory_mb_s.toLocaleString('en-US')} MB/s._`;
+  return `_Run ${utcMinute()} at commit ${commit}; load average ${m.load_avg}, fresh memory ${m.fresh_memory_mb_s.toLocaleString('en-US')} MB/s._`;
 }
 
 /** A simulation's stamp: its results are in simulated time, so the machine's load does not enter them. */
 function simStamp(): string {
-  return `_Run ${new Date().toISOString().slice(0, 16).replace('T', ' ')} UTC at commit ${commit}; simulated time, the same on any machine._`;
+  return `_Run ${utcMinute()} at commit ${commit}; simulated time, the same on any machine._`;
 }
 
 const microArgs = ['scripts/bench-micro.ts', '--json', ...(quick ? ['--quick'] : [])];
@@ -188,7 +193,7 @@ const minutes = ((Date.now() - started) / 60000).toFixed(1);
 const flags = [...(quick ? ['--quick'] : []), ...(values.only !== ALL_STEPS ? ['--only', values.only] : [])];
 const benchCommand = flags.length > 0 ? `npm run bench -- ${flags.join(' ')}` : 'npm run bench';
 sections['machine'] = [
-  `- Last run: ${new Date(started).toISOString().slice(0, 16).replace('T', ' ')} UTC, commit ${commit}, \`${benchCommand}\` (${minutes} min)`,
+  `- Last run: ${utcMinute(started)}, commit ${commit}, \`${benchCommand}\` (${minutes} min)`,
   `- Machine: ${machineLine(machine)}`,
   `- \`nproc\` ${machine.cpus}; CPU model from /proc/cpuinfo: ${machine.cpu_model}; memory ${machine.memory_gib} GiB; Node ${machine.node}`,
 ].join('\n');
