@@ -12,7 +12,7 @@ import { DEFAULTS } from './config/defaults.js';
 import { ConfigReloader, type ReloadOutcome, type ReloadTrigger } from './config/reload.js';
 import type { Config } from './config/schema.js';
 import { serverCredentials } from './extproc/credentials.js';
-import { ExtProcServer } from './extproc/server.js';
+import { ExtProcServer, maxMessageBytesFor } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import type { Pool } from './gate/pools.js';
 import { Readiness, unreachableReason } from './health/readiness.js';
@@ -105,8 +105,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const extproc = new ExtProcServer({
     gate,
     logger: logger.child({ component: 'extproc' }),
-    // Envoy's BUFFERED body plus its headers, which are small next to it.
-    maxMessageBytes: config.limits.max_body_bytes + 1024 * 1024,
+    maxMessageBytes: maxMessageBytesFor(config.limits.max_body_bytes),
     metrics,
     credentials,
     ...(opts.onResult ? { onResult: opts.onResult } : {}),

@@ -10,6 +10,7 @@ import { startKvgate, type RunningKvgate } from '../app.js';
 import { parseConfig } from '../config/load.js';
 import type { Config } from '../config/schema.js';
 import type { GateResult } from '../gate/gate.js';
+import { maxMessageBytesFor } from '../extproc/server.js';
 import { createLogger } from '../telemetry/logger.js';
 import { startNoopServer } from './noop-server.js';
 
@@ -51,7 +52,7 @@ export async function startServer(name: TargetName, opts: { workers: number; red
   const keyPrefix = `kvb${(Date.now() % 36 ** 4).toString(36)}${(serverSeq++).toString(36)}`;
   const config = benchConfig(opts.workers, keyPrefix);
   if (name === 'noop') {
-    const noop = await startNoopServer(config.limits.max_body_bytes + 1024 * 1024);
+    const noop = await startNoopServer(maxMessageBytesFor(config.limits.max_body_bytes));
     return { name, target: `127.0.0.1:${noop.port}`, routingHeader: undefined, window: () => undefined, close: () => noop.close() };
   }
   if (name === 'redis' && !opts.redisUrl) throw new Error('the redis target needs a Redis URL');

@@ -42,6 +42,15 @@ export interface ExtProcServerOptions {
   connectionMaxStreams?: number;
 }
 
+/**
+ * The largest ext_proc message kvgate accepts when bodies may be `maxBodyBytes` long: Envoy's
+ * BUFFERED body plus its headers, which are small next to it (1 MiB of room). The HTTP/2 receive
+ * windows follow it (receive-window.ts).
+ */
+export function maxMessageBytesFor(maxBodyBytes: number): number {
+  return maxBodyBytes + 1024 * 1024;
+}
+
 /** Health service names that report readiness; `liveness` is separate. */
 const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
 /** The call metadata Envoy puts its ext_proc span's W3C context in, when its tracing is on. */

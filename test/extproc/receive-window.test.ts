@@ -13,6 +13,7 @@ import { startNoopServer } from '../../src/bench/noop-server.js';
 import * as grpc from '@grpc/grpc-js';
 import { http2ServersOf } from '../../src/extproc/http2-servers.js';
 import { openReceiveWindows, receiveWindows } from '../../src/extproc/receive-window.js';
+import { maxMessageBytesFor } from '../../src/extproc/server.js';
 import { startTestGate } from '../helpers/gate.js';
 
 /** The stream window the server advertises and the connection window it opens, as a client sees them. */
@@ -35,8 +36,10 @@ describe('HTTP/2 receive windows', () => {
     const maxBody = 3 * 1024 * 1024;
     const g = await startTestGate({ limits: { max_body_bytes: maxBody }, workers: [{ id: 'w1', cluster: 'w1' }] });
     try {
-      const expected = receiveWindows(maxBody + 1024 * 1024);
-      assert.deepEqual(expected, { streamBytes: maxBody + 1024 * 1024, connectionBytes: DEFAULTS.receiveConnectionWindowBytes });
+      const maxMessage = maxMessageBytesFor(maxBody);
+      assert.ok(maxMessage > maxBody, 'a message holds the longest body and its headers');
+      const expected = receiveWindows(maxMessage);
+      assert.deepEqual(expected, { streamBytes: maxMessage, connectionBytes: DEFAULTS.receiveConnectionWindowBytes });
       // Two connections: every session is opened, not only the first.
       for (let i = 0; i < 2; i++) assert.deepEqual(await windowsOf(g.target), { stream: expected.streamBytes, connection: expected.connectionBytes });
     } finally {
