@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { after, before, describe, test } from 'node:test';
 import { MAX_HEADERS } from '../../src/extproc/headers.js';
+import { maxMessageBytesFor } from '../../src/extproc/server.js';
 import type { ProcessingRequest } from '../../src/extproc/messages.js';
 import { isClosed, isTimedOut, type EnvoyHarness } from '../harness/envoy-harness.js';
 import { chat, harness, headersMsg, routedCluster } from '../helpers/envoy.js';
@@ -62,7 +63,7 @@ describe('limits at their edges', () => {
   });
 
   test('a message over the gRPC limit ends the stream RESOURCE_EXHAUSTED; Envoy fails open; the gate carries on', async () => {
-    const grpcLimit = LIMIT + 1024 * 1024;
+    const grpcLimit = maxMessageBytesFor(LIMIT);
     const s = h.openRawStream();
     s.write(headersMsg({ ':method': 'POST', ':path': '/v1/chat/completions' }, false) as never);
     await s.next(5000);
