@@ -16,7 +16,7 @@ import { diagToPino, installTraceContext } from '../../src/telemetry/tracing.js'
 import { startTestGate } from '../helpers/gate.js';
 import { KVGATE, ROOT } from '../helpers/kvgate-cli.js';
 import { recordingLogger } from '../helpers/logger.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 
 const EXAMPLE = path.join(ROOT, 'envoy/kvgate.yaml');
 const kvgate = (...args: string[]) => spawnSync(process.execPath, [...KVGATE, ...args], { encoding: 'utf8', timeout: 30_000 });

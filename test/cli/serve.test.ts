@@ -10,7 +10,7 @@ import { describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
 import { chat, harness } from '../helpers/envoy.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 import { KVGATE } from '../helpers/kvgate-cli.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');

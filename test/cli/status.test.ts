@@ -11,7 +11,7 @@ import { Command } from 'commander';
 import { registerStatusCommand } from '../../src/cli/status-command.js';
 import { harness, holdRequest } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 
 /** Runs `kvgate status ARGS` in-process and returns what it printed. */
 async function status(...args: string[]): Promise<string> {

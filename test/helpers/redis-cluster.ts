@@ -9,7 +9,7 @@ import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
 import { Redis } from 'ioredis';
-import { freePort } from './ports.js';
+import { freePort } from '../../src/util/free-port.js';
 import { redisServerBinary, waitForPort } from './redis-server.js';
 
 const run = promisify(execFile);

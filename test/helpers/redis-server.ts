@@ -4,7 +4,7 @@
  */
 import { spawn, execFileSync, type ChildProcess } from 'node:child_process';
 import net from 'node:net';
-import { freePort } from './ports.js';
+import { freePort } from '../../src/util/free-port.js';
 
 export interface TestRedis {
   port: number;

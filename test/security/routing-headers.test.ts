@@ -21,7 +21,7 @@ import { chat, envoyConfig, harness, holdRequest } from '../helpers/envoy.js';
 import { startExtProcProxy, type ExtProcProxy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { FALLBACK_CLUSTER } from '../helpers/load.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 import path from 'node:path';
 
 const FLEET = [

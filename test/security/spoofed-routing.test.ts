@@ -29,7 +29,7 @@ import { chat } from '../helpers/envoy.js';
 import { EG_ROUTE_CLUSTER, ISTIO_WORKERS, envoyGateway, istioGateway } from '../helpers/deployments.js';
 import { startExtProcProxy, type ExtProcProxy, type ReplyPolicy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 
 const ENVOY_DIR = path.resolve(import.meta.dirname, '../../envoy');
 const PICKER_WORKERS = [

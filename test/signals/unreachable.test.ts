@@ -13,7 +13,7 @@ import { waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers } from '../helpers/gate.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 import { startRedis } from '../helpers/redis-server.js';
 
 test('a worker whose metrics endpoint refuses connections is down, with the reason, and the gate routes around it', async () => {

@@ -16,7 +16,7 @@ import { chat, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
 import { silentLogger } from '../helpers/logger.js';
-import { freePort } from '../helpers/ports.js';
+import { freePort } from '../../src/util/free-port.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { OtlpReceiver, type ReceivedSpan } from './otlp-receiver.js';
 

@@ -1,4 +1,7 @@
-/** Free TCP ports from the OS (bind to 0, read, release): never a shared fixed port. */
+/**
+ * A free TCP port from the OS (bind to 0, read, release) for a server about to start on it (the
+ * bench's redis-server, the tests' servers): never a shared fixed port.
+ */
 import net from 'node:net';
 
 export function freePort(): Promise<number> {
