@@ -18,6 +18,7 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { waitFor } from '../helpers/envoy.js';
 import { silentLogger } from '../helpers/logger.js';
+import { chatRequest } from '../helpers/requests.js';
 
 before(() => initHashing());
 
@@ -121,7 +122,7 @@ describe('adapter filter and scorer in the policy', () => {
 describe('adapters through the gate', () => {
   function chat(model: string): RequestInfo {
     const text = 'SELECT the rows that matter from a long schema description. '.repeat(30);
-    return { method: 'POST', path: '/v1/chat/completions', headers: new Map([['content-type', 'application/json']]), body: Buffer.from(JSON.stringify({ model, messages: [{ role: 'user', content: text }] })) };
+    return chatRequest(text, { model });
   }
   const config = () =>
     parseConfig(

@@ -19,6 +19,7 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import type { Lease } from '../../src/state/store.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { recordingLogger, silentLogger } from '../helpers/logger.js';
+import { chatRequest } from '../helpers/requests.js';
 
 before(() => initHashing());
 
@@ -49,9 +50,7 @@ let n = 0;
 /** A sessionless chat request with a prompt of many 256-character blocks, unique per call, in a class. */
 function req(cls?: string, headers: Record<string, string> = {}): RequestInfo {
   const text = `request ${n++}: ` + 'the quick brown fox jumps over the lazy dog. '.repeat(60);
-  const h = new Map(Object.entries({ 'content-type': 'application/json', ...headers }));
-  if (cls !== undefined) h.set(DEFAULTS.classHeader, cls);
-  return { method: 'POST', path: '/v1/chat/completions', headers: h, body: Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: text }] })) };
+  return chatRequest(text, { headers: { ...headers, ...(cls !== undefined ? { [DEFAULTS.classHeader]: cls } : {}) } });
 }
 
 function routedTo(r: GateResult, leases: Lease[]): string {

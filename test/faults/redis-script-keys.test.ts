@@ -14,7 +14,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Redis } from 'ioredis';
 import { RedisStore } from '../../src/state/redis-store.js';
-import type { CommitRequest } from '../../src/state/store.js';
+import { commitRequest } from '../helpers/commits.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
 
@@ -57,15 +57,14 @@ describe('store scripts on a Redis Cluster', () => {
     try {
       assert.ok(await store.waitReady(5000));
       const blocks = Array.from({ length: 24 }, (_, i) => `blk${i}`);
-      const base: Omit<CommitRequest, 'worker' | 'key' | 'preconditions'> = { pool: POOL, workers: WORKERS, blocks, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 10 };
-      const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
+      const base = { pool: POOL, workers: WORKERS, blocks, capacityBlocks: 10 };
       // A session placed, then moved (its old worker's session list is written), with more blocks
       // than the worker's capacity (evictions), and an unkeyed commit, a read, renewals.
-      const a = await store.commit({ ...base, key: 's:one', worker: 'w1', preconditions: none });
+      const a = await store.commit(commitRequest({ ...base, key: 's:one', worker: 'w1' }));
       assert.ok(a.ok);
-      const b = await store.commit({ ...base, key: 's:one', worker: 'w2', preconditions: { ...none, affinity: 'w1' }, blocks: [...blocks, 'more1', 'more2'] });
+      const b = await store.commit(commitRequest({ ...base, key: 's:one', worker: 'w2', preconditions: { affinity: 'w1' }, blocks: [...blocks, 'more1', 'more2'] }));
       assert.ok(b.ok);
-      const c = await store.commit({ ...base, key: undefined, worker: 'w3', preconditions: { ...none, prefix: { atMost: 26, over: WORKERS } } });
+      const c = await store.commit(commitRequest({ ...base, worker: 'w3', preconditions: { prefix: { atMost: 26, over: WORKERS } } }));
       assert.ok(c.ok);
       await store.snapshot({ pool: POOL, key: 's:one', workers: WORKERS, blocks });
       await store.coldSessions(POOL, 'w2', 10);

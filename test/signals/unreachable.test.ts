@@ -15,6 +15,7 @@ import { silentLogger } from '../helpers/logger.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
 import { freePort } from '../../src/util/free-port.js';
 import { startRedis } from '../helpers/redis-server.js';
+import { chatRequest } from '../helpers/requests.js';
 
 test('a worker whose metrics endpoint refuses connections is down, with the reason, and the gate routes around it', async () => {
   const dead = await freePort();
@@ -76,12 +77,7 @@ test("a session whose worker went down by its signals alone moves in one attempt
   const gate = new Gate(config, store, silentLogger());
   const fresh = { signals: { kvUsage: 0.1, running: 0, waiting: 0 }, ageMs: 0, failures: 0 };
   gate.setSignals(new Map([['w1', fresh], ['w2', fresh]]));
-  const request = {
-    method: 'POST',
-    path: '/v1/chat/completions',
-    headers: new Map([['content-type', 'application/json'], ['x-session-id', 'moves']]),
-    body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }] })),
-  };
+  const request = chatRequest('hello', { model: 'm', session: 'moves' });
   const first = await gate.route(request);
   assert.equal(first.kind, 'route');
   if (first.kind !== 'route') return;

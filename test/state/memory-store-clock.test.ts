@@ -6,27 +6,15 @@
 import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { MemoryStore } from '../../src/state/memory-store.js';
-import type { Preconditions } from '../../src/routing/types.js';
 import type { CommitRequest } from '../../src/state/store.js';
+import { commitRequest } from '../helpers/commits.js';
 
 const WORKERS = ['w1', 'w2'];
-const FREE: Preconditions = { affinity: undefined, below: [], atOrAbove: [], states: [] };
 /** A prompt of many blocks, so the index walks a chain rather than one entry. */
 const CHAIN = Array.from({ length: 8 }, (_, i) => `block-${i}`);
 
 function commit(store: MemoryStore, over: Partial<CommitRequest>): void {
-  const res = store.commitSync({
-    pool: 'p',
-    key: undefined,
-    workers: WORKERS,
-    blocks: [],
-    worker: 'w1',
-    preconditions: FREE,
-    affinityTtlMs: 1000,
-    prefixTtlMs: 1000,
-    capacityBlocks: 100,
-    ...over,
-  });
+  const res = store.commitSync(commitRequest({ workers: WORKERS, worker: 'w1', affinityTtlMs: 1000, prefixTtlMs: 1000, ...over }));
   assert.ok(res.ok, 'commit accepted');
   void store.release(res.lease);
 }

@@ -3,6 +3,7 @@ import { describe, test } from 'node:test';
 import type { WorkerState } from '../../src/routing/types.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { preconditionsHold } from '../../src/state/store.js';
+import { commitRequest, NO_PRECONDITIONS } from '../helpers/commits.js';
 import { storeContract } from './store.contract.js';
 
 storeContract('memory', async () => {
@@ -41,14 +42,13 @@ describe('MemoryStore commit check against the snapshot rule', () => {
       fc.property(setup, pre, worker, fc.constantFrom<string | undefined>(undefined, 's:a', 's:b'), fc.integer({ min: 0, max: 5 }), (s, p, to, key, blocks) => {
         const store = new MemoryStore();
         const base = { pool: 'p', workers, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
-        const free = { affinity: undefined, below: [], atOrAbove: [], states: [] };
         // Leases (and the affinities they record), then prefixes, then operator states.
         for (const l of s.leases) {
           const before = store.cachedSnapshot({ ...base, key: l.key, blocks: [] });
-          assert.ok(store.commitSync({ ...base, key: l.key, blocks: [], worker: l.worker, preconditions: { ...free, affinity: before.affinity } }).ok);
+          assert.ok(store.commitSync({ ...base, key: l.key, blocks: [], worker: l.worker, preconditions: { ...NO_PRECONDITIONS, affinity: before.affinity } }).ok);
         }
         for (const [w, n] of s.prefixes) {
-          const r = store.commitSync({ ...base, key: undefined, blocks: chainOf(n), worker: w, preconditions: free });
+          const r = store.commitSync({ ...base, key: undefined, blocks: chainOf(n), worker: w, preconditions: NO_PRECONDITIONS });
           assert.ok(r.ok);
           if (r.ok) void store.release(r.lease);
         }
@@ -75,11 +75,10 @@ describe('MemoryStore prefix index under worker churn', () => {
     const ttl = 5_000;
     // 12 blocks of 256 characters' worth each: the prompt reaches deep into the index.
     const prompt = (tag: string) => Array.from({ length: 12 }, (_, i) => `${tag}:${i}`);
-    const free = { affinity: undefined, below: [], atOrAbove: [], states: [] };
     for (let i = 0; i < 1_000; i++) {
       // A rollout step: pod i joins as pod i-2 leaves (each reload makes a new list).
       const workers = [`pod-${i - 1}`, `pod-${i}`];
-      const r = store.commitSync({ pool: 'p', workers, key: undefined, blocks: prompt(`sys${i % 7}`), worker: `pod-${i}`, preconditions: free, affinityTtlMs: 60_000, prefixTtlMs: ttl, capacityBlocks: 100 });
+      const r = store.commitSync(commitRequest({ workers, blocks: prompt(`sys${i % 7}`), worker: `pod-${i}`, prefixTtlMs: ttl }));
       assert.ok(r.ok);
       if (r.ok) void store.release(r.lease);
       // Half the removed pods' blocks lapse before the next step; the others' are still live then.

@@ -3,6 +3,7 @@ import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
 import { decide, decideKeys, defineScripts, heartbeat, migrate, packBlocks, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { NO_PRECONDITIONS } from '../helpers/commits.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 /** DECIDE_LUA's KEYS as its header lists them, built the plain way (the oracle). */
@@ -22,7 +23,7 @@ function plainDecideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit):
 function commitOn(worker: string, affinity: string | undefined): DecideCommit {
   return {
     worker,
-    preconditions: { affinity, below: [], atOrAbove: [], states: [] },
+    preconditions: { ...NO_PRECONDITIONS, affinity },
     affinityTtlMs: 1000,
     leaseMember: 'id|k',
     leaseTtlMs: 1000,

@@ -11,20 +11,18 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import { HOLDINGS_ENCODING_FIELD } from '../../src/state/redis-scripts.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import type { RoutingStore } from '../../src/state/store.js';
+import { commitRequest } from '../helpers/commits.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startLatencyProxy, type LatencyProxy } from '../helpers/latency-proxy.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
+import { chatRequest } from '../helpers/requests.js';
 import { storeContract } from './store.contract.js';
 
 type StoreOptions = ConstructorParameters<typeof RedisStore>[0];
 
 /** A chat turn of a session, its prompt shorter than a block (placed by load alone). */
 function sessionRequest(session: string): RequestInfo {
-  const headers = new Map([
-    ['content-type', 'application/json'],
-    ['x-session-id', session],
-  ]);
-  return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hello' }] })) };
+  return chatRequest('hello', { model: 'm', session });
 }
 
 function redisStore(url: string, overrides: Partial<StoreOptions> = {}): RedisStore {
@@ -114,7 +112,7 @@ describe('redis store specifics', () => {
       const a = await store();
       const b = await store();
       const workers = ['w1', 'w2'];
-      const res = await a.commit({ pool: 'p', key: 's:shared', workers, worker: 'w2', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const res = await a.commit(commitRequest({ workers, worker: 'w2', key: 's:shared' }));
       assert.ok(res.ok);
       const seen = await b.snapshot({ pool: 'p', key: 's:shared', workers, blocks: [] });
       assert.equal(seen.affinity, 'w2');
@@ -122,9 +120,9 @@ describe('redis store specifics', () => {
       // A decision on s:shared made from a view older than a's commit (no affinity yet) fails at
       // commit and hands back the truth instead of overwriting a's placement; the same commit for a
       // key nobody placed goes through (the control: nothing else made it fail).
-      const fresh = await b.commit({ pool: 'p', key: 's:other', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const fresh = await b.commit(commitRequest({ workers, worker: 'w1', key: 's:other' }));
       assert.ok(fresh.ok);
-      const race = await b.commit({ pool: 'p', key: 's:shared', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const race = await b.commit(commitRequest({ workers, worker: 'w1', key: 's:shared' }));
       assert.equal(race.ok, false);
       assert.equal(race.snapshot.affinity, 'w2');
     }));
@@ -134,8 +132,7 @@ describe('redis store specifics', () => {
       const a = await store();
       const workers = ['w1', 'w2'];
       const q = { pool: 'p', key: undefined, workers, blocks: [] };
-      const commit = (key: string, affinity?: string) =>
-        a.commit({ pool: 'p', key, workers, worker: 'w1', preconditions: { affinity, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const commit = (key: string, affinity?: string) => a.commit(commitRequest({ workers, worker: 'w1', key, preconditions: { affinity } }));
       assert.ok((await commit('s:placed')).ok);
       assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 1);
       // Sent in this order, run by Redis in this order, answered in this order: when the failing
@@ -159,8 +156,7 @@ describe('redis store specifics', () => {
       const q = { pool: 'p', key: undefined, workers, blocks: [] };
       // A view, and Redis's clock: the commits carry their deadline, so none writes once Redis wakes.
       await store.snapshot(q);
-      const commit = (below: Array<{ worker: string; limit: number }>) =>
-        store.commit({ pool: 'p', key: undefined, workers, worker: 'w1', preconditions: { affinity: undefined, below, atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const commit = (below: Array<{ worker: string; limit: number }>) => store.commit(commitRequest({ workers, worker: 'w1', preconditions: { below } }));
       // Timed: a paused Redis would hold an UNPAUSE from another connection too.
       const PAUSE_MS = 600;
       assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
@@ -190,7 +186,7 @@ describe('redis store specifics', () => {
       // Requests busy w2 and w3, so every decision of the burst starts from w1 alone being idle.
       const busy = async (s: RoutingStore) => {
         for (const worker of ['w2', 'w3']) {
-          const r = await s.commit({ pool: 'default', key: undefined, workers, worker, preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+          const r = await s.commit(commitRequest({ pool: 'default', workers, worker }));
           assert.ok(r.ok);
         }
       };
@@ -213,11 +209,11 @@ describe('redis store specifics', () => {
     withRedis(async ({ redis, store: open }) => {
       const store = await open({ timeoutMs: 100 });
       const workers = ['w1', 'w2'];
-      const first = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const first = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:d' }));
       assert.ok(first.ok);
       await redis.kill();
       const t0 = Date.now();
-      const res = await store.commit({ pool: 'p', key: 's:d', workers, worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const res = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:d', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }] } }));
       assert.ok(res.ok);
       assert.equal(res.degraded, true);
       assert.equal(res.lease.shared, false);
@@ -236,9 +232,8 @@ describe('redis store specifics', () => {
         const cut = await store({ leaseTtlMs: 1500 }, { viaProxy: true });
         const other = await store();
         const workers = ['w1', 'w2'];
-        const base = { pool: 'p', key: undefined, workers, preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, blocks: [], prefixTtlMs: 60_000, capacityBlocks: 100 };
-        assert.ok((await kept.commit({ ...base, worker: 'w1' })).ok);
-        assert.ok((await cut.commit({ ...base, worker: 'w2' })).ok);
+        assert.ok((await kept.commit(commitRequest({ workers, worker: 'w1' }))).ok);
+        assert.ok((await cut.commit(commitRequest({ workers, worker: 'w2' }))).ok);
         const seen = async () => (await other.snapshot({ pool: 'p', key: undefined, workers, blocks: [] })).inflight;
         assert.deepEqual([...(await seen())], [['w1', 1], ['w2', 1]]);
         // The second gate is cut off from Redis (a crash or a partition looks the same to Redis):
@@ -256,8 +251,7 @@ describe('redis store specifics', () => {
         // No refresh meanwhile: the only script call in flight is the commit under test.
         const store = await open({ timeoutMs: 200, refreshMs: 60_000 }, { viaProxy: true });
         const workers = ['w1', 'w2'];
-        const base = { pool: 'p', workers, blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
-        const warm = await store.commit({ ...base, key: 's:warm', worker: 'w1' });
+        const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
         assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
         await store.release(warm.lease);
         // Redis forgets the script (a restart or failover does that); every hop now takes 80 ms.
@@ -266,7 +260,7 @@ describe('redis store specifics', () => {
         // EVALSHA reaches Redis at 80 ms, NOSCRIPT comes back at 160 ms, within the command timeout,
         // so ioredis resends the script as EVAL; it reaches Redis at 240 ms, after the 200 ms
         // deadline at which the gate decided locally.
-        const late = await store.commit({ ...base, key: 's:late', worker: 'w2' });
+        const late = await store.commit(commitRequest({ workers, key: 's:late', worker: 'w2' }));
         assert.ok(late.ok);
         assert.equal(late.degraded, true, 'decided locally past the deadline');
         await new Promise((r) => setTimeout(r, 900));
@@ -284,16 +278,16 @@ describe('redis store specifics', () => {
         // all of that pipeline's replies are back: under load each decision waited a round trip
         // more. 100 ms each way through the proxy: a round trip is 200 ms, waiting for one first 400.
         const store = await open({ timeoutMs: 5000, refreshMs: 60_000 }, { viaProxy: true });
-        const base = { pool: 'p', workers: ['w1', 'w2'], blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
-        const warm = await store.commit({ ...base, key: 's:warm', worker: 'w1' });
+        const workers = ['w1', 'w2'];
+        const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
         assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
         await store.release(warm.lease);
         proxy!.setLatency(100);
-        const first = store.commit({ ...base, key: 's:first', worker: 'w1' });
+        const first = store.commit(commitRequest({ workers, key: 's:first', worker: 'w1' }));
         // A later turn of the event loop, as the next stream's decision would be.
         await new Promise((r) => setImmediate(r));
         const t0 = performance.now();
-        const second = await store.commit({ ...base, key: 's:second', worker: 'w2' });
+        const second = await store.commit(commitRequest({ workers, key: 's:second', worker: 'w2' }));
         const tookMs = performance.now() - t0;
         assert.ok(second.ok && !second.degraded, 'committed in Redis');
         assert.ok(tookMs < 330, `the second commit took ${Math.round(tookMs)} ms: it waited for the first one's reply`);
@@ -310,8 +304,8 @@ describe('redis store specifics', () => {
       // One write system call per command was an eighth of the gate's thread at 2 KB bodies, and
       // Redis paid a read for each. Corked until the turn is over, they leave together.
       const store = await open({ refreshMs: 60_000 });
-      const base = { pool: 'p', workers: ['w1', 'w2'], blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
-      const warm = await store.commit({ ...base, key: 's:warm', worker: 'w1' });
+      const workers = ['w1', 'w2'];
+      const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
       assert.ok(warm.ok && !warm.degraded);
       await store.release(warm.lease);
       const socket = (store as unknown as { redis: { stream: Socket & { _write: unknown; _writev: unknown } } }).redis.stream;
@@ -323,7 +317,7 @@ describe('redis store specifics', () => {
           return original.apply(this, a);
         };
       }
-      const four = ['a', 'b', 'c', 'd'].map((k, i) => store.commit({ ...base, key: `s:${k}`, worker: i % 2 ? 'w2' : 'w1' }));
+      const four = ['a', 'b', 'c', 'd'].map((k, i) => store.commit(commitRequest({ workers, key: `s:${k}`, worker: i % 2 ? 'w2' : 'w1' })));
       assert.equal(writes, 0, 'nothing written while the turn goes on');
       const results = await Promise.all(four);
       assert.ok(results.every((r) => r.ok && !r.degraded), 'all four committed in Redis');
@@ -335,8 +329,7 @@ describe('redis store specifics', () => {
     withRedis(async ({ raw, store: open }) => {
       const store = await open();
       const workers = ['w1', 'w2'];
-      const base = { pool: 'p', workers, blocks: [], preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
-      assert.ok((await store.commit({ ...base, key: 's:abc', worker: 'w1' })).ok);
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:abc', worker: 'w1' }))).ok);
       await store.migrate('p', 'w1', [{ key: 's:abc', to: 'w2' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
       const entries = await raw.xrange(store.offloadStreamKey('p'), '-', '+');
       assert.equal(entries.length, 1);
@@ -358,13 +351,11 @@ describe('redis store specifics', () => {
 
 describe('redis store: releases ride on the next command', () => {
   const workers = ['w1', 'w2'];
-  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
-  const base = { pool: 'p', workers, blocks: [], preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 };
 
   test('a release no command follows reaches Redis on its own, and release() resolves once it has', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      const res = await store.commit({ ...base, key: 's:alone', worker: 'w1' });
+      const res = await store.commit(commitRequest({ workers, key: 's:alone', worker: 'w1' }));
       assert.ok(res.ok && !res.degraded);
       assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1);
       // No refresh (60 s) and no other command: only the flush timer can send it, and the 30 s
@@ -380,7 +371,7 @@ describe('redis store: releases ride on the next command', () => {
       const lines: Array<{ source: string; cmd: string }> = [];
       let mon: Awaited<ReturnType<typeof monitor.monitor>> | undefined;
       try {
-        const first = await store.commit({ ...base, key: 's:k', worker: 'w1' });
+        const first = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1' }));
         assert.ok(first.ok && !first.degraded);
         mon = await monitor.monitor();
         mon.on('monitor', (_t: string, args: string[], source: string) => lines.push({ source, cmd: args[0]!.toLowerCase() }));
@@ -388,7 +379,7 @@ describe('redis store: releases ride on the next command', () => {
         // Not awaited: the next commit, made at once, carries it. It may only pass if w1 has nothing
         // in flight and counts the session's requests afresh: the release must come first.
         const released = store.release(first.lease);
-        const second = await store.commit({ ...base, key: 's:k', worker: 'w1', preconditions: { ...none, affinity: 'w1', below: [{ worker: 'w1', limit: 1 }] } });
+        const second = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 1 }] } }));
         await released;
         assert.ok(second.ok, 'the commit saw w1 free: the release ran before it');
         assert.equal(store.cachedSnapshot({ pool: 'p', key: 's:k', workers, blocks: [] }).keyInflight, 1, 'the session has one request in flight, not two');
@@ -407,13 +398,13 @@ describe('redis store: releases ride on the next command', () => {
     withRedis(
       async ({ raw, proxy, store: open }) => {
         const store = await open({ timeoutMs: 100, refreshMs: 100 }, { viaProxy: true });
-        const first = await store.commit({ ...base, key: 's:lost', worker: 'w1' });
+        const first = await store.commit(commitRequest({ workers, key: 's:lost', worker: 'w1' }));
         assert.ok(first.ok && !first.degraded);
         proxy!.setDown(true);
         await new Promise((r) => setTimeout(r, 50));
         // The release rides on this commit, which cannot reach Redis (it is decided locally).
         const released = store.release(first.lease);
-        const during = await store.commit({ ...base, key: 's:other', worker: 'w2' });
+        const during = await store.commit(commitRequest({ workers, key: 's:other', worker: 'w2' }));
         assert.ok(during.ok && during.degraded);
         await released;
         assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1, 'Redis still counts it (30 s lease TTL)');
@@ -431,7 +422,7 @@ describe('redis store: releases ride on the next command', () => {
   test('closing sends the releases still waiting for a command', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      const res = await store.commit({ ...base, key: 's:closing', worker: 'w2' });
+      const res = await store.commit(commitRequest({ workers, key: 's:closing', worker: 'w2' }));
       assert.ok(res.ok);
       const released = store.release(res.lease);
       await store.close();
@@ -442,13 +433,12 @@ describe('redis store: releases ride on the next command', () => {
 
 describe('redis store: prompt blocks, a hash and a recency set per worker', () => {
   const workers = ['w1', 'w2', 'w3'];
-  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
   const redisNow = async (raw: Redis) => {
     const [s, us] = await raw.time();
     return Number(s) * 1000 + Math.floor(Number(us) / 1000);
   };
   const commitOn = async (store: RedisStore, worker: string, blocks: readonly string[], extra: { prefixTtlMs?: number; capacityBlocks?: number } = {}) => {
-    const res = await store.commit({ pool: 'p', key: undefined, workers, blocks, worker, preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 1000, ...extra });
+    const res = await store.commit(commitRequest({ workers, blocks, worker, capacityBlocks: 1000, ...extra }));
     assert.ok(res.ok && !res.degraded);
     await store.release(res.lease);
   };
@@ -544,7 +534,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       const store = await open({ refreshMs: 60_000, timeoutMs: 5000 });
       const short = Array.from({ length: 10 }, (_, i) => `short${i}`);
       const long = Array.from({ length: 3000 }, (_, i) => `long${i}`);
-      const commit = (blocks: string[]) => store.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 3005 });
+      const commit = (blocks: string[]) => store.commit(commitRequest({ workers, blocks, worker: 'w1', capacityBlocks: 3005 }));
       // Sent together, run back to back: the long prompt is the newer by well under a millisecond
       // or two, and the 5 blocks past capacity are the short one's deepest (as in process).
       const [a, b] = await Promise.all([commit(short), commit(long)]);
@@ -554,7 +544,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       assert.equal(long.filter((s) => !held.has(s)).length, 0, 'the newer prompt is whole');
       const memory = new MemoryStore();
       for (const blocks of [short, long]) {
-        const r = await memory.commit({ pool: 'p', key: undefined, workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 3005 });
+        const r = await memory.commit(commitRequest({ workers, blocks, worker: 'w1', capacityBlocks: 3005 }));
         assert.ok(r.ok);
       }
       for (const blocks of [short, long]) {
@@ -613,7 +603,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
             const memory = new MemoryStore();
             for (const c of commits) {
               const blocks = prompt(...c.prompt);
-              const r = { pool, key: undefined, workers, blocks, worker: c.worker, preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks };
+              const r = commitRequest({ pool, workers, blocks, worker: c.worker, capacityBlocks });
               const [a, b] = [await memory.commit(r), await redis.commit(r)];
               assert.ok(a.ok && b.ok && !b.degraded);
               await Promise.all([memory.release(a.lease), redis.release(b.lease)]);
@@ -632,7 +622,6 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
 
 describe('redis store: what a commit counts and writes', () => {
   const workers = ['w1', 'w2'];
-  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
   const redisNow = async (raw: Redis) => {
     const [s, us] = await raw.time();
     return Number(s) * 1000 + Math.floor(Number(us) / 1000);
@@ -644,10 +633,10 @@ describe('redis store: what a commit counts and writes', () => {
       const store = await open({ refreshMs: 60_000 });
       const leases = 'kvgate-test:{p}:f:w1';
       await raw.zadd(leases, (await redisNow(raw)) - 1000, 'lapsed|s:k');
-      const first = await store.commit({ pool: 'p', key: 's:k', workers, blocks: [], worker: 'w1', preconditions: { ...none, below: [{ worker: 'w1', limit: 1 }] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const first = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1', preconditions: { below: [{ worker: 'w1', limit: 1 }] } }));
       assert.ok(first.ok && !first.degraded, 'w1 has nothing live in flight: below 1');
       // The session's second request: one live lease of its own on w1, and the lapsed one.
-      const second = await store.commit({ pool: 'p', key: 's:k', workers, blocks: [], worker: 'w1', preconditions: { ...none, affinity: 'w1', below: [{ worker: 'w1', limit: 2 }] }, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 });
+      const second = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 2 }] } }));
       assert.ok(second.ok && !second.degraded, 'w1 counts one lease, not two');
       const seen = store.cachedSnapshot({ pool: 'p', key: 's:k', workers, blocks: [] });
       assert.equal(seen.keyInflight, 2, 'the session has two requests in flight, not three');
@@ -676,7 +665,7 @@ describe('redis store: what a commit counts and writes', () => {
       const store = await open({ refreshMs: 60_000 });
       const blocks = Array.from({ length: 40 }, (_, i) => `exact${i}`);
       const before = await redisNow(raw);
-      const res = await store.commit({ pool: 'p', key: 's:x', workers, blocks, worker: 'w1', preconditions: none, affinityTtlMs: 3_600_000, prefixTtlMs: 1_800_000, capacityBlocks: 1000 });
+      const res = await store.commit(commitRequest({ workers, key: 's:x', blocks, worker: 'w1', affinityTtlMs: 3_600_000, prefixTtlMs: 1_800_000, capacityBlocks: 1000 }));
       assert.ok(res.ok && !res.degraded);
       const after = await redisNow(raw);
       const integer = /^\d+$/;
@@ -710,7 +699,6 @@ function chunk(flat: string[]): Array<[string, string]> {
 describe('redis store: a worker state this replica wrote', () => {
   const workers = ['w1', 'w2'];
   const q = { pool: 'p', key: undefined, workers, blocks: [] };
-  const none = { affinity: undefined, below: [], atOrAbove: [], states: [] };
 
   /**
    * Runs `write` while a read of the pool (a refresh's, a decision's) is on its way: Redis is paused
@@ -727,7 +715,7 @@ describe('redis store: a worker state this replica wrote', () => {
     const inFlight =
       read === 'read'
         ? store.snapshot(q)
-        : store.commit({ pool: 'p', key: undefined, workers, blocks: [], worker: 'w1', preconditions: none, affinityTtlMs: 60_000, prefixTtlMs: 60_000, capacityBlocks: 100 });
+        : store.commit(commitRequest({ workers, worker: 'w1' }));
     // A socket write of its own for the state write, as an admin call arriving later makes.
     await new Promise((r) => setImmediate(r));
     const written = write();
@@ -778,8 +766,7 @@ describe('redis store: the operator state a decision relied on is checked at com
   /** A request without a session whose prompt is `blocks` blocks long (256 characters each). */
   function promptRequest(blocks: number): RequestInfo {
     const content = Array.from({ length: blocks }, (_, i) => `block ${i} of the shared document `.padEnd(256, '.')).join('');
-    const headers = new Map([['content-type', 'application/json']]);
-    return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content }] })) };
+    return chatRequest(content, { model: 'm' });
   }
   const signals = (kvUsage: number) => ({ signals: { kvUsage, running: 1, waiting: 0 }, ageMs: 0, failures: 0 });
 

@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test, before, after } from 'node:test';
 import type { Preconditions } from '../../src/routing/types.js';
 import type { CommitRequest, RoutingStore } from '../../src/state/store.js';
+import { NO_PRECONDITIONS } from '../helpers/commits.js';
 
 export interface StoreFixture {
   store: RoutingStore;
@@ -13,7 +14,6 @@ export interface StoreFixture {
 }
 
 const WORKERS = ['w1', 'w2', 'w3'] as const;
-const none: Preconditions = { affinity: undefined, below: [], atOrAbove: [], states: [] };
 
 let seq = 0;
 /** Each test uses its own pool, so tests never see each other's state. */
@@ -22,7 +22,7 @@ function pool(): string {
 }
 
 function req(p: string, key: string | undefined, worker: string, pre: Partial<Preconditions> = {}, ttlMs = 60_000, blocks: string[] = [], extra: Partial<CommitRequest> = {}): CommitRequest {
-  return { pool: p, key, workers: WORKERS, blocks, worker, preconditions: { ...none, ...pre }, affinityTtlMs: ttlMs, prefixTtlMs: 60_000, capacityBlocks: 1000, ...extra };
+  return { pool: p, key, workers: WORKERS, blocks, worker, preconditions: { ...NO_PRECONDITIONS, ...pre }, affinityTtlMs: ttlMs, prefixTtlMs: 60_000, capacityBlocks: 1000, ...extra };
 }
 
 function q(p: string, key: string | undefined, blocks: string[] = []) {

@@ -7,25 +7,16 @@
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
-import type { CommitRequest, RoutingStore } from '../../src/state/store.js';
+import type { RoutingStore } from '../../src/state/store.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { InstrumentedStore } from '../../src/telemetry/instrumented-store.js';
 import { Metrics } from '../../src/telemetry/metrics.js';
 import { newStoreUsage, type RequestScope } from '../../src/util/request-scope.js';
+import { commitRequest } from '../helpers/commits.js';
 
 const scopeOf = (usage = newStoreUsage()): RequestScope => ({ logIds: { trace_id: 'a'.repeat(32), span_id: 'b'.repeat(16) }, storeUsage: usage });
 
-const req: CommitRequest = {
-  pool: 'p',
-  key: undefined,
-  workers: ['w1'],
-  blocks: [],
-  worker: 'w1',
-  preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] },
-  affinityTtlMs: 60_000,
-  prefixTtlMs: 60_000,
-  capacityBlocks: 100,
-};
+const req = commitRequest({ workers: ['w1'], worker: 'w1' });
 
 async function metricValue(m: Metrics, name: string, operation: string, suffix = ''): Promise<number | undefined> {
   const all = await m.registry.getMetricsAsJSON();

@@ -17,6 +17,7 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import type { Lease } from '../../src/state/store.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { silentLogger } from '../helpers/logger.js';
+import { chatRequest } from '../helpers/requests.js';
 
 before(() => initHashing());
 
@@ -94,7 +95,7 @@ describe('through the gate', () => {
   function req(blocks: number): RequestInfo {
     const text = Array.from({ length: blocks }, (_, i) => `r${n} b${i} `.padEnd(256, 'x')).join('');
     n++;
-    return { method: 'POST', path: '/v1/chat/completions', headers: new Map([['content-type', 'application/json']]), body: Buffer.from(JSON.stringify({ messages: [{ role: 'user', content: text }] })) };
+    return chatRequest(text);
   }
   function routed(r: GateResult): Extract<GateResult, { kind: 'route' }> {
     assert.equal(r.kind, 'route');

@@ -14,6 +14,7 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import type { CommitRequest, CommitResult } from '../../src/state/store.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { silentLogger } from '../helpers/logger.js';
+import { chatRequest } from '../helpers/requests.js';
 
 before(() => initHashing());
 
@@ -37,9 +38,7 @@ const config = () =>
 /** A chat request of many 256-character blocks, with a session header when given. */
 function req(session?: string): RequestInfo {
   const text = 'the quick brown fox jumps over the lazy dog. '.repeat(60);
-  const headers = new Map<string, string>([['content-type', 'application/json']]);
-  if (session !== undefined) headers.set('x-session-id', session);
-  return { method: 'POST', path: '/v1/chat/completions', headers, body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: text }] })) };
+  return chatRequest(text, { model: 'm', session });
 }
 
 function routed(r: GateResult): Extract<GateResult, { kind: 'route' }> {
