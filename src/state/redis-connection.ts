@@ -123,3 +123,24 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
   };
   return new Cluster(ep.nodes, options);
 }
+
+/**
+ * Closes the connection for good. A Cluster client needs more than `disconnect()`: its slot-map
+ * refresh re-arms its own timer when it completes (`resetNodesRefreshInterval`'s `nextRound` in
+ * ioredis's cluster/index.js), so a refresh still on its way when `disconnect()` cleared the timer
+ * arms it again, and it then fires every `slotsRefreshInterval` for ever, keeping the process
+ * alive (a test process hung on it after a failover). So once disconnected, any timer it arms
+ * there is cleared as it is set.
+ */
+export function closeRedis(client: RedisClient): void {
+  client.disconnect();
+  if (client instanceof Cluster) {
+    Object.defineProperty(client, 'slotsTimer', {
+      configurable: true,
+      get: () => null,
+      set: (timer: unknown) => {
+        if (timer) clearTimeout(timer as NodeJS.Timeout);
+      },
+    });
+  }
+}

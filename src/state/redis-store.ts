@@ -34,7 +34,7 @@ import { WORKER_STATES, type WorkerState } from '../routing/types.js';
 import { PrefixIndex } from './prefix-index.js';
 import * as cmd from './redis-commands.js';
 import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
-import { connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
+import { closeRedis, connectRedis, type RedisClient, type StoreTls } from './redis-connection.js';
 import { RedisLedger } from './redis-ledger.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
@@ -447,7 +447,7 @@ export class RedisStore implements RoutingStore {
       );
     }
     this.settleReleases(leases.map((l) => l.id));
-    this.redis.disconnect();
+    closeRedis(this.redis);
   }
 
   /** Waits until Redis answers, up to `ms`; false when it did not (the gate then starts degraded). */

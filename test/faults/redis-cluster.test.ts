@@ -6,6 +6,7 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Redis } from 'ioredis';
+import { closeRedis, connectRedis } from '../../src/state/redis-connection.js';
 import { chat, harness } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { problemWith, sleep, startLoad } from '../helpers/load.js';
@@ -93,6 +94,22 @@ describe('Redis Cluster', () => {
       h.close();
       await g.close(100);
     }
+  });
+
+  test('a closed cluster client arms no timer again, even when a slot-map refresh completes after the close', async () => {
+    // ioredis re-arms its slot refresh timer when a refresh completes, closed or not: a refresh on
+    // its way at the close (after a failover, when refreshes are slow) kept a process alive for ever.
+    const client = connectRedis(cluster.url, { lazyConnect: false });
+    await new Promise<void>((resolve, reject) => {
+      client.once('ready', () => resolve());
+      client.once('error', reject);
+    });
+    const timers = () => process.getActiveResourcesInfo().filter((r) => r === 'Timeout').length;
+    closeRedis(client);
+    const before = timers();
+    // What a refresh in flight does when it completes: nextRound() arms the next one.
+    (client as unknown as { resetNodesRefreshInterval(): void }).resetNodesRefreshInterval();
+    assert.equal(timers(), before, 'no refresh timer armed after the close');
   });
 
   test('a master dies: requests are answered throughout, its replica takes over, no session moves', async () => {
