@@ -22,7 +22,6 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import { Socket } from 'node:net';
 import type { RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
@@ -177,8 +176,6 @@ export class RedisStore implements RoutingStore {
    * command numbered below a write was read before it (see `OwnStates`).
    */
   private issued = 0;
-  /** The connection's socket is corked until the next check phase (coalesceWrites). */
-  private corked = false;
   /** By pool (`OwnStates`). */
   private readonly ownStates = new Map<string, OwnStates>();
   private closed = false;
@@ -474,7 +471,6 @@ export class RedisStore implements RoutingStore {
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
       // Numbered when it goes to the client, not when asked for (it may wait for a resync above).
       const issued = ++this.issued;
-      this.coalesceWrites();
       const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
       // One reaction for the reply's bookkeeping (the clock, the releases it carried).
       return sent.then(
@@ -499,24 +495,6 @@ export class RedisStore implements RoutingStore {
       );
     };
     return this.withDeadline(this.resyncAfterConnect ? this.resyncAfterConnect.then(send) : send(), () => (late = true));
-  }
-
-  /**
-   * Holds the connection's writes until the event loop's check phase, so the commits of every
-   * stream handled in this turn go out in one write (one system call here, one read in Redis)
-   * instead of one each. Unlike ioredis's auto-pipelining, it waits for nothing in flight: each
-   * turn's writes go as soon as the turn is over. A cluster client has a socket per node: left alone.
-   */
-  private coalesceWrites(): void {
-    if (this.corked) return;
-    const socket = (this.redis as { stream?: unknown }).stream;
-    if (!(socket instanceof Socket) || socket.destroyed) return;
-    socket.cork();
-    this.corked = true;
-    setImmediate(() => {
-      this.corked = false;
-      socket.uncork();
-    });
   }
 
   /**

@@ -1,5 +1,4 @@
 import assert from 'node:assert/strict';
-import type { Socket } from 'node:net';
 import { performance } from 'node:perf_hooks';
 import { describe, test } from 'node:test';
 import { Redis } from 'ioredis';
@@ -298,32 +297,6 @@ describe('redis store specifics', () => {
       },
       { proxy: true },
     ));
-
-  test('commits issued in one turn of the event loop reach the socket as one write; the next turn’s go at once', () =>
-    withRedis(async ({ store: open }) => {
-      // One write system call per command was an eighth of the gate's thread at 2 KB bodies, and
-      // Redis paid a read for each. Corked until the turn is over, they leave together.
-      const store = await open({ refreshMs: 60_000 });
-      const workers = ['w1', 'w2'];
-      const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
-      assert.ok(warm.ok && !warm.degraded);
-      await store.release(warm.lease);
-      const socket = (store as unknown as { redis: { stream: Socket & { _write: unknown; _writev: unknown } } }).redis.stream;
-      let writes = 0;
-      for (const m of ['_write', '_writev'] as const) {
-        const original = socket[m] as (...a: unknown[]) => unknown;
-        socket[m] = function (this: unknown, ...a: unknown[]) {
-          writes++;
-          return original.apply(this, a);
-        };
-      }
-      const four = ['a', 'b', 'c', 'd'].map((k, i) => store.commit(commitRequest({ workers, key: `s:${k}`, worker: i % 2 ? 'w2' : 'w1' })));
-      assert.equal(writes, 0, 'nothing written while the turn goes on');
-      const results = await Promise.all(four);
-      assert.ok(results.every((r) => r.ok && !r.degraded), 'all four committed in Redis');
-      assert.equal(writes, 1, `four commits of one turn in ${writes} writes`);
-      for (const r of results) if (r.ok) await store.release(r.lease);
-    }));
 
   test('offload events are entries of the pool’s Redis Stream with the documented fields', () =>
     withRedis(async ({ raw, store: open }) => {
