@@ -63,8 +63,9 @@
  *    on by default because grpc-js, unlike Envoy, can refuse a stream itself: one it was asked for
  *    in the same turn of its event loop as it read a GOAWAY, before writing it (nghttp2 starts no
  *    stream after a GOAWAY; Envoy writes a stream's HEADERS as it opens it:
- *    ConnectionImpl::StreamImpl::encodeHeadersBase, source/common/http/http2/codec_impl.cc). Tests of what kvgate
- *    refuses turn it off (test/faults/extproc-faults.test.ts, the burst across a retirement).
+ *    ConnectionImpl::StreamImpl::encodeHeadersBase, source/common/http/http2/codec_impl.cc).
+ *    Tests of what kvgate refuses turn it off (test/faults/extproc-faults.test.ts, the burst
+ *    across a retirement).
  */
 import * as grpc from '@grpc/grpc-js';
 import { extProcClientConstructor } from '../../src/extproc/proto.js';
