@@ -28,7 +28,8 @@ function w(id: string, extra: Partial<WorkerView> = {}): WorkerView {
 function input(workers: WorkerView[], backlog: number, extra: Partial<DecisionInput> = {}): DecisionInput {
   return {
     keyHash: 'k',
-    session: false,
+    // A session's placement: the term weighs sessions only (see the last test of this block).
+    session: true,
     affinity: undefined,
     keyInflight: 0,
     totalBlocks: 40,
@@ -61,11 +62,19 @@ describe('backlog scorer', () => {
     assert.equal((decide(input(lightHolder, 1)) as { worker: string }).worker, 'a');
   });
 
-  test('weight 0 (the default) leaves the term out: decisions are as without it', () => {
+  test('weight 0 leaves the term out: decisions are as without it', () => {
     const ws = [w('a', { prefixBlocks: 40, pendingPrefill: 400 }), w('b')];
     const off = decide(input(ws, 0));
     const absent = decide({ ...input(ws, 0), weights: { prefix: 1, load: 1, kv: 0, balance: 0 } });
     assert.deepEqual(off, absent);
+  });
+
+  test('a request without a session is scored without it: 0 on every worker, and the busy holder keeps its prompt', () => {
+    const ws = [w('a', { prefixBlocks: 40, pendingPrefill: 60 }), w('b', { pendingPrefill: 20 })];
+    const oneOff = input(ws, 1, { session: false });
+    assert.deepEqual(backlogScorer.score(ws, { input: oneOff, fleet: undefined, overLimit: false }).map((x) => x + 0), [0, 0]);
+    assert.equal((decide(oneOff) as { worker: string }).worker, 'a', 'the prefix decides, as at weight 0');
+    assert.equal((decide(input(ws, 1)) as { worker: string }).worker, 'b', 'a session being placed weighs the queue');
   });
 });
 
@@ -91,11 +100,11 @@ describe('PendingPrefill: the gate tally of its leases uncached blocks', () => {
 
 describe('through the gate', () => {
   let n = 0;
-  /** A sessionless request whose prompt is `blocks` distinct 256-character blocks. */
+  /** A new session's request whose prompt is `blocks` distinct 256-character blocks. */
   function req(blocks: number): RequestInfo {
     const text = Array.from({ length: blocks }, (_, i) => `r${n} b${i} `.padEnd(256, 'x')).join('');
     n++;
-    return chatRequest(text);
+    return chatRequest(text, { session: `s${n}` });
   }
   function routed(r: GateResult): Extract<GateResult, { kind: 'route' }> {
     assert.equal(r.kind, 'route');
@@ -117,7 +126,7 @@ describe('through the gate', () => {
     assert.equal(view(r.worker).pendingPrefill, undefined);
   });
 
-  test('at weight 0 (the default) nothing is tallied: the request path does no backlog work', async () => {
+  test('at weight 0 nothing is tallied: the request path does no backlog work', async () => {
     const gate = new Gate(config(0), new MemoryStore(), silentLogger());
     const r = routed(await gate.route(req(40)));
     const view = gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1', 'w2'], blocks: [] })).find((v) => v.id === r.worker)!;
