@@ -120,8 +120,9 @@ export const DEFAULTS = {
    * in units of the request's own prompt, weighed where a session is placed or moved (requests
    * without a session are scored without it). On ten held-out agent seeds (101-110, loads 0.2-1.6,
    * 2 s SLO) it raised goodput on five (by 0.2-0.4 of capacity) and lowered it on one (1.0 to
-   * 0.8): summed 11.4 to 12.4; mean tokens/s at 1.6 +4%. Chat and the mix (seeds 101-104) kept
-   * their goodput (the mix's seed 101 lost 2.4 points of hit rate at 0.8); RAG and the Mooncake
+   * 0.8): summed 11.4 to 12.4 (weights 0.5 and 2: 11.8 each); mean tokens/s at 1.6 +4%. Chat
+   * and the mix (seeds 101-104) kept their goodput (the mix's seed 101 lost 2.4 points of hit rate
+   * at 0.8); RAG and the Mooncake
    * traces carry no sessions. For every request, as first tried, it cost the Mooncake synthetic
    * trace 3-4 points of hit rate and RAG seed 104 a step of goodput: a one-off prompt is best
    * placed by what holds it, a session's by the work it brings (docs/DESIGN.md "Queued prefill").
