@@ -26,6 +26,17 @@ import { startLatencyProxy } from '../helpers/latency-proxy.js';
 const PROCESS_PATH = '/envoy.service.ext_proc.v3.ExternalProcessor/Process';
 const serialize = extProcServiceDefinition()['Process']!.requestSerialize as (m: unknown) => Buffer;
 
+/** Answers a GOAWAY as Envoy's client does: no GOAWAY back, the connection drains (see the top). */
+function drainLikeEnvoy(session: http2.ClientHttp2Session): void {
+  Object.defineProperty(session, 'close', { value: () => {} });
+  session.on('error', () => {});
+}
+
+/** An ext_proc Process stream, its messages to be written. */
+function openProcess(session: http2.ClientHttp2Session): http2.ClientHttp2Stream {
+  return session.request({ ':method': 'POST', ':path': PROCESS_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+}
+
 /** One gRPC message frame: not compressed, its length, the message. */
 function frame(msg: unknown): Buffer {
   const bytes = serialize(msg);
@@ -67,13 +78,12 @@ describe('connection retirement', () => {
     proxy.setLatency(15);
     const session = http2.connect(`http://${proxy.address}`);
     try {
-      Object.defineProperty(session, 'close', { value: () => {} });
-      session.on('error', () => {});
+      drainLikeEnvoy(session);
       let notified = false;
       session.on('goaway', () => (notified = true));
       const outcomes: Array<Promise<string>> = [];
       while (!notified && outcomes.length < 500) {
-        const req = session.request({ ':method': 'POST', ':path': PROCESS_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+        const req = openProcess(session);
         let status = 'none';
         req.on('trailers', (t) => (status = String(t['grpc-status'])));
         req.on('data', () => {});
@@ -126,14 +136,13 @@ describe('connection retirement', () => {
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000, connectionMaxStreams: budget });
     const session = http2.connect(`http://${g.target}`);
     try {
-      Object.defineProperty(session, 'close', { value: () => {} });
-      session.on('error', () => {});
+      drainLikeEnvoy(session);
       const goaways: Array<{ lastStreamId: number; afterStreams: number }> = [];
       let opened = 0;
       session.on('goaway', (_code: number, lastStreamId: number) => goaways.push({ lastStreamId, afterStreams: opened }));
       const statuses: string[] = [];
       for (let i = 0; i < budget; i++) {
-        const req = session.request({ ':method': 'POST', ':path': PROCESS_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+        const req = openProcess(session);
         opened++;
         req.on('data', () => {});
         req.on('error', () => {});
@@ -162,14 +171,13 @@ describe('connection retirement', () => {
  * body and checks the stream ran to its end on the retired connection.
  */
 async function openAcrossRetirement(session: http2.ClientHttp2Session) {
-  Object.defineProperty(session, 'close', { value: () => {} });
-  session.on('error', () => {});
+  drainLikeEnvoy(session);
   const t0 = Date.now();
   const goaways: Array<{ lastStreamId: number; atMs: number }> = [];
   const pings: number[] = [];
   session.on('goaway', (_code: number, lastStreamId: number) => goaways.push({ lastStreamId, atMs: Date.now() - t0 }));
   session.on('ping', () => pings.push(Date.now() - t0));
-  const req = session.request({ ':method': 'POST', ':path': PROCESS_PATH, 'content-type': 'application/grpc', te: 'trailers' });
+  const req = openProcess(session);
   let status: string | undefined;
   const replies: Buffer[] = [];
   req.on('data', (d: Buffer) => replies.push(d));
