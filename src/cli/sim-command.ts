@@ -6,7 +6,7 @@
 import { accessSync, constants, existsSync, statSync } from 'node:fs';
 import path from 'node:path';
 import { Command, InvalidArgumentError, Option } from 'commander';
-import { nonNegativeInt, positiveInt, positiveNumber } from './arg-parsers.js';
+import { nonNegativeInt, nonNegativeNumber, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
 import { stepProgress } from '../bench/progress.js';
 import { parse as parseYaml } from 'yaml';
@@ -20,7 +20,7 @@ import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
 import { hasSessions } from '../sim/scale.js';
-import { DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep, type SweepProgress } from '../sim/sweep.js';
+import { DEFAULT_GOODPUT_MAX_LOAD, DEFAULT_GOODPUT_RESOLUTION, DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep, type SweepProgress } from '../sim/sweep.js';
 import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
@@ -62,6 +62,8 @@ interface SimFlags {
   gateConfig?: string;
   loads: number[];
   sloTtft: number;
+  goodputResolution: number;
+  goodputMaxLoad: number;
   classes?: boolean;
   adapters?: number;
   maxLoras: number;
@@ -107,6 +109,8 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--sweep', 'run every policy at each offered load of --loads (a share of the fleet\'s capacity) and report goodput at --slo-ttft'))
     .addOption(new Option('--loads <list>', 'offered loads for --sweep, as shares of capacity').argParser(loadList).default([...DEFAULT_LOADS], DEFAULT_LOADS.join(',')))
     .addOption(new Option('--slo-ttft <s>', 'p99 TTFT SLO for goodput in --sweep, seconds').argParser(positiveNumber).default(DEFAULT_SLO_TTFT_S))
+    .addOption(new Option('--goodput-resolution <load>', 'with --sweep, run each policy at more loads until its goodput is known this closely (0: read it off --loads)').argParser(nonNegativeNumber).default(DEFAULT_GOODPUT_RESOLUTION))
+    .addOption(new Option('--goodput-max-load <load>', 'with --sweep, search goodput no higher than this load').argParser(positiveNumber).default(DEFAULT_GOODPUT_MAX_LOAD))
     .addOption(new Option('--classes', 'classes of service: a critical/standard/sheddable mix through the gate, each class\'s shed rate and TTFT (overload it with --rate-scale)').conflicts(['sweep', 'trace', 'adapters', 'report', 'gateConfig', 'policies']))
     .addOption(new Option('--adapters <n>', 'LoRA adapters: requests name one of N adapters (Zipf), workers hold --max-loras at once; kvgate with and without adapter affinity against round robin and least loaded').argParser(positiveInt).conflicts(['sweep', 'trace', 'report', 'gateConfig', 'policies']))
     .addOption(new Option('--max-loras <n>', 'adapter slots per worker with --adapters (vLLM --max-loras)').argParser(positiveInt).default(4))
@@ -224,6 +228,8 @@ async function sweep(o: SimFlags, out: SimOutput, progressOut: ProgressStream, g
         ...(gateConfig ? { gateConfig } : {}),
         loads: o.loads,
         sloTtftS: o.sloTtft,
+        goodputResolution: o.goodputResolution,
+        goodputMaxLoad: o.goodputMaxLoad,
         requests: n,
         copySessions,
       },
@@ -233,8 +239,12 @@ async function sweep(o: SimFlags, out: SimOutput, progressOut: ProgressStream, g
     bar?.stop();
   }
   if (o.json) {
-    const good = new Map(report.goodput.map((g) => [g.policy, g.load]));
-    out.write(`${JSON.stringify(report.rows.map((r) => ({ ...r, goodput_load: good.get(r.policy) ?? 0 })))}\n`);
+    const good = new Map(report.goodput.map((g) => [g.policy, g]));
+    const rows = report.rows.map((r) => {
+      const g = good.get(r.policy);
+      return { ...r, goodput_load: g?.load ?? 0, goodput_missed_at: g?.missedAt ?? null, goodput_probes: g?.probes ?? [] };
+    });
+    out.write(`${JSON.stringify(rows)}\n`);
   } else {
     out.write(formatSweep(report));
   }
@@ -295,11 +305,13 @@ function sweepProgressLines(loads: readonly number[], policies: readonly string[
   const lines = stepProgress('sim --sweep', runs, runs, stream, undefined, false);
   let current: string | undefined;
   return {
-    update: (load, policy, _routed, total) => {
+    update: (load, policy, _routed, total, search) => {
       const run = `${load} ${policy}`;
       if (run === current) return;
       current = run;
-      lines.step(`load ${load}: ${policy}, ${total.toLocaleString('en-US')} requests`, 1);
+      // The search's runs are not among the runs counted: how many it takes depends on the results.
+      if (search) stream.write(`sim --sweep goodput search: load ${load}: ${policy}, ${total.toLocaleString('en-US')} requests\n`);
+      else lines.step(`load ${load}: ${policy}, ${total.toLocaleString('en-US')} requests`, 1);
     },
     stop: () => lines.done(),
   };
@@ -316,7 +328,9 @@ function sweepProgressBar(loads: readonly number[], policies: readonly string[],
   const labels = (load: number | undefined, policy: string | undefined) => ({ load: String(load ?? '').padEnd(4), policy: (policy ?? '').padEnd(18) });
   bar.start(runs * 100, 0, { ...labels(loads[0], simulated[0]), run: 1, runs });
   return {
-    update: (load, policy, routed, total) => {
+    update: (load, policy, routed, total, search) => {
+      // The goodput search's runs, after the grid's: the bar stays full while they run.
+      if (search) return;
       const step = Math.max(1, Math.floor(total / 100));
       if (routed % step !== 0 && routed !== total) return;
       const run = loads.indexOf(load) * simulated.length + simulated.indexOf(policy);

@@ -6,18 +6,24 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import type { TopLevelSpec } from 'vega-lite';
 import { renderSvg } from './report.js';
-import type { SweepReport, SweepRow } from './sweep.js';
+import type { Goodput, SweepReport, SweepRow } from './sweep.js';
 import { formatTable, markdownTable, pct, secs } from './table.js';
 
 function byLoad(r: SweepReport): Array<[number, SweepRow[]]> {
   return r.loads.map((l) => [l, r.rows.filter((x) => x.load === l)]);
 }
 
+/** A goodput as read: "at least" when the policy met the SLO at every load run (no upper bound found). */
+export function goodputText(g: Pick<Goodput, 'load' | 'missedAt'>, digits = 2): string {
+  return `${g.missedAt === null && g.load > 0 ? '≥' : ''}${g.load.toFixed(digits)}`;
+}
+
 export function goodputLines(r: SweepReport): string[] {
   const best = Math.max(0, ...r.goodput.filter((g) => g.policy !== 'kvgate').map((g) => g.load));
   return r.goodput.map((g) => {
     const ratio = g.policy === 'kvgate' && best > 0 ? ` (${(g.load / best).toFixed(2)}x the best baseline)` : '';
-    return `${g.policy.padEnd(20)} ${g.load.toFixed(2)} of capacity, ${g.rps.toFixed(2)} req/s${ratio}`;
+    const missed = g.missedAt === null ? 'met the SLO at every load run' : `missed it at ${g.missedAt.toFixed(3)}`;
+    return `${g.policy.padEnd(20)} ${goodputText(g)} of capacity, ${g.rps.toFixed(2)} req/s; ${missed}${ratio}`;
   });
 }
 
@@ -93,11 +99,16 @@ export async function writeSweepReport(dir: string, r: SweepReport, command: str
     '',
     `## Goodput at p99 TTFT ≤ ${r.sloTtftS} s`,
     '',
-    'The highest load up to which p99 TTFT over every offered request (a shed request counts as a miss) stays within the SLO.',
+    'The highest load up to which p99 TTFT over every offered request (a shed request counts as a miss) stays within the SLO: the loads swept, then each policy alone at more loads, upwards while it meets the SLO and then halving the gap to the first load it missed. "≥": met at every load run.',
     '',
-    '| policy | load | req/s |',
-    '|---|---:|---:|',
-    ...r.goodput.map((g) => `| ${g.policy} | ${g.load.toFixed(2)} | ${g.rps.toFixed(2)} |`),
+    '| policy | load | req/s | first load missed | loads searched (p99 TTFT) |',
+    '|---|---:|---:|---:|---|',
+    ...r.goodput.map(
+      (g) =>
+        `| ${g.policy} | ${goodputText(g)} | ${g.rps.toFixed(2)} | ${g.missedAt === null ? '-' : g.missedAt.toFixed(3)} | ${
+          g.probes.map((p) => `${p.load.toFixed(3)} (${p.ttftP99OfferedS === null ? 'shed>1%' : secs(p.ttftP99OfferedS)})`).join(', ') || '-'
+        } |`,
+    ),
     '',
   ];
   for (const [load, rows] of byLoad(r)) {

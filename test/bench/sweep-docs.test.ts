@@ -6,6 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { heldOutSection, sweepSection, sweepTargets } from '../../src/bench/sweep-docs.js';
 import { HELD_OUT_SWEEPS, REPORT_SWEEPS, sweepArgs } from '../../src/bench/sweeps.js';
+import type { SweepJsonRow } from '../../src/bench/sweep-docs.js';
 import type { SweepRow } from '../../src/sim/sweep.js';
 
 function row(policy: string, load: number, o: Partial<SweepRow> = {}): SweepRow {
@@ -54,17 +55,39 @@ describe('load-sweep sections of the benchmark docs', () => {
       row('llm-d', 0.4), row('llm-d', 0.8, shed), row('llm-d', 1.2),
     ];
     // llm-d recovers at 1.2 but goodput stops at its first miss: 0.4, like round robin.
-    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 0.8, best baseline 0.4: round-robin, llm-d; 2.00x)');
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 0.80, best baseline 0.40: round-robin, llm-d; 2.00x)');
     const tied = rows.map((r) => (r.policy === 'llm-d' ? row('llm-d', r.load, r.load > 0.8 ? late : {}) : r));
-    assert.equal(sweepTargets(tied)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.8, best baseline 0.8: llm-d; 1.00x)');
+    assert.equal(sweepTargets(tied)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.80, best baseline 0.80: llm-d; 1.00x)');
   });
 
   test('goodput: every policy missing the SLO from the lightest load is no target met', () => {
     const rows = [row('kvgate', 0.2, late), row('kvgate', 0.4, late), row('round-robin', 0.2, late), row('round-robin', 0.4, shed)];
-    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.0, best baseline 0.0: round-robin; every policy at 0)');
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 0.00, best baseline 0.00: round-robin; every policy at 0)');
     // Every baseline at 0 and kvgate above it: met, whatever the ratio.
     rows[0] = row('kvgate', 0.2);
-    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 0.2, best baseline 0.0: round-robin; every baseline at 0)');
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 0.20, best baseline 0.00: round-robin; every baseline at 0)');
+  });
+
+  test('goodput: the searched goodput on the rows, not the grid; a policy that met the SLO at every load run is a lower bound', () => {
+    const searched = (policy: string, load: number, goodput: number, missedAt: number | null, o: Partial<SweepRow> = {}): SweepJsonRow => ({
+      ...row(policy, load, o),
+      goodput_load: goodput,
+      goodput_missed_at: missedAt,
+      goodput_probes: [],
+    });
+    // The grid says 1.6 and 1.6 (1.00x); the search found 2.2 and 1.65.
+    const rows = [searched('kvgate', 1.6, 2.2, 2.25), searched('dynamo-cost', 1.6, 1.65, 1.7)];
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 2.20, best baseline 1.65: dynamo-cost; 1.33x)');
+    assert.ok(sweepSection({ name: 'n', command: 'c', rows }).includes('| kvgate | 100ms | 2.20 |\n| dynamo-cost | 100ms | 1.65 |'));
+    // kvgate never missed: its goodput, and the ratio, are at least what is shown.
+    rows[0] = searched('kvgate', 1.6, 4, null);
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate ≥4.00, best baseline 1.65: dynamo-cost; ≥2.42x)');
+    // The best baseline never missed: the ratio is at most what is shown.
+    rows[0] = searched('kvgate', 1.6, 2.2, 2.25);
+    rows[1] = searched('dynamo-cost', 1.6, 4, null);
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate 2.20, best baseline ≥4.00: dynamo-cost; ≤0.55x)');
+    rows[0] = searched('kvgate', 1.6, 4, null);
+    assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: **missed** (kvgate ≥4.00, best baseline ≥4.00: dynamo-cost; both met the SLO at every load run)');
   });
 
   test('tokens/s against round robin: the lowest ratio over the loads decides', () => {
@@ -96,11 +119,11 @@ describe('load-sweep sections of the benchmark docs', () => {
     const rows = [row('kvgate', 0.2, { ttft_p99_offered_s: 0.0344 }), row('kvgate', 1, { ttft_p99_offered_s: 1.2949, hit_rate: 0.8016, throughput_tok_s: 52_400, imbalance: 1.218 }), row('round-robin', 0.2), row('round-robin', 1, shed)];
     const text = sweepSection({ name: 'synthetic: x', command: 'kvgate sim --workload x --sweep --json', rows });
     assert.ok(text.startsWith('#### synthetic: x\n\n`kvgate sim --workload x --sweep --json`\n\nCapacity 10.00 req/s; 2000 requests measured per load.'), text);
-    assert.ok(text.includes('| policy | 0.2 | 1.0 | goodput |\n|---|---:|---:|---:|\n| kvgate | 34ms | 1.29s | 1.0 |\n| round-robin | 100ms | shed>1% | 0.2 |'), text);
+    assert.ok(text.includes('| policy | 0.2 | 1.0 | goodput |\n|---|---:|---:|---:|\n| kvgate | 34ms | 1.29s | ≥1.00 |\n| round-robin | 100ms | shed>1% | 0.20 |'), text);
     assert.ok(text.includes('| kvgate | 50.0% / 10k / 1.10 / 0 | 80.2% / 52k / 1.22 / 0 |'), text);
     assert.ok(text.includes('| round-robin | 50.0% / 10k / 1.10 / 0 | 50.0% / 10k / 1.10 / 40 |'), text);
     const held = heldOutSection({ name: 'held', command: 'c', rows });
-    assert.ok(held.includes('goodput: kvgate 1.0, round-robin 0.2'), held);
+    assert.ok(held.includes('goodput: kvgate ≥1.00, round-robin 0.20'), held);
   });
 
   test('the report and held-out sets never share a workload and seed, and commands name traces under TRACES/', () => {

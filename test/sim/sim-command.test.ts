@@ -69,7 +69,7 @@ describe('kvgate sim', () => {
   });
 
   test('--sweep reports progress as the non-sweep path does: a line per run when piped, nothing with --json', async () => {
-    const args = ['--sweep', '--workload', 'chat', '--requests', '60', '--workers', '4', '--loads', '0.5,1', '--policies', 'kvgate,round-robin,pooled-bound'];
+    const args = ['--sweep', '--workload', 'chat', '--requests', '60', '--workers', '4', '--loads', '0.5,1', '--policies', 'kvgate,round-robin,pooled-bound', '--goodput-resolution', '0'];
     const piped = await simStreams(args);
     // One line per policy at each load, in the order they run; the pooled bound is not simulated.
     const lines = piped.progress.split('\n').filter(Boolean);
@@ -84,6 +84,13 @@ describe('kvgate sim', () => {
     assert.match(json.stdout, /^\[.*\]\n$/s, 'stdout is the JSON array and nothing else');
     const rows = JSON.parse(json.stdout) as Array<{ policy: string; load: number }>;
     assert.deepEqual(rows.map((r) => `${r.load} ${r.policy}`), ['0.5 kvgate', '0.5 round-robin', '1 kvgate', '1 round-robin']);
+  });
+
+  test('--sweep: each run of the goodput search gets a line of its own, after the grid\'s counted runs', async () => {
+    const piped = await simStreams(['--sweep', '--workload', 'chat', '--requests', '60', '--workers', '4', '--loads', '0.5', '--policies', 'kvgate', '--goodput-max-load', '0.7']);
+    const lines = piped.progress.split('\n').filter(Boolean);
+    assert.equal(lines[0]!.replace(/ · .*/, ''), 'sim --sweep [1/1] load 0.5: kvgate, 60 requests', piped.progress);
+    assert.ok(lines.length > 1 && lines.slice(1).every((l) => /^sim --sweep goodput search: load 0\.\d+: kvgate, 60 requests$/.test(l)), piped.progress);
   });
 
   test('without --sweep, piped: a line as each policy starts; nothing with --json', async () => {

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
 import { initHashing } from '../../src/request/hashing.js';
-import { DEFAULT_LOADS, goodputs, runSweep, type SweepRow } from '../../src/sim/sweep.js';
+import { DEFAULT_LOADS, goodputs, runSweep, searchGoodput, type Goodput, type SweepRow } from '../../src/sim/sweep.js';
 import { syntheticWorkload } from '../../src/sim/workloads/synthetic.js';
 
 before(() => initHashing());
@@ -62,9 +62,83 @@ describe('kvgate sim --sweep', () => {
     const row = (policy: string, load: number, meets: boolean) => ({ policy, load, meets_slo: meets }) as SweepRow;
     const rows = [row('a', 0.2, true), row('a', 0.4, true), row('a', 0.6, false), row('a', 0.8, true), row('b', 0.2, false), row('b', 0.4, true)];
     assert.deepEqual(goodputs(rows, ['a', 'b'], 10), [
-      { policy: 'a', load: 0.4, rps: 4 },
-      { policy: 'b', load: 0, rps: 0 },
+      { policy: 'a', load: 0.4, rps: 4, missedAt: 0.6, probes: [] },
+      { policy: 'b', load: 0, rps: 0, missedAt: 0.2, probes: [] },
     ]);
+  });
+
+  /** A policy that meets the SLO below `limit` (p99 = load / limit seconds against a 1 s SLO), and the loads it was run at. */
+  function policyUpTo(limit: number): { run: (load: number) => Promise<SweepRow>; ran: number[] } {
+    const ran: number[] = [];
+    const run = (load: number) => {
+      ran.push(load);
+      return Promise.resolve({ policy: 'p', load, ttft_p99_offered_s: load / limit, meets_slo: load / limit <= 1 } as SweepRow);
+    };
+    return { run, ran };
+  }
+  const fromGrid = (load: number, missedAt: number | null): Goodput => ({ policy: 'p', load, rps: 0, missedAt, probes: [] });
+
+  test('goodput search: between the grid load met and the first missed, halved until the gap is the resolution', async () => {
+    const { run, ran } = policyUpTo(1.37);
+    const g = fromGrid(1.2, 1.4);
+    await searchGoodput(g, 0.05, 4, run);
+    // 1.3 met, 1.35 met: [1.35, 1.4) brackets 1.37, 0.05 wide. The grid alone said 1.2.
+    assert.deepEqual(ran, [1.3, 1.35]);
+    assert.equal(g.load, 1.35);
+    assert.equal(g.missedAt, 1.4);
+    assert.deepEqual(g.probes.map((p) => p.meetsSlo), [true, true]);
+    assert.ok(Math.abs(g.probes[0]!.ttftP99OfferedS! - 1.3 / 1.37) < 1e-12);
+  });
+
+  test('goodput search: a policy within the SLO at the grid\'s top load is run higher until it misses, then bisected', async () => {
+    const { run, ran } = policyUpTo(2.3);
+    const g = fromGrid(1.6, null);
+    await searchGoodput(g, 0.05, 4, run);
+    // Up: 2.0 met, 2.5 missed; then 2.25 met, 2.375 missed, 2.313 missed, 2.282 met: [2.282, 2.313).
+    assert.deepEqual(ran, [2, 2.5, 2.25, 2.375, 2.313, 2.282]);
+    assert.equal(g.load, 2.282);
+    assert.equal(g.missedAt, 2.313);
+    assert.ok(g.missedAt - g.load <= 0.05 + 1e-9);
+  });
+
+  test('goodput search: stops at the highest load searched, still a lower bound (no load missed)', async () => {
+    const { run, ran } = policyUpTo(100);
+    const g = fromGrid(1.6, null);
+    await searchGoodput(g, 0.05, 3, run);
+    assert.deepEqual(ran, [2, 2.5, 3]);
+    assert.equal(g.load, 3);
+    assert.equal(g.missedAt, null);
+  });
+
+  test('goodput search: resolution 0 runs nothing; a policy that missed at the lightest load swept keeps 0, unsearched', async () => {
+    const none = policyUpTo(1.37);
+    const g = fromGrid(1.2, 1.4);
+    await searchGoodput(g, 0, 4, none.run);
+    assert.deepEqual(none.ran, []);
+    assert.equal(g.load, 1.2);
+    const low = policyUpTo(0.12);
+    const z = fromGrid(0, 0.2);
+    await searchGoodput(z, 0.05, 4, low.run);
+    assert.deepEqual(low.ran, []);
+    assert.equal(z.load, 0);
+    assert.equal(z.missedAt, 0.2);
+  });
+
+  test('runSweep searches each policy alone: its goodput lies between a load it met and one it missed, and the runs it made are the grid\'s', async () => {
+    const base = syntheticWorkload('agent', { requests: 150, seed: 3 });
+    const cfg = { policies: ['kvgate', 'round-robin'], fleet: { workers: 2 }, loads: [0.4, 1.6], requests: 150, copySessions: false };
+    const r = await runSweep(base, { ...cfg, sloTtftS: 1 });
+    for (const g of r.goodput) {
+      const grid = goodputs(r.rows, [g.policy], r.capacity.capacityRps)[0]!;
+      assert.ok(g.load >= grid.load, `${g.policy}: ${g.load} below the grid's ${grid.load}`);
+      assert.ok(g.probes.length > 0, `${g.policy}: searched nothing`);
+      if (g.missedAt !== null) assert.ok(g.missedAt - g.load <= 0.05 + 1e-9 && g.missedAt > g.load);
+      assert.ok(Math.abs(g.rps - g.load * r.capacity.capacityRps) < 1e-9);
+    }
+    // A probe at a grid load gives the grid's row: one policy's run does not depend on the others'.
+    const probe = r.goodput.find((g) => g.policy === 'round-robin')!.probes[0]!;
+    const alone = await runSweep(base, { ...cfg, policies: ['round-robin'], loads: [probe.load], sloTtftS: 1, goodputResolution: 0 });
+    assert.equal(alone.rows[0]!.ttft_p99_offered_s, probe.ttftP99OfferedS);
   });
 
   test('shed requests count as misses: the article policy, refusing at 10 in flight, misses an SLO it meets on what it serves', async () => {
@@ -81,7 +155,7 @@ describe('kvgate sim --sweep', () => {
     const rows = JSON.parse(await sim(['--trace', dir, '--sweep', '--json', '--requests', '40', '--workers', '2'])) as Array<Record<string, unknown>>;
     const loads = [...new Set(rows.map((x) => x['load']))];
     assert.deepEqual(loads, [...DEFAULT_LOADS]);
-    assert.ok(rows.every((x) => typeof x['goodput_load'] === 'number' && typeof x['ttft_p99_s'] === 'number'));
+    assert.ok(rows.every((x) => typeof x['goodput_load'] === 'number' && typeof x['ttft_p99_s'] === 'number' && Array.isArray(x['goodput_probes']) && 'goodput_missed_at' in x));
     assert.ok(!rows.some((x) => x['policy'] === 'pooled-bound'));
     assert.ok(rows.some((x) => x['policy'] === 'llm-d-session'));
     // Three sessions cannot make load 1.2: copies of them do.
