@@ -5,7 +5,7 @@
  * rows, so the verdicts under each table come from the same run as the table.
  */
 import { goodputs, type Goodput, type SweepRow } from '../sim/sweep.js';
-import { goodputText } from '../sim/sweep-report.js';
+import { goodputRatioText, goodputText } from '../sim/sweep-report.js';
 import { pct, secs } from '../sim/table.js';
 
 /** A row as `kvgate sim --sweep --json` prints it: the policy's searched goodput on every row. */
@@ -105,14 +105,9 @@ export function sweepTargets(rows: readonly SweepRow[]): string[] {
     const bestLoad = Math.max(...baselines.map((p) => goodput.get(p)?.load ?? 0));
     const leaders = baselines.filter((p) => goodput.get(p)?.load === bestLoad);
     const best = goodput.get(leaders[0]!)!;
-    // A goodput met at every load run is only a lower bound: the ratio is then one too (kvgate's),
-    // an upper bound (the best baseline's), or unknown (both).
-    const mineOpen = mine.missedAt === null && mine.load > 0;
-    const bestOpen = best.missedAt === null && best.load > 0;
     // Every baseline at 0: met only by a kvgate above 0 (at 0 too, no policy met the SLO at any load).
     const ratio = bestLoad > 0 ? mine.load / bestLoad : mine.load > 0 ? Infinity : 0;
-    const bound = mineOpen && bestOpen ? 'both met the SLO at every load run' : mineOpen ? '≥' : bestOpen ? '≤' : '';
-    const shown = bestLoad > 0 ? (mineOpen && bestOpen ? bound : `${bound}${ratio.toFixed(2)}x`) : mine.load > 0 ? 'every baseline at 0' : 'every policy at 0';
+    const shown = goodputRatioText(mine, best) ?? (mine.load > 0 ? 'every baseline at 0' : 'every policy at 0');
     out.push(
       `goodput ≥ ${SWEEP_TARGETS.goodputRatio}x the best baseline: ${verdict(ratio >= SWEEP_TARGETS.goodputRatio)} ` +
         `(kvgate ${goodputText(mine)}, best baseline ${goodputText(best)}: ${leaders.join(', ')}; ${shown})`,

@@ -18,10 +18,25 @@ export function goodputText(g: Pick<Goodput, 'load' | 'missedAt'>, digits = 2): 
   return `${g.missedAt === null && g.load > 0 ? '≥' : ''}${g.load.toFixed(digits)}`;
 }
 
+/**
+ * One goodput against another (kvgate's against the best baseline's), as read: a goodput met at
+ * every load run is only a lower bound, so the ratio is then one too (`mine`'s), an upper bound
+ * (`best`'s), or unknown (both). Undefined when `best` is 0.
+ */
+export function goodputRatioText(mine: Pick<Goodput, 'load' | 'missedAt'>, best: Pick<Goodput, 'load' | 'missedAt'>): string | undefined {
+  if (!(best.load > 0)) return undefined;
+  const mineOpen = mine.missedAt === null && mine.load > 0;
+  const bestOpen = best.missedAt === null;
+  if (mineOpen && bestOpen) return 'both met the SLO at every load run';
+  return `${mineOpen ? '≥' : bestOpen ? '≤' : ''}${(mine.load / best.load).toFixed(2)}x`;
+}
+
 export function goodputLines(r: SweepReport): string[] {
-  const best = Math.max(0, ...r.goodput.filter((g) => g.policy !== 'kvgate').map((g) => g.load));
+  const baselines = r.goodput.filter((g) => g.policy !== 'kvgate');
+  const best = baselines.reduce<Goodput | undefined>((b, g) => (b === undefined || g.load > b.load ? g : b), undefined);
   return r.goodput.map((g) => {
-    const ratio = g.policy === 'kvgate' && best > 0 ? ` (${(g.load / best).toFixed(2)}x the best baseline)` : '';
+    const text = g.policy === 'kvgate' && best ? goodputRatioText(g, best) : undefined;
+    const ratio = text === undefined ? '' : text.endsWith('x') ? ` (${text} the best baseline)` : ' (so did the best baseline)';
     const missed = g.missedAt === null ? 'met the SLO at every load run' : `missed it at ${g.missedAt.toFixed(3)}`;
     return `${g.policy.padEnd(20)} ${goodputText(g)} of capacity, ${g.rps.toFixed(2)} req/s; ${missed}${ratio}`;
   });

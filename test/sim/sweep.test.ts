@@ -6,7 +6,8 @@ import { after, before, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
 import { initHashing } from '../../src/request/hashing.js';
-import { DEFAULT_LOADS, goodputs, runSweep, searchGoodput, type Goodput, type SweepRow } from '../../src/sim/sweep.js';
+import { goodputLines } from '../../src/sim/sweep-report.js';
+import { DEFAULT_LOADS, goodputs, runSweep, searchGoodput, type Goodput, type SweepReport, type SweepRow } from '../../src/sim/sweep.js';
 import { syntheticWorkload } from '../../src/sim/workloads/synthetic.js';
 
 before(() => initHashing());
@@ -122,6 +123,20 @@ describe('kvgate sim --sweep', () => {
     assert.deepEqual(low.ran, []);
     assert.equal(z.load, 0);
     assert.equal(z.missedAt, 0.2);
+  });
+
+  test('printed goodput: a policy that never missed is a lower bound, and so is the ratio it makes', () => {
+    const report = (kvgate: [number, number | null], best: [number, number | null]) =>
+      ({
+        goodput: [
+          { policy: 'kvgate', load: kvgate[0], rps: 0, missedAt: kvgate[1], probes: [] },
+          { policy: 'dynamo-cost', load: best[0], rps: 0, missedAt: best[1], probes: [] },
+        ],
+      }) as unknown as SweepReport;
+    assert.match(goodputLines(report([2.2, 2.25], [1.65, 1.7]))[0]!, /^kvgate +2\.20 of capacity, .*; missed it at 2\.250 \(1\.33x the best baseline\)$/);
+    assert.match(goodputLines(report([4, null], [1.65, 1.7]))[0]!, /≥4\.00 of capacity, .*met the SLO at every load run \(≥2\.42x the best baseline\)$/);
+    assert.match(goodputLines(report([2.2, 2.25], [4, null]))[0]!, /\(≤0\.55x the best baseline\)$/);
+    assert.match(goodputLines(report([4, null], [4, null]))[0]!, /met the SLO at every load run \(so did the best baseline\)$/);
   });
 
   test('runSweep searches each policy alone: its goodput lies between a load it met and one it missed, and the runs it made are the grid\'s', async () => {
