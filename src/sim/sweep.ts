@@ -28,8 +28,8 @@ export const DEFAULT_LOADS: readonly number[] = [0.2, 0.4, 0.6, 0.8, 1.0, 1.2];
 export const DEFAULT_SLO_TTFT_S = 2;
 /**
  * Goodput is searched until the highest load met and the first missed are this close: a twentieth
- * of capacity tells a 1.3x ratio from a 1.2x one at goodputs past 0.5, for two to three runs a
- * policy beyond the grid.
+ * of capacity tells a 1.3x ratio from a 1.2x one at goodputs past 0.5, for two more runs of a
+ * policy where the grid brackets it (0.2 wide), and a few more where it must go past the top.
  */
 export const DEFAULT_GOODPUT_RESOLUTION = 0.05;
 /**
