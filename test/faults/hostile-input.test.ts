@@ -5,6 +5,7 @@
  * flight, no prototype was polluted, and the gate still routes.
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { status as GrpcStatus } from '@grpc/grpc-js';
 import { after, before, describe, test } from 'node:test';
 import type { ReceivedProcessingResponse as ProcessingResponse } from '../../src/extproc/messages.js';
@@ -101,6 +102,12 @@ async function runRaw(h: EnvoyHarness, c: RawCase): Promise<void> {
 }
 
 describe('hostile input corpus', () => {
+  test('the docs give its size as it is', () => {
+    const n = HOSTILE_CASES.length;
+    assert.match(readFileSync(new URL('../../README.md', import.meta.url), 'utf8'), new RegExp(`a ${n}-request hostile corpus`));
+    assert.match(readFileSync(new URL('../../docs/RELIABILITY.md', import.meta.url), 'utf8'), new RegExp(`holds ${n} malformed or hostile requests`));
+  });
+
   test('has at least 50 cases in every class, with distinct names', () => {
     assert.ok(HOSTILE_CASES.length >= 50, `${HOSTILE_CASES.length} cases`);
     assert.equal(new Set(HOSTILE_CASES.map((c) => c.name)).size, HOSTILE_CASES.length);
