@@ -5,9 +5,16 @@
  * same way. Prints decisions/s for each K and the gate's ratio to the no-op at that K: the same
  * ratio at every K means the gate scales as the transport itself does on this machine.
  *
+ * It also prints the CPU each decision cost, from /proc (Linux): the K gate processes' together,
+ * and redis-server's. Where the cores are all busy (two CPUs: the client threads, the servers and
+ * Redis share them) throughput cannot grow with K, but CPU per decision can still say whether it
+ * would: if it stays flat from 1 process to 2, nothing the processes share but Redis costs more,
+ * and K processes on K free cores decide K times as much until Redis's own CPU runs out.
+ *
  *   npx tsx scripts/scale-gate.ts [--procs 1,2] [--size 2k] [--seconds 3] [--rounds 3]
  */
-import { fork, type ChildProcess } from 'node:child_process';
+import { execFileSync, fork, type ChildProcess } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import { parseSize } from '../src/bench/bodies.js';
@@ -44,34 +51,55 @@ if (values.child) {
       child.once('exit', (code) => reject(new Error(`server exited ${code}`)));
       child.once('message', () => child.removeAllListeners('exit'));
     });
+  // CPU time (user + system) of a process so far, in µs, from /proc/<pid>/stat (fields 14 and 15, clock ticks).
+  const ticksPerS = Number(execFileSync('getconf', ['CLK_TCK'], { encoding: 'utf8' }).trim()) || 100;
+  const cpuUs = (pid: number | undefined): number => {
+    if (pid === undefined) return 0;
+    const stat = readFileSync(`/proc/${pid}/stat`, 'utf8');
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ');
+    return ((Number(fields[11]) + Number(fields[12])) / ticksPerS) * 1e6;
+  };
   const bytes = parseSize(values.size!);
+  const WARMUP_MS = 200;
   const seconds = Number(values.seconds);
   const concurrency = Number(values.concurrency);
   const results: string[] = [];
   for (const k of values.procs!.split(',').map(Number)) {
     const perKind: Record<string, number[]> = { noop: [], redis: [] };
+    // CPU µs per decision in each measured round: the K servers together, and redis-server.
+    const cpu: Record<string, { servers: number[]; redis: number[] }> = { noop: { servers: [], redis: [] }, redis: { servers: [], redis: [] } };
     const servers = { noop: await Promise.all(Array.from({ length: k }, () => spawnServer('noop'))), redis: await Promise.all(Array.from({ length: k }, () => spawnServer('redis'))) };
     const pools = Array.from({ length: k }, () => LoadPool.create(1));
     const load = async (kind: 'noop' | 'redis', ms: number) => {
       const ws = await Promise.all(
         servers[kind].map((s, i) =>
-          pools[i]!.run({ target: s.target, bodyBytes: bytes, seed: 1 + i, ...(s.header ? { expectHeader: s.header } : {}), mode: 'closed', concurrency: Math.ceil(concurrency / k), warmupMs: 200, durationMs: ms }),
+          pools[i]!.run({ target: s.target, bodyBytes: bytes, seed: 1 + i, ...(s.header ? { expectHeader: s.header } : {}), mode: 'closed', concurrency: Math.ceil(concurrency / k), warmupMs: WARMUP_MS, durationMs: ms }),
         ),
       );
       return { perS: ws.reduce((a, w) => a + w.perS, 0), errors: ws.reduce((a, w) => a + w.errors, 0) };
     };
+    const serversCpu = (kind: 'noop' | 'redis') => servers[kind].reduce((a, s) => a + cpuUs(s.child.pid), 0);
     await load('noop', 500);
     await load('redis', 500);
     for (let r = 0; r < Number(values.rounds); r++) {
       for (const kind of ['noop', 'redis'] as const) {
+        const before = { servers: serversCpu(kind), redis: cpuUs(redis.pid) };
         const w = await load(kind, seconds * 1000);
         if (w.errors > 0) throw new Error(`${kind}: ${w.errors} errors`);
         perKind[kind]!.push(w.perS);
+        // CPU is read around the whole run, its 200 ms warm-up included: per request of the run,
+        // the warm-up's counted at the window's rate.
+        const requests = w.perS * (seconds + WARMUP_MS / 1000);
+        cpu[kind]!.servers.push((serversCpu(kind) - before.servers) / requests);
+        cpu[kind]!.redis.push((cpuUs(redis.pid) - before.redis) / requests);
       }
     }
     const med = (xs: number[]) => [...xs].sort((a, b) => a - b)[xs.length >> 1]!;
     const ratios = perKind.redis!.map((x, i) => x / perKind.noop![i]!);
-    results.push(`${k} process(es), ${values.size}: no-op ${Math.round(med(perKind.noop!))}/s, kvgate on Redis ${Math.round(med(perKind.redis!))}/s, ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')})`);
+    results.push(
+      `${k} process(es), ${values.size}: no-op ${Math.round(med(perKind.noop!))}/s, kvgate on Redis ${Math.round(med(perKind.redis!))}/s, ratio ${med(ratios).toFixed(2)} (rounds ${ratios.map((x) => x.toFixed(2)).join(' ')}); ` +
+        `CPU per decision: gate processes ${Math.round(med(cpu.redis!.servers))} µs + redis-server ${Math.round(med(cpu.redis!.redis))} µs, no-op processes ${Math.round(med(cpu.noop!.servers))} µs`,
+    );
     console.log(results.at(-1));
     for (const p of pools) await p.close();
     // Servers stop (and close their Redis connections) before the next K starts or Redis stops.

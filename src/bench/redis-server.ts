@@ -9,6 +9,8 @@ import { freePort } from '../util/free-port.js';
 export interface BenchRedis {
   url: string;
   version: string;
+  /** redis-server's process id (for its CPU time in scripts/scale-gate.ts). */
+  pid: number | undefined;
   stop(): Promise<void>;
 }
 
@@ -55,6 +57,7 @@ export async function startBenchRedis(binary: string): Promise<BenchRedis> {
   return {
     url: `redis://127.0.0.1:${port}`,
     version,
+    pid: proc.pid,
     stop: () =>
       new Promise<void>((resolve) => {
         if (exited) return resolve();
