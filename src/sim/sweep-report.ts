@@ -61,7 +61,8 @@ export function formatSweep(r: SweepReport): string {
   return parts.join('\n');
 }
 
-function ttftChart(r: SweepReport): TopLevelSpec {
+/** The TTFT-against-load chart's points: p50 and p99 at every swept load, and p99 at every load of the goodput search. */
+export function ttftPoints(r: Pick<SweepReport, 'rows' | 'goodput'>): Array<{ policy: string; quantile: 'p50' | 'p99'; load: number; ttft_s: number }> {
   const values = r.rows.flatMap((row) =>
     (
       [
@@ -72,9 +73,18 @@ function ttftChart(r: SweepReport): TopLevelSpec {
       .filter(([, v]) => v !== null)
       .map(([q, v]) => ({ policy: row.policy, quantile: q, load: row.load, ttft_s: Math.max(v!, 1e-3) })),
   );
+  // The goodput search's runs carry p99 only: each policy's p99 line goes on through them, to where it crosses the SLO.
+  for (const g of r.goodput) {
+    for (const p of g.probes) if (p.ttftP99OfferedS !== null) values.push({ policy: g.policy, quantile: 'p99', load: p.load, ttft_s: Math.max(p.ttftP99OfferedS, 1e-3) });
+  }
+  return values;
+}
+
+function ttftChart(r: SweepReport): TopLevelSpec {
+  const values = ttftPoints(r);
   return {
     $schema: 'https://vega.github.io/schema/vega-lite/v6.json',
-    title: `Time to first token against offered load (log scale; dashed: the ${r.sloTtftS} s SLO)`,
+    title: `Time to first token against offered load (log scale; dashed: the ${r.sloTtftS} s SLO; p99 also at the goodput search's loads)`,
     width: 560,
     height: 320,
     layer: [

@@ -6,7 +6,7 @@ import { after, before, describe, test } from 'node:test';
 import { Command } from 'commander';
 import { registerSimCommand } from '../../src/cli/sim-command.js';
 import { initHashing } from '../../src/request/hashing.js';
-import { goodputLines } from '../../src/sim/sweep-report.js';
+import { goodputLines, ttftPoints } from '../../src/sim/sweep-report.js';
 import { DEFAULT_LOADS, goodputs, runSweep, searchGoodput, type Goodput, type SweepReport, type SweepRow } from '../../src/sim/sweep.js';
 import { syntheticWorkload } from '../../src/sim/workloads/synthetic.js';
 
@@ -137,6 +137,19 @@ describe('kvgate sim --sweep', () => {
     assert.match(goodputLines(report([4, null], [1.65, 1.7]))[0]!, /≥4\.00 of capacity, .*met the SLO at every load run \(≥2\.42x the best baseline\)$/);
     assert.match(goodputLines(report([2.2, 2.25], [4, null]))[0]!, /\(≤0\.55x the best baseline\)$/);
     assert.match(goodputLines(report([4, null], [4, null]))[0]!, /met the SLO at every load run \(so did the best baseline\)$/);
+  });
+
+  test('the TTFT chart carries p99 at the goodput search\'s loads too, past the grid, and none where over 1% was shed', () => {
+    const row = { policy: 'kvgate', load: 1.6, ttft_p50_s: 0.1, ttft_p99_offered_s: 0.4 } as SweepRow;
+    const probes = [
+      { load: 2, ttftP99OfferedS: 1.03, meetsSlo: true },
+      { load: 2.5, ttftP99OfferedS: null, meetsSlo: false },
+    ];
+    const points = ttftPoints({ rows: [row], goodput: [{ policy: 'kvgate', load: 2, rps: 0, missedAt: 2.5, probes }] });
+    assert.deepEqual(
+      points.map((p) => `${p.quantile}@${p.load}=${p.ttft_s}`),
+      ['p50@1.6=0.1', 'p99@1.6=0.4', 'p99@2=1.03'],
+    );
   });
 
   test('runSweep searches each policy alone: its goodput lies between a load it met and one it missed, and the runs it made are the grid\'s', async () => {
