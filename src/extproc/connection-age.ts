@@ -112,33 +112,29 @@ function retire(session: http2.ServerHttp2Session, opts: ConnectionAgeOptions, l
     session.close();
     session.once('close', later(opts.graceMs, () => session.destroy()));
   };
-  if (sendShutdownNotice(session)) {
-    // Envoy answers the PING after it has read the notice, so every stream it sent before moving
-    // to a new connection is on the wire ahead of the answer, and nghttp2 has taken it in when the
-    // answer arrives: then the final GOAWAY refuses nothing. No answer within the notice period
-    // (a peer that does not answer PINGs): the final GOAWAY goes then, as without the notice.
-    let done = false;
-    const finish = () => {
-      if (done) return;
-      done = true;
+  const notice = sendShutdownNotice(session);
+  if (!notice) {
+    try {
+      session.goaway(http2.constants.NGHTTP2_NO_ERROR, ALL_STREAMS);
+    } catch {
+      session.destroy();
+      return;
+    }
+  }
+  // The final GOAWAY after the notice period at the latest: on the fallback always, after the
+  // notice when no PING answer comes (a peer that does not answer PINGs).
+  const cancel = later(opts.noticeMs, finalGoaway);
+  session.once('close', cancel);
+  if (!notice) return;
+  // Envoy answers the PING after it has read the notice, so every stream it sent before moving
+  // to a new connection is on the wire ahead of the answer, and nghttp2 has taken it in when the
+  // answer arrives: then the final GOAWAY refuses nothing. (finalGoaway does nothing a second time.)
+  try {
+    session.ping(() => {
       cancel();
       finalGoaway();
-    };
-    const cancel = later(opts.noticeMs, finish);
-    session.once('close', cancel);
-    try {
-      session.ping(() => finish());
-    } catch {
-      // The session is closing: the timer, or its close, ends it.
-    }
-    return;
-  }
-  try {
-    session.goaway(http2.constants.NGHTTP2_NO_ERROR, ALL_STREAMS);
+    });
   } catch {
-    session.destroy();
-    return;
+    // The session is closing: the timer, or its close, ends it.
   }
-  const notice = later(opts.noticeMs, finalGoaway);
-  session.once('close', notice);
 }

@@ -261,7 +261,7 @@ export class Gate {
       }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {
-        // Tallied only while the backlog term is weighed: at its default weight 0 nothing reads it.
+        // Tallied only while the backlog term is weighed (it is by default; at weight 0 nothing reads it).
         if (cfg.scoring.backlog_weight > 0) this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
         return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views, scope);
       }
