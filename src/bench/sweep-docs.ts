@@ -4,16 +4,15 @@
  * then hit rate / tokens/s / imbalance / shed by load) and the issue's four targets checked on the
  * rows, so the verdicts under each table come from the same run as the table.
  */
-import { goodputs, type Goodput, type SweepRow } from '../sim/sweep.js';
+import { goodputs, type Goodput, type SweepJsonRow, type SweepRow } from '../sim/sweep.js';
 import { goodputRatioText, goodputText } from '../sim/sweep-report.js';
 import { pct, secs } from '../sim/table.js';
 
-/** A row as `kvgate sim --sweep --json` prints it: the policy's searched goodput on every row. */
-export type SweepJsonRow = SweepRow & {
-  goodput_load?: number;
-  goodput_missed_at?: number | null;
-  goodput_probes?: Goodput['probes'];
-};
+/**
+ * A sweep's row as the docs read it: `kvgate sim --sweep --json`'s (SweepJsonRow), or a plain
+ * row whose goodput is then read off the grid (rows from before the search).
+ */
+type DocsRow = SweepRow & Partial<Pick<SweepJsonRow, 'goodput_load' | 'goodput_missed_at' | 'goodput_probes'>>;
 
 /** One sweep as the docs show it. */
 export interface SweepResult {
@@ -21,7 +20,7 @@ export interface SweepResult {
   name: string;
   /** The command a reader runs to reproduce it (`kvgate sim … --sweep … --json`). */
   command: string;
-  rows: SweepJsonRow[];
+  rows: DocsRow[];
 }
 
 /** The targets (docs/BENCHMARKS.md, "Under load"); the report states them, no test asserts them. */
@@ -80,7 +79,7 @@ const goodputCell = (g: Goodput | undefined) => (g ? goodputText(g) : '-');
  * Each policy's goodput: the one its run searched for (on every JSON row), else read off the
  * grid (rows from before the search, or with `--goodput-resolution 0`).
  */
-function goodputByPolicy(rows: readonly SweepJsonRow[]): Map<string, Goodput> {
+function goodputByPolicy(rows: readonly DocsRow[]): Map<string, Goodput> {
   const capacity = rows[0]?.capacity_rps ?? 0;
   const grid = new Map(goodputs(rows, policiesOf(rows), capacity).map((g) => [g.policy, g]));
   for (const r of rows) {

@@ -20,7 +20,7 @@ import { ALL_POLICIES, checkPolicyNames, POLICY_FACTORIES, POOLED_BOUND } from '
 import { writeReport } from '../sim/report.js';
 import { runSimulation, type Progress } from '../sim/run.js';
 import { hasSessions } from '../sim/scale.js';
-import { DEFAULT_GOODPUT_MAX_LOAD, DEFAULT_GOODPUT_RESOLUTION, DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep, type SweepProgress } from '../sim/sweep.js';
+import { DEFAULT_GOODPUT_MAX_LOAD, DEFAULT_GOODPUT_RESOLUTION, DEFAULT_LOADS, DEFAULT_SLO_TTFT_S, runSweep, sweepJsonRows, type SweepProgress } from '../sim/sweep.js';
 import { formatSweep, writeSweepReport } from '../sim/sweep-report.js';
 import { formatTable, pct } from '../sim/table.js';
 import type { Workload } from '../sim/workload.js';
@@ -239,12 +239,7 @@ async function sweep(o: SimFlags, out: SimOutput, progressOut: ProgressStream, g
     bar?.stop();
   }
   if (o.json) {
-    const good = new Map(report.goodput.map((g) => [g.policy, g]));
-    const rows = report.rows.map((r) => {
-      const g = good.get(r.policy);
-      return { ...r, goodput_load: g?.load ?? 0, goodput_missed_at: g?.missedAt ?? null, goodput_probes: g?.probes ?? [] };
-    });
-    out.write(`${JSON.stringify(rows)}\n`);
+    out.write(`${JSON.stringify(sweepJsonRows(report))}\n`);
   } else {
     out.write(formatSweep(report));
   }

@@ -79,6 +79,22 @@ export interface Goodput {
   probes: Array<{ load: number; ttftP99OfferedS: number | null; meetsSlo: boolean }>;
 }
 
+/** A row as `kvgate sim --sweep --json` prints it: its policy's searched goodput on every row. */
+export type SweepJsonRow = SweepRow & {
+  goodput_load: number;
+  goodput_missed_at: number | null;
+  goodput_probes: Goodput['probes'];
+};
+
+/** The rows `--json` prints, each carrying its policy's goodput. */
+export function sweepJsonRows(report: Pick<SweepReport, 'rows' | 'goodput'>): SweepJsonRow[] {
+  const good = new Map(report.goodput.map((g) => [g.policy, g]));
+  return report.rows.map((r) => {
+    const g = good.get(r.policy);
+    return { ...r, goodput_load: g?.load ?? 0, goodput_missed_at: g?.missedAt ?? null, goodput_probes: g?.probes ?? [] };
+  });
+}
+
 export interface SweepReport {
   workload: { name: string; description: string; requests: number; blockTokens: number };
   fleet: FleetOptions;

@@ -6,8 +6,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { heldOutSection, sweepSection, sweepTargets } from '../../src/bench/sweep-docs.js';
 import { HELD_OUT_SWEEPS, REPORT_SWEEPS, sweepArgs } from '../../src/bench/sweeps.js';
-import type { SweepJsonRow } from '../../src/bench/sweep-docs.js';
-import type { SweepRow } from '../../src/sim/sweep.js';
+import { sweepJsonRows, type SweepJsonRow, type SweepRow } from '../../src/sim/sweep.js';
 
 function row(policy: string, load: number, o: Partial<SweepRow> = {}): SweepRow {
   return {
@@ -69,12 +68,9 @@ describe('load-sweep sections of the benchmark docs', () => {
   });
 
   test('goodput: the searched goodput on the rows, not the grid; a policy that met the SLO at every load run is a lower bound', () => {
-    const searched = (policy: string, load: number, goodput: number, missedAt: number | null, o: Partial<SweepRow> = {}): SweepJsonRow => ({
-      ...row(policy, load, o),
-      goodput_load: goodput,
-      goodput_missed_at: missedAt,
-      goodput_probes: [],
-    });
+    // A row as `--json` prints it (sweepJsonRows), with the goodput the search found.
+    const searched = (policy: string, load: number, goodput: number, missedAt: number | null, o: Partial<SweepRow> = {}): SweepJsonRow =>
+      sweepJsonRows({ rows: [row(policy, load, o)], goodput: [{ policy, load: goodput, rps: 0, missedAt, probes: [] }] })[0]!;
     // The grid says 1.6 and 1.6 (1.00x); the search found 2.2 and 1.65.
     const rows = [searched('kvgate', 1.6, 2.2, 2.25), searched('dynamo-cost', 1.6, 1.65, 1.7)];
     assert.equal(sweepTargets(rows)[0], 'goodput ≥ 1.3x the best baseline: met (kvgate 2.20, best baseline 1.65: dynamo-cost; 1.33x)');
