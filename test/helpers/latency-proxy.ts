@@ -73,9 +73,9 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     upstream.on('data', (c: Buffer) => toClient.push(c));
     // A side that closes gracefully (FIN) has its data delivered first, then its FIN, a latency
     // later, as TCP would: a server's last replies before it closes are not lost in the proxy.
-    let ended = 0;
+    let ended = false;
     const endOf = (pipe: DelayedPipe) => () => {
-      ended++;
+      ended = true;
       pipe.push(undefined);
     };
     client.on('end', endOf(toUpstream));
@@ -90,7 +90,7 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     };
     // A close after a FIN lets the other direction drain; an abrupt one (or both sides done) ends all.
     const closed = () => {
-      if (ended === 0 || (client.destroyed && upstream.destroyed)) end();
+      if (!ended || (client.destroyed && upstream.destroyed)) end();
     };
     client.on('close', closed);
     upstream.on('close', closed);
