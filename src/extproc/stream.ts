@@ -53,7 +53,7 @@ import { CONTINUE_REPLY, continueStripping, immediate, routeReply, routeTo } fro
 import { grpcStatusFor, httpAnswerFor } from './status-map.js';
 import { readableResponse, ResponseIdReader } from './response-id.js';
 import { promptApiOf } from '../request/prompt.js';
-import { decodeJoined } from '../request/body.js';
+import { joinAndParse } from '../request/body.js';
 
 type Phase = 'start' | 'headers' | 'body' | 'trailers' | 'done';
 type Call = ServerDuplexStream<ProcessingRequest, ProcessingResponse>;
@@ -369,7 +369,7 @@ export class ExtProcStream {
     // The decision reads the body in one piece: one chunk is that piece already, several are
     // joined and decoded at once (in a reused buffer: the echo below needs no join). After the
     // deadline it is decided on the headers, and nothing is joined.
-    const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : decodeJoined(kept);
+    const body = ended === 'deadline' ? undefined : kept.length === 1 ? kept[0]! : joinAndParse(kept);
     if (body) this.request = withBody(this.request, body);
     await this.decideAndReply('request_headers');
     if (this.finished || this.answeredImmediately) return;

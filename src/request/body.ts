@@ -3,39 +3,43 @@
  * reports why a body was not usable so the caller can pick the configured answer.
  */
 import { isUtf8 } from 'node:buffer';
+import { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { parsePiecewise, PIECEWISE_MIN_BYTES } from './large-body.js';
 
-export type ParsedBody =
-  | { ok: true; value: Record<string, unknown> }
-  | { ok: false; reason: 'empty' | 'not_utf8' | 'not_json' | 'not_object' | 'too_complex' };
-
-/**
- * Deepest JSON nesting read. Real OpenAI bodies (tool and response schemas included) stay far
- * below it; past it V8's JSON.parse costs microseconds per level, so an 8 MiB body of `[` would
- * block the event loop (every stream's routing) for seconds. Such a body is not parsed at all.
- */
-export const MAX_JSON_DEPTH = 128;
-/**
- * Most objects and arrays read in one body. A real chat has a few per message; 8 MiB of `[],`
- * would be millions, each a heap object: seconds of parsing and GC and over 100 MB of heap.
- */
-export const MAX_JSON_CONTAINERS = 100_000;
+export { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody };
 
 /**
- * A body its transport already decoded (full duplex joins its chunks only to decode them, see
- * decodeJoined): parseJsonBody reads it as it reads the bytes, with the same answers.
+ * A body its transport joined from chunks (full duplex) and parsed at once, while the buffer it
+ * was joined in (reused by the next join) still held it: parseJsonBody answers that parse, which
+ * is what it answers for the same bytes in one piece.
  */
-export interface DecodedBody {
+export interface JoinedBody {
   /** Its size in bytes, as `Buffer#length` (the limits and size estimates read this). */
   readonly length: number;
-  /** What decodeUtf8 answers for its bytes: the text, one leading BOM dropped; undefined when not UTF-8. */
-  readonly text: string | undefined;
+  readonly parsed: ParsedBody;
 }
 
-export function parseJsonBody(body: Buffer | DecodedBody | undefined): ParsedBody {
+export function parseJsonBody(body: Buffer | JoinedBody | undefined): ParsedBody {
   if (!body || body.length === 0) return { ok: false, reason: 'empty' };
-  const bytes = body instanceof Uint8Array ? body : undefined;
-  const text = bytes ? decodeUtf8(bytes) : (body as DecodedBody).text;
-  if (text === undefined) return { ok: false, reason: 'not_utf8' };
+  return body instanceof Uint8Array ? parseBytes(body) : body.parsed;
+}
+
+/**
+ * The bytes' parse. Large bodies are parsed piecewise (large-body.ts: no string of the whole body,
+ * the same answers); the rest, and any the piecewise way declines, as one decoded text.
+ */
+function parseBytes(bytes: Buffer): ParsedBody {
+  if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
+  const start = bomLength(bytes);
+  if (bytes.length - start >= PIECEWISE_MIN_BYTES) {
+    const parsed = parsePiecewise(bytes, start);
+    if (parsed) return parsed;
+  }
+  return parseText(bytes.toString('utf8', start));
+}
+
+/** The whole-body parse of a body's text (decodeUtf8's answer): the answers the piecewise way is held to. */
+export function parseText(text: string): ParsedBody {
   if (tooComplex(text)) return { ok: false, reason: 'too_complex' };
   let value: unknown;
   try {
@@ -57,17 +61,20 @@ export function parseJsonBody(body: Buffer | DecodedBody | undefined): ParsedBod
  * leading BOM is dropped (JSON.parse refuses it; clients that write one mean plain JSON).
  */
 export function decodeUtf8(body: Buffer): string | undefined {
-  if (!isUtf8(body)) return undefined;
-  const bom = body.length >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf;
-  return body.toString('utf8', bom ? 3 : 0);
+  return isUtf8(body) ? body.toString('utf8', bomLength(body)) : undefined;
+}
+
+/** 3 when the bytes open with a UTF-8 BOM, else 0. */
+function bomLength(body: Buffer): number {
+  return body.length >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
 }
 
 /**
  * One pass over the decoded text counting brackets outside strings: too deep or too many
  * containers. Strings (nearly all of a prompt) are skipped with `indexOf`, natively, to their
  * closing quote: the first one not escaped by an odd run of backslashes. Malformed JSON is only
- * miscounted, never slow. Walking the text rather than the bytes costs the same (2 KB to 400 KB
- * bodies, within 3%) and serves both body forms: the bytes are decoded first anyway.
+ * miscounted, never slow. The piecewise parse of large bodies (large-body.ts) walks their bytes
+ * the same way, so the two refuse the same bodies.
  */
 function tooComplex(text: string): boolean {
   let depth = 0;
@@ -92,30 +99,32 @@ function tooComplex(text: string): boolean {
 }
 
 /**
- * Bodies up to this size are joined in one buffer kept for the purpose (decodeJoined): 1 MiB holds
+ * Bodies up to this size are joined in one buffer kept for the purpose (joinAndParse): 1 MiB holds
  * the large prompts that are common (agents' 100-500 KB) and bounds what an idle process keeps.
  */
 export const REUSED_JOIN_BYTES = 1024 * 1024;
 let joinBuffer = Buffer.alloc(0);
 
 /**
- * What decodeUtf8 answers for the chunks joined, as a DecodedBody. The join is only read by the
- * decode, synchronously, so it is made in one buffer reused by every call rather than in a fresh
- * one: a fresh 400 KB buffer is memory the process has to fault in and V8 counts against its
- * external-memory budget (a full collection is due each time that grows by 64 MB), for bytes
- * read once and dropped. Bodies past REUSED_JOIN_BYTES are joined in a fresh buffer, as before.
+ * The chunks joined and parsed, as a JoinedBody. The join is only read by the parse, synchronously
+ * (the parsed value holds strings of its own, none of the buffer), so it is made in one buffer
+ * reused by every call rather than in a fresh one: a fresh 400 KB buffer is memory the process has
+ * to fault in and V8 counts against its external-memory budget (a full collection is due each time
+ * that grows by 64 MB), for bytes read once and dropped. Bodies past REUSED_JOIN_BYTES are joined
+ * in a fresh buffer, as before.
  */
-export function decodeJoined(chunks: readonly Buffer[]): DecodedBody {
+export function joinAndParse(chunks: readonly Buffer[]): JoinedBody {
   let bytes = 0;
   for (const c of chunks) bytes += c.length;
-  if (bytes > REUSED_JOIN_BYTES) return { length: bytes, text: decodeUtf8(Buffer.concat(chunks, bytes)) };
+  if (bytes === 0) return { length: 0, parsed: { ok: false, reason: 'empty' } };
+  if (bytes > REUSED_JOIN_BYTES) return { length: bytes, parsed: parseBytes(Buffer.concat(chunks, bytes)) };
   if (joinBuffer.length < bytes) joinBuffer = Buffer.allocUnsafe(Math.min(REUSED_JOIN_BYTES, Math.max(bytes, 2 * joinBuffer.length)));
   let at = 0;
   for (const c of chunks) {
     joinBuffer.set(c, at);
     at += c.length;
   }
-  return { length: bytes, text: decodeUtf8(joinBuffer.subarray(0, bytes)) };
+  return { length: bytes, parsed: parseBytes(joinBuffer.subarray(0, bytes)) };
 }
 
 /** A string field, or undefined when absent or of another type (bodies are untrusted). */

@@ -1,4 +1,4 @@
-import type { DecodedBody } from './body.js';
+import type { JoinedBody } from './body.js';
 
 /**
  * What kvgate knows about one HTTP request, free of any proxy protocol. The ext_proc transport
@@ -14,7 +14,7 @@ export interface RequestInfo {
    * The whole body when the gate buffers it; undefined when it decides on headers alone. Its
    * bytes, or (full duplex) its text decoded as it arrived: `length` is its size in bytes either way.
    */
-  body?: Buffer | DecodedBody;
+  body?: Buffer | JoinedBody;
 }
 
 /** Strips a query string and fragment from a `:path` value. */

@@ -1,27 +1,33 @@
 /**
- * Full duplex joins a body's chunks only to decode them, in one buffer reused by every request
- * (decodeJoined), and hands the request layer the text; BUFFERED hands it the bytes. Every answer
- * must be the bytes': the text decodeUtf8 gives for the join however the body was cut (a
- * character split across two, three or four chunks, a BOM split), not_utf8 exactly when the
- * joined bytes are not UTF-8 (an invalid sequence split across chunks, a character cut off by the
- * end of the stream, a stray continuation byte opening a chunk), and parseJsonBody's answer on the
- * text equal to its answer on the bytes, too_complex included (one walker serves both; the depth
- * rules themselves are property-tested in test/faults/request-properties.test.ts). Each body is decoded right after a longer one, so bytes left in the reused buffer by an
- * earlier body would show; bodies past the reused buffer's size are checked too.
+ * Full duplex joins a body's chunks only to parse them, in one buffer reused by every request
+ * (joinAndParse), and hands the request layer the parse; BUFFERED hands it the bytes. Every answer
+ * must be the bytes': parseJsonBody's answer for the join however the body was cut (a character
+ * split across two, three or four chunks, a BOM split), not_utf8 exactly when the joined bytes are
+ * not UTF-8 (an invalid sequence split across chunks, a character cut off by the end of the
+ * stream, a stray continuation byte opening a chunk), too_complex included (one walker serves
+ * both; the depth rules themselves are property-tested in test/faults/request-properties.test.ts).
+ * Each body is joined right after a longer one, so bytes left in the reused buffer by an earlier
+ * body would show, and the earlier body's parse is checked again after the buffer's reuse; bodies
+ * past the reused buffer's size, and large ones parsed piecewise, are checked too.
  */
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import fc from 'fast-check';
-import { decodeJoined, decodeUtf8, MAX_JSON_DEPTH, parseJsonBody, REUSED_JOIN_BYTES } from '../../src/request/body.js';
+import { decodeUtf8, joinAndParse, MAX_JSON_DEPTH, parseJsonBody, REUSED_JOIN_BYTES } from '../../src/request/body.js';
+import { PIECEWISE_MIN_BYTES } from '../../src/request/large-body.js';
 
-/** A longer body decoded first, so the reused buffer holds other bytes past the next body's end. */
+/** A longer body joined first, so the reused buffer holds other bytes past the next body's end. */
 const before = Buffer.from(`{"filler":"${'\u00e9\u20ac'.repeat(40)}${'x'.repeat(200)}"}`);
 function joined(chunks: readonly Buffer[]) {
-  const earlier = decodeJoined([before.subarray(0, 7), before.subarray(7)]);
-  const out = decodeJoined(chunks);
-  assert.equal(earlier.text, decodeUtf8(before), 'an earlier text changed when the buffer was reused');
+  const earlier = joinAndParse([before.subarray(0, 7), before.subarray(7)]);
+  const seen = JSON.stringify(earlier.parsed);
+  const out = joinAndParse(chunks);
+  assert.equal(JSON.stringify(earlier.parsed), seen, 'an earlier parse changed when the buffer was reused');
+  assert.deepEqual(earlier.parsed, parseJsonBody(before));
   return out;
 }
+/** What a join must be: the bytes' length and their parse in one piece. */
+const whole = (bytes: Buffer) => ({ length: bytes.length, parsed: bytes.length === 0 ? { ok: false, reason: 'empty' } : parseJsonBody(bytes) });
 
 /** `bytes` cut at the given points (sorted; repeated points make empty chunks). */
 function cut(bytes: Buffer, points: readonly number[]): Buffer[] {
@@ -58,10 +64,10 @@ const mostlyValid = fc
 const anyBytes = fc.oneof(pieceBytes, mostlyValid, fc.uint8Array({ maxLength: 24 }).map((u) => Buffer.from(u)));
 const points = fc.array(fc.nat(), { maxLength: 8 });
 
-test('decodeJoined: decodeUtf8 of the join, and its length in bytes, for every cut', () => {
+test('joinAndParse: the parse of the bytes in one piece, and their length, for every cut', () => {
   fc.assert(
     fc.property(anyBytes, points, (bytes, at) => {
-      assert.deepEqual(joined(cut(bytes, at)), { length: bytes.length, text: decodeUtf8(bytes) });
+      assert.deepEqual(joined(cut(bytes, at)), whole(bytes));
     }),
     { numRuns: 20_000 },
   );
@@ -82,7 +88,7 @@ const jsonish = fc.oneof(
     .map(([depth, inner]) => Buffer.from(`${'['.repeat(depth)}"${inner.join('')}"${']'.repeat(depth)}`)),
 );
 
-test('parseJsonBody of the decoded text answers what it answers for the bytes, too_complex included', () => {
+test('parseJsonBody of the join answers what it answers for the bytes, too_complex included', () => {
   fc.assert(
     fc.property(jsonish, points, (bytes, at) => {
       assert.deepEqual(parseJsonBody(joined(cut(bytes, at))), parseJsonBody(bytes));
@@ -93,17 +99,18 @@ test('parseJsonBody of the decoded text answers what it answers for the bytes, t
 
 test('a character split over two, three or four chunks decodes; a BOM split over three is dropped once', () => {
   const text = 'a😀b€cé';
-  const bytes = Buffer.from(text);
+  const bytes = Buffer.from(JSON.stringify({ s: text }));
   for (let i = 1; i < bytes.length; i++) {
     for (let j = i; j < bytes.length; j++) {
-      assert.equal(joined([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).text, text, `cut at ${i}, ${j}`);
+      assert.deepEqual(joined([bytes.subarray(0, i), bytes.subarray(i, j), bytes.subarray(j)]).parsed, { ok: true, value: { s: text } }, `cut at ${i}, ${j}`);
     }
   }
-  assert.equal(joined([0xf0, 0x9f, 0x98, 0x80].map((b) => Buffer.from([b]))).text, '😀');
+  const emoji = Buffer.from('{"e":"😀"}');
+  assert.deepEqual(joined([...emoji].map((b) => Buffer.from([b]))).parsed, { ok: true, value: { e: '😀' } });
   const bom = [Buffer.from([0xef]), Buffer.from([0xbb]), Buffer.from([0xbf, 0x7b, 0x7d])];
-  assert.deepEqual(joined(bom), { length: 5, text: '{}' });
-  assert.deepEqual(joined([...bom.slice(0, 2), Buffer.from([0xbf, 0xef, 0xbb]), Buffer.from([0xbf, 0x7b, 0x7d])]), { length: 8, text: '\ufeff{}' });
-  assert.deepEqual(parseJsonBody(joined(bom)), { ok: true, value: {} });
+  assert.deepEqual(joined(bom), { length: 5, parsed: { ok: true, value: {} } });
+  // A second BOM is text: JSON.parse refuses it, as it does in one piece.
+  assert.deepEqual(joined([...bom.slice(0, 2), Buffer.from([0xbf, 0xef, 0xbb]), Buffer.from([0xbf, 0x7b, 0x7d])]), { length: 8, parsed: { ok: false, reason: 'not_json' } });
 });
 
 test('invalid across a chunk boundary, or incomplete at the end of the stream, is not_utf8 as in one piece', () => {
@@ -120,8 +127,7 @@ test('invalid across a chunk boundary, or incomplete at the end of the stream, i
     const bufs = chunks.map((c) => Buffer.from(c));
     const whole = Buffer.concat(bufs);
     assert.equal(decodeUtf8(whole), undefined, `${what}: the join itself is valid`);
-    assert.deepEqual(joined(bufs), { length: whole.length, text: undefined }, what);
-    assert.deepEqual(parseJsonBody(joined(bufs)), { ok: false, reason: 'not_utf8' }, what);
+    assert.deepEqual(joined(bufs), { length: whole.length, parsed: { ok: false, reason: 'not_utf8' } }, what);
   }
   assert.deepEqual(parseJsonBody(joined([])), { ok: false, reason: 'empty' });
   assert.deepEqual(parseJsonBody(joined([Buffer.alloc(0)])), { ok: false, reason: 'empty' });
@@ -131,10 +137,23 @@ test('a body past the reused buffer is joined whole, and the buffer still serves
   const big = Buffer.from(`{"content":"${'é'.repeat(REUSED_JOIN_BYTES / 2)}${'x'.repeat(100)}"}`);
   assert.ok(big.length > REUSED_JOIN_BYTES);
   const cutAt = [big.length >> 2, big.length >> 1, big.length - 3];
-  assert.deepEqual(joined(cut(big, cutAt)), { length: big.length, text: decodeUtf8(big) });
+  assert.deepEqual(joined(cut(big, cutAt)), whole(big));
   const near = Buffer.from(`{"c":"${'y'.repeat(REUSED_JOIN_BYTES - 8)}"}`);
   assert.equal(near.length, REUSED_JOIN_BYTES);
-  assert.deepEqual(joined(cut(near, [5, REUSED_JOIN_BYTES - 5])), { length: near.length, text: decodeUtf8(near) });
+  assert.deepEqual(joined(cut(near, [5, REUSED_JOIN_BYTES - 5])), whole(near));
   const small = Buffer.from('{"a":"é"}');
-  assert.deepEqual(parseJsonBody(joined(cut(small, [6]))), { ok: true, value: { a: 'é' } });
+  assert.deepEqual(joined(cut(small, [6])), { length: small.length, parsed: { ok: true, value: { a: 'é' } } });
+});
+
+test('a large body is parsed piecewise from the reused buffer: its values are its own, not views of the next body', () => {
+  const turn = (c: string) => `${c.repeat(40_000)}\n`;
+  const large = Buffer.from(JSON.stringify({ model: 'm', messages: [0, 1, 2, 3, 4].map((i) => ({ role: 'user', content: turn('abcde'[i]!) })) }));
+  assert.ok(large.length >= PIECEWISE_MIN_BYTES && large.length <= REUSED_JOIN_BYTES);
+  const first = joinAndParse(cut(large, [1000, 90_000]));
+  const kept = JSON.stringify(first.parsed);
+  assert.deepEqual(first, whole(large));
+  // The next join overwrites the buffer the first was parsed from.
+  const other = Buffer.from(JSON.stringify({ model: 'n', messages: [{ role: 'user', content: turn('z').repeat(5) }] }));
+  assert.deepEqual(joinAndParse(cut(other, [7])), whole(other));
+  assert.equal(JSON.stringify(first.parsed), kept);
 });
