@@ -3,7 +3,7 @@ import { before, describe, test } from 'node:test';
 import { initHashing } from '../../src/request/hashing.js';
 import { ArticlePolicy } from '../../src/sim/policies/article.js';
 import { ConsistentHashPolicy } from '../../src/sim/policies/consistent-hash.js';
-import { DynamoCostPolicy } from '../../src/sim/policies/dynamo-cost.js';
+import { DYNAMO_DEFAULTS, DynamoCostPolicy } from '../../src/sim/policies/dynamo-cost.js';
 import { LeastLoadedPolicy } from '../../src/sim/policies/least-loaded.js';
 import type { PolicyContext, RouteChoice } from '../../src/sim/policies/policy.js';
 import { RoundRobinPolicy } from '../../src/sim/policies/round-robin.js';
@@ -117,10 +117,27 @@ describe('baseline policies', () => {
     assert.equal(p.costs(probe())[w]!.cost, 12);
     assert.equal(worker(p.route(probe(), 1)), w);
 
-    // A tie goes to the worker with the smaller tree: the one that has not seen the prefix.
-    const q = new DynamoCostPolicy(ctx(2));
-    const v = worker(q.route(req([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), 0));
-    assert.equal(worker(q.route(probe(), 0)), 1 - v);
+    // A tie goes to either cheapest worker at random, as minimum_cost_index draws among equal
+    // costs: nothing else (not how much either has seen) breaks it.
+    const picks = new Set<string>();
+    for (let seed = 1; seed <= 16; seed++) {
+      const q = new DynamoCostPolicy({ ...ctx(2), seed });
+      const v = worker(q.route(req([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), 0));
+      picks.add(worker(q.route(probe(), 0)) === v ? 'owner' : 'other');
+    }
+    assert.deepEqual([...picks].sort(), ['other', 'owner']);
+  });
+
+  test('Dynamo cost: as shipped, no busy threshold: it reads no engine metric and refuses nothing; with one set, all busy is refused', () => {
+    const full = [{ running: 50, waiting: 20, kvUsage: 1 }, { running: 50, waiting: 20, kvUsage: 0.99 }];
+    const p = new DynamoCostPolicy(ctx(2));
+    assert.equal(p.observe, undefined);
+    for (let i = 0; i < 4; i++) assert.ok(worker(p.route(req([i + 1]), i)) >= 0);
+    const q = new DynamoCostPolicy(ctx(2), { ...DYNAMO_DEFAULTS, busyKvThreshold: 0.85 });
+    q.observe!(full);
+    assert.deepEqual(q.route(req([1]), 0), { shed: 'all_workers_busy' });
+    q.observe!([full[0]!, { running: 1, waiting: 0, kvUsage: 0.5 }]);
+    assert.equal(worker(q.route(req([1]), 1)), 1);
   });
 
   test("Dynamo cost: the approximate index forgets a worker's blocks after the 120 s TTL", () => {

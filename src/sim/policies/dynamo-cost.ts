@@ -10,14 +10,17 @@
  *  - cost(w) = overlap_score_weight × prefill_blocks(w) + decode_blocks(w), lowest wins, with
  *    prefill_blocks = (w's active prefill tokens + this request's uncached tokens on w) / block size
  *    and decode_blocks = w's active blocks + this request's blocks not already active there;
- *  - temperature 0: argmin; ties go to the smallest tree, then to a (seeded) random pick;
- *  - engine metrics: workers publish their KV blocks in use; a worker whose active blocks exceed
- *    `active_decode_blocks_threshold` of its total is busy and gets no new request, and when
- *    every worker is busy the request is refused with 503 (Dynamo docs
- *    `fault_tolerance/request_rejection.md`; the threshold is opt-in there, 0.85 is its example
- *    and the pressure level kvgate uses). The router sees those figures at the same scrape cadence
- *    and age as every other policy (simulator.ts). Dynamo's queue view is router-local (active
- *    prefill tokens, above); the engine's waiting count is delivered but its cost has no term for it.
+ *  - temperature 0: argmin; ties go to a (seeded) uniformly random pick among the cheapest
+ *    (`minimum_cost_index` in `lib/kv-router/src/scheduling/selector/default.rs`: reservoir
+ *    sampling over equal costs, no other tie-break);
+ *  - no request rejection: Dynamo's busy thresholds (`--active-decode-blocks-threshold` and the
+ *    others) are each off until set (Dynamo docs, user-guides/fault-tolerance/request-rejection,
+ *    v1.3.0: "Each busy threshold is disabled by default"), so as shipped it never refuses a
+ *    request and reads no engine metric: its load view is router-local (active blocks and prefill
+ *    tokens, above). `busyKvThreshold` turns the decode-blocks threshold on (0.85 is the docs'
+ *    example): a worker whose published KV use passes it is busy and gets no new request, and when
+ *    every worker is busy the request is refused. Only then does the policy read engine metrics,
+ *    at the same scrape cadence and age as every other policy (simulator.ts).
  */
 import type { BlockId } from '../blocks.js';
 import { Rng } from '../rng.js';
@@ -29,7 +32,7 @@ export interface DynamoParams {
   ttlS: number;
   maxTreeBlocks: number;
   pruneTargetRatio: number;
-  /** `--active-decode-blocks-threshold`: KV blocks in use over total past which a worker is busy; undefined: off. */
+  /** `--active-decode-blocks-threshold`: KV blocks in use over total past which a worker is busy; undefined: off (Dynamo's default). */
   busyKvThreshold: number | undefined;
 }
 
@@ -38,7 +41,7 @@ export const DYNAMO_DEFAULTS: Readonly<DynamoParams> = Object.freeze({
   ttlS: 120,
   maxTreeBlocks: 1_048_576,
   pruneTargetRatio: 0.8,
-  busyKvThreshold: 0.85,
+  busyKvThreshold: undefined,
 });
 
 /** Per worker, the blocks routed there and when each expires; insertion order is expiry order. */
@@ -71,10 +74,6 @@ export class ApproxKvIndexer {
     let n = 0;
     while (n < blocks.length && m.has(blocks[n]!)) n++;
     return n;
-  }
-
-  treeSize(worker: number): number {
-    return this.byWorker[worker]!.size;
   }
 
   insert(blocks: readonly BlockId[], worker: number, now: number): void {
@@ -115,8 +114,14 @@ export class DynamoCostPolicy implements RouterPolicy {
   private readonly activePrefill: number[];
   private readonly active = new Map<number, Active>();
   private readonly rng: Rng;
-  /** Workers whose last published KV use is past the busy threshold. */
+  /** Workers whose last published KV use is past the busy threshold (never, with none set). */
   private busy: boolean[];
+  /**
+   * Engine metrics, read only with a busy threshold set: as shipped Dynamo's router reads none in
+   * this mode, so a policy without one must not get them (the simulator hands metrics to a policy
+   * that has this method).
+   */
+  readonly observe?: (workers: readonly WorkerObservation[]) => void;
 
   constructor(
     private readonly ctx: PolicyContext,
@@ -128,11 +133,8 @@ export class DynamoCostPolicy implements RouterPolicy {
     this.activePrefill = new Array<number>(ctx.workers).fill(0);
     this.rng = new Rng(ctx.seed ^ 0x64796e);
     this.busy = new Array<boolean>(ctx.workers).fill(false);
-  }
-
-  observe(workers: readonly WorkerObservation[]): void {
-    const t = this.params.busyKvThreshold;
-    this.busy = workers.map((w) => t !== undefined && w.kvUsage > t);
+    const t = params.busyKvThreshold;
+    if (t !== undefined) this.observe = (workers) => (this.busy = workers.map((w) => w.kvUsage > t));
   }
 
   /** Each worker's cost for this request, as the selector computes it. */
@@ -157,9 +159,7 @@ export class DynamoCostPolicy implements RouterPolicy {
     const costs = this.costs(req).filter((c) => !this.busy[c.worker]);
     if (costs.length === 0) return { shed: 'all_workers_busy' };
     const best = Math.min(...costs.map((c) => c.cost));
-    let ties = costs.filter((c) => c.cost === best);
-    const smallest = Math.min(...ties.map((c) => this.index.treeSize(c.worker)));
-    ties = ties.filter((c) => this.index.treeSize(c.worker) === smallest);
+    const ties = costs.filter((c) => c.cost === best);
     const pick = ties.length === 1 ? ties[0]! : this.rng.pick(ties);
     const w = pick.worker;
 

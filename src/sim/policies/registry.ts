@@ -24,7 +24,7 @@ export const POLICY_FACTORIES: Record<string, { describe: string; create: (ctx: 
   'consistent-hash': { describe: 'hash ring on the session id (vLLM production-stack `session`)', create: (ctx) => new ConsistentHashPolicy(ctx) },
   article: { describe: "the article's session stickiness, threshold 10, least-loaded fallback", create: (ctx) => new ArticlePolicy(ctx) },
   'sglang-cache-aware': { describe: "SGLang's cache-aware router (approximate tree, balance thresholds)", create: (ctx) => new SglangCacheAwarePolicy(ctx) },
-  'dynamo-cost': { describe: "Dynamo's KV router cost (approximate indexer, prefill + decode blocks, busy at 85% KV)", create: (ctx) => new DynamoCostPolicy(ctx) },
+  'dynamo-cost': { describe: "Dynamo's KV router cost (approximate indexer, prefill + decode blocks, no request rejection, as shipped)", create: (ctx) => new DynamoCostPolicy(ctx) },
   'llm-d': { describe: "llm-d's default profile (queue 2, KV use 2, approximate prefix 3, max-score picker)", create: (ctx) => new LlmdPolicy(ctx) },
   'llm-d-session': {
     describe: "llm-d's default profile plus its session-affinity scorer (weight 1)",
