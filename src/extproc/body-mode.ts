@@ -9,6 +9,7 @@
  *
  *  - buffered: BUFFERED (one message with the whole body; Envoy holds the headers until its reply)
  *    and BUFFERED_PARTIAL (the same, for what fits in Envoy's buffer): decide on the body reply.
+ *    In BUFFERED_PARTIAL a body past the buffer comes cut (see `partialBody`).
  *  - streamed / none: the headers go upstream at the headers reply: decide there.
  *  - full_duplex: FULL_DUPLEX_STREAMED: chunks arrive without waiting for replies; kvgate answers
  *    the headers once it has what it needs, then sends the body back as `streamed_response` chunks.
@@ -21,6 +22,11 @@ type Configured = Pick<Config['routing'], 'request_body_mode' | 'response_body_m
 
 export interface BodyModes {
   request: RequestBodyHandling;
+  /**
+   * Envoy declared BUFFERED_PARTIAL: a body message without end_of_stream may be only the first
+   * part of the body (see `partialBody`).
+   */
+  partialBodies: boolean;
   /** Response bodies come as FULL_DUPLEX_STREAMED chunks (answered with streamed_response). */
   responseFullDuplex: boolean;
   /** What Envoy declared, when it did (for logs). */
@@ -52,13 +58,30 @@ function requestHandling(mode: BodySendMode): RequestBodyHandling | undefined {
 
 /** The stream's body modes: Envoy's declaration when there is one, else the config's fallback. */
 export function bodyModes(pc: ProtocolConfiguration | null | undefined, configured: Configured): BodyModes {
-  if (!pc) return { request: configured.request_body_mode, responseFullDuplex: configured.response_body_mode === 'full_duplex' };
+  if (!pc) return { request: configured.request_body_mode, partialBodies: false, responseFullDuplex: configured.response_body_mode === 'full_duplex' };
   const declared = { request: pc.request_body_mode, response: pc.response_body_mode };
   return {
     request: requestHandling(pc.request_body_mode) ?? configured.request_body_mode,
+    partialBodies: pc.request_body_mode === 'BUFFERED_PARTIAL',
     responseFullDuplex: pc.response_body_mode === 'FULL_DUPLEX_STREAMED',
     declared,
   };
+}
+
+/**
+ * Whether a buffered body message is only the first part of the body. BUFFERED sends the whole
+ * body, with end_of_stream false only when trailers follow. BUFFERED_PARTIAL sends what it holds
+ * either at the end of the body or once its buffer passes its high watermark
+ * (ext_proc.cc `handleDataBufferedPartialMode`, `sendStreamChunk`: end_of_stream false), and the
+ * rest of the body then goes upstream unprocessed; with trailers it also sends the whole body
+ * without end_of_stream (`onTrailers`). A `content-length` tells the two apart; without one, a
+ * declared BUFFERED_PARTIAL is taken at its word that the body may be cut (trailers on an LLM
+ * request are rarer than a prompt past Envoy's buffer).
+ */
+export function partialBody(bodyBytes: number, endOfStream: boolean, contentLength: string | undefined, modes: BodyModes): boolean {
+  if (endOfStream) return false;
+  const declared = contentLength !== undefined && /^\d+$/.test(contentLength) ? Number(contentLength) : undefined;
+  return declared !== undefined ? bodyBytes < declared : modes.partialBodies;
 }
 
 /** Whether Envoy's declared request body mode differs from what the config says (worth one log line). */

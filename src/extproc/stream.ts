@@ -44,7 +44,7 @@ import { readsBody, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
-import { type BodyModes, bodyModes, modeMismatch, streamedChunks, streamedPieces } from './body-mode.js';
+import { type BodyModes, bodyModes, modeMismatch, partialBody, streamedChunks, streamedPieces } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, knobMetadataEntries } from './knob-source.js';
@@ -317,6 +317,13 @@ export class ExtProcStream {
     // follow), so the first body message is the one to decide on.
     // No copy: grpc-js decodes each message into a buffer of its own and never reuses it.
     const body = msg.request_body?.body ?? Buffer.alloc(0);
+    // A body BUFFERED_PARTIAL cut at Envoy's buffer is not the request's body: reading it would
+    // find a truncated prompt (malformed, or a 400 under `malformed_body: reject`). The decision
+    // is made on the headers, as after full duplex's deadline.
+    if (partialBody(body.length, msg.request_body?.end_of_stream === true, this.request?.headers.get('content-length'), modes)) {
+      this.debugLogger?.debug({ bytes: body.length }, "request body cut at Envoy's buffer; deciding on the headers");
+      return this.decideAndReply('request_body');
+    }
     this.request = withBody(this.request, body);
     return this.decideAndReply('request_body');
   }

@@ -12,7 +12,7 @@ export interface RequestInfo {
   headers: ReadonlyMap<string, string>;
   /**
    * The whole body when the gate buffers it; undefined when it decides on headers alone. Its
-   * bytes, or (full duplex) its text decoded as it arrived: `length` is its size in bytes either way.
+   * bytes, or (full duplex) its chunks joined and parsed at once: `length` is its size in bytes either way.
    */
   body?: Buffer | JoinedBody;
 }
