@@ -432,6 +432,13 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
       throw new Error(`${name}: processing_mode.${body} FULL_DUPLEX_STREAMED requires ${trailers}: SEND`);
     }
   }
+  // Nor does it take fail-open with a FULL_DUPLEX_STREAMED body (config.cc
+  // `verifyProcessingModeConfig`: "failure_mode_allow has to be left as false"). What remains is a
+  // per-route override's fail-open, which `Filter::failureModeAllow` (ext_proc.cc) turns off once
+  // a duplex body was received; the harness's `extProcOverride` stands for that override.
+  if (config.failureModeAllow && (pm.request_body_mode === 'FULL_DUPLEX_STREAMED' || pm.response_body_mode === 'FULL_DUPLEX_STREAMED')) {
+    throw new Error(`${name}: failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode`);
+  }
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;

@@ -13,7 +13,7 @@
  *    header_mutation extension, source/extensions/http/early_header_mutation/header_mutation)
  *    run first, then refreshCachedRoute() picks and caches the route, then the HTTP filters run
  *    (request-run.ts, RequestRun constructor). A cluster_header route reads its header then
- *    (routing.ts, RouteEntryImplBase::clusterEntry);
+ *    (routing.ts, HeaderClusterSpecifierPlugin::route in header_cluster_specifier.cc);
  *  - the route is picked again only after a filter clears the cache: ext_proc's
  *    DecodingProcessorState::clearRouteCache (processor_state.cc), needing a header_mutation in the
  *    same reply, per route_cache_action; the header_mutation HTTP filter never clears it

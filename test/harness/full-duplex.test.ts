@@ -244,7 +244,9 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     }
   });
 
-  test('fail-open is off once a body was sent: a server error fails the request even with failure_mode_allow', async () => {
+  // The filter itself cannot be fail-open in full duplex (the test below); fail-open here is a
+  // per-route override's (extProcOverride), which Filter::failureModeAllow turns off once a body was sent.
+  test("fail-open is off once a body was sent: a server error fails the request even with a per-route override's failure_mode_allow", async () => {
     const srv = await scripted((m, call) => {
       if (m.request === 'request_headers' && m.request_headers?.end_of_stream) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' });
       if (m.request === 'request_body' && m.request_body?.end_of_stream) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' });
@@ -287,10 +289,15 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     }
   });
 
-  test('Envoy refuses FULL_DUPLEX_STREAMED without trailer mode SEND', () => {
+  test('Envoy refuses FULL_DUPLEX_STREAMED without trailer mode SEND, or with failure_mode_allow', () => {
     const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
     const text = stringify(doc).replaceAll('request_body_mode: BUFFERED', 'request_body_mode: FULL_DUPLEX_STREAMED');
     assert.throws(() => parseEnvoyConfig(text), /requires request_trailer_mode: SEND/);
+    // The shipped endpoint-picker config is fail-open; with duplex bodies and trailers sent, that alone is refused.
+    const failOpen = text.replaceAll('request_trailer_mode: SKIP', 'request_trailer_mode: SEND');
+    assert.match(failOpen, /failure_mode_allow: true/);
+    assert.throws(() => parseEnvoyConfig(failOpen), /failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode/);
+    assert.doesNotThrow(() => parseEnvoyConfig(failOpen.replaceAll('failure_mode_allow: true', 'failure_mode_allow: false')));
     assert.doesNotThrow(() => istioInferencePoolEnvoy());
   });
 });

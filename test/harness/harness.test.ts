@@ -493,7 +493,8 @@ describe('header mutations', () => {
           await h.request({ ...GET, headers: { ...GET.headers, 'x-multi': 'a', 'x-one': ['old1', 'old2'], 'x-raw': latin1 } }),
         );
         assert.deepEqual(o.requestHeaders.getAll('x-multi'), ['a', 'b']);
-        assert.deepEqual(o.requestHeaders.getAll('x-one'), ['new', 'old2']);
+        // append false replaces every copy (HeaderMapImpl::setCopy removes them all).
+        assert.deepEqual(o.requestHeaders.getAll('x-one'), ['new']);
         assert.deepEqual(o.requestHeaders.getRaw('x-bytes')[0], latin1);
         assert.deepEqual(seenRaw, latin1);
       },

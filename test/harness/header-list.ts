@@ -68,12 +68,13 @@ export class HeaderList {
     this.items.push([name.toLowerCase(), toBytes(value)]);
   }
 
-  /** setCopy: replace the first occurrence's value, or add when absent. */
+  /**
+   * setCopy: drop every occurrence, then add one at the end (header_map_impl.cc
+   * `HeaderMapImpl::setCopy`: `remove(key); addCopy(key, value);` since the runtime guard
+   * `http_set_copy_replace_all_headers` and the first-occurrence path were removed).
+   */
   setCopy(name: string, value: HeaderInputValue): void {
-    const key = name.toLowerCase();
-    const first = this.items.find(([k]) => k === key);
-    if (first) first[1] = toBytes(value);
-    else this.add(key, value);
+    this.replaceAll(name, value);
   }
 
   /** setReferenceKey: drop every occurrence, then add one. */

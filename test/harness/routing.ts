@@ -1,7 +1,8 @@
 /**
  * Route selection as Envoy's router does it: pick the virtual host by :authority, take the first
  * route whose path and header matchers all match, and resolve the cluster. For `cluster_header`
- * the header is read at match time (RouteEntryImplBase::clusterEntry builds a DynamicRouteEntry
+ * the header is read at match time (HeaderClusterSpecifierPlugin::route, source/common/router/
+ * header_cluster_specifier.cc, builds a DynamicRouteEntry
  * holding the first value), so a later header change only matters if the route cache is cleared.
  */
 import type { HeaderMatcher, Route, RouteConfig, VirtualHost } from './envoy-config.js';
