@@ -381,7 +381,7 @@ describe('routing (cluster_header + clear_route_cache)', () => {
     }, { config: { ...envoy, earlyHeaderMutations: [] } });
   });
 
-  test('an unknown cluster name is a 503 local reply, which still passes ext_proc response_headers', async () => {
+  test('an unknown cluster name is a 503 local reply, which ext_proc is not sent (Envoy 1.34+)', async () => {
     await withHarness(
       (m, call) =>
         call.write(
@@ -391,8 +391,7 @@ describe('routing (cluster_header + clear_route_cache)', () => {
         const o = asLocal(await h.request(GET));
         assert.equal(o.status, 503);
         assert.equal(o.details, 'cluster_not_found');
-        assert.deepEqual(kinds(srv.received), ['request_headers', 'response_headers']);
-        assert.equal(header(srv.received[1], ':status'), '503');
+        assert.deepEqual(kinds(srv.received), ['request_headers']);
       },
     );
   });

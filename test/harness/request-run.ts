@@ -630,12 +630,16 @@ export class RequestRun {
   // ---- encoder path --------------------------------------------------------------------------
 
   /**
-   * The response (upstream's or a local reply from the router) passes back through ext_proc's
-   * encoder side unless processing is already complete (Filter::encodeHeaders).
+   * Upstream's response passes back through ext_proc's encoder side unless processing is already
+   * complete (Filter::encodeHeaders). A local reply (the router's 404 or 503, a buffer limit's 413)
+   * does not: since 1.34 ext_proc ends its processing when told of a local reply (changelog
+   * 1.34.0, "local replies were incorrectly sent to the ext_proc server", runtime guard
+   * `skip_ext_proc_on_local_reply`, on by default; `Filter::onLocalReply`), so the server hears
+   * nothing more until the stream closes.
    */
   private async encode(draft: ResponseDraft): Promise<Encoded> {
     const s = this.session;
-    if (!s || s.complete) return { type: 'response', draft };
+    if (!s || s.complete || draft.local) return { type: 'response', draft };
     const idle = s.checkIdle();
     if (idle?.type === 'local') return idle;
     if (s.complete) return { type: 'response', draft };
