@@ -607,6 +607,11 @@ export class ExtProcSession {
     };
     const allowed = this.config.allowedOverrideModes;
     // request_header_mode is ignored in the comparison (RequestHeaderModeIgnoredInModeOverrideComparison).
+    // Known gap: Envoy compares the effective override with allowed_override_modes as written
+    // (ext_proc.cc onReceiveMessage, effectiveModeOverride: an unset entry stays DEFAULT and never
+    // equals an explicit SEND); both sides here are normalised first (envoy-config.ts), so the
+    // harness lets through overrides Envoy would refuse, and the reverse. kvgate never sends
+    // mode_override; only the harness's own tests reach this.
     const ok =
       allowed.length === 0 ||
       allowed.some(

@@ -268,7 +268,15 @@ export class RequestRun {
     return { type: 'continue' };
   }
 
-  /** FULL_DUPLEX_STREAMED on the request path: the server's streamed body is what goes upstream. */
+  /**
+   * FULL_DUPLEX_STREAMED on the request path: the server's streamed body is what goes upstream.
+   * Known gap: the route is picked once the whole exchange is done, where Envoy lets the headers
+   * go on at the headers reply when the body has not ended yet (processor_state.cc
+   * `handleHeadersResponse`: FULL_DUPLEX_STREAMED → continueIfNecessary), so a later body reply's
+   * clear_route_cache re-picks the route here and cannot in Envoy. kvgate puts its routing
+   * mutation in the headers reply (after its body wait, or the body's end), so none of its answers
+   * depends on this.
+   */
   private async requestDuplex(s: ExtProcSession): Promise<Flow> {
     const r = await this.duplex(s, {
       direction: 'request',
