@@ -321,7 +321,9 @@ export class ExtProcStream {
     // find a truncated prompt (malformed, or a 400 under `malformed_body: reject`). The decision
     // is made on the headers, as after full duplex's deadline.
     if (partialBody(body.length, msg.request_body?.end_of_stream === true, this.request?.headers.get('content-length'), modes)) {
-      this.debugLogger?.debug({ bytes: body.length }, "request body cut at Envoy's buffer; deciding on the headers");
+      // At info, as an unusable body is (gate.ts): the prompts past Envoy's buffer lose their
+      // body key and count as header-only requests in the load terms; worth seeing, not paging.
+      this.logger.info({ bytes: body.length }, "request body cut at Envoy's buffer; routing without a body key");
       return this.decideAndReply('request_body');
     }
     this.request = withBody(this.request, body);

@@ -33,7 +33,9 @@ function parseBytes(bytes: Buffer): ParsedBody {
   const start = bomLength(bytes);
   const size = bytes.length - start;
   // One character past U+00FF makes V8 store the whole string two bytes a character, so a body of
-  // half the size is already a large object unless it is all ASCII (isAscii: a few µs at 64 KiB).
+  // half the size may already be a large object. isAscii is the cheap test (a few µs at 64 KiB);
+  // a body of Latin-1 letters only (é), stored one byte a character, takes the piecewise parse
+  // too, at a little cost and with the same answers.
   if (size >= PIECEWISE_MIN_BYTES || (size >= PIECEWISE_MIN_BYTES / 2 && !isAscii(bytes))) {
     const parsed = parsePiecewise(bytes, start);
     if (parsed) return parsed;

@@ -3,7 +3,7 @@
  *
  * Why: V8 puts any string of more than about 128 KiB in its large-object space, on pages mapped
  * for it alone and unmapped when it dies, so every page of it is a fresh page fault. Decoding a
- * 400 KB body into one string costs ~100 faults, about 300 µs on a virtual machine, most of the
+ * 400 KB body into one string costs ~100 faults, 270-300 µs on a virtual machine, most of the
  * decode; parsing it then costs the same again whenever one string value is that large. Yet such a
  * body is nearly all a few long string values (the conversation's messages), each below that size.
  *

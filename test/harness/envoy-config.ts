@@ -433,9 +433,11 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
     }
   }
   // Nor does it take fail-open with a FULL_DUPLEX_STREAMED body (config.cc
-  // `verifyProcessingModeConfig`: "failure_mode_allow has to be left as false"). What remains is a
-  // per-route override's fail-open, which `Filter::failureModeAllow` (ext_proc.cc) turns off once
-  // a duplex body was received; the harness's `extProcOverride` stands for that override.
+  // `verifyProcessingModeConfig`: "failure_mode_allow has to be left as false"; it checks the
+  // filter's own processing_mode only). Fail-open can still reach full duplex through per-route
+  // config (a per-route body mode on a fail-open filter, or a failure_mode_allow override), which
+  // `Filter::failureModeAllow` (ext_proc.cc) turns off once a duplex body was received; the
+  // harness's `extProcOverride` stands for such per-route config.
   if (config.failureModeAllow && (pm.request_body_mode === 'FULL_DUPLEX_STREAMED' || pm.response_body_mode === 'FULL_DUPLEX_STREAMED')) {
     throw new Error(`${name}: failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode`);
   }
