@@ -136,6 +136,21 @@ describe('deployment files', { concurrency: true }, () => {
     const [ext] = ofKind(all, 'EnvoyExtensionPolicy');
     const proc = obj(arr(obj(ext!.spec, 'spec').extProc, 'extProc')[0], 'extProc[0]');
     assert.deepEqual(arr(proc.backendRefs, 'backendRefs'), [{ name: 'kvgate', namespace: 'kvgate', port: 9002 }]);
+    // A backendRef into another namespace needs a ReferenceGrant there (Envoy Gateway's
+    // validateExtServiceBackendReference), or the policy is refused and kvgate never called.
+    const policyNs = obj(ext!.metadata, 'metadata').namespace;
+    for (const ref of arr(proc.backendRefs, 'backendRefs').map((r, i) => obj(r, `backendRefs[${i}]`))) {
+      if (ref.namespace === undefined || ref.namespace === policyNs) continue;
+      const granted = ofKind(all, 'ReferenceGrant').some((g) => {
+        const spec = obj(g.spec, 'ReferenceGrant spec');
+        return (
+          obj(g.metadata, 'metadata').namespace === ref.namespace &&
+          arr(spec.from, 'from').some((f) => { const x = obj(f, 'from'); return x.group === 'gateway.envoyproxy.io' && x.kind === 'EnvoyExtensionPolicy' && x.namespace === policyNs; }) &&
+          arr(spec.to, 'to').some((t) => { const x = obj(t, 'to'); return x.group === '' && x.kind === 'Service' && (x.name === undefined || x.name === ref.name); })
+        );
+      });
+      assert.ok(granted, `no ReferenceGrant in ${String(ref.namespace)} lets EnvoyExtensionPolicy in ${String(policyNs)} reach Service ${String(ref.name)}`);
+    }
     assert.deepEqual(obj(proc.processingMode, 'processingMode'), { request: { body: 'Buffered' }, response: {} });
     assert.deepEqual(obj(proc.metadata, 'metadata').writableNamespaces, ['envoy.lb']);
     // The client's destination header goes before routing, on the Gateway the patches target;
