@@ -177,10 +177,25 @@ export class ExtProcServer {
       onClose: () => this.streams.delete(stream),
       onKnobProblems: (problems) => this.logKnobProblems(problems, telemetry),
       onModeMismatch: (modes, configured) => this.logModeMismatch(modes, configured),
+      onObservabilityMode: () => this.logObservabilityMode(),
       duplexBodyWaitMs: this.opts.fullDuplexBodyWaitMs ?? DEFAULTS.fullDuplexBodyWaitMs,
       ...(this.opts.onResult ? { onResult: this.opts.onResult } : {}),
     });
     this.streams.add(stream);
+  }
+
+  /**
+   * Envoy runs the filter in observability mode: it ignores every reply and routes without kvgate,
+   * so kvgate routes nothing on those streams and says so once a minute (a config to fix: the
+   * filter must not be in observability mode for kvgate to route).
+   */
+  private logObservabilityMode(): void {
+    const repeats = this.configLog.take('observability_mode');
+    if (repeats === undefined) return;
+    this.opts.logger.warn(
+      { repeats },
+      "Envoy's ext_proc filter is in observability_mode: it ignores kvgate's answers, so kvgate routes nothing on these streams (logged once a minute)",
+    );
   }
 
   /**

@@ -71,6 +71,8 @@ export interface StreamHooks {
   onKnobProblems?(problems: readonly KnobProblem[]): void;
   /** Envoy declared body modes that differ from the config's fallback (the caller logs it once). */
   onModeMismatch?(modes: BodyModes, configured: Config['routing']['request_body_mode']): void;
+  /** A stream's first message came in observability mode (the caller logs it once a minute). */
+  onObservabilityMode?(): void;
   /** FULL_DUPLEX_STREAMED: the longest wait for a request body before deciding on the headers. */
   duplexBodyWaitMs?: number;
 }
@@ -125,6 +127,8 @@ export class ExtProcStream {
   private duplexWaiting = false;
   private duplexBody: Buffer[] = [];
   private duplexBytes = 0;
+  /** The stream is in Envoy's observability mode: its messages are read and not acted on. */
+  private observing = false;
   private duplexTimer: NodeJS.Timeout | undefined;
   /** This stream's logger, built at its first line after the request headers (most streams write none); see `logger`. */
   private streamLogger: Logger | undefined;
@@ -239,6 +243,17 @@ export class ExtProcStream {
 
   private handle(msg: ProcessingRequest): Promise<void> | void {
     if (this.finished || this.answeredImmediately) return;
+    // observability_mode: Envoy drops every reply (ext_proc.cc onReceiveMessage, "Ignoring received
+    // message when observability mode is enabled") and routes on its own, so a decision here would
+    // take a lease and count a route for a request that never goes where it says. Nothing is
+    // decided and nothing answered; the stream ends when Envoy closes it.
+    if (msg.observability_mode) {
+      if (!this.observing) {
+        this.observing = true;
+        this.hooks.onObservabilityMode?.();
+      }
+      return;
+    }
     // Envoy declares its body modes on a stream's first message only.
     const modes = (this.modes ??= this.readModes(msg));
     if (msg.request === 'request_headers' || msg.request === 'request_body') {
