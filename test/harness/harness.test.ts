@@ -772,6 +772,24 @@ describe('message order', () => {
     );
   });
 
+  test('STREAMED: a streamed_response reply is spurious (fail-closed: status_on_error; fail-open: the body goes on unchanged)', async () => {
+    const chunks = ['{"a":', '1}'].map((c) => Buffer.from(c));
+    const script: Script = (m, call) =>
+      call.write(
+        m.request === 'request_body'
+          ? replyTo(m, { body_mutation: { streamed_response: { body: Buffer.from('x'), end_of_stream: m.request_body?.end_of_stream === true } } })
+          : replyTo(m),
+      );
+    await withHarness(script, async (h) => {
+      const o = asLocal(await h.request({ ...POST, body: undefined, chunks }));
+      assert.equal(o.status, 500);
+    }, { processingModeOverride: { request_body_mode: 'STREAMED' }, extProcOverride: { failureModeAllow: false } });
+    await withHarness(script, async (h) => {
+      const o = asUpstream(await h.request({ ...POST, body: undefined, chunks }));
+      assert.equal(o.requestBody.toString(), '{"a":1}');
+    }, { processingModeOverride: { request_body_mode: 'STREAMED' }, extProcOverride: { failureModeAllow: true } });
+  });
+
   test('trailers are sent only with trailer mode SEND and when the request has trailers', async () => {
     await withHarness(
       (m, call) => call.write(replyTo(m, m.request === 'request_trailers' ? { header_mutation: { set_headers: [set('x-t', '2')] } } : {})),

@@ -437,6 +437,14 @@ export class RequestRun {
       const h = await s.awaitReply(p);
       if (h.type === 'local') return h;
       const cr = h.type === 'match' ? h.response.request_body?.response : undefined;
+      // processor_state.cc handleStreamedBodyCallback: "spurious message: streamed_response is
+      // received while body_mode_ is not FULL_DUPLEX_STREAMED". Fail-open lets the rest through.
+      if (cr?.body_mutation?.streamed_response) {
+        const r = s.rejectSpurious('spurious message');
+        if (r.type === 'local') return r;
+        this.body = Buffer.concat([...out, ...chunks.slice(i)]);
+        return { type: 'continue' };
+      }
       // The headers already went upstream: a header_mutation here changes nothing
       // ("Response had header mutations but headers aren't available"), and a cleared route
       // cache is never read again for this request.
@@ -722,6 +730,13 @@ export class RequestRun {
           const h = await s.awaitReply(p);
           if (h.type === 'local') return this.afterHeadersSent(h.reply, true, status());
           const cr = h.type === 'match' ? h.response.response_body?.response : undefined;
+          // As on the request path (handleStreamedBodyCallback): streamed_response is spurious here.
+          if (cr?.body_mutation?.streamed_response) {
+            const r = s.rejectSpurious('spurious message');
+            if (r.type === 'local') return this.afterHeadersSent(r.reply, true, status());
+            out.push(...chunks.slice(i));
+            break;
+          }
           out.push(cr?.body_mutation ? applyBodyMutation(cr.body_mutation, chunk) : chunk);
         }
         draft.body = Buffer.concat(out);
