@@ -6,6 +6,7 @@ import { isIP } from 'node:net';
 import { z } from 'zod';
 import { ENGINES } from './vocabulary.js';
 import { DEFAULTS } from './defaults.js';
+import { canonicalEndpoint } from '../util/endpoint-address.js';
 
 /** `ip:port` as the endpoint-picker protocol and Envoy's ORIGINAL_DST cluster need it (no host names). */
 export function isEndpointAddress(s: string): boolean {
@@ -63,7 +64,8 @@ const workerSchema = z.strictObject({
   /** The Envoy cluster name that kvgate puts in the routing header (cluster_header protocol). */
   cluster: z.string().min(1).optional(),
   /** The worker's `ip:port` (endpoint_picker protocol): what Envoy's ORIGINAL_DST cluster connects to. */
-  address: z.string().refine(isEndpointAddress, 'must be ip:port (IPv4, or [IPv6]:port)').optional(),
+  // Stored in one spelling (util/endpoint-address.ts), so a proxy's report of it is recognised.
+  address: z.string().refine(isEndpointAddress, 'must be ip:port (IPv4, or [IPv6]:port)').transform(canonicalEndpoint).optional(),
   max_inflight: z.number().int().positive().optional(),
   /** KV tokens the worker holds; sizes its share of the prefix index. */
   kv_capacity_tokens: z.number().int().positive().optional(),

@@ -15,6 +15,7 @@
  */
 import type { WorkerConfig } from '../config/schema.js';
 import type { MetadataContext, PbStruct, PbValue } from './messages.js';
+import { canonicalEndpoint } from '../util/endpoint-address.js';
 
 export const DESTINATION_HEADER = 'x-gateway-destination-endpoint';
 export const LB_NAMESPACE = 'envoy.lb';
@@ -65,11 +66,15 @@ export function servedEndpoint(md: MetadataContext | null | undefined): string |
 
 /** Worker ids whose address is in `endpoints`. */
 export function workersAt(workers: readonly WorkerConfig[], endpoints: readonly string[]): Set<string> {
-  const wanted = new Set(endpoints);
+  // Config addresses are canonical (config/schema.ts); the proxy's may be spelled otherwise.
+  const wanted = new Set(endpoints.map(canonicalEndpoint));
   return new Set(workers.filter((w) => w.address !== undefined && wanted.has(w.address)).map((w) => w.id));
 }
 
 /** The worker configured at `endpoint`, if any. */
 export function workerAt(workers: readonly WorkerConfig[], endpoint: string): WorkerConfig | undefined {
-  return workers.find((w) => w.address === endpoint);
+  const exact = workers.find((w) => w.address === endpoint);
+  if (exact) return exact;
+  const canonical = canonicalEndpoint(endpoint);
+  return canonical === endpoint ? undefined : workers.find((w) => w.address === canonical);
 }

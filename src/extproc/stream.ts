@@ -553,7 +553,8 @@ export class ExtProcStream {
     this.servedSeen = true;
     const chosen = this.chosen;
     const worker = workerAt(this.gate.currentConfig.workers, served);
-    if (chosen?.endpoint === served) {
+    // By worker, not by spelling: the proxy may write the address otherwise than the config.
+    if (chosen?.endpoint === served || (worker !== undefined && worker.id === chosen?.worker)) {
       this.hooks.telemetry.served('chosen');
       return;
     }

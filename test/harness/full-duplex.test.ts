@@ -3,7 +3,7 @@
  * Envoy AI Gateway), and protocol_config, through the harness's model of Envoy.
  *
  * First the harness's own rules, against scripted servers, so a harness that stopped modelling
- * Envoy would turn these red; then kvgate end to end: Istio's exact InferencePool filter config,
+ * Envoy would turn these red; then kvgate end to end: the ext_proc settings Istio gives an InferencePool's routes,
  * 2 KB and 400 KB prompts echoed byte for byte in both directions, sheds and bad input as
  * immediate responses, and the body mode Envoy declares winning over the config's fallback.
  */
@@ -31,8 +31,13 @@ const DUPLEX: Partial<ProcessingMode> = {
 };
 
 /**
- * The ext_proc filter Istio builds for an InferencePool (pilot/pkg/xds/filters/filters.go,
- * BuildInferencePoolExtProcFilter), field for field; the cluster is the picker's.
+ * The ext_proc settings an InferencePool's routes run with under Istio, as one filter. Istio builds
+ * a listener-level filter that sends nothing and fails open (pilot/pkg/xds/filters/filters.go,
+ * InferencePoolExtProc: header modes SKIP, failure_mode_allow true) and gives each InferencePool
+ * route an ExtProcPerRoute override with these processing modes, its picker's grpc_service, and
+ * failure_mode_allow from the pool's endpointPickerRef.failureMode (pilot/pkg/networking/core/
+ * route/route.go; default FailClose, so false). The merged result for the default is what is
+ * written here; the FailOpen path (a per-route fail-open) is not modelled this way.
  */
 const ISTIO_INFERENCE_POOL_FILTER = {
   '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
@@ -56,8 +61,8 @@ const ISTIO_INFERENCE_POOL_FILTER = {
 type Node = Record<string, unknown>;
 
 /**
- * envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by Istio's InferencePool one
- * (and its per-route ext_proc overrides dropped, as Istio has none for an InferencePool).
+ * envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by the merged InferencePool
+ * settings above (and its own per-route ext_proc overrides dropped: the merge already holds Istio's).
  */
 function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
   const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
@@ -70,7 +75,7 @@ function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
         o.typed_config = structuredClone(ISTIO_INFERENCE_POOL_FILTER);
         replaced++;
       }
-      // Istio sets no per-route processing modes for an InferencePool: the filter's apply everywhere.
+      // The merged settings stand for Istio's per-route override: no other per-route config.
       const perFilter = o.typed_per_filter_config as Node | undefined;
       if (perFilter) {
         delete perFilter['envoy.filters.http.ext_proc'];

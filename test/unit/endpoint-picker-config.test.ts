@@ -3,6 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { isEndpointAddress } from '../../src/config/schema.js';
+import { workerAt, workersAt } from '../../src/extproc/endpoint-picker.js';
 
 test('endpoint_picker needs a unique ip:port per worker; cluster_header needs a cluster', () => {
   const ok = parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', address: '10.0.0.1:8000' }, { id: 'b', address: '[fd00::2]:8000' }] });
@@ -23,6 +24,24 @@ test('endpoint_picker needs a unique ip:port per worker; cluster_header needs a 
     },
   );
   assert.throws(() => parseConfig({ routing: { protocol: 'nginx' }, workers: [{ id: 'a', cluster: 'a' }] }), /routing\.protocol/);
+});
+
+test('addresses are stored in one spelling, and a proxy spelling them otherwise still finds the worker', () => {
+  const cfg = parseConfig({
+    routing: { protocol: 'endpoint_picker' },
+    workers: [{ id: 'a', address: '[2001:DB8:0:0:0:0:0:1]:08000' }, { id: 'b', address: '10.0.0.2:0080' }],
+  });
+  assert.deepEqual(cfg.workers.map((w) => w.address), ['[2001:db8::1]:8000', '10.0.0.2:80']);
+  // Two spellings of one address are one worker: refused as a duplicate.
+  assert.throws(
+    () => parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', address: '[fd00::1]:80' }, { id: 'b', address: '[FD00:0::1]:80' }] }),
+    /duplicate address/,
+  );
+  assert.equal(workerAt(cfg.workers, '[2001:db8::1]:8000')?.id, 'a');
+  assert.equal(workerAt(cfg.workers, '[2001:0db8::0:1]:8000')?.id, 'a');
+  assert.equal(workerAt(cfg.workers, '10.0.0.2:80')?.id, 'b');
+  assert.equal(workerAt(cfg.workers, '10.0.0.3:80'), undefined);
+  assert.deepEqual([...workersAt(cfg.workers, ['[2001:DB8::1]:8000', 'junk', '10.0.0.2:080'])].sort(), ['a', 'b']);
 });
 
 test('ip:port means an IP literal and a port in range', () => {
