@@ -13,6 +13,7 @@
  *  - on the response path the proxy reports the endpoint that actually served the request in
  *    `metadata_context.filter_metadata["envoy.lb"]["x-gateway-destination-endpoint-served"]`.
  */
+import { isIP } from 'node:net';
 import type { WorkerConfig } from '../config/schema.js';
 import type { MetadataContext, PbStruct, PbValue } from './messages.js';
 import { canonicalEndpoint } from '../util/endpoint-address.js';
@@ -48,7 +49,11 @@ function strings(v: PbValue | undefined): string[] | undefined {
     return v.stringValue.split(',').map((s) => s.trim()).filter(Boolean);
   }
   if (v.listValue && Array.isArray(v.listValue.values)) {
-    return v.listValue.values.slice(0, MAX_SUBSET).flatMap((x) => (typeof x?.stringValue === 'string' ? [x.stringValue.trim()] : []));
+    // A list entry may itself be a comma-separated list, as GIE's reference picker reads it
+    // (pkg/lwepp/handlers/request.go splits each entry on commas).
+    return v.listValue.values
+      .slice(0, MAX_SUBSET)
+      .flatMap((x) => (typeof x?.stringValue === 'string' ? x.stringValue.split(',').map((s) => s.trim()).filter(Boolean) : []));
   }
   return undefined;
 }
@@ -66,9 +71,27 @@ export function servedEndpoint(md: MetadataContext | null | undefined): string |
 
 /** Worker ids whose address is in `endpoints`. */
 export function workersAt(workers: readonly WorkerConfig[], endpoints: readonly string[]): Set<string> {
-  // Config addresses are canonical (config/schema.ts); the proxy's may be spelled otherwise.
+  // Config addresses are canonical (config/schema.ts); the proxy's may be spelled otherwise. An
+  // entry without a port allows every port of that IP, as GIE's reference picker and llm-d's
+  // scheduler read it (the spec's form is ip:port; they match on the IP).
   const wanted = new Set(endpoints.map(canonicalEndpoint));
-  return new Set(workers.filter((w) => w.address !== undefined && wanted.has(w.address)).map((w) => w.id));
+  const hosts = new Set(endpoints.flatMap((e) => { const ip = bareIp(e); return ip === undefined ? [] : [ip]; }));
+  return new Set(
+    workers.filter((w) => w.address !== undefined && (wanted.has(w.address) || (hosts.size > 0 && hosts.has(hostOf(w.address))))).map((w) => w.id),
+  );
+}
+
+/** `e` as a canonical host when it is an IP with no port (`10.0.0.1`, `fd00::1`, `[fd00::1]`), else undefined. */
+function bareIp(e: string): string | undefined {
+  const inner = e.startsWith('[') && e.endsWith(']') ? e.slice(1, -1) : e;
+  const v = isIP(inner);
+  if (v === 0) return undefined;
+  return hostOf(canonicalEndpoint(v === 6 ? `[${inner}]:1` : `${inner}:1`));
+}
+
+/** The host part of a canonical ip:port (`[fd00::1]` for IPv6). */
+function hostOf(address: string): string {
+  return address.slice(0, address.lastIndexOf(':'));
 }
 
 /** The worker configured at `endpoint`, if any. */

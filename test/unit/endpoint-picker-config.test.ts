@@ -3,7 +3,7 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { isEndpointAddress } from '../../src/config/schema.js';
-import { workerAt, workersAt } from '../../src/extproc/endpoint-picker.js';
+import { subsetHint, workerAt, workersAt } from '../../src/extproc/endpoint-picker.js';
 
 test('endpoint_picker needs a unique ip:port per worker; cluster_header needs a cluster', () => {
   const ok = parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', address: '10.0.0.1:8000' }, { id: 'b', address: '[fd00::2]:8000' }] });
@@ -42,6 +42,18 @@ test('addresses are stored in one spelling, and a proxy spelling them otherwise 
   assert.equal(workerAt(cfg.workers, '10.0.0.2:80')?.id, 'b');
   assert.equal(workerAt(cfg.workers, '10.0.0.3:80'), undefined);
   assert.deepEqual([...workersAt(cfg.workers, ['[2001:DB8::1]:8000', 'junk', '10.0.0.2:080'])].sort(), ['a', 'b']);
+  // An entry without a port allows that IP on any port (GIE's reference picker, llm-d).
+  assert.deepEqual([...workersAt(cfg.workers, ['10.0.0.2'])], ['b']);
+  assert.deepEqual([...workersAt(cfg.workers, ['2001:db8::1'])], ['a']);
+  assert.deepEqual([...workersAt(cfg.workers, ['[2001:0DB8::1]'])], ['a']);
+  assert.deepEqual([...workersAt(cfg.workers, ['10.0.0.20', '10.0.0.2:81'])], []);
+});
+
+test('subset hint: list entries that are themselves comma-separated lists are read entry by entry', () => {
+  const md = (values: string[]) => ({
+    filter_metadata: { 'envoy.lb.subset_hint': { fields: { 'x-gateway-destination-endpoint-subset': { listValue: { values: values.map((stringValue) => ({ stringValue })) } } } } },
+  });
+  assert.deepEqual(subsetHint(md(['10.0.0.1:80, 10.0.0.2:80', '10.0.0.3:80'])), ['10.0.0.1:80', '10.0.0.2:80', '10.0.0.3:80']);
 });
 
 test('ip:port means an IP literal and a port in range', () => {
