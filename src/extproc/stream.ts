@@ -339,6 +339,8 @@ export class ExtProcStream {
       // At info, as an unusable body is (gate.ts): the prompts past Envoy's buffer lose their
       // body key and count as header-only requests in the load terms; worth seeing, not paging.
       this.logger.info({ bytes: body.length }, "request body cut at Envoy's buffer; routing without a body key");
+      const declared = Number(this.request?.headers.get('content-length'));
+      if (this.request && Number.isSafeInteger(declared) && declared > body.length) this.request = { ...this.request, unreadBodyBytes: declared };
       return this.decideAndReply('request_body');
     }
     this.request = withBody(this.request, body);
@@ -470,7 +472,7 @@ export class ExtProcStream {
    */
   private forgetBody(): void {
     const r = this.request;
-    if (r?.body === undefined) return;
+    if (r?.body === undefined && r?.unreadBodyBytes === undefined) return;
     this.request = { method: r.method, path: r.path, headers: r.headers };
   }
 
@@ -680,7 +682,7 @@ export class ExtProcStream {
 const PHASE_ORDER: readonly Phase[] = ['start', 'headers', 'body', 'trailers', 'done'];
 
 /** A field added to RequestInfo fails to compile here until withBody and forgetBody copy it too. */
-const REQUEST_INFO_FIELDS_COPIED: [keyof RequestInfo] extends ['method' | 'path' | 'headers' | 'body'] ? true : false = true;
+const REQUEST_INFO_FIELDS_COPIED: [keyof RequestInfo] extends ['method' | 'path' | 'headers' | 'body' | 'unreadBodyBytes'] ? true : false = true;
 void REQUEST_INFO_FIELDS_COPIED;
 
 /**

@@ -164,8 +164,11 @@ export class Gate {
       return { kind: 'reject', error: pick.error, key, routing: answer };
     }
     const pool = pick.pool;
-    // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body.
-    const promptBlocks = blocks.length < cfg.prefix.max_blocks ? blocks.length : Math.max(blocks.length, Math.floor((req.body?.length ?? 0) / cfg.prefix.block_chars));
+    // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body, and
+    // for a body that was not read (cut at Envoy's buffer) from its declared size.
+    const bodyBytes = req.body?.length ?? req.unreadBodyBytes ?? 0;
+    const promptBlocks =
+      blocks.length < cfg.prefix.max_blocks && req.unreadBodyBytes === undefined ? blocks.length : Math.max(blocks.length, Math.floor(bodyBytes / cfg.prefix.block_chars));
     const cls = serviceClass(req.headers, cfg.classes, knobs.class, cfg.routing.protocol === 'endpoint_picker', DEFAULTS.objectiveHeader);
     if (cls.ignored) this.unknownClass(cls, cfg, scope);
     const session = key?.kind === 'session';

@@ -15,6 +15,11 @@ export interface RequestInfo {
    * bytes, or (full duplex) its chunks joined and parsed at once: `length` is its size in bytes either way.
    */
   body?: Buffer | JoinedBody;
+  /**
+   * The body's size in bytes when it is known but was not read: a body Envoy cut at its buffer
+   * (BUFFERED_PARTIAL), sized by its content-length. The load terms count its prompt by it.
+   */
+  unreadBodyBytes?: number;
 }
 
 /** Strips a query string and fragment from a `:path` value. */

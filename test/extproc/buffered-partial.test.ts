@@ -62,6 +62,33 @@ describe('BUFFERED_PARTIAL', () => {
     assert.notEqual(source, 'body_user');
   });
 
+  test("a cut body's declared size counts as prefill queued on its worker (the load terms do not take it for empty)", async () => {
+    const declared = 400_000;
+    const s = h.openRawStream();
+    const n = g.results.length;
+    s.write({ ...headersMsg({ ...HEADERS, 'content-length': String(declared), 'x-session-id': 'cut-and-held' }, false), protocol_config: PARTIAL } as never);
+    assert.equal((await s.next(5000)).response, 'request_headers');
+    s.write({ request_body: { body: FIRST_PART, end_of_stream: false } } as ProcessingRequest as never);
+    assert.ok(routedCluster(await s.next(5000)));
+    await waitFor(() => g.results.length > n, 5000, 'a decision');
+    const first = g.results[n]!;
+    assert.equal(first.kind, 'route');
+    // While that request is in flight (its stream open), the next decision sees its prefill queued.
+    const s2 = h.openRawStream();
+    s2.write({ ...headersMsg(HEADERS, false), protocol_config: PARTIAL } as never);
+    assert.equal((await s2.next(5000)).response, 'request_headers');
+    s2.write({ request_body: { body: WHOLE, end_of_stream: true } } as ProcessingRequest as never);
+    assert.ok(routedCluster(await s2.next(5000)));
+    await waitFor(() => g.results.length > n + 1, 5000, 'a second decision');
+    s2.close();
+    const second = g.results[n + 1]!;
+    assert.equal(second.kind, 'route');
+    const held = second.kind === 'route' && first.kind === 'route' ? second.views?.find((v) => v.id === first.worker) : undefined;
+    assert.ok((held?.pendingPrefill ?? 0) >= Math.floor(declared / 256) - 8, `pending prefill ${held?.pendingPrefill}`);
+    s.close();
+    await waitFor(() => g.extproc.openStreams === 0, 5000, 'no open streams');
+  });
+
   test('without a content-length, a declared BUFFERED_PARTIAL body without end_of_stream is taken as cut', async () => {
     const { reply } = await run(PARTIAL, {}, FIRST_PART, false);
     assert.equal(reply.immediate_response, undefined);
