@@ -348,7 +348,7 @@ export async function coldSessions(redis: RedisClient, keys: PoolKeys, worker: s
  * format, kept so replicas of different versions read each other's records.
  */
 export interface StoredScrape {
-  /** The signals (cjson writes an empty object as an empty array). */
+  /** The signals as the JSON text they were published in (a string); an older gate stored them decoded, where cjson wrote an empty object as an empty array. */
   s?: unknown;
   /** When they were scraped (ms, Redis clock); -1 when never. */
   t?: number;

@@ -331,14 +331,17 @@ return #ARGV - 1
 
 /**
  * Records one scrape. KEYS: [signals hash]; ARGV: [worker, signals JSON or '', error or ''].
- * A failure keeps the last good signals and their time, and counts the failure.
+ * A failure keeps the last good signals and their time, and counts the failure. The signals are
+ * kept as the JSON text they came as (`s` is a string), never decoded here: Redis's cjson cannot
+ * tell an empty array from an empty object, so a round trip turned a LoRA scrape's
+ * `waiting: []` into `{}` and the adapter terms read the worker's adapters as unknown.
  */
 export const PUBLISH_SIGNALS_LUA = `
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local rec
 if ARGV[2] ~= '' then
-  rec = {s = cjson.decode(ARGV[2]), t = now, f = 0}
+  rec = {s = ARGV[2], t = now, f = 0}
 else
   local prev = redis.call('HGET', KEYS[1], ARGV[1])
   rec = prev and cjson.decode(prev) or {s = {}, t = -1, f = 0}

@@ -352,9 +352,11 @@ export class RedisStore implements RoutingStore {
       try {
         const r = JSON.parse(json) as StoredScrape;
         const t = typeof r.t === 'number' && r.t >= 0 ? r.t : undefined;
+        // The scrape's own JSON text (PUBLISH_SIGNALS_LUA); a record written by an older gate holds
+        // it decoded, where cjson wrote an empty object as an empty array.
+        const s: unknown = typeof r.s === 'string' ? JSON.parse(r.s) : r.s;
         out.set(worker, {
-          // cjson writes an empty object as an empty array.
-          signals: r.s && typeof r.s === 'object' && !Array.isArray(r.s) ? (r.s as WorkerSignals) : {},
+          signals: s && typeof s === 'object' && !Array.isArray(s) ? (s as WorkerSignals) : {},
           ageMs: t === undefined ? Infinity : Math.max(0, now - t),
           failures: r.f ?? 0,
           ...(r.e ? { error: r.e } : {}),

@@ -278,6 +278,20 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal(never?.ageMs, Infinity, 'never scraped successfully');
     });
 
+    test('signals come back as published: empty lists stay lists (LoRA adapters), through failed scrapes too', async () => {
+      const p = pool();
+      const signals = { kvUsage: 0.2, lora: { running: ['a1'], waiting: [], maxLora: 2 } };
+      await store.publishSignals(p, 'w1', { signals });
+      assert.deepEqual((await store.readSignals(p)).get('w1')?.signals, signals);
+      const idle = { kvUsage: 0, lora: { running: [], waiting: [], maxLora: 4 } };
+      await store.publishSignals(p, 'w2', { signals: idle });
+      await store.publishSignals(p, 'w2', { error: 'timeout' });
+      const r = (await store.readSignals(p)).get('w2');
+      assert.equal(r?.failures, 1);
+      assert.deepEqual(r?.signals, idle);
+      assert.ok(Array.isArray(r?.signals.lora?.waiting) && Array.isArray(r?.signals.lora?.running));
+    });
+
     test('a gate that heartbeats is listed as live', async () => {
       const live = await store.heartbeat(pool(), 'gate-a', 5000);
       assert.ok(live.includes('gate-a'));
