@@ -311,12 +311,27 @@ export class RedisStore implements RoutingStore {
     const view = this.views.get(lease.pool);
     const n = view?.inflight.get(lease.worker);
     if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
+    this.releaseKeyCount(lease);
     if (this.closed) return;
     this.releaseTimer ??= setTimeout(() => {
       this.releaseTimer = undefined;
       void this.flushReleases();
     }, RELEASE_FLUSH_MS);
     return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
+  }
+
+  /**
+   * The key's requests in flight, as this replica last learned them (a commit's reply counts its
+   * own lease), go down by the one released. Left as they were, a session that once had
+   * `max_inflight_per_session` requests running looked at that cap to every later decision made on
+   * the cached view, until its next commit: the policy spilled it off an idle worker, and the
+   * commit (whose preconditions do not include the count) moved its affinity there.
+   */
+  private releaseKeyCount(lease: Lease): void {
+    const bar = lease.id.indexOf('|');
+    if (bar < 0) return;
+    const cached = this.affinityCache.peek(this.affinityCacheKey(lease.pool, lease.id.slice(bar + 1)));
+    if (cached && cached.worker === lease.worker && cached.keyInflight > 0) cached.keyInflight--;
   }
 
   async setWorkerState(pool: string, worker: string, state: WorkerState | undefined): Promise<void> {

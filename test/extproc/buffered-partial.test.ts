@@ -36,6 +36,12 @@ after(async () => {
   await g.close(100);
 });
 
+/** A stream event that must be a reply (not a close or a timeout). */
+function reply(e: Awaited<ReturnType<ReturnType<EnvoyHarness['openRawStream']>['next']>>): ReceivedProcessingResponse {
+  assert.ok(!isClosed(e) && !isTimedOut(e), 'no reply');
+  return e;
+}
+
 /** One request: headers (with the declared modes and any extra headers), one body message; the body reply. */
 async function run(modes: object, extra: Record<string, string>, body: Buffer, eos: boolean): Promise<{ reply: ReceivedProcessingResponse; source: string | undefined }> {
   const s = h.openRawStream();
@@ -67,18 +73,18 @@ describe('BUFFERED_PARTIAL', () => {
     const s = h.openRawStream();
     const n = g.results.length;
     s.write({ ...headersMsg({ ...HEADERS, 'content-length': String(declared), 'x-session-id': 'cut-and-held' }, false), protocol_config: PARTIAL } as never);
-    assert.equal((await s.next(5000)).response, 'request_headers');
+    assert.equal(reply(await s.next(5000)).response, 'request_headers');
     s.write({ request_body: { body: FIRST_PART, end_of_stream: false } } as ProcessingRequest as never);
-    assert.ok(routedCluster(await s.next(5000)));
+    assert.ok(routedCluster(reply(await s.next(5000))));
     await waitFor(() => g.results.length > n, 5000, 'a decision');
     const first = g.results[n]!;
     assert.equal(first.kind, 'route');
     // While that request is in flight (its stream open), the next decision sees its prefill queued.
     const s2 = h.openRawStream();
     s2.write({ ...headersMsg(HEADERS, false), protocol_config: PARTIAL } as never);
-    assert.equal((await s2.next(5000)).response, 'request_headers');
+    assert.equal(reply(await s2.next(5000)).response, 'request_headers');
     s2.write({ request_body: { body: WHOLE, end_of_stream: true } } as ProcessingRequest as never);
-    assert.ok(routedCluster(await s2.next(5000)));
+    assert.ok(routedCluster(reply(await s2.next(5000))));
     await waitFor(() => g.results.length > n + 1, 5000, 'a second decision');
     s2.close();
     const second = g.results[n + 1]!;

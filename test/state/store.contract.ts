@@ -259,6 +259,23 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal((await store.snapshot(q(p, 's:other'))).keyInflight, 1);
     });
 
+    test('the cached view counts a session’s requests down as they are released (no spill off an idle worker)', async () => {
+      const p = pool();
+      const leases = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await store.commit(req(p, 's:turns', 'w1', i === 0 ? {} : { affinity: 'w1' }));
+        assert.ok(r.ok);
+        leases.push(r.lease);
+      }
+      assert.equal(store.cachedSnapshot(q(p, 's:turns')).keyInflight, 3);
+      await store.release(leases[0]!);
+      assert.equal(store.cachedSnapshot(q(p, 's:turns')).keyInflight, 2);
+      for (const l of leases.slice(1)) await store.release(l);
+      // The next turn is decided on this view: a stale count would read as the session at its cap.
+      assert.equal(store.cachedSnapshot(q(p, 's:turns')).keyInflight, 0);
+      assert.equal(store.cachedSnapshot(q(p, 's:turns')).affinity, 'w1');
+    });
+
     test('signals are stamped and aged by the store; a failed scrape keeps the last good ones', async () => {
       const p = pool();
       await store.publishSignals(p, 'w1', { signals: { kvUsage: 0.5, running: 3 } });
