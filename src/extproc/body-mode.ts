@@ -78,10 +78,15 @@ export function bodyModes(pc: ProtocolConfiguration | null | undefined, configur
  * declared BUFFERED_PARTIAL is taken at its word that the body may be cut (trailers on an LLM
  * request are rarer than a prompt past Envoy's buffer).
  */
-export function partialBody(bodyBytes: number, endOfStream: boolean, contentLength: string | undefined, modes: BodyModes): boolean {
+export function partialBody(bodyBytes: number, endOfStream: boolean, declaredBytes: number | undefined, modes: BodyModes): boolean {
   if (endOfStream) return false;
-  const declared = contentLength !== undefined && /^\d+$/.test(contentLength) ? Number(contentLength) : undefined;
-  return declared !== undefined ? bodyBytes < declared : modes.partialBodies;
+  return declaredBytes !== undefined ? bodyBytes < declaredBytes : modes.partialBodies;
+}
+
+/** A `content-length` value as a byte count, or undefined when absent or not a plain decimal. */
+export function declaredLength(value: string | undefined): number | undefined {
+  if (value === undefined || !/^\d{1,15}$/.test(value)) return undefined;
+  return Number(value);
 }
 
 /** Whether Envoy's declared request body mode differs from what the config says (worth one log line). */

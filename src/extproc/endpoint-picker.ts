@@ -69,16 +69,58 @@ export function servedEndpoint(md: MetadataContext | null | undefined): string |
   return strings(field(md, LB_NAMESPACE, SERVED_KEY))?.[0];
 }
 
-/** Worker ids whose address is in `endpoints`. */
+/**
+ * The workers a subset hint names. Config addresses are canonical (config/schema.ts); an entry
+ * spelled otherwise is looked up in that form too, and only when it does not match as written (the
+ * common case costs one map lookup). An entry without a port allows every port of that IP, as GIE's
+ * reference picker and llm-d's scheduler read it (the spec's form is ip:port; they match on the IP).
+ */
 export function workersAt(workers: readonly WorkerConfig[], endpoints: readonly string[]): Set<string> {
-  // Config addresses are canonical (config/schema.ts); the proxy's may be spelled otherwise. An
-  // entry without a port allows every port of that IP, as GIE's reference picker and llm-d's
-  // scheduler read it (the spec's form is ip:port; they match on the IP).
-  const wanted = new Set(endpoints.map(canonicalEndpoint));
-  const hosts = new Set(endpoints.flatMap((e) => { const ip = bareIp(e); return ip === undefined ? [] : [ip]; }));
-  return new Set(
-    workers.filter((w) => w.address !== undefined && (wanted.has(w.address) || (hosts.size > 0 && hosts.has(hostOf(w.address))))).map((w) => w.id),
-  );
+  const index = addressIndex(workers);
+  const out = new Set<string>();
+  for (const e of endpoints) {
+    const w = lookup(index, e);
+    if (w) {
+      out.add(w.id);
+      continue;
+    }
+    const ip = bareIp(e);
+    if (ip !== undefined) for (const id of index.byHost.get(ip) ?? []) out.add(id);
+  }
+  return out;
+}
+
+/** The worker configured at `endpoint`, if any. */
+export function workerAt(workers: readonly WorkerConfig[], endpoint: string): WorkerConfig | undefined {
+  return lookup(addressIndex(workers), endpoint);
+}
+
+interface AddressIndex {
+  byAddress: Map<string, WorkerConfig>;
+  /** Canonical host (`10.0.0.1`, `[fd00::1]`) → the ids of the workers on it. */
+  byHost: Map<string, string[]>;
+}
+
+/** Built once per worker list (a config's lists live as long as the config). */
+const indexes = new WeakMap<readonly WorkerConfig[], AddressIndex>();
+
+function addressIndex(workers: readonly WorkerConfig[]): AddressIndex {
+  let index = indexes.get(workers);
+  if (!index) {
+    index = { byAddress: new Map(), byHost: new Map() };
+    for (const w of workers) {
+      if (w.address === undefined) continue;
+      index.byAddress.set(w.address, w);
+      const host = hostOf(w.address);
+      index.byHost.set(host, [...(index.byHost.get(host) ?? []), w.id]);
+    }
+    indexes.set(workers, index);
+  }
+  return index;
+}
+
+function lookup(index: AddressIndex, endpoint: string): WorkerConfig | undefined {
+  return index.byAddress.get(endpoint) ?? index.byAddress.get(canonicalEndpoint(endpoint));
 }
 
 /** `e` as a canonical host when it is an IP with no port (`10.0.0.1`, `fd00::1`, `[fd00::1]`), else undefined. */
@@ -92,12 +134,4 @@ function bareIp(e: string): string | undefined {
 /** The host part of a canonical ip:port (`[fd00::1]` for IPv6). */
 function hostOf(address: string): string {
   return address.slice(0, address.lastIndexOf(':'));
-}
-
-/** The worker configured at `endpoint`, if any. */
-export function workerAt(workers: readonly WorkerConfig[], endpoint: string): WorkerConfig | undefined {
-  const exact = workers.find((w) => w.address === endpoint);
-  if (exact) return exact;
-  const canonical = canonicalEndpoint(endpoint);
-  return canonical === endpoint ? undefined : workers.find((w) => w.address === canonical);
 }

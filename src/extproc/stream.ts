@@ -44,7 +44,7 @@ import { readsBody, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import type { Lease } from '../state/store.js';
 import type { RequestTelemetry } from '../telemetry/request-telemetry.js';
-import { type BodyModes, bodyModes, modeMismatch, partialBody, streamedChunks, streamedPieces } from './body-mode.js';
+import { type BodyModes, bodyModes, declaredLength, modeMismatch, partialBody, streamedChunks, streamedPieces } from './body-mode.js';
 import { DESTINATION_HEADER, destinationMetadata, servedEndpoint, subsetHint, workerAt, workersAt } from './endpoint-picker.js';
 import { headerMapToMap, requestInfoFromHeaders, spoofedRoutingHeaders } from './headers.js';
 import { forwardedNamespace, knobMetadataEntries } from './knob-source.js';
@@ -335,12 +335,13 @@ export class ExtProcStream {
     // A body BUFFERED_PARTIAL cut at Envoy's buffer is not the request's body: reading it would
     // find a truncated prompt (malformed, or a 400 under `malformed_body: reject`). The decision
     // is made on the headers, as after full duplex's deadline.
-    if (partialBody(body.length, msg.request_body?.end_of_stream === true, this.request?.headers.get('content-length'), modes)) {
+    const declared = declaredLength(this.request?.headers.get('content-length'));
+    if (partialBody(body.length, msg.request_body?.end_of_stream === true, declared, modes)) {
       // At info, as an unusable body is (gate.ts): the prompts past Envoy's buffer lose their
-      // body key and count as header-only requests in the load terms; worth seeing, not paging.
+      // body key (the load terms still size them by their content-length); worth seeing, not paging.
       this.logger.info({ bytes: body.length }, "request body cut at Envoy's buffer; routing without a body key");
-      const declared = Number(this.request?.headers.get('content-length'));
-      if (this.request && Number.isSafeInteger(declared) && declared > body.length) this.request = { ...this.request, unreadBodyBytes: declared };
+      const r = this.request;
+      if (r && declared !== undefined) this.request = { method: r.method, path: r.path, headers: r.headers, unreadBodyBytes: declared };
       return this.decideAndReply('request_body');
     }
     this.request = withBody(this.request, body);

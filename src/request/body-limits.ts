@@ -18,3 +18,9 @@ export const MAX_JSON_DEPTH = 128;
  * would be millions, each a heap object: seconds of parsing and GC and over 100 MB of heap.
  */
 export const MAX_JSON_CONTAINERS = 100_000;
+
+/** A parsed JSON document as a body: an object, or `not_object` (arrays, strings, numbers, null). */
+export function asBody(value: unknown): ParsedBody {
+  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'not_object' };
+  return { ok: true, value: value as Record<string, unknown> };
+}

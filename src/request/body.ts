@@ -3,7 +3,7 @@
  * reports why a body was not usable so the caller can pick the configured answer.
  */
 import { isAscii, isUtf8 } from 'node:buffer';
-import { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { asBody, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
 import { parsePiecewise, PIECEWISE_MIN_BYTES } from './large-body.js';
 
 export { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody };
@@ -29,7 +29,6 @@ export function parseJsonBody(body: Buffer | JoinedBody | undefined): ParsedBody
  * the same answers); the rest, and any the piecewise way declines, as one decoded text.
  */
 function parseBytes(bytes: Buffer): ParsedBody {
-  if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
   const start = bomLength(bytes);
   const size = bytes.length - start;
   // One character past U+00FF makes V8 store the whole string two bytes a character, so a body of
@@ -37,10 +36,12 @@ function parseBytes(bytes: Buffer): ParsedBody {
   // a body of Latin-1 letters only (é), stored one byte a character, takes the piecewise parse
   // too, at a little cost and with the same answers.
   if (size >= PIECEWISE_MIN_BYTES || (size >= PIECEWISE_MIN_BYTES / 2 && !isAscii(bytes))) {
+    if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
     const parsed = parsePiecewise(bytes, start);
     if (parsed) return parsed;
   }
-  return parseText(bytes.toString('utf8', start));
+  const text = decodeUtf8(bytes);
+  return text === undefined ? { ok: false, reason: 'not_utf8' } : parseText(text);
 }
 
 /** The whole-body parse of a body's text (decodeUtf8's answer): the answers the piecewise way is held to. */
@@ -54,8 +55,7 @@ export function parseText(text: string): ParsedBody {
   } catch {
     return { ok: false, reason: 'not_json' };
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'not_object' };
-  return { ok: true, value: value as Record<string, unknown> };
+  return asBody(value);
 }
 
 /**

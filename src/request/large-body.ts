@@ -30,7 +30,7 @@
  * test/unit/large-body.test.ts holds this to the whole-body parse on generated bodies of every
  * shape, valid and not.
  */
-import { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { asBody, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
 
 /**
  * Bodies from this size are parsed piecewise: about where the whole body as one string (one byte
@@ -95,9 +95,9 @@ export function parsePiecewise(bytes: Buffer, start: number): ParsedBody | undef
   } catch {
     return { ok: false, reason: 'not_json' };
   }
-  if (value === null || typeof value !== 'object' || Array.isArray(value)) return { ok: false, reason: 'not_object' };
-  if (values.length > 0) swapIn(value, values);
-  return { ok: true, value: value as Record<string, unknown> };
+  const parsed = asBody(value);
+  if (parsed.ok && values.length > 0) swapIn(parsed.value, values);
+  return parsed;
 }
 
 /** Whether the next byte after whitespace is `:`, which makes the literal before it a key. */
