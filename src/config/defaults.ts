@@ -360,4 +360,12 @@ export const DEFAULTS = {
    */
   configReloadDebounceMs: 250,
   logLevel: 'info',
+  /**
+   * Spans per OTLP export when OTEL_BSP_MAX_EXPORT_BATCH_SIZE is unset (the SDK's default is 512).
+   * The batch processor flushes a full batch from inside `span.end()`, and the exporter serialises
+   * it there, on the thread that answers Envoy: 512 kvgate spans (each with its candidates' arrays)
+   * held that thread for 8-15 ms at a time. 64 spans cost an eighth of that per pause, which a
+   * request waiting behind it can absorb; the queue (OTEL_BSP_MAX_QUEUE_SIZE) still bounds memory.
+   */
+  traceExportBatchSize: 64,
 } as const;

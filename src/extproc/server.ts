@@ -17,6 +17,7 @@ import { LogThrottle } from '../util/log-throttle.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { Metrics } from '../telemetry/metrics.js';
 import { RequestTelemetry } from '../telemetry/request-telemetry.js';
+import { TRACE_CONTEXT_HEADERS } from '../telemetry/tracing.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
@@ -53,8 +54,6 @@ export function maxMessageBytesFor(maxBodyBytes: number): number {
 
 /** Health service names that report readiness; `liveness` is separate. */
 const READINESS_SERVICES = ['', EXT_PROC_SERVICE_NAME, 'readiness'];
-/** The call metadata Envoy puts its ext_proc span's W3C context in, when its tracing is on. */
-const TRACE_METADATA = ['traceparent', 'tracestate'] as const;
 /** Read-only by RequestTelemetry: one shared empty map for every stream that carries no trace context. */
 const NO_TRACE_HEADERS: ReadonlyMap<string, string> = new Map();
 
@@ -165,7 +164,7 @@ export class ExtProcServer {
     // Envoy puts its ext_proc client span's context in the call's metadata when tracing is on.
     // Without them (tracing off in Envoy: most streams) every stream shares one empty map.
     let traceHeaders: Map<string, string> | undefined;
-    for (const name of TRACE_METADATA) {
+    for (const name of TRACE_CONTEXT_HEADERS) {
       const v = call.metadata.get(name)[0];
       if (typeof v === 'string') (traceHeaders ??= new Map()).set(name, v);
     }

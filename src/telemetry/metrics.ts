@@ -18,9 +18,11 @@ import { WORKER_STATES } from '../routing/types.js';
  * affinity_hit, new, migrated, prefix_hit, unkeyed: routed (see RouteOutcome);
  * shed: 429/503 because no eligible worker could take it;
  * rejected: 400/413, the request itself was unusable;
- * fallback: the gate failed to decide and the request went on without a routing answer.
+ * fallback: the gate failed to decide and the request went on without a routing answer;
+ * abandoned: the stream ended (Envoy's message timeout, or the client went away) before the
+ * decision was answered, so whatever the gate decided was never applied (its lease is given back).
  */
-export const DECISION_OUTCOMES = ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback'] as const;
+export const DECISION_OUTCOMES = ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback', 'abandoned'] as const;
 export type DecisionOutcome = (typeof DECISION_OUTCOMES)[number];
 
 /** Why an ext_proc stream ended in error (label of kvgate_extproc_stream_errors_total). */

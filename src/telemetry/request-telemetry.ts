@@ -49,9 +49,21 @@ export interface DecisionFacts {
   subsetSize?: number;
 }
 
+/** The ext_proc method, fully qualified as the RPC conventions want `rpc.method`. */
+const RPC_METHOD = 'envoy.service.ext_proc.v3.ExternalProcessor/Process';
+/** The HTTP methods the conventions know; any other is recorded as `_OTHER` with the original beside it. */
+const KNOWN_METHODS = new Set(['CONNECT', 'DELETE', 'GET', 'HEAD', 'OPTIONS', 'PATCH', 'POST', 'PUT', 'TRACE', 'QUERY']);
+/**
+ * Longest `url.path` put on a span: the LLM APIs' paths are short (`/v1/chat/completions`), and a
+ * path is the client's to choose, so an unbounded one would be an unbounded attribute.
+ */
+const MAX_PATH_CHARS = 256;
+
 export class RequestTelemetry implements RequestScope {
   private span: Span | undefined;
   private ended = false;
+  /** The stream is over (close()): a decision answered after this was never applied. */
+  private closed = false;
   readonly storeUsage: StoreUsage = newStoreUsage();
   private decisionStart: bigint | undefined;
 
@@ -84,12 +96,14 @@ export class RequestTelemetry implements RequestScope {
         {
           kind: SpanKind.SERVER,
           attributes: {
-            'rpc.system': 'grpc',
-            'rpc.service': 'envoy.service.ext_proc.v3.ExternalProcessor',
-            'rpc.method': 'Process',
-            'http.request.method': request.method,
+            // The stable RPC conventions of the semantic-conventions release kvgate pins (1.45):
+            // `rpc.system.name` and the method fully qualified; `rpc.system` and `rpc.service`
+            // are deprecated there.
+            'rpc.system.name': 'grpc',
+            'rpc.method': RPC_METHOD,
+            ...httpMethodAttributes(request.method),
             // Path only: the query string may carry secrets.
-            'url.path': request.path,
+            'url.path': request.path.length > MAX_PATH_CHARS ? request.path.slice(0, MAX_PATH_CHARS) : request.path,
             'kvgate.trace_parent': source,
           },
         },
@@ -120,6 +134,9 @@ export class RequestTelemetry implements RequestScope {
   /** kvgate answered with a decision: records it and ends the span. */
   decided(result: GateResult, facts: DecisionFacts = {}): void {
     safely(() => {
+      // Envoy gave up on the stream first (its message timeout, or the client left): nothing of
+      // this decision reached it, so it is counted as abandoned, not as the route it would have been.
+      if (this.closed) return this.abandoned();
       const outcome = outcomeOf(result);
       const seconds = this.decisionStart === undefined ? undefined : Number(process.hrtime.bigint() - this.decisionStart) / 1e9;
       const m = this.metrics;
@@ -140,6 +157,12 @@ export class RequestTelemetry implements RequestScope {
         span.setAttributes(this.storeAttributes());
         for (const e of this.storeUsage.errors) span.addEvent('store_error', { 'kvgate.store.operation': e.operation, 'exception.message': e.message });
       }
+      // A 5xx immediate answer is a failure seen from the client (the HTTP conventions mark
+      // server spans in error for 5xx, not 4xx): Jaeger's error filter should find it.
+      if (result.kind === 'reject' && (facts.status ?? 0) >= 500) {
+        span.setAttribute('error.type', result.error.code);
+        span.setStatus({ code: SpanStatusCode.ERROR, message: result.error.code });
+      }
       this.endSpan();
     });
   }
@@ -147,6 +170,7 @@ export class RequestTelemetry implements RequestScope {
   /** kvgate failed to decide and let the request go on without a routing answer. */
   fallback(err: Error): void {
     safely(() => {
+      if (this.closed) return this.abandoned();
       this.metrics.decisions.inc({ outcome: 'fallback' });
       const span = this.span;
       if (!span || this.ended) return;
@@ -177,12 +201,27 @@ export class RequestTelemetry implements RequestScope {
   /** The stream is over, however it ended. Ends a span still open (no decision was made). */
   close(): void {
     safely(() => {
+      if (this.closed) return;
+      this.closed = true;
       this.metrics.openStreams.dec();
       if (this.span && !this.ended) {
         this.span.addEvent('stream ended before a decision');
+        // A decision was under way: Envoy stopped waiting for it (its message timeout, most often
+        // a slow store), which a trace of the incident must show as a failure.
+        if (this.decisionStart !== undefined) {
+          if (this.span.isRecording()) this.span.setAttributes({ 'kvgate.outcome': 'abandoned', 'error.type': 'abandoned', ...this.storeAttributes() });
+          this.span.setStatus({ code: SpanStatusCode.ERROR, message: 'the stream ended before the decision was answered' });
+        }
         this.endSpan();
       }
     });
+  }
+
+  /** A decision (or fallback) finished after its stream ended: counted once as abandoned. */
+  private abandoned(): void {
+    if (this.decisionStart === undefined) return;
+    this.decisionStart = undefined;
+    this.metrics.decisions.inc({ outcome: 'abandoned' });
   }
 
   private storeAttributes(): Attributes {
@@ -197,6 +236,11 @@ export class RequestTelemetry implements RequestScope {
     this.ended = true;
     this.span?.end();
   }
+}
+
+/** `http.request.method` as the HTTP conventions record it: known methods as they are, any other as `_OTHER` plus the original. */
+function httpMethodAttributes(method: string): Attributes {
+  return KNOWN_METHODS.has(method) ? { 'http.request.method': method } : { 'http.request.method': '_OTHER', 'http.request.method_original': method.slice(0, 32) };
 }
 
 function safely(fn: () => void): void {

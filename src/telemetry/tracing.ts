@@ -3,8 +3,9 @@
  * else uses `@opentelemetry/api`, which is a no-op until a provider is registered here.
  *
  * Two separate things happen here:
- *  - `installTraceContext()` always runs (cheap, no exporter): the W3C trace-context propagator,
- *    so kvgate reads Envoy's `traceparent` (its log lines carry those ids even with export off).
+ *  - `installTraceContext()` always runs (cheap, no exporter): the W3C trace-context and B3
+ *    propagators, so kvgate reads the context Envoy's tracer put on the ext_proc call, whichever
+ *    format that tracer speaks (its log lines carry those ids even with export off).
  *  - `startTracing()` exports spans over OTLP, configured only by the standard OTEL_* environment
  *    variables, and is off unless they ask for it (see `tracingRequested`).
  *
@@ -12,9 +13,11 @@
  * warning in the log (rate-limited by the SDK's batching), never an error in the request path.
  */
 import { diag, DiagLogLevel, propagation, trace, type DiagLogger } from '@opentelemetry/api';
-import { W3CTraceContextPropagator } from '@opentelemetry/core';
+import { CompositePropagator, W3CTraceContextPropagator } from '@opentelemetry/core';
+import { B3Propagator } from '@opentelemetry/propagator-b3';
 import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
 import type { Logger } from 'pino';
+import { DEFAULTS } from '../config/defaults.js';
 import { LogThrottle } from '../util/log-throttle.js';
 
 /** The instrumentation scope of every kvgate span (`trace.getTracer(TRACER_NAME)`). */
@@ -28,6 +31,8 @@ export interface TracingSettings {
   protocol: OtlpProtocol;
   /** Why tracing is off, or where spans go: for the startup log line. */
   description: string;
+  /** Settings kvgate read and could not honour (logged as warnings at startup). */
+  warnings: string[];
 }
 
 export interface Tracing extends TracingSettings {
@@ -38,8 +43,18 @@ export interface Tracing extends TracingSettings {
 let contextInstalled = false;
 
 /**
- * Registers the W3C propagator, once per process (without it `propagation.extract` finds no
- * parent).
+ * The trace-context headers kvgate reads: W3C trace context (Envoy's OpenTelemetry tracer) and B3,
+ * single- and multi-header (Envoy's Zipkin tracer, which Istio configures by default). Envoy's gRPC
+ * client injects its ext_proc span's context in its tracer's own format (Envoy
+ * source/common/grpc/async_client_impl.cc, `AsyncStreamImpl::initialize`, `injectContext`).
+ */
+export const TRACE_CONTEXT_HEADERS = ['traceparent', 'tracestate', 'b3', 'x-b3-traceid', 'x-b3-spanid', 'x-b3-sampled', 'x-b3-flags', 'x-b3-parentspanid'] as const;
+
+/**
+ * Registers the propagators, once per process (without them `propagation.extract` finds no
+ * parent). kvgate only extracts (its span is the last hop: nothing is injected anywhere), so the
+ * order says which context wins when a carrier holds both: the composite extracts in turn and a
+ * later propagator's context replaces an earlier one's, so W3C, listed last, wins over B3.
  *
  * No context manager is registered, with or without export, and none must be: on Node 20 and 22
  * an AsyncLocalStorage, once entered, runs async hooks on every promise and native callback of
@@ -56,10 +71,21 @@ let contextInstalled = false;
 export function installTraceContext(): void {
   if (contextInstalled) return;
   contextInstalled = true;
-  propagation.setGlobalPropagator(new W3CTraceContextPropagator());
+  propagation.setGlobalPropagator(new CompositePropagator({ propagators: [new B3Propagator(), new W3CTraceContextPropagator()] }));
 }
 
 const PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json', 'grpc'];
+
+/**
+ * An OTEL_* variable as the spec reads it: an empty (or blank) value is the same as unset ("The
+ * SDK MUST interpret an empty value of an environment variable the same way as when the variable
+ * is unset"), which is also how the SDK's own exporters read them (`getStringFromEnv`). Helm
+ * charts and manifests often set variables to "" by default.
+ */
+function otelVar(env: NodeJS.ProcessEnv, name: string): string | undefined {
+  const v = env[name]?.trim();
+  return v ? v : undefined;
+}
 
 /**
  * Reads the OTEL_* variables that decide whether and how spans are exported, as the
@@ -68,18 +94,31 @@ const PROTOCOLS: readonly OtlpProtocol[] = ['http/protobuf', 'http/json', 'grpc'
  *  - on when an OTLP endpoint is set (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT or
  *    OTEL_EXPORTER_OTLP_ENDPOINT) or OTEL_TRACES_EXPORTER names otlp (default endpoint then);
  *  - off otherwise: an unconfigured kvgate sends nothing anywhere.
- * The exporter itself reads endpoint, headers, timeout and compression from the same variables.
+ * Empty values count as unset and enumerated values are read case-insensitively (the spec's
+ * SHOULD); a value kvgate cannot honour (an unknown protocol, an exporter other than otlp, an
+ * endpoint without a scheme) is a warning, not a silent fallback. The exporter itself reads
+ * endpoint, headers, timeout and compression from the same variables.
  */
 export function tracingRequested(env: NodeJS.ProcessEnv): TracingSettings {
-  const rawProtocol = (env.OTEL_EXPORTER_OTLP_TRACES_PROTOCOL ?? env.OTEL_EXPORTER_OTLP_PROTOCOL ?? 'http/protobuf').trim();
-  const protocol = PROTOCOLS.includes(rawProtocol as OtlpProtocol) ? (rawProtocol as OtlpProtocol) : 'http/protobuf';
-  const off = (why: string): TracingSettings => ({ enabled: false, protocol, description: why });
-  if ((env.OTEL_SDK_DISABLED ?? '').trim().toLowerCase() === 'true') return off('OTEL_SDK_DISABLED=true');
-  const exporters = (env.OTEL_TRACES_EXPORTER ?? '').split(',').map((s) => s.trim()).filter(Boolean);
+  const warnings: string[] = [];
+  const protocolVar = otelVar(env, 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL') !== undefined ? 'OTEL_EXPORTER_OTLP_TRACES_PROTOCOL' : 'OTEL_EXPORTER_OTLP_PROTOCOL';
+  const rawProtocol = (otelVar(env, protocolVar) ?? 'http/protobuf').toLowerCase();
+  let protocol: OtlpProtocol = 'http/protobuf';
+  if (PROTOCOLS.includes(rawProtocol as OtlpProtocol)) protocol = rawProtocol as OtlpProtocol;
+  else warnings.push(`${protocolVar}=${rawProtocol} is not an OTLP protocol (grpc, http/protobuf, http/json): using http/protobuf`);
+  const off = (why: string): TracingSettings => ({ enabled: false, protocol, description: why, warnings });
+  if (otelVar(env, 'OTEL_SDK_DISABLED')?.toLowerCase() === 'true') return off('OTEL_SDK_DISABLED=true');
+  const exporters = (otelVar(env, 'OTEL_TRACES_EXPORTER') ?? '').split(',').map((s) => s.trim().toLowerCase()).filter(Boolean);
   if (exporters.includes('none')) return off('OTEL_TRACES_EXPORTER=none');
-  const endpoint = env.OTEL_EXPORTER_OTLP_TRACES_ENDPOINT ?? env.OTEL_EXPORTER_OTLP_ENDPOINT;
+  const unsupported = exporters.filter((e) => e !== 'otlp');
+  if (unsupported.length > 0) warnings.push(`OTEL_TRACES_EXPORTER=${unsupported.join(',')}: kvgate exports OTLP only (Jaeger and the OpenTelemetry Collector take it); ignored`);
+  const endpointVar = otelVar(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') !== undefined ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT';
+  const endpoint = otelVar(env, endpointVar);
   if (!endpoint && !exporters.includes('otlp')) return off('no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER=otlp');
-  return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ?? 'the default endpoint'}` };
+  // The exporters parse the endpoint as a URL and, failing that, fall back to their default
+  // (localhost) with a diagnostic: say so at startup, where the operator looks.
+  if (endpoint && !/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint)) warnings.push(`${endpointVar}=${endpoint} has no scheme (http:// or https://): the exporter will not parse it and sends to its default endpoint`);
+  return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ?? 'the default endpoint'}`, warnings };
 }
 
 /** Loads only the exporter the protocol needs (each pulls in its own transport). */
@@ -108,13 +147,30 @@ const DIAG_LOG_INTERVAL_MS = 30_000;
  */
 export function diagToPino(logger: Logger, now: () => number = Date.now): DiagLogger {
   const throttle = new LogThrottle(DIAG_LOG_INTERVAL_MS, 100, now);
-  const warn = (msg: string, ...args: unknown[]) => {
+  const line = (level: 'warn' | 'info' | 'debug') => (msg: string, ...args: unknown[]) => {
     const text = [msg, ...args.map(describeDiagArg)].map(firstLine).filter(Boolean).join(': ');
-    const repeats = throttle.take(text.slice(0, 200));
+    // Counts in a message ("Dropped 37 spans…") differ each time: throttled as one cause.
+    const repeats = throttle.take(text.slice(0, 200).replace(/\d+/g, '#'));
     if (repeats === undefined) return;
-    logger.warn({ source: 'opentelemetry', hint: DIAG_HINT, ...(repeats > 0 ? { repeats_not_logged: repeats } : {}) }, `opentelemetry: ${text}`);
+    logger[level]({ source: 'opentelemetry', ...(level === 'warn' ? { hint: DIAG_HINT } : {}), ...(repeats > 0 ? { repeats_not_logged: repeats } : {}) }, `opentelemetry: ${text}`);
   };
-  return { error: warn, warn, info: () => undefined, debug: () => undefined, verbose: () => undefined };
+  const warn = line('warn');
+  return { error: warn, warn, info: line('info'), debug: line('debug'), verbose: line('debug') };
+}
+
+/** OTEL_LOG_LEVEL (the spec's names, case-insensitive) as the SDK's diagnostic level; WARN unset or unknown. */
+export function diagLevel(env: NodeJS.ProcessEnv): DiagLogLevel {
+  const name = otelVar(env, 'OTEL_LOG_LEVEL')?.toUpperCase();
+  const levels: Record<string, DiagLogLevel> = {
+    NONE: DiagLogLevel.NONE,
+    ERROR: DiagLogLevel.ERROR,
+    WARN: DiagLogLevel.WARN,
+    INFO: DiagLogLevel.INFO,
+    DEBUG: DiagLogLevel.DEBUG,
+    VERBOSE: DiagLogLevel.VERBOSE,
+    ALL: DiagLogLevel.ALL,
+  };
+  return (name !== undefined ? levels[name] : undefined) ?? DiagLogLevel.WARN;
 }
 
 /** An Error, a serialised exception (JSON with a message) or anything else, as its message. */
@@ -150,12 +206,14 @@ const OFF: Omit<Tracing, keyof TracingSettings> = { shutdown: () => Promise.reso
  */
 export async function startTracing(opts: { logger: Logger; env?: NodeJS.ProcessEnv; serviceVersion?: string }): Promise<Tracing> {
   installTraceContext();
-  const settings = tracingRequested(opts.env ?? process.env);
+  const env = opts.env ?? process.env;
+  const settings = tracingRequested(env);
+  for (const w of settings.warnings) opts.logger.warn({ source: 'opentelemetry' }, `tracing: ${w}`);
   if (!settings.enabled) return { ...settings, ...OFF };
   try {
-    diag.setLogger(diagToPino(opts.logger), { logLevel: DiagLogLevel.WARN, suppressOverrideMessage: true });
+    diag.setLogger(diagToPino(opts.logger), { logLevel: diagLevel(env), suppressOverrideMessage: true });
     // The SDK loads only when export is on: an untraced gate starts without it.
-    const [{ defaultResource, detectResources, envDetector, resourceFromAttributes }, { BatchSpanProcessor, NodeTracerProvider }, semconv] = await Promise.all([
+    const [{ defaultResource, detectResources, envDetector, hostDetector, serviceInstanceIdDetector, resourceFromAttributes }, { BatchSpanProcessor, NodeTracerProvider }, semconv] = await Promise.all([
       import('@opentelemetry/resources'),
       import('@opentelemetry/sdk-trace-node'),
       import('@opentelemetry/semantic-conventions'),
@@ -163,11 +221,16 @@ export async function startTracing(opts: { logger: Logger; env?: NodeJS.ProcessE
     const { ATTR_SERVICE_NAME, ATTR_SERVICE_VERSION } = semconv;
     const resource = defaultResource()
       .merge(resourceFromAttributes({ [ATTR_SERVICE_NAME]: TRACER_NAME, ...(opts.serviceVersion ? { [ATTR_SERVICE_VERSION]: opts.serviceVersion } : {}) }))
-      // OTEL_SERVICE_NAME and OTEL_RESOURCE_ATTRIBUTES win over our defaults.
-      .merge(detectResources({ detectors: [envDetector] }));
+      // host.name and a service.instance.id per process tell replicas apart in Jaeger (without
+      // them every pod's spans carry the same resource); OTEL_SERVICE_NAME and
+      // OTEL_RESOURCE_ATTRIBUTES, detected last, win over all of it.
+      .merge(detectResources({ detectors: [hostDetector, serviceInstanceIdDetector, envDetector] }));
     // The sampler comes from OTEL_TRACES_SAMPLER (default parentbased_always_on: follow Envoy's
-    // sampling decision); the batch processor's queue bounds memory and drops, never blocks.
-    const provider = new NodeTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(await createExporter(settings.protocol))] });
+    // sampling decision); the batch processor's queue bounds memory and drops, never blocks. Its
+    // batch size is kvgate's unless OTEL_BSP_MAX_EXPORT_BATCH_SIZE sets one (the SDK reads the
+    // variable only when the option is absent).
+    const batch = otelVar(env, 'OTEL_BSP_MAX_EXPORT_BATCH_SIZE') === undefined ? { maxExportBatchSize: DEFAULTS.traceExportBatchSize } : {};
+    const provider = new NodeTracerProvider({ resource, spanProcessors: [new BatchSpanProcessor(await createExporter(settings.protocol), batch)] });
     trace.setGlobalTracerProvider(provider);
     return {
       ...settings,

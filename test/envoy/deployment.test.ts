@@ -191,6 +191,29 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
   });
 
+  test('Kubernetes: every $(VAR) in a container env value names a variable defined earlier in that list', () => {
+    // Kubernetes expands $(VAR) only from variables defined before it in the container's env (the
+    // "Define Dependent Environment Variables" task); a later one stays the literal text, so
+    // OTEL_RESOURCE_ATTRIBUTES once said k8s.pod.name=$(POD_NAME) on every pod.
+    const manifests = [...k8s(), ...docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml')), ...docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml'))];
+    let checked = 0;
+    for (const d of manifests) {
+      const template = (d.spec as Obj | undefined)?.template as Obj | undefined;
+      const containers = ((template?.spec as Obj | undefined)?.containers as Obj[] | undefined) ?? [];
+      for (const c of containers) {
+        const defined = new Set<string>();
+        for (const e of (c.env as Obj[] | undefined) ?? []) {
+          for (const [, ref] of String(e.value ?? '').matchAll(/\$\(([A-Za-z_][A-Za-z0-9_]*)\)/g)) {
+            assert.ok(defined.has(ref!), `${String(c.name)}: ${String(e.name)} uses $(${ref}) before it is defined`);
+            checked++;
+          }
+          defined.add(String(e.name));
+        }
+      }
+    }
+    assert.ok(checked > 0, 'the manifests use dependent variables (the test would check nothing otherwise)');
+  });
+
   test('compose demo: the files it mounts exist and agree (Envoy clusters, kvgate workers, tracer)', async () => {
     const dir = path.join(ENVOY_DIR, 'demo');
     const compose = obj(parse(readFileSync(path.join(dir, 'compose.yaml'), 'utf8')), 'compose');
@@ -228,5 +251,10 @@ describe('deployment files', { concurrency: true }, () => {
     assert.match(text, /address: kvgate, port_value: 9002/);
     const env = obj(obj(services.kvgate, 'k').environment, 'env');
     assert.equal(env.OTEL_EXPORTER_OTLP_ENDPOINT, 'http://jaeger:4318');
+    // The demo's Envoy declares its body mode (protocol_config, 1.35) and samples ext_proc spans
+    // by the parent's decision (older releases marked every ext_proc span sampled).
+    const image = String(obj(services.envoy, 'envoy').image);
+    const minor = Number(/envoy:v1\.(\d+)/.exec(image)?.[1]);
+    assert.ok(minor >= 35, `the demo's Envoy is 1.35 or later (${image})`);
   });
 });

@@ -11,7 +11,10 @@ import type { GateResult } from '../../src/gate/gate.js';
 import { KvgateError } from '../../src/errors.js';
 import { hashSessionId } from '../../src/request/hashing.js';
 import { decisionAttributes, outcomeOf } from '../../src/telemetry/request-telemetry.js';
-import { startTracing, tracingRequested, type Tracing } from '../../src/telemetry/tracing.js';
+import { diagLevel, diagToPino, startTracing, tracingRequested, type Tracing } from '../../src/telemetry/tracing.js';
+import { DiagLogLevel } from '@opentelemetry/api';
+import { pino } from 'pino';
+import { DEFAULTS } from '../../src/config/defaults.js';
 import { chat, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
@@ -98,6 +101,13 @@ describe('tracing over OTLP', () => {
         assert.equal(s.attributes['kvgate.degraded'], false);
         assert.equal(s.attributes['http.request.method'], 'POST');
         assert.equal(s.attributes['url.path'], '/v1/chat/completions');
+        // The stable RPC conventions, not the deprecated `rpc.system` / `rpc.service`.
+        assert.equal(s.attributes['rpc.system.name'], 'grpc');
+        assert.equal(s.attributes['rpc.method'], 'envoy.service.ext_proc.v3.ExternalProcessor/Process');
+        assert.equal(s.attributes['rpc.system'], undefined);
+        assert.equal(s.attributes['rpc.service'], undefined);
+        assert.equal(typeof s.resource['service.instance.id'], 'string', 'replicas are told apart');
+        assert.equal(typeof s.resource['host.name'], 'string');
       }
       assert.equal(first.attributes['kvgate.outcome'], 'affinity_hit');
       assert.equal(second.attributes['kvgate.outcome'], 'new');
@@ -162,6 +172,50 @@ describe('tracing over OTLP', () => {
       assert.equal(s.attributes['kvgate.response.status'], 503);
       assert.equal(s.attributes['kvgate.reject.code'], 'no_healthy_workers');
       assert.deepEqual(s.attributes['kvgate.candidates.state'], ['down']);
+      // A 503 is a failure seen from the client: the span is in error, for Jaeger's error filter.
+      assert.equal(s.status.code, 2, 'STATUS_CODE_ERROR');
+      assert.equal(s.attributes['error.type'], 'no_healthy_workers');
+    } finally {
+      h.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+
+  test("B3 context from Envoy's Zipkin tracer (multi- and single-header) is the parent too", async () => {
+    const tracing = await withEnv(otelEnv(receiver.httpEndpoint, 'http/json'), () => startTracing({ logger: silentLogger() }));
+    const g = await startTestGate(FLEET);
+    const multiTrace = hex(16);
+    const multiSpan = hex(8);
+    const singleTrace = hex(16);
+    const singleSpan = hex(8);
+    const multi = harness(g.target, { grpcMetadata: { 'x-b3-traceid': multiTrace, 'x-b3-spanid': multiSpan, 'x-b3-sampled': '1' } });
+    const single = harness(g.target, { grpcMetadata: { b3: `${singleTrace}-${singleSpan}-1` } });
+    try {
+      assert.equal((await multi.request(chat({ session: 'zipkin-multi' }))).kind, 'upstream');
+      assert.equal((await single.request(chat({ session: 'zipkin-single' }))).kind, 'upstream');
+      await waitFor(() => spansOf(multiTrace).length >= 1 && spansOf(singleTrace).length >= 1, 5000, 'spans under the B3 traces');
+      assert.equal(spansOf(multiTrace)[0]!.parentSpanId, multiSpan);
+      assert.equal(spansOf(multiTrace)[0]!.attributes['kvgate.trace_parent'], 'grpc_metadata');
+      assert.equal(spansOf(singleTrace)[0]!.parentSpanId, singleSpan);
+    } finally {
+      multi.close();
+      single.close();
+      await g.close(100);
+      await tracing.shutdown();
+    }
+  });
+
+  test('without OTEL_BSP_MAX_EXPORT_BATCH_SIZE, spans go out in batches of kvgate\'s size, not the SDK\'s 512', async () => {
+    // A long schedule delay: only a full batch (or the shutdown flush) exports.
+    const env = { ...otelEnv(receiver.httpEndpoint, 'http/json'), OTEL_BSP_SCHEDULE_DELAY: '60000' };
+    const tracing = await withEnv(env, () => startTracing({ logger: silentLogger() }));
+    const g = await startTestGate(FLEET);
+    const traceId = hex(16);
+    const h = harness(g.target, { grpcMetadata: { traceparent: traceparent(traceId, hex(8)) } });
+    try {
+      for (let i = 0; i < DEFAULTS.traceExportBatchSize; i++) await h.request(chat({ session: `batch-${i}` }));
+      await waitFor(() => spansOf(traceId).length >= DEFAULTS.traceExportBatchSize, 5000, 'one full batch exported before the schedule delay');
     } finally {
       h.close();
       await g.close(100);
@@ -246,6 +300,51 @@ describe('tracing configuration', () => {
     assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }).protocol, 'grpc');
     assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc', OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: 'http/json' }).protocol, 'http/json');
     assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'carrier-pigeon' }).protocol, 'http/protobuf', 'unknown: the spec default');
+    assert.match(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'carrier-pigeon' }).warnings.join(), /carrier-pigeon/, '... and said');
+  });
+
+  test('empty OTEL_* values count as unset, enumerated values are case-insensitive, and what kvgate cannot honour is a warning', () => {
+    // Helm charts and manifests often set variables to "" by default.
+    const both = tracingRequested({ OTEL_EXPORTER_OTLP_TRACES_ENDPOINT: '', OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318' });
+    assert.equal(both.enabled, true);
+    assert.match(both.description, /jaeger:4318/);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: '', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }).protocol, 'grpc');
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_TRACES_PROTOCOL: ' ', OTEL_EXPORTER_OTLP_PROTOCOL: 'http/json' }).protocol, 'http/json');
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_PROTOCOL: 'GRPC' }).protocol, 'grpc');
+    assert.equal(tracingRequested({ OTEL_TRACES_EXPORTER: 'OTLP' }).enabled, true);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://x', OTEL_TRACES_EXPORTER: 'None' }).enabled, false);
+    assert.equal(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: '', OTEL_TRACES_EXPORTER: '' }).enabled, false);
+    assert.deepEqual(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'http://jaeger:4318' }).warnings, []);
+    const console = tracingRequested({ OTEL_TRACES_EXPORTER: 'console' });
+    assert.equal(console.enabled, false);
+    assert.match(console.warnings.join(), /console.*OTLP only/);
+    const noScheme = tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: '127.0.0.1:4318' });
+    assert.equal(noScheme.enabled, true);
+    assert.match(noScheme.warnings.join(), /no scheme/);
+  });
+
+  test('OTEL_LOG_LEVEL sets the SDK diagnostics level; unset or unknown is WARN', () => {
+    assert.equal(diagLevel({}), DiagLogLevel.WARN);
+    assert.equal(diagLevel({ OTEL_LOG_LEVEL: 'debug' }), DiagLogLevel.DEBUG);
+    assert.equal(diagLevel({ OTEL_LOG_LEVEL: 'NONE' }), DiagLogLevel.NONE);
+    assert.equal(diagLevel({ OTEL_LOG_LEVEL: 'chatty' }), DiagLogLevel.WARN);
+  });
+
+  test('SDK diagnostics that differ only in a count are throttled as one cause', () => {
+    const lines: unknown[] = [];
+    const logger = pino({ level: 'debug' }, { write: (l: string) => lines.push(JSON.parse(l)) });
+    let now = 0;
+    const d = diagToPino(logger, () => now);
+    d.warn('Dropped 37 spans because maxQueueSize reached');
+    d.warn('Dropped 12 spans because maxQueueSize reached');
+    d.warn('Dropped 5 spans because maxQueueSize reached');
+    assert.equal(lines.length, 1);
+    now += 31_000;
+    d.warn('Dropped 9 spans because maxQueueSize reached');
+    assert.equal(lines.length, 2);
+    assert.equal((lines[1] as { repeats_not_logged?: number }).repeats_not_logged, 2);
+    d.info('informational');
+    assert.equal(lines.length, 3, 'info reaches the log when the level lets it through');
   });
 
   test('decision attributes read a scoring explanation when the result carries one, and ignore junk', () => {

@@ -1,0 +1,108 @@
+/**
+ * RequestTelemetry on its own, against an in-memory span exporter: what a decision that Envoy
+ * stopped waiting for counts as, and the span attributes whose values come from the client.
+ */
+import assert from 'node:assert/strict';
+import { after, before, describe, test } from 'node:test';
+import { SpanStatusCode, trace } from '@opentelemetry/api';
+import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
+import type { GateResult } from '../../src/gate/gate.js';
+import { Metrics } from '../../src/telemetry/metrics.js';
+import { RequestTelemetry } from '../../src/telemetry/request-telemetry.js';
+
+const ROUTE: GateResult = {
+  kind: 'route',
+  pool: 'default',
+  worker: 'w1',
+  cluster: 'worker_1',
+  outcome: 'new',
+  lease: { id: 'l1', pool: 'default', worker: 'w1', shared: false },
+  key: { kind: 'session', source: 'header', hash: 'h' },
+  degraded: false,
+  attempts: 1,
+  storeMs: 0,
+  explanation: { mode: 'both', totalBlocks: 0, rule: 'scored', spilled: false, candidates: [] },
+  views: [],
+};
+
+async function decisionCounts(m: Metrics): Promise<Record<string, number>> {
+  const values = (await m.decisions.get()).values;
+  return Object.fromEntries(values.map((v) => [String(v.labels.outcome), v.value]));
+}
+
+describe('request telemetry', () => {
+  const exporter = new InMemorySpanExporter();
+  before(() => {
+    trace.setGlobalTracerProvider(new BasicTracerProvider({ spanProcessors: [new SimpleSpanProcessor(exporter)] }));
+  });
+  after(() => {
+    trace.disable();
+  });
+
+  test('a decision answered after its stream ended counts as abandoned, and its span is in error', async () => {
+    exporter.reset();
+    const m = new Metrics();
+    const t = new RequestTelemetry(m, new Map());
+    t.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    t.deciding();
+    // Envoy's message timeout: the stream is cancelled while the store is still deciding.
+    t.close();
+    t.decided(ROUTE);
+    const counts = await decisionCounts(m);
+    assert.equal(counts['abandoned'], 1);
+    assert.equal(counts['new'] ?? 0, 0, 'the route Envoy never applied is not counted as one');
+    const [span] = exporter.getFinishedSpans();
+    assert.ok(span);
+    assert.equal(span.status.code, SpanStatusCode.ERROR);
+    assert.equal(span.attributes['kvgate.outcome'], 'abandoned');
+    assert.ok(span.events.some((e) => e.name === 'stream ended before a decision'));
+
+    // A fallback after the end is abandoned too, once.
+    const t2 = new RequestTelemetry(m, new Map());
+    t2.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    t2.deciding();
+    t2.close();
+    t2.fallback(new Error('late'));
+    t2.decided(ROUTE);
+    const after2 = await decisionCounts(m);
+    assert.equal(after2['abandoned'], 2);
+    assert.equal(after2['fallback'] ?? 0, 0);
+  });
+
+  test('a stream that ends with no decision under way is not an error, and a decision before the end counts as itself', async () => {
+    exporter.reset();
+    const m = new Metrics();
+    const quiet = new RequestTelemetry(m, new Map());
+    quiet.begin(new Map(), { method: 'GET', path: '/v1/models' });
+    quiet.close();
+    const routed = new RequestTelemetry(m, new Map());
+    routed.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    routed.deciding();
+    routed.decided(ROUTE);
+    routed.close();
+    const counts = await decisionCounts(m);
+    assert.equal(counts['new'], 1);
+    assert.equal(counts['abandoned'] ?? 0, 0);
+    const [first, second] = exporter.getFinishedSpans();
+    assert.notEqual(first!.status.code, SpanStatusCode.ERROR);
+    assert.notEqual(second!.status.code, SpanStatusCode.ERROR);
+  });
+
+  test('method and path attributes are bounded: unknown methods as _OTHER, long paths cut', () => {
+    exporter.reset();
+    const m = new Metrics();
+    const odd = new RequestTelemetry(m, new Map());
+    odd.begin(new Map(), { method: 'BREW', path: `/v1/${'x'.repeat(5000)}` });
+    odd.close();
+    const known = new RequestTelemetry(m, new Map());
+    known.begin(new Map(), { method: 'POST', path: '/v1/completions' });
+    known.close();
+    const [a, b] = exporter.getFinishedSpans();
+    assert.equal(a!.attributes['http.request.method'], '_OTHER');
+    assert.equal(a!.attributes['http.request.method_original'], 'BREW');
+    assert.equal(String(a!.attributes['url.path']).length, 256);
+    assert.equal(b!.attributes['http.request.method'], 'POST');
+    assert.equal(b!.attributes['http.request.method_original'], undefined);
+    assert.equal(b!.attributes['url.path'], '/v1/completions');
+  });
+});
