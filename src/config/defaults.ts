@@ -326,6 +326,12 @@ export const DEFAULTS = {
   /** GPU temperature past which a worker takes no new sessions: data-centre GPUs throttle near 85-90 °C. */
   maxTempC: 85,
   /**
+   * Preemptive migration is on: moving a pressured worker's coldest sessions before its engine
+   * evicts or preempts them is what the ~85% threshold is for; `migration.enabled: false` leaves a
+   * pressured worker's sessions where they are (it still takes no new ones).
+   */
+  migrationEnabled: true,
+  /**
    * How often a pressured worker's coldest sessions are moved while it stays pressured. Moving a
    * live session costs its next turn a recompute on the new worker; on the held-out simulator
    * sweeps 1 s moved live sessions often enough to cost hit rate and shed more than 5 s did.

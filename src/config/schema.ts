@@ -245,7 +245,7 @@ const configObject = z.strictObject({
     .prefault({}),
   migration: z
     .strictObject({
-      enabled: z.boolean().default(true),
+      enabled: z.boolean().default(DEFAULTS.migrationEnabled),
       interval_ms: z.number().int().positive().default(DEFAULTS.migrationIntervalMs),
       fraction: z.number().gt(0).max(1).default(DEFAULTS.migrationFraction),
       max_sessions: z.number().int().positive().default(DEFAULTS.migrationMaxSessions),

@@ -34,7 +34,7 @@ export type StoreOperation = 'commit' | 'snapshot' | 'release' | 'set_state' | '
 /**
  * Decision latency: from the message that triggers the decision to the reply being written.
  * A memory-store decision takes tens of microseconds and a Redis one a round trip (~0.2-2 ms on a
- * LAN); `store.timeout_ms` (50 ms) bounds the degraded path and Envoy's message_timeout (0.5 s in
+ * LAN); `store.timeout_ms` (100 ms by default) bounds the degraded path and Envoy's message_timeout (0.5 s in
  * envoy/envoy.yaml) the worst case, so the buckets run from 50 µs to 0.5 s, dense below 5 ms.
  */
 const DECISION_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5];
