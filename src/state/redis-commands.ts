@@ -43,7 +43,8 @@ declare module 'ioredis' {
      * the block ids go as arrays: ioredis flattens arguments one level (Command's `args.flat()`).
      */
     kvgateDecide(numKeys: number, keys: readonly string[], spec: string, blocks: string | readonly string[]): Result<string, Context>;
-    kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
+    /** RENEW_LUA: the members it added back (they had lapsed or were gone). */
+    kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<string[], Context>;
     kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
     kvgateReadSignals(signals: string): Result<[number, string[]], Context>;

@@ -89,6 +89,15 @@ export class RedisLedger {
     this.unreleased.set(lease.id, lease);
   }
 
+  /**
+   * A lease Redis may count though this replica does not hold it (a renewal added it back after its
+   * removal ran): removed like a release Redis did not take, unless its removal is still to be sent.
+   */
+  mustRemove(lease: Lease): void {
+    if (this.shared.has(lease.id) || this.local.has(lease.id) || this.releasing.has(lease.id)) return;
+    this.unreleased.set(lease.id, lease);
+  }
+
   /** Released leases Redis may still count, to remove again. */
   unreleasedLeases(): Lease[] {
     return [...this.unreleased.values()];

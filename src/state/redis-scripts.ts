@@ -73,7 +73,8 @@ end
  *
  * In-flight counts are the leases lapsing after now. A commit counts them (one ZCOUNT per worker)
  * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
- * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
+ * RENEW_LUA purges before it renews, so a lapsed lease is never counted, and comes back only when
+ * the replica holding it renews it (its request is still running).
  */
 export const DECIDE_LUA = `${EXTEND_EXPIRY_LUA}
 -- A variadic command on one key with all of args, in slices of 1000 (an even number: field-value
@@ -313,20 +314,28 @@ return cjson.encode(reply)
 `;
 
 /**
- * Extends live leases of one worker (only those still present: XX), so a running gate keeps its
- * requests counted while a dead gate's leases lapse.
- * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]
+ * Keeps this replica's running requests counted: every lease it names lapses `leaseTtlMs` from now,
+ * whether it is still in the set or not. A dead gate names none, so its leases lapse. A lease the
+ * set lost is one the replica still holds (it names only leases it has not released): it lapsed
+ * because no renewal reached Redis for a whole TTL (Redis blocked, or a partition that dropped
+ * packets without closing the connection, so no reconnection re-adds it), or the set was evicted.
+ * Renewing only what is present (`ZADD XX`) left such a request uncounted until it ended, and the
+ * worker counted short; so it is added back.
+ * Lapsed members are purged first (commits count only live leases without purging them,
+ * DECIDE_LUA), so a lease that lapsed counts as added back, not as renewed.
+ * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]. Returns the members added back.
  */
 export const RENEW_LUA = `${EXTEND_EXPIRY_LUA}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- A lease that lapsed stays lapsed: commits count only live leases without purging the lapsed
--- ones (DECIDE_LUA), so drop them here before XX could bring one back.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
-local expiry = now + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
+local expiry = string.format('%d', now + tonumber(ARGV[1]))
+local back = {}
+for i = 2, #ARGV do
+  if redis.call('ZADD', KEYS[1], expiry, ARGV[i]) == 1 then back[#back + 1] = ARGV[i] end
+end
 extendExpiry(KEYS[1], tonumber(ARGV[1]) * 2)
-return #ARGV - 1
+return back
 `;
 
 /**

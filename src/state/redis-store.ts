@@ -687,15 +687,32 @@ export class RedisStore implements RoutingStore {
     }
   }
 
+  /**
+   * Renews the leases this replica holds, adding back any Redis lost (RENEW_LUA): after a stall
+   * longer than the lease TTL that kept the connection, no reconnection re-adds them, and each
+   * running request would count for nothing until it ended.
+   */
   private async renewLeases(): Promise<void> {
     const leases = this.ledger.sharedLeases();
     if (this.closed || leases.length === 0 || this.redis.status !== 'ready') return;
     // One pipeline per pool: a pool's keys share one cluster slot, different pools may not.
     await Promise.all(
-      [...byPool(leases)].map(([pool, ls]) => {
+      [...byPool(leases)].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(ls)) p.kvgateRenew(this.poolKeys(pool).inflight(worker), this.opts.leaseTtlMs, ...ids);
-        return p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+        try {
+          const replies = await p.exec();
+          const back = new Set<string>();
+          for (const [err, members] of replies ?? []) if (!err && Array.isArray(members)) for (const m of members) back.add(String(m));
+          if (back.size === 0) return;
+          this.opts.logger.warn({ pool, leases: back.size }, 'leases had lapsed in redis (no renewal reached it within leases.ttl_s); added back');
+          // A lease released since the renewal was sent may have had its removal run first (the
+          // pipeline can wait on a script check): added back, it would count until its TTL. Its
+          // removal is sent again, as a release Redis did not take.
+          for (const l of ls) if (back.has(l.id) && !this.ledger.isShared(l.id)) this.ledger.mustRemove(l);
+        } catch (err) {
+          this.logFailure('redis lease renewal failed', err);
+        }
       }),
     );
   }

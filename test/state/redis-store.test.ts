@@ -24,6 +24,12 @@ function sessionRequest(session: string): RequestInfo {
   return chatRequest('hello', { model: 'm', session });
 }
 
+/** Redis's clock (ms), as the scripts read it. */
+async function redisNow(raw: Redis): Promise<number> {
+  const [s, us] = await raw.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
 function redisStore(url: string, overrides: Partial<StoreOptions> = {}): RedisStore {
   return new RedisStore({
     url,
@@ -298,6 +304,34 @@ describe('redis store specifics', () => {
       { proxy: true },
     ));
 
+  test('a stall longer than the lease TTL that keeps the connection: the leases still held count again after the next renewal', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // Renewal runs every max(1 s, TTL / 3): 1 s with a 1.5 s TTL. No refresh of its own, so
+      // nothing but the renewal and resync could put the lease back.
+      const store = await open({ leaseTtlMs: 1500, refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      const leases = 'kvgate-test:{p}:f:w1';
+      const held = await store.commit(commitRequest({ workers, key: 's:long', worker: 'w1' }));
+      assert.ok(held.ok && !held.degraded);
+      const live = async () => raw.zcount(leases, `(${await redisNow(raw)}`, '+inf');
+      assert.equal(await live(), 1);
+      // Redis blocked past the lease's TTL, the connection kept: the renewals sent meanwhile time
+      // out in the store and run once Redis is back, the lease already lapsed.
+      const PAUSE_MS = 2000;
+      assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+      await new Promise((r) => setTimeout(r, PAUSE_MS + 50));
+      assert.equal(store.cachedSnapshot({ pool: 'p', key: undefined, workers, blocks: [] }).inflight.get('w1'), 1, 'the request still runs');
+      // The next renewal comes within a second; the request is still running all along.
+      const until = Date.now() + 2500;
+      while ((await live()) !== 1) {
+        assert.ok(Date.now() < until, 'the running request counts in Redis again after the stall');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.deepEqual(await raw.zrange(leases, '0', '-1'), [held.lease.id]);
+      await store.release(held.lease);
+      assert.equal(await raw.zcard(leases), 0);
+    }));
+
   test('offload events are entries of the pool’s Redis Stream with the documented fields', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open();
@@ -406,10 +440,6 @@ describe('redis store: releases ride on the next command', () => {
 
 describe('redis store: prompt blocks, a hash and a recency set per worker', () => {
   const workers = ['w1', 'w2', 'w3'];
-  const redisNow = async (raw: Redis) => {
-    const [s, us] = await raw.time();
-    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-  };
   const commitOn = async (store: RedisStore, worker: string, blocks: readonly string[], extra: { prefixTtlMs?: number; capacityBlocks?: number } = {}) => {
     const res = await store.commit(commitRequest({ workers, blocks, worker, capacityBlocks: 1000, ...extra }));
     assert.ok(res.ok && !res.degraded);
@@ -595,10 +625,6 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
 
 describe('redis store: what a commit counts and writes', () => {
   const workers = ['w1', 'w2'];
-  const redisNow = async (raw: Redis) => {
-    const [s, us] = await raw.time();
-    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-  };
 
   test('a lapsed lease still in the set counts neither against a limit nor as the session’s request; a read drops it', () =>
     withRedis(async ({ raw, store: open }) => {
@@ -621,16 +647,17 @@ describe('redis store: what a commit counts and writes', () => {
       await store.release(second.lease);
     }));
 
-  test('a renewal never brings back a lease that lapsed', () =>
+  test('a renewal keeps every lease it names, adding back one that lapsed or is gone, and says which', () =>
     withRedis(async ({ raw }) => {
       const { defineScripts } = await import('../../src/state/redis-commands.js');
       defineScripts(raw);
       const leases = 'kvgate-test:{p}:f:w1';
       const now = await redisNow(raw);
-      await raw.zadd(leases, now + 10_000, 'live', now - 1000, 'lapsed');
-      await raw.kvgateRenew(leases, 30_000, 'live', 'lapsed');
-      assert.equal(await raw.zscore(leases, 'lapsed'), null, 'a lapsed lease stays lapsed (commits no longer purge it first)');
-      assert.ok(Number(await raw.zscore(leases, 'live')) >= now + 30_000, 'the live one is renewed');
+      await raw.zadd(leases, now + 10_000, 'live', now - 1000, 'lapsed', now - 1000, 'another-gate');
+      const back = await raw.kvgateRenew(leases, 30_000, 'live', 'lapsed', 'gone');
+      assert.deepEqual(back, ['lapsed', 'gone'], 'the renewing replica still holds them: their requests are running');
+      for (const m of ['live', 'lapsed', 'gone']) assert.ok(Number(await raw.zscore(leases, m)) >= now + 30_000, `${m} lapses a TTL from now`);
+      assert.equal(await raw.zscore(leases, 'another-gate'), null, 'a lapsed lease nobody renews is purged');
     }));
 
   test('the times and recency scores a commit writes are exact integers (no rounding in their formatting)', () =>
