@@ -169,6 +169,8 @@ export interface DecideReply {
   /** Redis's clock when the script ran (ms). */
   now: number;
   affinity: string | undefined;
+  /** What the affinity has left (ms); 0 when there is none or it has no expiry. */
+  affinityTtlMs: number;
   /** The key's requests in flight on its affine worker. */
   keyInflight: number;
   /** In-flight leases per worker, in the query's worker order. */
@@ -213,6 +215,7 @@ interface RawDecideReply {
   late: boolean;
   now: number;
   affinity: string;
+  affinityTtl?: number;
   keyInflight: number;
   inflight?: number[] | Record<string, never>;
   states?: Record<string, string>;
@@ -316,6 +319,7 @@ function readDecideReply(q: DecideQuery, json: string): DecideReply {
     late: raw.late === true,
     now: Number(raw.now),
     affinity: raw.affinity === '' ? undefined : raw.affinity,
+    affinityTtlMs: Math.max(0, Number(raw.affinityTtl) || 0),
     keyInflight: Number(raw.keyInflight) || 0,
     inflight: q.workers.map((_, i) => Number((Array.isArray(raw.inflight) ? raw.inflight[i] : 0) ?? 0)),
     states: new Map(Object.entries(raw.states ?? {})),
@@ -331,11 +335,11 @@ export async function migrate(
   moves: ReadonlyArray<{ key: string; to: string }>,
   reason: string,
   opts: { defaultTtlMs: number; streamMaxLen: number },
-): Promise<{ now: number; moved: Array<{ key: string; to: string }> }> {
+): Promise<{ now: number; moved: Array<{ key: string; to: string; ttlMs: number }> }> {
   const k = [keys.offload, keys.sessions(from), ...moves.flatMap((m) => [keys.affinity(m.key), keys.sessions(m.to)])];
   const spec = { from, reason, defaultTtlMs: opts.defaultTtlMs, streamMaxLen: opts.streamMaxLen, moves: moves.map((m) => ({ key: m.key, to: m.to })) };
-  const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string }> | Record<string, never> };
-  return { now: Number(raw.now), moved: Array.isArray(raw.moved) ? raw.moved : [] };
+  const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string; ttl?: number }> | Record<string, never> };
+  return { now: Number(raw.now), moved: (Array.isArray(raw.moved) ? raw.moved : []).map((m) => ({ key: m.key, to: m.to, ttlMs: Math.max(0, Number(m.ttl) || 0) })) };
 }
 
 /** A worker's sessions, coldest first, and how many live ones it has (expired ones dropped first). */

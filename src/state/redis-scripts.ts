@@ -129,6 +129,7 @@ for i = 1, n do
   end
 end
 local aff = false
+local wrote = false
 if spec.keyed then aff = redis.call('GET', KEYS[1]) end
 local statePairs = redis.call('HGETALL', KEYS[2])
 local states = {}
@@ -234,6 +235,7 @@ if spec.mode == 'commit' then
       extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
+      wrote = true
       keyInflight = keyInflight + 1
     end
     local z = KEYS[2 + spec.chosen]
@@ -306,6 +308,12 @@ if spec.mode == 'commit' then
 end
 
 reply.affinity = aff or ''
+-- How long the affinity has left (ms; -1: no expiry), so that the replica's copy lapses with it:
+-- one it restores after Redis lost its data, or decides on while Redis is away, must not outlive
+-- Redis's. A commit that wrote it knows it; otherwise one PTTL (keyed decisions that found one).
+if aff then
+  if wrote then reply.affinityTtl = spec.affinityTtlMs else reply.affinityTtl = redis.call('PTTL', KEYS[1]) end
+end
 reply.keyInflight = keyInflight
 reply.inflight = counts
 reply.states = states
@@ -384,7 +392,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
  * KEYS: [offload stream, from's session set, then per move i: the session's affinity
  * (KEYS[1 + 2i]) and its target's session set (KEYS[2 + 2i])].
  * ARGV[1]: JSON {from, reason, defaultTtlMs, streamMaxLen, moves: [{key, to}]}.
- * Returns JSON {now, moved: [{key, to}]}.
+ * Returns JSON {now, moved: [{key, to, ttl}]}, `ttl` what the moved affinity has left (ms).
  */
 export const MIGRATE_LUA = `${EXTEND_EXPIRY_LUA}
 local spec = cjson.decode(ARGV[1])
@@ -404,7 +412,7 @@ for i, mv in ipairs(spec.moves) do
     local session = mv.key
     if string.sub(mv.key, 1, 2) == 's:' then session = string.sub(mv.key, 3) end
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.streamMaxLen, '*', 'session', session, 'from', spec.from, 'to', mv.to, 'reason', spec.reason, 'time', tostring(now))
-    moved[#moved + 1] = {key = mv.key, to = mv.to}
+    moved[#moved + 1] = {key = mv.key, to = mv.to, ttl = ttl}
   else
     -- Expired or moved elsewhere: it is no longer this worker's session.
     redis.call('ZREM', KEYS[2], mv.key)

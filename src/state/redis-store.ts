@@ -137,7 +137,11 @@ export class RedisStore implements RoutingStore {
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
   private readonly keys = new Map<string, PoolKeys>();
-  /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
+  /**
+   * Affinities this replica has seen; validated by every commit, so staleness is harmless there.
+   * Each lapses when Redis's does (`cacheAffinity`): decisions made while Redis is away, and the
+   * restore after Redis lost its data, trust them without a commit to check them.
+   */
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
   /** Leases and locally decided affinities Redis may not know (./redis-ledger.ts). */
   private readonly ledger: RedisLedger;
@@ -160,7 +164,7 @@ export class RedisStore implements RoutingStore {
    * `notAfter`. Undefined until Redis first answered.
    */
   private clockOffsetMs: number | undefined;
-  /** The affinity TTL of the latest commit: what restored affinities get. */
+  /** The affinity TTL of the latest commit: what a restored affinity of unknown expiry gets. */
   private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = -Infinity;
@@ -210,7 +214,9 @@ export class RedisStore implements RoutingStore {
       this.resyncAfterConnect = done;
     });
     cmd.defineScripts(this.redis);
-    this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
+    // Per-entry TTLs (`cacheAffinity`), read off the clock at each check: no timer (lru-cache's
+    // default caches a reading for 1 ms with a timer per reading).
+    this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize, ttlResolution: 0 });
     this.ledger = new RedisLedger(opts.localAffinityCacheSize);
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
@@ -394,9 +400,9 @@ export class RedisStore implements RoutingStore {
   async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
     if (moves.length === 0) return [];
     const { now, moved } = await cmd.migrate(this.redis, this.poolKeys(pool), from, moves, reason, { defaultTtlMs: opts.affinityTtlMs, streamMaxLen: opts.streamMaxLen });
-    return moved.map(({ key, to }) => {
+    return moved.map(({ key, to, ttlMs }) => {
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
-      this.affinityCache.set(this.affinityCacheKey(pool, key), { worker: to, keyInflight: 0 });
+      this.cacheAffinity(this.affinityCacheKey(pool, key), to, 0, ttlMs);
       this.events.emit('offload', e);
       return e;
     });
@@ -581,7 +587,7 @@ export class RedisStore implements RoutingStore {
     }
     if (q.key !== undefined) {
       const ck = this.affinityCacheKey(q.pool, q.key);
-      if (reply.affinity !== undefined) this.affinityCache.set(ck, { worker: reply.affinity, keyInflight: reply.keyInflight });
+      if (reply.affinity !== undefined) this.cacheAffinity(ck, reply.affinity, reply.keyInflight, reply.affinityTtlMs);
       else this.affinityCache.delete(ck);
     }
     return { prefix, committedDepth };
@@ -620,7 +626,7 @@ export class RedisStore implements RoutingStore {
     if (req.key !== undefined) {
       const ck = this.affinityCacheKey(req.pool, req.key);
       // No count is kept while degraded (releases cannot be seen): never let a stale one grow into a spill.
-      this.affinityCache.set(ck, { worker: req.worker, keyInflight: 0 });
+      this.cacheAffinity(ck, req.worker, 0, req.affinityTtlMs);
       this.ledger.decidedLocally(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
     }
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
@@ -761,6 +767,7 @@ export class RedisStore implements RoutingStore {
       const k = keys.affinity(u.key);
       p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
       p.get(k);
+      p.pttl(k);
     }
     for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
     const replies = await p.exec();
@@ -770,8 +777,8 @@ export class RedisStore implements RoutingStore {
 
     // Adopt what Redis holds now: ours, or the placement another replica wrote first.
     affinities.forEach(([ck, u], i) => {
-      const held = replies[2 + 2 * i]![1] as string | null;
-      if (held) this.affinityCache.set(ck, { worker: held, keyInflight: this.affinityCache.get(ck)?.keyInflight ?? 0 });
+      const held = replies[2 + 3 * i]![1] as string | null;
+      if (held) this.cacheAffinity(ck, held, this.affinityCache.get(ck)?.keyInflight ?? 0, Number(replies[3 + 3 * i]![1]));
       this.ledger.affinityWritten(ck, u);
     });
     this.ledger.shareLocal(local);
@@ -789,19 +796,24 @@ export class RedisStore implements RoutingStore {
    * gone. Without this, operator drains would be forgotten and every session's next request would
    * be placed anew by load, losing its KV cache. The states and affinities this replica knows are
    * the best truth left. HSETNX / SET NX, so whatever was recorded since wins; the marker is written
-   * last, so a restore cut short is tried again on the next refresh.
+   * last, so a restore cut short is tried again on the next refresh. Each affinity gets what it had
+   * left, so it lapses when it would have; those that lapsed meanwhile are not in the cache.
    */
   private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
     const keys = this.poolKeys(pool);
     const prefix = this.affinityCacheKey(pool, '');
-    const entries: Array<[string, string]> = [];
-    if (this.affinityTtlMs > 0) {
-      for (const [ck, cached] of this.affinityCache.entries()) if (ck.startsWith(prefix)) entries.push([ck.slice(prefix.length), cached.worker]);
+    const entries: Array<[string, string, number]> = [];
+    for (const [ck, cached] of this.affinityCache.entries()) {
+      if (!ck.startsWith(prefix)) continue;
+      const left = this.affinityCache.getRemainingTTL(ck);
+      // No expiry known (Redis had none): the latest commit's TTL, if there was a commit.
+      const ttl = Number.isFinite(left) ? Math.floor(left) : this.affinityTtlMs;
+      if (ttl > 0) entries.push([ck.slice(prefix.length), cached.worker, ttl]);
     }
     for (let i = 0; i === 0 || i < entries.length; i += 1000) {
       const p = this.redis.pipeline();
       if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(keys.states, statePairs[j]!, statePairs[j + 1]!);
-      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(keys.affinity(key), worker, 'PX', this.affinityTtlMs, 'NX');
+      for (const [key, worker, ttl] of entries.slice(i, i + 1000)) p.set(keys.affinity(key), worker, 'PX', ttl, 'NX');
       const replies = await p.exec();
       const failed = replies?.find(([err]) => err);
       if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
@@ -858,6 +870,16 @@ export class RedisStore implements RoutingStore {
     const skipped = this.failuresNotLogged;
     this.failuresNotLogged = 0;
     requestLogger(this.opts.logger, scope).warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
+  }
+
+  /**
+   * Caches an affinity until it lapses in Redis: `ttlMs` is what it has left there (0: no expiry
+   * known, kept until the LRU drops it). A copy kept past its lapse would be restored with a fresh
+   * TTL after Redis lost its data, and followed by decisions made while Redis is away, for a
+   * session whose cache the worker has long dropped.
+   */
+  private cacheAffinity(ck: string, worker: string, keyInflight: number, ttlMs: number): void {
+    this.affinityCache.set(ck, { worker, keyInflight }, { ttl: ttlMs > 0 ? Math.ceil(ttlMs) : 0 });
   }
 
   private affinityCacheKey(pool: string, key: string): string {

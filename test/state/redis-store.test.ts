@@ -332,6 +332,52 @@ describe('redis store specifics', () => {
       assert.equal(await raw.zcard(leases), 0);
     }));
 
+  test('after Redis lost its data, an affinity that lapsed meanwhile is not restored, and a live one keeps what it had left', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      // Learned from a commit and from a read (another replica's commit): both lapse in 150 ms.
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w1', affinityTtlMs: 150 }))).ok);
+      const other = await open({ refreshMs: 60_000 });
+      assert.ok((await other.commit(commitRequest({ workers, key: 's:read', worker: 'w2', affinityTtlMs: 150 }))).ok);
+      assert.equal((await store.snapshot({ pool: 'p', key: 's:read', workers, blocks: [] })).affinity, 'w2');
+      await other.close();
+      // The latest commit's TTL is a minute: what the restore once gave every cached affinity.
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:kept', worker: 'w2', affinityTtlMs: 60_000 }))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:brief'), null, 'lapsed in Redis');
+      // Redis loses its data and drops its clients: the store reconnects, finds the marker gone and restores.
+      await raw.flushall();
+      await raw.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      const until = Date.now() + 5000;
+      while ((await raw.exists('kvgate-test:{p}:alive')) === 0) {
+        assert.ok(Date.now() < until, 'the store restored what it knew (marker written last)');
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:brief'), null, 'a lapsed one stays lapsed');
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:read'), null, 'a lapsed one learned from a read too');
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:kept'), 'w2', 'a live affinity is restored');
+      const left = await raw.pttl('kvgate-test:{p}:a:s:kept');
+      assert.ok(left > 50_000 && left <= 60_000 - 400, `with what it had left, not a fresh TTL (${left} ms)`);
+    }));
+
+  test('with Redis away, decisions do not follow an affinity that lapsed', () =>
+    withRedis(async ({ redis, store: open }) => {
+      const store = await open({ refreshMs: 60_000, timeoutMs: 100 });
+      const workers = ['w1', 'w2'];
+      const q = (key: string) => ({ pool: 'p', key, workers, blocks: [] });
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w1', affinityTtlMs: 150 }))).ok);
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:kept', worker: 'w2', affinityTtlMs: 60_000 }))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      await redis.kill();
+      assert.equal((await store.snapshot(q('s:kept'))).affinity, 'w2', 'a live affinity is followed on local state');
+      assert.equal((await store.snapshot(q('s:brief'))).affinity, undefined, 'a lapsed one is not: the worker may have dropped its cache');
+      // Placed anew while degraded: the commit expects no affinity, as Redis would have had none.
+      const placed = await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w2', affinityTtlMs: 60_000 }));
+      assert.ok(placed.ok && placed.degraded);
+      await store.release(placed.lease);
+    }));
+
   test('offload events are entries of the pool’s Redis Stream with the documented fields', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open();
