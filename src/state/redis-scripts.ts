@@ -435,6 +435,39 @@ return #ARGV - 1
 `;
 
 /**
+ * Writes back affinities this replica knows and Redis may not (resync: those decided while Redis
+ * was away; the restore after Redis lost its data: every one it has cached), each only if Redis has
+ * none for the key (SET NX: a placement another replica wrote first wins), for what it has left.
+ * The worker holding the key afterwards, when it is the one written back, lists the session in its
+ * session set, scored by when the affinity lapses, as a commit does: preemptive migration finds a
+ * worker's sessions there, and one written back without it stayed invisible to migration until its
+ * next commit.
+ * KEYS: per affinity i, its key (KEYS[2i - 1]) and its worker's session set (KEYS[2i]).
+ * ARGV: per affinity i, the session key, the worker and the TTL left in ms (ARGV[3i - 2 .. 3i]).
+ * Returns per affinity i the worker Redis holds for it ('' for none) and its PTTL.
+ */
+export const WRITE_BACK_LUA = `${EXTEND_EXPIRY_LUA}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #KEYS / 2 do
+  local ak, sessions = KEYS[2 * i - 1], KEYS[2 * i]
+  local key, worker = ARGV[3 * i - 2], ARGV[3 * i - 1]
+  redis.call('SET', ak, worker, 'PX', ARGV[3 * i], 'NX')
+  local held = redis.call('GET', ak)
+  local left = -2
+  if held then left = redis.call('PTTL', ak) end
+  if held == worker and left > 0 then
+    redis.call('ZADD', sessions, string.format('%d', now + left), key)
+    extendExpiry(sessions, left)
+  end
+  out[2 * i - 1] = held or ''
+  out[2 * i] = left
+end
+return out
+`;
+
+/**
  * A worker's sessions, coldest first, and how many it has: expired ones are dropped first, so the
  * total counts only live affinities (as the memory store's does).
  * KEYS: [worker session set]; ARGV: [limit]. Returns [keys, total].

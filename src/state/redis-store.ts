@@ -64,6 +64,11 @@ const RELEASE_FLUSH_MS = 5;
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
+/**
+ * At most this many affinities are written back by one script call (WRITE_BACK_LUA): Redis runs
+ * nothing else while a script runs, and a restore may write back a whole cache.
+ */
+const WRITE_BACKS_PER_CALL = 1000;
 
 export interface RedisStoreOptions {
   url: string;
@@ -763,11 +768,11 @@ export class RedisStore implements RoutingStore {
 
     const p = this.redis.pipeline();
     p.exists(keys.alive);
-    for (const [, u] of affinities) {
-      const k = keys.affinity(u.key);
-      p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
-      p.get(k);
-      p.pttl(k);
+    const chunks: number[] = [];
+    for (let i = 0; i < affinities.length; i += WRITE_BACKS_PER_CALL) {
+      const chunk = affinities.slice(i, i + WRITE_BACKS_PER_CALL).map(([, u]) => ({ key: u.key, worker: u.worker, ttlMs: u.expiresAt - now }));
+      p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
+      chunks.push(chunk.length);
     }
     for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
     const replies = await p.exec();
@@ -776,9 +781,10 @@ export class RedisStore implements RoutingStore {
     if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
 
     // Adopt what Redis holds now: ours, or the placement another replica wrote first.
+    const held = chunks.flatMap((_, c) => cmd.readWriteBack(replies[1 + c]![1] as Array<string | number>));
     affinities.forEach(([ck, u], i) => {
-      const held = replies[2 + 3 * i]![1] as string | null;
-      if (held) this.cacheAffinity(ck, held, this.affinityCache.get(ck)?.keyInflight ?? 0, Number(replies[3 + 3 * i]![1]));
+      const h = held[i];
+      if (h) this.cacheAffinity(ck, h.worker, this.affinityCache.get(ck)?.keyInflight ?? 0, h.ttlMs);
       this.ledger.affinityWritten(ck, u);
     });
     this.ledger.shareLocal(local);
@@ -802,18 +808,19 @@ export class RedisStore implements RoutingStore {
   private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
     const keys = this.poolKeys(pool);
     const prefix = this.affinityCacheKey(pool, '');
-    const entries: Array<[string, string, number]> = [];
+    const entries: cmd.WriteBack[] = [];
     for (const [ck, cached] of this.affinityCache.entries()) {
       if (!ck.startsWith(prefix)) continue;
       const left = this.affinityCache.getRemainingTTL(ck);
       // No expiry known (Redis had none): the latest commit's TTL, if there was a commit.
       const ttl = Number.isFinite(left) ? Math.floor(left) : this.affinityTtlMs;
-      if (ttl > 0) entries.push([ck.slice(prefix.length), cached.worker, ttl]);
+      if (ttl > 0) entries.push({ key: ck.slice(prefix.length), worker: cached.worker, ttlMs: ttl });
     }
-    for (let i = 0; i === 0 || i < entries.length; i += 1000) {
+    for (let i = 0; i === 0 || i < entries.length; i += WRITE_BACKS_PER_CALL) {
       const p = this.redis.pipeline();
       if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(keys.states, statePairs[j]!, statePairs[j + 1]!);
-      for (const [key, worker, ttl] of entries.slice(i, i + 1000)) p.set(keys.affinity(key), worker, 'PX', ttl, 'NX');
+      const chunk = entries.slice(i, i + WRITE_BACKS_PER_CALL);
+      if (chunk.length > 0) p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
       const replies = await p.exec();
       const failed = replies?.find(([err]) => err);
       if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');

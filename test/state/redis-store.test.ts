@@ -378,6 +378,51 @@ describe('redis store specifics', () => {
       await store.release(placed.lease);
     }));
 
+  test('an affinity written back after Redis was unreachable is listed among its worker’s sessions', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        const store = await open({ timeoutMs: 100, refreshMs: 100 }, { viaProxy: true });
+        const workers = ['w1', 'w2'];
+        assert.ok((await store.commit(commitRequest({ workers, key: 's:before', worker: 'w1' }))).ok);
+        proxy!.setDown(true);
+        // Decided on local state; Redis keeps its data.
+        const during = await store.commit(commitRequest({ workers, key: 's:during', worker: 'w1' }));
+        assert.ok(during.ok && during.degraded);
+        proxy!.setDown(false);
+        const until = Date.now() + 5000;
+        while ((await raw.get('kvgate-test:{p}:a:s:during')) !== 'w1') {
+          assert.ok(Date.now() < until, 'written back once Redis is reachable');
+          await new Promise((r) => setTimeout(r, 25));
+        }
+        const cold = await store.coldSessions('p', 'w1', 10);
+        assert.deepEqual(cold.keys, ['s:before', 's:during'], 'migration sees the session written back, in the order the two lapse');
+        assert.equal(cold.total, 2);
+        await store.release(during.lease);
+      },
+      { proxy: true },
+    ));
+
+  test('affinities restored after Redis lost its data are listed among their workers’ sessions', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      for (const [key, worker] of [['s:a', 'w1'], ['s:b', 'w2'], ['s:c', 'w1']] as const) {
+        assert.ok((await store.commit(commitRequest({ workers, key, worker }))).ok);
+        // Distinct milliseconds: the session sets order by lapse time.
+        await new Promise((r) => setTimeout(r, 3));
+      }
+      await raw.flushall();
+      await raw.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      const until = Date.now() + 5000;
+      while ((await raw.exists('kvgate-test:{p}:alive')) === 0) {
+        assert.ok(Date.now() < until, 'the store restored what it knew (marker written last)');
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:c'), 'w1');
+      assert.deepEqual(await store.coldSessions('p', 'w1', 10), { keys: ['s:a', 's:c'], total: 2 });
+      assert.deepEqual(await store.coldSessions('p', 'w2', 10), { keys: ['s:b'], total: 1 });
+    }));
+
   test('offload events are entries of the pool’s Redis Stream with the documented fields', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open();
