@@ -279,24 +279,32 @@ export class RedisStore implements RoutingStore {
       capacityBlocks: req.capacityBlocks,
     };
     let reply: IssuedReply;
+    const sent = { value: false };
     const sending = this.view(pool, workers).sending;
     sending.set(req.worker, (sending.get(req.worker) ?? 0) + 1);
     try {
       try {
-        reply = await this.decide(req, commit);
+        reply = await this.decide(req, commit, sent);
       } finally {
         // Before the reply is learned: from here on it is in `inflight` (held) or nowhere (failed).
         const n = (sending.get(req.worker) ?? 1) - 1;
         if (n > 0) sending.set(req.worker, n);
         else sending.delete(req.worker);
       }
-      if (reply.late) throw new KvgateError('store_unavailable', 'the commit reached redis after its deadline');
+      if (reply.late) throw new LateCommit();
     } catch (err) {
       this.logFailure('redis commit failed; routing on local state', err, scope);
-      // A timed-out script may still have run: take back the lease it would have written, or it
-      // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
-      // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
-      this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
+      // A script that was sent may have run though its reply did not come in time: take back the
+      // lease it would have written, or it would count against the worker until its TTL (it is
+      // never renewed). As a release: its removal rides on the next command to the pool, and one
+      // that fails too (the connection broke) is retried on each refresh, where a removal sent
+      // once was lost with the connection. A resend that lands later writes nothing: it carries
+      // the deadline (`notAfter`). A commit Redis refused as late, or one never sent (no
+      // connection), wrote nothing.
+      if (sent.value && !(err instanceof LateCommit)) {
+        this.ledger.takeBack({ id: member, pool, worker: req.worker, shared: true });
+        this.scheduleReleaseFlush();
+      }
       return this.commitLocally(req);
     }
     if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
@@ -324,11 +332,16 @@ export class RedisStore implements RoutingStore {
     if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
     this.releaseKeyCount(lease);
     if (this.closed) return;
+    this.scheduleReleaseFlush();
+    return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
+  }
+
+  /** Sends the releasing leases within RELEASE_FLUSH_MS unless a command carries them first. */
+  private scheduleReleaseFlush(): void {
     this.releaseTimer ??= setTimeout(() => {
       this.releaseTimer = undefined;
       void this.flushReleases();
     }, RELEASE_FLUSH_MS);
-    return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
   }
 
   /**
@@ -485,8 +498,11 @@ export class RedisStore implements RoutingStore {
     return this.redis.status === 'ready';
   }
 
-  /** A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline. */
-  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>): Promise<IssuedReply> {
+  /**
+   * A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline.
+   * `sent.value` turns true once the command is handed to a connection that is up (it may run).
+   */
+  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>, sent?: { value: boolean }): Promise<IssuedReply> {
     const deadline = Date.now() + this.opts.timeoutMs;
     let late = false;
     // Past the deadline the caller has decided locally: a commit sent now would take a lease
@@ -499,9 +515,11 @@ export class RedisStore implements RoutingStore {
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
       // Numbered when it goes to the client, not when asked for (it may wait for a resync above).
       const issued = ++this.issued;
-      const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
+      // Without a connection ioredis refuses the command at once (no offline queue): never written.
+      if (sent && this.redis.status === 'ready') sent.value = true;
+      const reply = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
       // One reaction for the reply's bookkeeping (the clock, the releases it carried).
-      return sent.then(
+      return reply.then(
         (reply) => {
           if (carried.length > 0) this.settleReleases(carried.map((l) => l.id));
           // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
@@ -891,6 +909,13 @@ export class RedisStore implements RoutingStore {
 
   private affinityCacheKey(pool: string, key: string): string {
     return `${pool}\u0000${key}`;
+  }
+}
+
+/** A commit that reached Redis after its deadline: the script wrote nothing. */
+class LateCommit extends KvgateError {
+  constructor() {
+    super('store_unavailable', 'the commit reached redis after its deadline');
   }
 }
 

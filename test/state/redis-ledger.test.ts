@@ -112,3 +112,16 @@ test('a lease a renewal added back after its release is removed again unless it 
   l.mustRemove(still);
   assert.deepEqual(l.unreleasedLeases(), [pending, gone], 'one state only: its removal is still to be sent');
 });
+
+test('a lease a timed-out commit may have written is removed like a released one, and retried if that fails', () => {
+  const l = new RedisLedger(10);
+  const orphan = lease('orphan');
+  l.takeBack(orphan);
+  assert.deepEqual(l.sharedLeases(), [], 'nobody holds it: never renewed');
+  assert.equal(l.release('orphan'), undefined, 'nor released by a request');
+  assert.deepEqual(l.takeReleasing('p', new Set(['w1'])), [orphan], 'rides on the next command to its pool');
+  l.releaseFailed(orphan);
+  assert.deepEqual(l.unreleasedLeases(), [orphan]);
+  l.removedFromRedis(['orphan']);
+  assert.deepEqual(l.unreleasedLeases(), []);
+});

@@ -517,6 +517,36 @@ describe('redis store: releases ride on the next command', () => {
       { proxy: true },
     ));
 
+  test('a commit that timed out but ran has its lease taken back, though the connection broke before the removal went', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        // The 30 s lease TTL is far off: only the take-back can remove the lease below.
+        const store = await open({ timeoutMs: 200, refreshMs: 100, leaseTtlMs: 30_000 }, { viaProxy: true });
+        const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+        await store.release(warm.lease);
+        // 150 ms each way: the commit runs in Redis at 150 ms, its reply would come at 300 ms, and
+        // the store gives up at 200 ms. Any removal sent then reaches Redis at 350 ms at the earliest.
+        proxy!.setLatency(150);
+        const res = await store.commit(commitRequest({ workers, worker: 'w2' }));
+        assert.ok(res.ok && res.degraded, 'decided locally');
+        proxy!.setDown(true);
+        assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 1, 'the commit ran: Redis counts a lease nobody holds');
+        await new Promise((r) => setTimeout(r, 300));
+        proxy!.setLatency(0);
+        proxy!.setDown(false);
+        // Back, Redis counts the request decided locally (resync re-adds its lease), and only it.
+        const until = Date.now() + 5000;
+        while ((await raw.zrange('kvgate-test:{p}:f:w2', '0', '-1')).join() !== res.lease.id) {
+          assert.ok(Date.now() < until, `taken back once Redis is reachable, not after the lease TTL: ${(await raw.zrange('kvgate-test:{p}:f:w2', '0', '-1')).join()}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        await store.release(res.lease);
+        assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0);
+      },
+      { proxy: true },
+    ));
+
   test('closing sends the releases still waiting for a command', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
