@@ -406,7 +406,9 @@ for i, mv in ipairs(spec.moves) do
     if ttl <= 0 then ttl = spec.defaultTtlMs end
     redis.call('SET', ak, mv.to, 'PX', ttl)
     redis.call('ZREM', KEYS[2], mv.key)
-    redis.call('ZADD', toSessions, now + ttl, mv.key)
+    -- Scored by when the affinity lapses, which the move does not change: the session keeps its
+    -- recency (it was moved, not used; the memory store's migrate says why that is right).
+    redis.call('ZADD', toSessions, string.format('%d', now + ttl), mv.key)
     -- The target's other sessions may lapse later than this one.
     extendExpiry(toSessions, ttl)
     local session = mv.key
