@@ -180,7 +180,20 @@ export class MemoryStore implements RoutingStore {
 
   coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
     const m = this.sessionMap(pool, worker);
-    for (const k of [...m.keys()]) if (this.affinities.get(affinityKey(pool, k)) !== worker) m.delete(k);
+    let ordered = true;
+    let last = -Infinity;
+    for (const [k, routed] of [...m]) {
+      if (this.affinities.get(affinityKey(pool, k)) !== worker) m.delete(k);
+      else if (routed < last) ordered = false;
+      else last = routed;
+    }
+    // A migration appends a session with the time it was last routed (`migrate`), maybe older than
+    // the worker's own: put the map back in recency order once (a stable sort keeps ties as they were).
+    if (!ordered) {
+      const sorted = [...m].sort((a, b) => a[1] - b[1]);
+      m.clear();
+      for (const [k, routed] of sorted) m.set(k, routed);
+    }
     return Promise.resolve({ keys: [...m.keys()].slice(0, limit), total: m.size });
   }
 
@@ -191,9 +204,19 @@ export class MemoryStore implements RoutingStore {
       if (this.affinities.get(ak) !== from) continue;
       const ttl = this.affinities.getRemainingTTL(ak);
       this.affinities.set(ak, to, { ttl: ttl > 0 && Number.isFinite(ttl) ? ttl : opts.affinityTtlMs });
-      this.sessionMap(pool, from).delete(key);
+      const fromSessions = this.sessionMap(pool, from);
       const at = this.now();
-      this.sessionMap(pool, to).set(key, at);
+      // The session keeps the recency it had (as on Redis, where it keeps the score of its lapse
+      // time): it was moved, not used. It is among the coldest on its new worker, and so among the
+      // first to move again if that worker turns pressured, which is right: no request has built
+      // its KV cache there (its cache was on the old worker, offloaded with this event), so moving
+      // it again costs no HBM, while taking it for the most recent would send the new worker's
+      // active sessions, whose caches are hot there, ahead of it.
+      const routed = fromSessions.get(key) ?? at;
+      fromSessions.delete(key);
+      const toSessions = this.sessionMap(pool, to);
+      toSessions.delete(key);
+      toSessions.set(key, routed);
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: at };
       out.push(e);
       this.events.emit('offload', e);

@@ -32,7 +32,7 @@
 import type { Result } from 'ioredis';
 import type { Preconditions } from '../routing/types.js';
 import type { RedisClient } from './redis-connection.js';
-import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA } from './redis-scripts.js';
+import { COLD_SESSIONS_LUA, DECIDE_LUA, HEARTBEAT_LUA, MIGRATE_LUA, PUBLISH_SIGNALS_LUA, READ_SIGNALS_LUA, RENEW_LUA, RESTORE_LEASES_LUA, WRITE_BACK_LUA } from './redis-scripts.js';
 
 // ioredis's own typed declarations for the commands `defineScripts` adds: clients, clusters and
 // pipelines all get them (RedisCommander is what each of them implements).
@@ -43,7 +43,8 @@ declare module 'ioredis' {
      * the block ids go as arrays: ioredis flattens arguments one level (Command's `args.flat()`).
      */
     kvgateDecide(numKeys: number, keys: readonly string[], spec: string, blocks: string | readonly string[]): Result<string, Context>;
-    kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
+    /** RENEW_LUA: the members it added back (they had lapsed or were gone). */
+    kvgateRenew(inflight: string, leaseTtlMs: number, ...members: string[]): Result<string[], Context>;
     kvgateRestoreLeases(inflight: string, leaseTtlMs: number, ...members: string[]): Result<number, Context>;
     kvgatePublishSignals(signals: string, worker: string, signalsJson: string, error: string): Result<number, Context>;
     kvgateReadSignals(signals: string): Result<[number, string[]], Context>;
@@ -51,6 +52,8 @@ declare module 'ioredis' {
     /** MIGRATE_LUA; the key count comes first (it varies with the moves). */
     kvgateMigrate(numKeys: number, ...keysThenSpec: string[]): Result<string, Context>;
     kvgateColdSessions(sessions: string, limit: number): Result<[string[], number], Context>;
+    /** WRITE_BACK_LUA; the key count comes first (two keys per affinity). */
+    kvgateWriteBack(numKeys: number, keysThenArgs: readonly string[]): Result<Array<string | number>, Context>;
   }
 }
 
@@ -64,6 +67,7 @@ export function defineScripts(redis: RedisClient): void {
   redis.defineCommand('kvgateHeartbeat', { numberOfKeys: 1, lua: HEARTBEAT_LUA });
   redis.defineCommand('kvgateMigrate', { lua: MIGRATE_LUA });
   redis.defineCommand('kvgateColdSessions', { numberOfKeys: 1, lua: COLD_SESSIONS_LUA });
+  redis.defineCommand('kvgateWriteBack', { lua: WRITE_BACK_LUA });
 }
 
 /** The keys of one pool (see the layout above). */
@@ -168,6 +172,8 @@ export interface DecideReply {
   /** Redis's clock when the script ran (ms). */
   now: number;
   affinity: string | undefined;
+  /** What the affinity has left (ms); 0 when there is none or it has no expiry. */
+  affinityTtlMs: number;
   /** The key's requests in flight on its affine worker. */
   keyInflight: number;
   /** In-flight leases per worker, in the query's worker order. */
@@ -212,6 +218,7 @@ interface RawDecideReply {
   late: boolean;
   now: number;
   affinity: string;
+  affinityTtl?: number;
   keyInflight: number;
   inflight?: number[] | Record<string, never>;
   states?: Record<string, string>;
@@ -315,6 +322,7 @@ function readDecideReply(q: DecideQuery, json: string): DecideReply {
     late: raw.late === true,
     now: Number(raw.now),
     affinity: raw.affinity === '' ? undefined : raw.affinity,
+    affinityTtlMs: Math.max(0, Number(raw.affinityTtl) || 0),
     keyInflight: Number(raw.keyInflight) || 0,
     inflight: q.workers.map((_, i) => Number((Array.isArray(raw.inflight) ? raw.inflight[i] : 0) ?? 0)),
     states: new Map(Object.entries(raw.states ?? {})),
@@ -330,11 +338,39 @@ export async function migrate(
   moves: ReadonlyArray<{ key: string; to: string }>,
   reason: string,
   opts: { defaultTtlMs: number; streamMaxLen: number },
-): Promise<{ now: number; moved: Array<{ key: string; to: string }> }> {
+): Promise<{ now: number; moved: Array<{ key: string; to: string; ttlMs: number }> }> {
   const k = [keys.offload, keys.sessions(from), ...moves.flatMap((m) => [keys.affinity(m.key), keys.sessions(m.to)])];
   const spec = { from, reason, defaultTtlMs: opts.defaultTtlMs, streamMaxLen: opts.streamMaxLen, moves: moves.map((m) => ({ key: m.key, to: m.to })) };
-  const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string }> | Record<string, never> };
-  return { now: Number(raw.now), moved: Array.isArray(raw.moved) ? raw.moved : [] };
+  const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string; ttl?: number }> | Record<string, never> };
+  return { now: Number(raw.now), moved: (Array.isArray(raw.moved) ? raw.moved : []).map((m) => ({ key: m.key, to: m.to, ttlMs: Math.max(0, Number(m.ttl) || 0) })) };
+}
+
+/** An affinity to write back (WRITE_BACK_LUA), with what it has left. */
+export interface WriteBack {
+  key: string;
+  worker: string;
+  ttlMs: number;
+}
+
+/** WRITE_BACK_LUA's key count and its keys then arguments, to call it alone or in a pipeline. */
+export function writeBackCall(keys: PoolKeys, entries: readonly WriteBack[]): [number, string[]] {
+  const k: string[] = [];
+  const a: string[] = [];
+  for (const e of entries) {
+    k.push(keys.affinity(e.key), keys.sessions(e.worker));
+    a.push(e.key, e.worker, String(Math.max(1, Math.floor(e.ttlMs))));
+  }
+  return [k.length, [...k, ...a]];
+}
+
+/** WRITE_BACK_LUA's reply: per affinity, the worker Redis holds for it and what it has left (ms). */
+export function readWriteBack(reply: ReadonlyArray<string | number>): Array<{ worker: string; ttlMs: number } | undefined> {
+  const out: Array<{ worker: string; ttlMs: number } | undefined> = [];
+  for (let i = 0; i + 1 < reply.length; i += 2) {
+    const worker = String(reply[i]);
+    out.push(worker === '' ? undefined : { worker, ttlMs: Math.max(0, Number(reply[i + 1])) });
+  }
+  return out;
 }
 
 /** A worker's sessions, coldest first, and how many live ones it has (expired ones dropped first). */

@@ -7,7 +7,8 @@
  * A lease is in exactly one of:
  *   local       taken while Redis was unreachable; counted only in this process
  *   shared      in Redis's in-flight set; renewed until released
- *   releasing   released; its removal from Redis rides on this replica's next command to the pool
+ *   releasing   released, or written by a commit whose reply came too late (the replica decided
+ *               locally); its removal from Redis rides on this replica's next command to the pool
  *               (a commit or read), or goes on its own when the store's short flush timer fires
  *   unreleased  released, but the removal failed; retried on each refresh
  * and leaves the ledger when released (local), removed from Redis (releasing, unreleased) or when
@@ -87,6 +88,23 @@ export class RedisLedger {
   releaseFailed(lease: Lease): void {
     this.releasing.delete(lease.id);
     this.unreleased.set(lease.id, lease);
+  }
+
+  /**
+   * A lease Redis may count though this replica does not hold it (a renewal added it back after its
+   * removal ran): removed like a release Redis did not take, unless its removal is still to be sent.
+   */
+  mustRemove(lease: Lease): void {
+    if (this.shared.has(lease.id) || this.local.has(lease.id) || this.releasing.has(lease.id)) return;
+    this.unreleased.set(lease.id, lease);
+  }
+
+  /**
+   * A lease a commit may have written though the replica gave up on its reply (it decided locally):
+   * it is not held, so it is removed like a released one (releasing, then unreleased if that fails).
+   */
+  takeBack(lease: Lease): void {
+    this.releasing.set(lease.id, lease);
   }
 
   /** Released leases Redis may still count, to remove again. */

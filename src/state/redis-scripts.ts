@@ -73,7 +73,8 @@ end
  *
  * In-flight counts are the leases lapsing after now. A commit counts them (one ZCOUNT per worker)
  * and leaves lapsed ones in place; a read (every replica's refresh among them) purges them, and
- * RENEW_LUA purges before its ZADD XX, so a lapsed lease is never counted or brought back.
+ * RENEW_LUA purges before it renews, so a lapsed lease is never counted, and comes back only when
+ * the replica holding it renews it (its request is still running).
  */
 export const DECIDE_LUA = `${EXTEND_EXPIRY_LUA}
 -- A variadic command on one key with all of args, in slices of 1000 (an even number: field-value
@@ -128,6 +129,7 @@ for i = 1, n do
   end
 end
 local aff = false
+local wrote = false
 if spec.keyed then aff = redis.call('GET', KEYS[1]) end
 local statePairs = redis.call('HGETALL', KEYS[2])
 local states = {}
@@ -233,6 +235,7 @@ if spec.mode == 'commit' then
       extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
+      wrote = true
       keyInflight = keyInflight + 1
     end
     local z = KEYS[2 + spec.chosen]
@@ -305,6 +308,12 @@ if spec.mode == 'commit' then
 end
 
 reply.affinity = aff or ''
+-- How long the affinity has left (ms; -1: no expiry), so that the replica's copy lapses with it:
+-- one it restores after Redis lost its data, or decides on while Redis is away, must not outlive
+-- Redis's. A commit that wrote it knows it; otherwise one PTTL (keyed decisions that found one).
+if aff then
+  if wrote then reply.affinityTtl = spec.affinityTtlMs else reply.affinityTtl = redis.call('PTTL', KEYS[1]) end
+end
 reply.keyInflight = keyInflight
 reply.inflight = counts
 reply.states = states
@@ -313,20 +322,28 @@ return cjson.encode(reply)
 `;
 
 /**
- * Extends live leases of one worker (only those still present: XX), so a running gate keeps its
- * requests counted while a dead gate's leases lapse.
- * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]
+ * Keeps this replica's running requests counted: every lease it names lapses `leaseTtlMs` from now,
+ * whether it is still in the set or not. A dead gate names none, so its leases lapse. A lease the
+ * set lost is one the replica still holds (it names only leases it has not released): it lapsed
+ * because no renewal reached Redis for a whole TTL (Redis blocked, or a partition that dropped
+ * packets without closing the connection, so no reconnection re-adds it), or the set was evicted.
+ * Renewing only what is present (`ZADD XX`) left such a request uncounted until it ended, and the
+ * worker counted short; so it is added back.
+ * Lapsed members are purged first (commits count only live leases without purging them,
+ * DECIDE_LUA), so a lease that lapsed counts as added back, not as renewed.
+ * KEYS: [inflight(worker)]; ARGV: [lease TTL ms, lease member…]. Returns the members added back.
  */
 export const RENEW_LUA = `${EXTEND_EXPIRY_LUA}
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
--- A lease that lapsed stays lapsed: commits count only live leases without purging the lapsed
--- ones (DECIDE_LUA), so drop them here before XX could bring one back.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', string.format('%d', now))
-local expiry = now + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', expiry, ARGV[i]) end
+local expiry = string.format('%d', now + tonumber(ARGV[1]))
+local back = {}
+for i = 2, #ARGV do
+  if redis.call('ZADD', KEYS[1], expiry, ARGV[i]) == 1 then back[#back + 1] = ARGV[i] end
+end
 extendExpiry(KEYS[1], tonumber(ARGV[1]) * 2)
-return #ARGV - 1
+return back
 `;
 
 /**
@@ -375,7 +392,7 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
  * KEYS: [offload stream, from's session set, then per move i: the session's affinity
  * (KEYS[1 + 2i]) and its target's session set (KEYS[2 + 2i])].
  * ARGV[1]: JSON {from, reason, defaultTtlMs, streamMaxLen, moves: [{key, to}]}.
- * Returns JSON {now, moved: [{key, to}]}.
+ * Returns JSON {now, moved: [{key, to, ttl}]}, `ttl` what the moved affinity has left (ms).
  */
 export const MIGRATE_LUA = `${EXTEND_EXPIRY_LUA}
 local spec = cjson.decode(ARGV[1])
@@ -389,13 +406,15 @@ for i, mv in ipairs(spec.moves) do
     if ttl <= 0 then ttl = spec.defaultTtlMs end
     redis.call('SET', ak, mv.to, 'PX', ttl)
     redis.call('ZREM', KEYS[2], mv.key)
-    redis.call('ZADD', toSessions, now + ttl, mv.key)
+    -- Scored by when the affinity lapses, which the move does not change: the session keeps its
+    -- recency (it was moved, not used; the memory store's migrate says why that is right).
+    redis.call('ZADD', toSessions, string.format('%d', now + ttl), mv.key)
     -- The target's other sessions may lapse later than this one.
     extendExpiry(toSessions, ttl)
     local session = mv.key
     if string.sub(mv.key, 1, 2) == 's:' then session = string.sub(mv.key, 3) end
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.streamMaxLen, '*', 'session', session, 'from', spec.from, 'to', mv.to, 'reason', spec.reason, 'time', tostring(now))
-    moved[#moved + 1] = {key = mv.key, to = mv.to}
+    moved[#moved + 1] = {key = mv.key, to = mv.to, ttl = ttl}
   else
     -- Expired or moved elsewhere: it is no longer this worker's session.
     redis.call('ZREM', KEYS[2], mv.key)
@@ -415,6 +434,39 @@ local expiry = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonum
 for i = 2, #ARGV do redis.call('ZADD', KEYS[1], expiry, ARGV[i]) end
 extendExpiry(KEYS[1], tonumber(ARGV[1]) * 2)
 return #ARGV - 1
+`;
+
+/**
+ * Writes back affinities this replica knows and Redis may not (resync: those decided while Redis
+ * was away; the restore after Redis lost its data: every one it has cached), each only if Redis has
+ * none for the key (SET NX: a placement another replica wrote first wins), for what it has left.
+ * The worker holding the key afterwards, when it is the one written back, lists the session in its
+ * session set, scored by when the affinity lapses, as a commit does: preemptive migration finds a
+ * worker's sessions there, and one written back without it stayed invisible to migration until its
+ * next commit.
+ * KEYS: per affinity i, its key (KEYS[2i - 1]) and its worker's session set (KEYS[2i]).
+ * ARGV: per affinity i, the session key, the worker and the TTL left in ms (ARGV[3i - 2 .. 3i]).
+ * Returns per affinity i the worker Redis holds for it ('' for none) and its PTTL.
+ */
+export const WRITE_BACK_LUA = `${EXTEND_EXPIRY_LUA}
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {}
+for i = 1, #KEYS / 2 do
+  local ak, sessions = KEYS[2 * i - 1], KEYS[2 * i]
+  local key, worker = ARGV[3 * i - 2], ARGV[3 * i - 1]
+  redis.call('SET', ak, worker, 'PX', ARGV[3 * i], 'NX')
+  local held = redis.call('GET', ak)
+  local left = -2
+  if held then left = redis.call('PTTL', ak) end
+  if held == worker and left > 0 then
+    redis.call('ZADD', sessions, string.format('%d', now + left), key)
+    extendExpiry(sessions, left)
+  end
+  out[2 * i - 1] = held or ''
+  out[2 * i] = left
+end
+return out
 `;
 
 /**

@@ -64,6 +64,11 @@ const RELEASE_FLUSH_MS = 5;
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
+/**
+ * At most this many affinities are written back by one script call (WRITE_BACK_LUA): Redis runs
+ * nothing else while a script runs, and a restore may write back a whole cache.
+ */
+const WRITE_BACKS_PER_CALL = 1000;
 
 export interface RedisStoreOptions {
   url: string;
@@ -137,7 +142,11 @@ export class RedisStore implements RoutingStore {
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
   private readonly keys = new Map<string, PoolKeys>();
-  /** Affinities this replica has seen; validated by every commit, so staleness is harmless. */
+  /**
+   * Affinities this replica has seen; validated by every commit, so staleness is harmless there.
+   * Each lapses when Redis's does (`cacheAffinity`): decisions made while Redis is away, and the
+   * restore after Redis lost its data, trust them without a commit to check them.
+   */
   private readonly affinityCache: LRUCache<string, { worker: string; keyInflight: number }>;
   /** Leases and locally decided affinities Redis may not know (./redis-ledger.ts). */
   private readonly ledger: RedisLedger;
@@ -160,7 +169,7 @@ export class RedisStore implements RoutingStore {
    * `notAfter`. Undefined until Redis first answered.
    */
   private clockOffsetMs: number | undefined;
-  /** The affinity TTL of the latest commit: what restored affinities get. */
+  /** The affinity TTL of the latest commit: what a restored affinity of unknown expiry gets. */
   private affinityTtlMs = 0;
   private readonly timers: NodeJS.Timeout[] = [];
   private lastErrorLog = -Infinity;
@@ -210,7 +219,9 @@ export class RedisStore implements RoutingStore {
       this.resyncAfterConnect = done;
     });
     cmd.defineScripts(this.redis);
-    this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize });
+    // Per-entry TTLs (`cacheAffinity`), read off the clock at each check: no timer (lru-cache's
+    // default caches a reading for 1 ms with a timer per reading).
+    this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize, ttlResolution: 0 });
     this.ledger = new RedisLedger(opts.localAffinityCacheSize);
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
@@ -268,24 +279,32 @@ export class RedisStore implements RoutingStore {
       capacityBlocks: req.capacityBlocks,
     };
     let reply: IssuedReply;
+    const sent = { value: false };
     const sending = this.view(pool, workers).sending;
     sending.set(req.worker, (sending.get(req.worker) ?? 0) + 1);
     try {
       try {
-        reply = await this.decide(req, commit);
+        reply = await this.decide(req, commit, sent);
       } finally {
         // Before the reply is learned: from here on it is in `inflight` (held) or nowhere (failed).
         const n = (sending.get(req.worker) ?? 1) - 1;
         if (n > 0) sending.set(req.worker, n);
         else sending.delete(req.worker);
       }
-      if (reply.late) throw new KvgateError('store_unavailable', 'the commit reached redis after its deadline');
+      if (reply.late) throw new LateCommit();
     } catch (err) {
       this.logFailure('redis commit failed; routing on local state', err, scope);
-      // A timed-out script may still have run: take back the lease it would have written, or it
-      // would count against the worker until its TTL (it is never renewed, so it lapses anyway).
-      // A resend that lands later writes nothing: it carries the deadline (`notAfter`).
-      this.redis.zrem(this.poolKeys(pool).inflight(req.worker), member).catch(() => undefined);
+      // A script that was sent may have run though its reply did not come in time: take back the
+      // lease it would have written, or it would count against the worker until its TTL (it is
+      // never renewed). As a release: its removal rides on the next command to the pool, and one
+      // that fails too (the connection broke) is retried on each refresh, where a removal sent
+      // once was lost with the connection. A resend that lands later writes nothing: it carries
+      // the deadline (`notAfter`). A commit Redis refused as late, or one never sent (no
+      // connection), wrote nothing.
+      if (sent.value && !(err instanceof LateCommit)) {
+        this.ledger.takeBack({ id: member, pool, worker: req.worker, shared: true });
+        this.scheduleReleaseFlush();
+      }
       return this.commitLocally(req);
     }
     if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
@@ -313,11 +332,16 @@ export class RedisStore implements RoutingStore {
     if (view && n !== undefined && n > 0) view.inflight.set(lease.worker, n - 1);
     this.releaseKeyCount(lease);
     if (this.closed) return;
+    this.scheduleReleaseFlush();
+    return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
+  }
+
+  /** Sends the releasing leases within RELEASE_FLUSH_MS unless a command carries them first. */
+  private scheduleReleaseFlush(): void {
     this.releaseTimer ??= setTimeout(() => {
       this.releaseTimer = undefined;
       void this.flushReleases();
     }, RELEASE_FLUSH_MS);
-    return new Promise((resolve) => this.releaseWaiters.set(lease.id, resolve));
   }
 
   /**
@@ -394,9 +418,9 @@ export class RedisStore implements RoutingStore {
   async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
     if (moves.length === 0) return [];
     const { now, moved } = await cmd.migrate(this.redis, this.poolKeys(pool), from, moves, reason, { defaultTtlMs: opts.affinityTtlMs, streamMaxLen: opts.streamMaxLen });
-    return moved.map(({ key, to }) => {
+    return moved.map(({ key, to, ttlMs }) => {
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
-      this.affinityCache.set(this.affinityCacheKey(pool, key), { worker: to, keyInflight: 0 });
+      this.cacheAffinity(this.affinityCacheKey(pool, key), to, 0, ttlMs);
       this.events.emit('offload', e);
       return e;
     });
@@ -474,8 +498,11 @@ export class RedisStore implements RoutingStore {
     return this.redis.status === 'ready';
   }
 
-  /** A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline. */
-  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>): Promise<IssuedReply> {
+  /**
+   * A read (no `commit`) or a commit through DECIDE_LUA, bounded by the decision's deadline.
+   * `sent.value` turns true once the command is handed to a connection that is up (it may run).
+   */
+  private decide(q: StateQuery, commit?: Omit<DecideCommit, 'notAfter'>, sent?: { value: boolean }): Promise<IssuedReply> {
     const deadline = Date.now() + this.opts.timeoutMs;
     let late = false;
     // Past the deadline the caller has decided locally: a commit sent now would take a lease
@@ -488,9 +515,11 @@ export class RedisStore implements RoutingStore {
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
       // Numbered when it goes to the client, not when asked for (it may wait for a resync above).
       const issued = ++this.issued;
-      const sent = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
+      // Without a connection ioredis refuses the command at once (no offline queue): never written.
+      if (sent && this.redis.status === 'ready') sent.value = true;
+      const reply = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
       // One reaction for the reply's bookkeeping (the clock, the releases it carried).
-      return sent.then(
+      return reply.then(
         (reply) => {
           if (carried.length > 0) this.settleReleases(carried.map((l) => l.id));
           // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
@@ -581,7 +610,7 @@ export class RedisStore implements RoutingStore {
     }
     if (q.key !== undefined) {
       const ck = this.affinityCacheKey(q.pool, q.key);
-      if (reply.affinity !== undefined) this.affinityCache.set(ck, { worker: reply.affinity, keyInflight: reply.keyInflight });
+      if (reply.affinity !== undefined) this.cacheAffinity(ck, reply.affinity, reply.keyInflight, reply.affinityTtlMs);
       else this.affinityCache.delete(ck);
     }
     return { prefix, committedDepth };
@@ -620,7 +649,7 @@ export class RedisStore implements RoutingStore {
     if (req.key !== undefined) {
       const ck = this.affinityCacheKey(req.pool, req.key);
       // No count is kept while degraded (releases cannot be seen): never let a stale one grow into a spill.
-      this.affinityCache.set(ck, { worker: req.worker, keyInflight: 0 });
+      this.cacheAffinity(ck, req.worker, 0, req.affinityTtlMs);
       this.ledger.decidedLocally(ck, { pool: req.pool, key: req.key, worker: req.worker, expiresAt: Date.now() + req.affinityTtlMs });
     }
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
@@ -687,15 +716,32 @@ export class RedisStore implements RoutingStore {
     }
   }
 
+  /**
+   * Renews the leases this replica holds, adding back any Redis lost (RENEW_LUA): after a stall
+   * longer than the lease TTL that kept the connection, no reconnection re-adds them, and each
+   * running request would count for nothing until it ended.
+   */
   private async renewLeases(): Promise<void> {
     const leases = this.ledger.sharedLeases();
     if (this.closed || leases.length === 0 || this.redis.status !== 'ready') return;
     // One pipeline per pool: a pool's keys share one cluster slot, different pools may not.
     await Promise.all(
-      [...byPool(leases)].map(([pool, ls]) => {
+      [...byPool(leases)].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(ls)) p.kvgateRenew(this.poolKeys(pool).inflight(worker), this.opts.leaseTtlMs, ...ids);
-        return p.exec().catch((err: unknown) => this.logFailure('redis lease renewal failed', err));
+        try {
+          const replies = await p.exec();
+          const back = new Set<string>();
+          for (const [err, members] of replies ?? []) if (!err && Array.isArray(members)) for (const m of members) back.add(String(m));
+          if (back.size === 0) return;
+          this.opts.logger.warn({ pool, leases: back.size }, 'leases had lapsed in redis (no renewal reached it within leases.ttl_s); added back');
+          // A lease released since the renewal was sent may have had its removal run first (the
+          // pipeline can wait on a script check): added back, it would count until its TTL. Its
+          // removal is sent again, as a release Redis did not take.
+          for (const l of ls) if (back.has(l.id) && !this.ledger.isShared(l.id)) this.ledger.mustRemove(l);
+        } catch (err) {
+          this.logFailure('redis lease renewal failed', err);
+        }
       }),
     );
   }
@@ -740,10 +786,11 @@ export class RedisStore implements RoutingStore {
 
     const p = this.redis.pipeline();
     p.exists(keys.alive);
-    for (const [, u] of affinities) {
-      const k = keys.affinity(u.key);
-      p.set(k, u.worker, 'PX', u.expiresAt - now, 'NX');
-      p.get(k);
+    const chunks: number[] = [];
+    for (let i = 0; i < affinities.length; i += WRITE_BACKS_PER_CALL) {
+      const chunk = affinities.slice(i, i + WRITE_BACKS_PER_CALL).map(([, u]) => ({ key: u.key, worker: u.worker, ttlMs: u.expiresAt - now }));
+      p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
+      chunks.push(chunk.length);
     }
     for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
     const replies = await p.exec();
@@ -752,9 +799,10 @@ export class RedisStore implements RoutingStore {
     if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
 
     // Adopt what Redis holds now: ours, or the placement another replica wrote first.
+    const held = chunks.flatMap((_, c) => cmd.readWriteBack(replies[1 + c]![1] as Array<string | number>));
     affinities.forEach(([ck, u], i) => {
-      const held = replies[2 + 2 * i]![1] as string | null;
-      if (held) this.affinityCache.set(ck, { worker: held, keyInflight: this.affinityCache.get(ck)?.keyInflight ?? 0 });
+      const h = held[i];
+      if (h) this.cacheAffinity(ck, h.worker, this.affinityCache.get(ck)?.keyInflight ?? 0, h.ttlMs);
       this.ledger.affinityWritten(ck, u);
     });
     this.ledger.shareLocal(local);
@@ -772,19 +820,25 @@ export class RedisStore implements RoutingStore {
    * gone. Without this, operator drains would be forgotten and every session's next request would
    * be placed anew by load, losing its KV cache. The states and affinities this replica knows are
    * the best truth left. HSETNX / SET NX, so whatever was recorded since wins; the marker is written
-   * last, so a restore cut short is tried again on the next refresh.
+   * last, so a restore cut short is tried again on the next refresh. Each affinity gets what it had
+   * left, so it lapses when it would have; those that lapsed meanwhile are not in the cache.
    */
   private async restoreLostData(pool: string, statePairs: string[]): Promise<void> {
     const keys = this.poolKeys(pool);
     const prefix = this.affinityCacheKey(pool, '');
-    const entries: Array<[string, string]> = [];
-    if (this.affinityTtlMs > 0) {
-      for (const [ck, cached] of this.affinityCache.entries()) if (ck.startsWith(prefix)) entries.push([ck.slice(prefix.length), cached.worker]);
+    const entries: cmd.WriteBack[] = [];
+    for (const [ck, cached] of this.affinityCache.entries()) {
+      if (!ck.startsWith(prefix)) continue;
+      const left = this.affinityCache.getRemainingTTL(ck);
+      // No expiry known (Redis had none): the latest commit's TTL, if there was a commit.
+      const ttl = Number.isFinite(left) ? Math.floor(left) : this.affinityTtlMs;
+      if (ttl > 0) entries.push({ key: ck.slice(prefix.length), worker: cached.worker, ttlMs: ttl });
     }
-    for (let i = 0; i === 0 || i < entries.length; i += 1000) {
+    for (let i = 0; i === 0 || i < entries.length; i += WRITE_BACKS_PER_CALL) {
       const p = this.redis.pipeline();
       if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(keys.states, statePairs[j]!, statePairs[j + 1]!);
-      for (const [key, worker] of entries.slice(i, i + 1000)) p.set(keys.affinity(key), worker, 'PX', this.affinityTtlMs, 'NX');
+      const chunk = entries.slice(i, i + WRITE_BACKS_PER_CALL);
+      if (chunk.length > 0) p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
       const replies = await p.exec();
       const failed = replies?.find(([err]) => err);
       if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
@@ -843,8 +897,25 @@ export class RedisStore implements RoutingStore {
     requestLogger(this.opts.logger, scope).warn({ err: err instanceof Error ? err.message : String(err), ...(skipped > 0 ? { failures_since_last_line: skipped } : {}) }, msg);
   }
 
+  /**
+   * Caches an affinity until it lapses in Redis: `ttlMs` is what it has left there (0: no expiry
+   * known, kept until the LRU drops it). A copy kept past its lapse would be restored with a fresh
+   * TTL after Redis lost its data, and followed by decisions made while Redis is away, for a
+   * session whose cache the worker has long dropped.
+   */
+  private cacheAffinity(ck: string, worker: string, keyInflight: number, ttlMs: number): void {
+    this.affinityCache.set(ck, { worker, keyInflight }, { ttl: ttlMs > 0 ? Math.ceil(ttlMs) : 0 });
+  }
+
   private affinityCacheKey(pool: string, key: string): string {
     return `${pool}\u0000${key}`;
+  }
+}
+
+/** A commit that reached Redis after its deadline: the script wrote nothing. */
+class LateCommit extends KvgateError {
+  constructor() {
+    super('store_unavailable', 'the commit reached redis after its deadline');
   }
 }
 

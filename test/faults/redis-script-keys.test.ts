@@ -13,6 +13,8 @@
 import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import type { Redis } from 'ioredis';
+import { defineScripts, PoolKeys, writeBackCall } from '../../src/state/redis-commands.js';
+import { closeRedis, connectRedis } from '../../src/state/redis-connection.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import { commitRequest } from '../helpers/commits.js';
 import { silentLogger } from '../helpers/logger.js';
@@ -73,6 +75,18 @@ describe('store scripts on a Redis Cluster', () => {
       await store.publishSignals(POOL, 'w1', { error: 'refused' });
       await store.readSignals(POOL);
       await store.heartbeat(POOL, 'gate-a', 5000);
+      // What resync and renewal send after an outage or a stall, as they send it: affinities written
+      // back (one another replica holds), a lease renewed that had gone, leases re-added.
+      const keys = new PoolKeys('kvgate', POOL);
+      const direct = connectRedis(cluster.url, { enableOfflineQueue: true });
+      try {
+        defineScripts(direct);
+        await direct.kvgateWriteBack(...writeBackCall(keys, [{ key: 's:back', worker: 'w1', ttlMs: 60_000 }, { key: 's:one', worker: 'w1', ttlMs: 60_000 }]));
+        await direct.kvgateRenew(keys.inflight('w1'), 30_000, 'gone|s:back');
+        await direct.kvgateRestoreLeases(keys.inflight('w2'), 30_000, 'lost|s:back');
+      } finally {
+        closeRedis(direct);
+      }
       for (const l of [a, b, c]) if (l.ok) await store.release(l.lease);
       await new Promise((r) => setTimeout(r, 200));
 
@@ -110,6 +124,10 @@ describe('store scripts on a Redis Cluster', () => {
       assert.deepEqual(undeclared, [], 'every key a script touched was in its KEYS');
       // The prefix paths ran among them: the match, the commit's writes, and a trim past capacity.
       for (const c of ['hmget', 'hset', 'zadd', 'zremrangebyrank', 'hdel']) assert.ok(ran.has(c), `a script ran ${c}: ${[...ran].join(' ')}`);
+      // And the scripts of resync and renewal among them (their arguments are the test's own).
+      for (const arg of ['kvgate:{keys}:a:s:back', 'gone|s:back', 'lost|s:back']) {
+        assert.ok(lines.some((l) => /^\S+ "eval/i.test(l) && l.includes(`"${arg}"`)), `the script called with ${arg} ran`);
+      }
     } finally {
       await store.close();
       mon.disconnect();

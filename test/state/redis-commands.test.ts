@@ -246,7 +246,8 @@ describe('key expiry only ever extends', () => {
     await redis.set(keys.affinity('s:short'), 'w1', 'PX', 200);
     await redis.zadd(keys.sessions('w1'), Date.now() + 200, 's:short');
     const moved = await migrate(redis, keys, 'w1', [{ key: 's:short', to: 'w2' }], 'test', { defaultTtlMs: 100, streamMaxLen: 10 });
-    assert.deepEqual(moved.moved, [{ key: 's:short', to: 'w2' }]);
+    assert.deepEqual(moved.moved.map(({ key, to }) => ({ key, to })), [{ key: 's:short', to: 'w2' }]);
+    assert.ok(moved.moved[0]!.ttlMs > 0 && moved.moved[0]!.ttlMs <= 200, 'the moved affinity keeps what it had left');
     assert.ok((await redis.pttl(keys.sessions('w2'))) > HOUR - 60_000, 'migration cut the target session set short');
     // Leases of one worker: one held for an hour, another renewed or restored for 100 ms.
     await redis.zadd(keys.inflight('w1'), far, 'long|k', far, 'short|k');

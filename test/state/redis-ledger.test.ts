@@ -91,3 +91,37 @@ test('a locally decided affinity is written back once, unless decided again mean
   l.affinityWritten('p\u0000s:x', second);
   assert.deepEqual(l.unsyncedAffinities('p', Date.now()), []);
 });
+
+test('a lease a renewal added back after its release is removed again unless it is held or its removal is still to go', () => {
+  const l = new RedisLedger(10);
+  const [held, pending, gone] = [lease('held'), lease('pending'), lease('gone')];
+  for (const x of [held, pending, gone]) l.addShared(x);
+  l.release('pending');
+  l.release('gone');
+  assert.deepEqual(l.takeReleasing('p', new Set(['w1']), 1), [pending]);
+  l.releaseFailed(pending);
+  assert.deepEqual(l.takeReleasing(), [gone]);
+  l.removedFromRedis([]);
+  // gone's removal ran before a renewal sent earlier added it back.
+  for (const x of [held, pending, gone]) l.mustRemove(x);
+  assert.deepEqual(l.unreleasedLeases(), [pending, gone], 'retried on each refresh');
+  assert.deepEqual(l.sharedLeases(), [held], 'a lease still held stays shared');
+  const still = lease('still');
+  l.addShared(still);
+  l.release('still');
+  l.mustRemove(still);
+  assert.deepEqual(l.unreleasedLeases(), [pending, gone], 'one state only: its removal is still to be sent');
+});
+
+test('a lease a timed-out commit may have written is removed like a released one, and retried if that fails', () => {
+  const l = new RedisLedger(10);
+  const orphan = lease('orphan');
+  l.takeBack(orphan);
+  assert.deepEqual(l.sharedLeases(), [], 'nobody holds it: never renewed');
+  assert.equal(l.release('orphan'), undefined, 'nor released by a request');
+  assert.deepEqual(l.takeReleasing('p', new Set(['w1'])), [orphan], 'rides on the next command to its pool');
+  l.releaseFailed(orphan);
+  assert.deepEqual(l.unreleasedLeases(), [orphan]);
+  l.removedFromRedis(['orphan']);
+  assert.deepEqual(l.unreleasedLeases(), []);
+});

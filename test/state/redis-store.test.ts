@@ -24,6 +24,12 @@ function sessionRequest(session: string): RequestInfo {
   return chatRequest('hello', { model: 'm', session });
 }
 
+/** Redis's clock (ms), as the scripts read it. */
+async function redisNow(raw: Redis): Promise<number> {
+  const [s, us] = await raw.time();
+  return Number(s) * 1000 + Math.floor(Number(us) / 1000);
+}
+
 function redisStore(url: string, overrides: Partial<StoreOptions> = {}): RedisStore {
   return new RedisStore({
     url,
@@ -298,6 +304,125 @@ describe('redis store specifics', () => {
       { proxy: true },
     ));
 
+  test('a stall longer than the lease TTL that keeps the connection: the leases still held count again after the next renewal', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // Renewal runs every max(1 s, TTL / 3): 1 s with a 1.5 s TTL. No refresh of its own, so
+      // nothing but the renewal and resync could put the lease back.
+      const store = await open({ leaseTtlMs: 1500, refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      const leases = 'kvgate-test:{p}:f:w1';
+      const held = await store.commit(commitRequest({ workers, key: 's:long', worker: 'w1' }));
+      assert.ok(held.ok && !held.degraded);
+      const live = async () => raw.zcount(leases, `(${await redisNow(raw)}`, '+inf');
+      assert.equal(await live(), 1);
+      // Redis blocked past the lease's TTL, the connection kept: the renewals sent meanwhile time
+      // out in the store and run once Redis is back, the lease already lapsed.
+      const PAUSE_MS = 2000;
+      assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
+      await new Promise((r) => setTimeout(r, PAUSE_MS + 50));
+      assert.equal(store.cachedSnapshot({ pool: 'p', key: undefined, workers, blocks: [] }).inflight.get('w1'), 1, 'the request still runs');
+      // The next renewal comes within a second; the request is still running all along.
+      const until = Date.now() + 2500;
+      while ((await live()) !== 1) {
+        assert.ok(Date.now() < until, 'the running request counts in Redis again after the stall');
+        await new Promise((r) => setTimeout(r, 50));
+      }
+      assert.deepEqual(await raw.zrange(leases, '0', '-1'), [held.lease.id]);
+      await store.release(held.lease);
+      assert.equal(await raw.zcard(leases), 0);
+    }));
+
+  test('after Redis lost its data, an affinity that lapsed meanwhile is not restored, and a live one keeps what it had left', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      // Learned from a commit and from a read (another replica's commit): both lapse in 150 ms.
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w1', affinityTtlMs: 150 }))).ok);
+      const other = await open({ refreshMs: 60_000 });
+      assert.ok((await other.commit(commitRequest({ workers, key: 's:read', worker: 'w2', affinityTtlMs: 150 }))).ok);
+      assert.equal((await store.snapshot({ pool: 'p', key: 's:read', workers, blocks: [] })).affinity, 'w2');
+      await other.close();
+      // The latest commit's TTL is a minute: what the restore once gave every cached affinity.
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:kept', worker: 'w2', affinityTtlMs: 60_000 }))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:brief'), null, 'lapsed in Redis');
+      // Redis loses its data and drops its clients: the store reconnects, finds the marker gone and restores.
+      await raw.flushall();
+      await raw.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      const until = Date.now() + 5000;
+      while ((await raw.exists('kvgate-test:{p}:alive')) === 0) {
+        assert.ok(Date.now() < until, 'the store restored what it knew (marker written last)');
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:brief'), null, 'a lapsed one stays lapsed');
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:read'), null, 'a lapsed one learned from a read too');
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:kept'), 'w2', 'a live affinity is restored');
+      const left = await raw.pttl('kvgate-test:{p}:a:s:kept');
+      assert.ok(left > 50_000 && left <= 60_000 - 400, `with what it had left, not a fresh TTL (${left} ms)`);
+    }));
+
+  test('with Redis away, decisions do not follow an affinity that lapsed', () =>
+    withRedis(async ({ redis, store: open }) => {
+      const store = await open({ refreshMs: 60_000, timeoutMs: 100 });
+      const workers = ['w1', 'w2'];
+      const q = (key: string) => ({ pool: 'p', key, workers, blocks: [] });
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w1', affinityTtlMs: 150 }))).ok);
+      assert.ok((await store.commit(commitRequest({ workers, key: 's:kept', worker: 'w2', affinityTtlMs: 60_000 }))).ok);
+      await new Promise((r) => setTimeout(r, 400));
+      await redis.kill();
+      assert.equal((await store.snapshot(q('s:kept'))).affinity, 'w2', 'a live affinity is followed on local state');
+      assert.equal((await store.snapshot(q('s:brief'))).affinity, undefined, 'a lapsed one is not: the worker may have dropped its cache');
+      // Placed anew while degraded: the commit expects no affinity, as Redis would have had none.
+      const placed = await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w2', affinityTtlMs: 60_000 }));
+      assert.ok(placed.ok && placed.degraded);
+      await store.release(placed.lease);
+    }));
+
+  test('an affinity written back after Redis was unreachable is listed among its worker’s sessions', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        const store = await open({ timeoutMs: 100, refreshMs: 100 }, { viaProxy: true });
+        const workers = ['w1', 'w2'];
+        assert.ok((await store.commit(commitRequest({ workers, key: 's:before', worker: 'w1' }))).ok);
+        proxy!.setDown(true);
+        // Decided on local state; Redis keeps its data.
+        const during = await store.commit(commitRequest({ workers, key: 's:during', worker: 'w1' }));
+        assert.ok(during.ok && during.degraded);
+        proxy!.setDown(false);
+        const until = Date.now() + 5000;
+        while ((await raw.get('kvgate-test:{p}:a:s:during')) !== 'w1') {
+          assert.ok(Date.now() < until, 'written back once Redis is reachable');
+          await new Promise((r) => setTimeout(r, 25));
+        }
+        const cold = await store.coldSessions('p', 'w1', 10);
+        assert.deepEqual(cold.keys, ['s:before', 's:during'], 'migration sees the session written back, in the order the two lapse');
+        assert.equal(cold.total, 2);
+        await store.release(during.lease);
+      },
+      { proxy: true },
+    ));
+
+  test('affinities restored after Redis lost its data are listed among their workers’ sessions', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const store = await open({ refreshMs: 60_000 });
+      const workers = ['w1', 'w2'];
+      for (const [key, worker] of [['s:a', 'w1'], ['s:b', 'w2'], ['s:c', 'w1']] as const) {
+        assert.ok((await store.commit(commitRequest({ workers, key, worker }))).ok);
+        // Distinct milliseconds: the session sets order by lapse time.
+        await new Promise((r) => setTimeout(r, 3));
+      }
+      await raw.flushall();
+      await raw.call('CLIENT', 'KILL', 'TYPE', 'normal', 'SKIPME', 'yes');
+      const until = Date.now() + 5000;
+      while ((await raw.exists('kvgate-test:{p}:alive')) === 0) {
+        assert.ok(Date.now() < until, 'the store restored what it knew (marker written last)');
+        await new Promise((r) => setTimeout(r, 25));
+      }
+      assert.equal(await raw.get('kvgate-test:{p}:a:s:c'), 'w1');
+      assert.deepEqual(await store.coldSessions('p', 'w1', 10), { keys: ['s:a', 's:c'], total: 2 });
+      assert.deepEqual(await store.coldSessions('p', 'w2', 10), { keys: ['s:b'], total: 1 });
+    }));
+
   test('offload events are entries of the pool’s Redis Stream with the documented fields', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open();
@@ -392,6 +517,36 @@ describe('redis store: releases ride on the next command', () => {
       { proxy: true },
     ));
 
+  test('a commit that timed out but ran has its lease taken back, though the connection broke before the removal went', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        // The 30 s lease TTL is far off: only the take-back can remove the lease below.
+        const store = await open({ timeoutMs: 200, refreshMs: 100, leaseTtlMs: 30_000 }, { viaProxy: true });
+        const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+        await store.release(warm.lease);
+        // 150 ms each way: the commit runs in Redis at 150 ms, its reply would come at 300 ms, and
+        // the store gives up at 200 ms. Any removal sent then reaches Redis at 350 ms at the earliest.
+        proxy!.setLatency(150);
+        const res = await store.commit(commitRequest({ workers, worker: 'w2' }));
+        assert.ok(res.ok && res.degraded, 'decided locally');
+        proxy!.setDown(true);
+        assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 1, 'the commit ran: Redis counts a lease nobody holds');
+        await new Promise((r) => setTimeout(r, 300));
+        proxy!.setLatency(0);
+        proxy!.setDown(false);
+        // Back, Redis counts the request decided locally (resync re-adds its lease), and only it.
+        const until = Date.now() + 5000;
+        while ((await raw.zrange('kvgate-test:{p}:f:w2', '0', '-1')).join() !== res.lease.id) {
+          assert.ok(Date.now() < until, `taken back once Redis is reachable, not after the lease TTL: ${(await raw.zrange('kvgate-test:{p}:f:w2', '0', '-1')).join()}`);
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        await store.release(res.lease);
+        assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0);
+      },
+      { proxy: true },
+    ));
+
   test('closing sends the releases still waiting for a command', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
@@ -406,10 +561,6 @@ describe('redis store: releases ride on the next command', () => {
 
 describe('redis store: prompt blocks, a hash and a recency set per worker', () => {
   const workers = ['w1', 'w2', 'w3'];
-  const redisNow = async (raw: Redis) => {
-    const [s, us] = await raw.time();
-    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-  };
   const commitOn = async (store: RedisStore, worker: string, blocks: readonly string[], extra: { prefixTtlMs?: number; capacityBlocks?: number } = {}) => {
     const res = await store.commit(commitRequest({ workers, blocks, worker, capacityBlocks: 1000, ...extra }));
     assert.ok(res.ok && !res.degraded);
@@ -595,10 +746,6 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
 
 describe('redis store: what a commit counts and writes', () => {
   const workers = ['w1', 'w2'];
-  const redisNow = async (raw: Redis) => {
-    const [s, us] = await raw.time();
-    return Number(s) * 1000 + Math.floor(Number(us) / 1000);
-  };
 
   test('a lapsed lease still in the set counts neither against a limit nor as the session’s request; a read drops it', () =>
     withRedis(async ({ raw, store: open }) => {
@@ -621,16 +768,17 @@ describe('redis store: what a commit counts and writes', () => {
       await store.release(second.lease);
     }));
 
-  test('a renewal never brings back a lease that lapsed', () =>
+  test('a renewal keeps every lease it names, adding back one that lapsed or is gone, and says which', () =>
     withRedis(async ({ raw }) => {
       const { defineScripts } = await import('../../src/state/redis-commands.js');
       defineScripts(raw);
       const leases = 'kvgate-test:{p}:f:w1';
       const now = await redisNow(raw);
-      await raw.zadd(leases, now + 10_000, 'live', now - 1000, 'lapsed');
-      await raw.kvgateRenew(leases, 30_000, 'live', 'lapsed');
-      assert.equal(await raw.zscore(leases, 'lapsed'), null, 'a lapsed lease stays lapsed (commits no longer purge it first)');
-      assert.ok(Number(await raw.zscore(leases, 'live')) >= now + 30_000, 'the live one is renewed');
+      await raw.zadd(leases, now + 10_000, 'live', now - 1000, 'lapsed', now - 1000, 'another-gate');
+      const back = await raw.kvgateRenew(leases, 30_000, 'live', 'lapsed', 'gone');
+      assert.deepEqual(back, ['lapsed', 'gone'], 'the renewing replica still holds them: their requests are running');
+      for (const m of ['live', 'lapsed', 'gone']) assert.ok(Number(await raw.zscore(leases, m)) >= now + 30_000, `${m} lapses a TTL from now`);
+      assert.equal(await raw.zscore(leases, 'another-gate'), null, 'a lapsed lease nobody renews is purged');
     }));
 
   test('the times and recency scores a commit writes are exact integers (no rounding in their formatting)', () =>

@@ -373,6 +373,20 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.deepEqual((await store.coldSessions(p, 'w3', 10)).keys, ['s:y']);
     });
 
+    test('a migrated session keeps its recency on its new worker (moved, not used): it is colder than the worker’s own until routed again', async () => {
+      const p = pool();
+      assert.ok((await store.commit(req(p, 's:idle', 'w1'))).ok);
+      // Distinct milliseconds: recency is kept to the millisecond.
+      await new Promise((r) => setTimeout(r, 5));
+      assert.ok((await store.commit(req(p, 's:active', 'w2'))).ok);
+      await new Promise((r) => setTimeout(r, 5));
+      assert.equal((await store.migrate(p, 'w1', [{ key: 's:idle', to: 'w2' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 })).length, 1);
+      assert.deepEqual((await store.coldSessions(p, 'w2', 10)).keys, ['s:idle', 's:active'], 'the moved session is still the coldest');
+      await new Promise((r) => setTimeout(r, 5));
+      assert.ok((await store.commit(req(p, 's:idle', 'w2', { affinity: 'w2' }))).ok);
+      assert.deepEqual((await store.coldSessions(p, 'w2', 10)).keys, ['s:active', 's:idle'], 'a request makes it the most recent');
+    });
+
     test('a stored response’s worker is recorded per pool, read back, and expires after its TTL', async () => {
       const p = pool();
       assert.equal(await store.responseWorker(p, 'r-unknown'), undefined);
