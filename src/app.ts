@@ -73,8 +73,11 @@ export interface RunningKvgate {
   readiness: Readiness;
   /** Re-reads the config file now (no-op 'unchanged' without one). */
   reload(trigger: ReloadTrigger): ReloadOutcome;
-  /** Drains open streams for up to `graceMs`, then stops everything. */
-  close(graceMs?: number): Promise<void>;
+  /**
+   * Reports not ready at once, keeps serving for `delayMs` (proxies move away meanwhile), then
+   * drains open streams for up to `graceMs` and stops everything.
+   */
+  close(graceMs?: number, delayMs?: number): Promise<void>;
 }
 
 /** How long startup waits for Redis before serving degraded (routing on local state). */
@@ -185,10 +188,13 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     reload(trigger) {
       return reloader ? reloader.reload(trigger) : 'unchanged';
     },
-    close(graceMs = 5000) {
+    close(graceMs = 5000, delayMs = 0) {
       closing ??= (async () => {
-        // Not ready first (health NOT_SERVING, /readyz 503), then let open streams finish.
+        // Not ready first (health NOT_SERVING, /readyz 503), still taking streams for the delay
+        // (a proxy that has not yet seen it go would otherwise fail the requests it sends here),
+        // then let open streams finish.
         readiness.drain();
+        if (delayMs > 0) await new Promise((resolve) => setTimeout(resolve, delayMs));
         reloader?.close();
         collector.stop();
         await extproc.shutdown(graceMs);

@@ -21,6 +21,7 @@ interface ServeOptions {
   tlsClientCa?: string;
   logLevel: string;
   shutdownGraceS: number;
+  shutdownDelayS: number;
 }
 
 export function registerServeCommand(program: Command): void {
@@ -50,6 +51,12 @@ export function registerServeCommand(program: Command): void {
         .argParser(secondsUpTo())
         .default(DEFAULTS.shutdownGraceS),
     )
+    .addOption(
+      new Option('--shutdown-delay-s <seconds>', 'on SIGTERM, how long to keep taking new streams while reporting NOT_SERVING, before the drain')
+        .env('KVGATE_SHUTDOWN_DELAY_S')
+        .argParser(secondsUpTo())
+        .default(DEFAULTS.shutdownDelayS),
+    )
     .action(async (o: ServeOptions) => {
       const [grpc, { loadConfigFile }, { createLogger }, { startTracing }, { startKvgate }] = await Promise.all([
         import('@grpc/grpc-js'),
@@ -74,6 +81,14 @@ export function registerServeCommand(program: Command): void {
       let reload: (() => void) | undefined;
       let hupWhileStarting = false;
       process.on('SIGHUP', () => (reload ? reload() : (hupWhileStarting = true)));
+      // Likewise SIGTERM and SIGINT: as PID 1 in a container Node ignores them until a handler is
+      // installed, and starting can wait seconds for Redis. One that comes while the gate starts
+      // stops it as soon as it runs (nothing is in flight before that).
+      let stop: ((signal: string) => void) | undefined;
+      let stopWhileStarting: string | undefined;
+      const onStop = (signal: string) => (stop ? stop(signal) : (stopWhileStarting ??= signal));
+      process.once('SIGINT', () => onStop('SIGINT'));
+      process.once('SIGTERM', () => onStop('SIGTERM'));
       const config = loadConfigFile(o.config);
       // Span export follows the standard OTEL_* variables; off when they are unset.
       const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
@@ -90,20 +105,22 @@ export function registerServeCommand(program: Command): void {
         adminPort: o.adminPort,
         configFile: o.config,
       });
-      const stop = (signal: string) => {
-        logger.info({ signal, open_streams: running.extproc.openStreams, grace_s: o.shutdownGraceS }, 'shutting down: draining open streams');
+      stop = (signal: string) => {
+        logger.info(
+          { signal, open_streams: running.extproc.openStreams, delay_s: o.shutdownDelayS, grace_s: o.shutdownGraceS },
+          o.shutdownDelayS > 0 ? 'shutting down: not ready, still serving for the delay, then draining open streams' : 'shutting down: draining open streams',
+        );
         void running
-          .close(o.shutdownGraceS * 1000)
+          .close(o.shutdownGraceS * 1000, o.shutdownDelayS * 1000)
           .then(() => tracing.shutdown())
           .then(() => {
             logger.info('stopped');
             process.exit(0);
           });
       };
-      process.once('SIGINT', () => stop('SIGINT'));
-      process.once('SIGTERM', () => stop('SIGTERM'));
       // Re-read the config file on SIGHUP (it is also watched).
       reload = () => void running.reload('SIGHUP');
       if (hupWhileStarting) reload();
+      if (stopWhileStarting !== undefined) stop(stopWhileStarting);
     });
 }

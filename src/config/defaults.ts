@@ -298,6 +298,15 @@ export const DEFAULTS = {
    * termination grace, so the process exits on its own before SIGKILL.
    */
   shutdownGraceS: 25,
+  /**
+   * How long a stopping gate keeps accepting new streams while it reports NOT_SERVING, before it
+   * drains: the time its proxies need to stop choosing it (Envoy's health check, interval ×
+   * unhealthy_threshold: 10 s in envoy/envoy.yaml; an EDS or DNS update). 0: the Kubernetes
+   * manifest holds SIGTERM back with a preStop sleep instead, which covers the endpoint removal
+   * Kubernetes starts at the same moment; a gate run elsewhere behind a health-checking Envoy
+   * should set it.
+   */
+  shutdownDelayS: 0,
   /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
   storeKeyPrefix: 'kvgate',
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */

@@ -60,11 +60,21 @@ export function canRetireConnections(server: grpc.Server): boolean {
 /** HTTP/2 servers whose sessions are already watched (a second bind must not watch them twice). */
 const hooked = new WeakSet<http2.Http2Server>();
 
+/** The connections of one bind, being retired as they age. */
+export interface RetiringConnections {
+  /** Stops retiring (the timers of live connections are cleared). */
+  stop(): void;
+  /**
+   * Retires every open connection now, the way an aged one is (notice, PING, final GOAWAY), for a
+   * stopping gate: resolves once each has had its final GOAWAY, within the notice period.
+   */
+  retireAll(): Promise<void>;
+}
+
 /**
  * Starts retiring the connections of every port `server` is bound to. Call after each bind.
- * Returns a function that stops retiring (the timers of live connections are cleared).
  */
-export function retireConnections(server: grpc.Server, opts: ConnectionAgeOptions): () => void {
+export function retireConnections(server: grpc.Server, opts: ConnectionAgeOptions): RetiringConnections {
   const timers = new Set<NodeJS.Timeout>();
   /** Runs `fn` after `ms` unless the returned function is called first. */
   const later: Later = (ms, fn) => {
@@ -78,6 +88,8 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       timers.delete(t);
     };
   };
+  /** Open connections, each with the way to retire it at once (for retireAll). */
+  const live = new Map<http2.ServerHttp2Session, () => void>();
   const onSession = (session: http2.ServerHttp2Session) => {
     const jitter = (Math.random() * 2 - 1) * (opts.ageMs / 10);
     let streams = 0;
@@ -85,20 +97,34 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       if (++streams >= opts.maxStreams) retireOnce();
     };
     const retireOnce = () => {
+      live.delete(session);
       session.off('stream', onStream);
       cancelAge();
       retire(session, opts, later);
     };
     const cancelAge = later(opts.ageMs + jitter, retireOnce);
-    session.once('close', cancelAge);
+    live.set(session, retireOnce);
+    session.once('close', () => {
+      live.delete(session);
+      cancelAge();
+    });
     // Each stream ends with one reset from Envoy: counting streams counts the resets to come.
     session.on('stream', onStream);
   };
   const watch = onNewSessions(server, hooked, onSession);
-  return () => {
-    watch?.stop();
-    for (const t of timers) clearTimeout(t);
-    timers.clear();
+  return {
+    stop() {
+      watch?.stop();
+      for (const t of timers) clearTimeout(t);
+      timers.clear();
+    },
+    async retireAll() {
+      const sessions = [...live.entries()];
+      for (const [, retireOnce] of sessions) retireOnce();
+      // Each final GOAWAY goes once its PING is answered, at the latest after the notice period.
+      const deadline = Date.now() + opts.noticeMs + 100;
+      while (sessions.some(([s]) => !s.closed && !s.destroyed) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+    },
   };
 }
 

@@ -21,7 +21,7 @@ import { TRACE_CONTEXT_HEADERS } from '../telemetry/tracing.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from './messages.js';
 import { EXT_PROC_SERVICE_NAME, extProcServiceDefinition } from './proto.js';
 import type { BodyModes } from './body-mode.js';
-import { canRetireConnections, retireConnections, type ConnectionAgeOptions } from './connection-age.js';
+import { canRetireConnections, retireConnections, type ConnectionAgeOptions, type RetiringConnections } from './connection-age.js';
 import { openReceiveWindows, receiveWindows } from './receive-window.js';
 import { withConstantReplies } from './responses.js';
 import { ExtProcStream } from './stream.js';
@@ -73,7 +73,7 @@ export class ExtProcServer {
   private readonly configLog = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
   /** Connection retirement, when kvgate does it itself (./connection-age.ts); else grpc-js's own. */
   private readonly connectionAge: ConnectionAgeOptions | undefined;
-  private readonly stopRetiring: Array<() => void> = [];
+  private readonly retiring: RetiringConnections[] = [];
 
   constructor(private readonly opts: ExtProcServerOptions) {
     const base: grpc.ServerOptions = {
@@ -121,7 +121,7 @@ export class ExtProcServer {
     return new Promise((resolve, reject) => {
       this.server.bindAsync(`${host.includes(':') ? `[${host}]` : host}:${port}`, creds, (err, bound) => {
         if (err) return reject(err);
-        if (this.connectionAge) this.stopRetiring.push(retireConnections(this.server, this.connectionAge));
+        if (this.connectionAge) this.retiring.push(retireConnections(this.server, this.connectionAge));
         const windows = openReceiveWindows(this.server, receiveWindows(this.opts.maxMessageBytes));
         if (windows === 'hidden') this.opts.logger.warn('this grpc-js hides its HTTP/2 servers: receive windows stay at 64 KiB, so large bodies wait on window updates');
         if (windows === 'refused') this.opts.logger.warn('Node refused the HTTP/2 stream window setting: stream windows stay at 64 KiB, so large bodies wait on window updates');
@@ -147,7 +147,13 @@ export class ExtProcServer {
   async shutdown(graceMs: number): Promise<void> {
     this.setServing(false);
     clearInterval(this.sweeper);
-    for (const stop of this.stopRetiring.splice(0)) stop();
+    // Every connection is retired as an aged one is: the shutdown notice, a PING, and the final
+    // GOAWAY once Envoy has answered it, so no stream Envoy opened before it read the notice is
+    // refused. grpc-js's tryShutdown alone sends the final GOAWAY at once, which refuses every
+    // stream crossing it (Envoy does not retry those: ./connection-age.ts).
+    const retiring = this.retiring.splice(0);
+    await Promise.all(retiring.map((r) => r.retireAll()));
+    for (const r of retiring) r.stop();
     await new Promise<void>((resolve) => {
       const timer = setTimeout(() => {
         this.server.forceShutdown();

@@ -68,6 +68,23 @@ describe('connection retirement', () => {
     }
   });
 
+  test('a stopping gate retires its connections the same way: the notice first, and the open stream ends normally', async () => {
+    // grpc-js's tryShutdown alone sends the final GOAWAY at once, refusing every stream that crosses it.
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000 });
+    const session = http2.connect(`http://${g.target}`);
+    let closing: Promise<void> | undefined;
+    try {
+      session.once('remoteSettings', () => (closing = g.close(10_000)));
+      const { goaways, finish } = await openAcrossRetirement(session);
+      assert.equal(goaways[0]!.lastStreamId, 2 ** 31 - 1, `the first GOAWAY names no last stream (${JSON.stringify(goaways)})`);
+      await finish();
+      await closing;
+    } finally {
+      session.destroy();
+      await g.close(100);
+    }
+  });
+
   test('every stream Envoy sends before it reads the notice is served, a round trip of them', async () => {
     // Envoy keeps opening streams on a connection until it reads the GOAWAY (then it drains it and
     // opens the next on a new one). With a plain GOAWAY, nghttp2 ignores every stream arriving

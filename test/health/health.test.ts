@@ -4,11 +4,14 @@
  * liveness stays up; SIGTERM drains open ext_proc streams before the process exits.
  */
 import assert from 'node:assert/strict';
+import { spawn } from 'node:child_process';
+import * as net from 'node:net';
 import { describe, test } from 'node:test';
 import { isClosed, isTimedOut } from '../harness/envoy-harness.js';
 import { chat, harness, headersMsg, routedCluster, waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
+import { KVGATE } from '../helpers/kvgate-cli.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { grpcHealth } from './grpc-health.js';
 
@@ -120,6 +123,57 @@ describe('health', () => {
     } finally {
       h.close();
       await gate.kill();
+    }
+  });
+
+  test('SIGTERM with --shutdown-delay-s: NOT_SERVING at once, yet a proxy that has not noticed is still served on a new connection', async () => {
+    const gate = await startGateProcess(['--config', writeConfig(FLEET), '--shutdown-delay-s', '3']);
+    try {
+      gate.proc.kill('SIGTERM');
+      await waitFor(() => gate.lines.some((l) => String(l['msg']).startsWith('shutting down')), 5000, 'the shutdown to start');
+      const r = await readyz(`http://127.0.0.1:${gate.adminPort}`);
+      assert.equal(r.status, 503, 'not ready at once');
+      // A proxy whose view is a health check or an endpoint update behind opens a new connection now.
+      const late = harness(gate.target);
+      try {
+        const out = await late.request(chat({ session: 'late-comer' }));
+        assert.equal(out.kind, 'upstream', `served during the delay (${JSON.stringify(out)})`);
+        assert.match(out.kind === 'upstream' ? (out.cluster ?? '') : '', /^worker_[12]$/, 'with a routing answer');
+      } finally {
+        late.close();
+      }
+      const code = await new Promise<number | null>((resolve) => (gate.proc.exitCode !== null ? resolve(gate.proc.exitCode) : gate.proc.once('exit', resolve)));
+      assert.equal(code, 0);
+    } finally {
+      await gate.kill();
+    }
+  });
+
+  test('SIGTERM while the gate is still starting stops it once it runs, not after the kill timeout', async () => {
+    // A store that accepts connections and never answers: startup waits for it (3 s) before
+    // serving degraded. Node as PID 1 ignores a SIGTERM that has no handler; here (not PID 1) the
+    // default action would kill the process, so exit code 0 is what tells the handler ran.
+    const sockets = new Set<net.Socket>();
+    const blackhole = net.createServer((s) => sockets.add(s));
+    await new Promise<void>((resolve) => blackhole.listen(0, '127.0.0.1', resolve));
+    const port = (blackhole.address() as net.AddressInfo).port;
+    const proc = spawn(process.execPath, [...KVGATE, 'serve', '--grpc-port', '0', '--admin-port', '0', '--grpc-host', '127.0.0.1', '--config', writeConfig(FLEET), '--store', `redis://127.0.0.1:${port}`], {
+      stdio: ['ignore', 'pipe', 'pipe'],
+    });
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => (out += d.toString()));
+    try {
+      await waitFor(() => /"msg":"tracing"/.test(out), 10_000, 'the gate to be starting');
+      assert.doesNotMatch(out, /kvgate serving/, 'still starting when the signal comes');
+      const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => proc.once('exit', (code, signal) => resolve({ code, signal })));
+      proc.kill('SIGTERM');
+      const { code, signal } = await exited;
+      assert.deepEqual({ code, signal }, { code: 0, signal: null }, 'stopped cleanly by its own handler');
+      assert.match(out, /"msg":"stopped"/);
+    } finally {
+      proc.kill('SIGKILL');
+      for (const s of sockets) s.destroy();
+      blackhole.close();
     }
   });
 });
