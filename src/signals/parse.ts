@@ -114,6 +114,16 @@ function adapterList(raw: string | undefined): string[] {
 }
 
 /**
+ * SGLang's priority label. With priority scheduling on, `_log_gauge_queue_count`
+ * (python/sglang/srt/observability/metrics_collector.py) writes each queue count twice: the total
+ * under `priority=""` and the breakdown under `priority="<n>"`. The total is read; the breakdown
+ * only where no total is written.
+ */
+const PRIORITY_LABEL = 'priority';
+
+type Sample = Family['metrics'][number];
+
+/**
  * The value of the first selector that has series. Several series (per model, per GPU) combine
  * conservatively for pressure: counts are summed, ratios and gauges take the maximum.
  */
@@ -121,13 +131,48 @@ function pick(byName: Map<string, Family>, selectors: readonly Selector[]): numb
   for (const sel of selectors) {
     const fam = byName.get(sel.name);
     if (!fam) continue;
-    const values = fam.metrics
-      .filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1])
-      .map((s) => Number(s.value));
-    if (values.length === 0) continue;
+    const series = fam.metrics.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
+    if (series.length === 0) continue;
+    const values = series.map((s) => Number(s.value));
     if (values.some((v) => !Number.isFinite(v))) return NaN;
     const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
-    return isRatioOrGauge ? Math.max(...values) : values.reduce((a, b) => a + b, 0);
+    return isRatioOrGauge ? Math.max(...values) : sumCounts(series);
   }
   return undefined;
+}
+
+/**
+ * A count over several series: they add up, except that a priority breakdown is not added to the
+ * total it breaks down (PRIORITY_LABEL).
+ */
+function sumCounts(series: readonly Sample[]): number {
+  // The common page (vLLM; SGLang without priority scheduling) has no such label: a plain sum.
+  if (!series.some((s) => s.labels?.[PRIORITY_LABEL] !== undefined)) {
+    let sum = 0;
+    for (const s of series) sum += Number(s.value);
+    return sum;
+  }
+  // Per engine (every other label: SGLang's dp_rank, vLLM's engine), per priority.
+  const engines = new Map<string, Map<string, number>>();
+  for (const s of series) {
+    const labels = s.labels ?? {};
+    const key = Object.keys(labels)
+      .filter((k) => k !== PRIORITY_LABEL)
+      .sort()
+      .map((k) => `${k}\u0000${labels[k]}`)
+      .join('\u0001');
+    let byPriority = engines.get(key);
+    if (!byPriority) engines.set(key, (byPriority = new Map()));
+    // An absent label and an empty one are the same series to Prometheus.
+    const priority = labels[PRIORITY_LABEL] ?? '';
+    const v = Number(s.value);
+    byPriority.set(priority, Math.max(byPriority.get(priority) ?? -Infinity, v));
+  }
+  let sum = 0;
+  for (const byPriority of engines.values()) {
+    const total = byPriority.get('');
+    if (total !== undefined && byPriority.size > 1) sum += total;
+    else for (const v of byPriority.values()) sum += v;
+  }
+  return sum;
 }

@@ -36,6 +36,23 @@ describe('metrics parsing', () => {
     assert.equal(s.kvUsage, 0.6);
   });
 
+  test('SGLang priority scheduling: the priority="" total is read, not added to its own breakdown', () => {
+    // _log_gauge_queue_count writes the total under priority="" and each priority under priority="<n>".
+    const text = [
+      'sglang:num_running_reqs{model_name="m",priority=""} 5',
+      'sglang:num_running_reqs{model_name="m",priority="0"} 5',
+      'sglang:num_queue_reqs{model_name="m",priority=""} 20',
+      'sglang:num_queue_reqs{model_name="m",priority="0"} 12',
+      'sglang:num_queue_reqs{model_name="m",priority="1"} 8',
+      'sglang:token_usage{model_name="m",priority=""} 0.4',
+      '',
+    ].join('\n');
+    assert.deepEqual(parseSignals(text, 'sglang').signals, { running: 5, waiting: 20, kvUsage: 0.4 });
+    // Without a total, the priorities are parts: they add up. Per data-parallel group.
+    const parts = 'sglang:num_queue_reqs{dp_rank="0",priority="0"} 3\nsglang:num_queue_reqs{dp_rank="0",priority="1"} 4\nsglang:num_queue_reqs{dp_rank="1",priority=""} 6\nsglang:num_queue_reqs{dp_rank="1",priority="2"} 6\n';
+    assert.equal(parseSignals(parts, 'sglang').signals.waiting, 13);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
