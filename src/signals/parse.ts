@@ -114,6 +114,14 @@ function adapterList(raw: string | undefined): string[] {
 }
 
 /**
+ * Labels that tell copies of one engine's figures apart, not different engines. With SGLang's
+ * `--enable-metrics-for-all-schedulers` every tensor- and pipeline-parallel rank of a
+ * data-parallel group reports the same batch under its own `tp_rank`/`pp_rank` (SGLang
+ * scheduler_metrics_mixin.py, the collector's labels): counted once, as the largest copy.
+ * `dp_rank` (SGLang) and `engine` (vLLM) name different engines, whose counts add up.
+ */
+const RANK_LABELS = ['tp_rank', 'pp_rank'] as const;
+/**
  * SGLang's priority label. With priority scheduling on, `_log_gauge_queue_count`
  * (python/sglang/srt/observability/metrics_collector.py) writes each queue count twice: the total
  * under `priority=""` and the breakdown under `priority="<n>"`. The total is read; the breakdown
@@ -142,22 +150,23 @@ function pick(byName: Map<string, Family>, selectors: readonly Selector[]): numb
 }
 
 /**
- * A count over several series: they add up, except that a priority breakdown is not added to the
+ * A count over several series: different engines add up, copies of one engine's figure (ranks of
+ * one data-parallel group, RANK_LABELS) count once, and a priority breakdown is not added to the
  * total it breaks down (PRIORITY_LABEL).
  */
 function sumCounts(series: readonly Sample[]): number {
-  // The common page (vLLM; SGLang without priority scheduling) has no such label: a plain sum.
-  if (!series.some((s) => s.labels?.[PRIORITY_LABEL] !== undefined)) {
+  // The common page (vLLM; SGLang without these options) has none of these labels: a plain sum.
+  if (!series.some((s) => s.labels !== undefined && (s.labels[PRIORITY_LABEL] !== undefined || RANK_LABELS.some((l) => s.labels![l] !== undefined)))) {
     let sum = 0;
     for (const s of series) sum += Number(s.value);
     return sum;
   }
-  // Per engine (every other label: SGLang's dp_rank, vLLM's engine), per priority.
+  // Per engine (every other label: SGLang's dp_rank, vLLM's engine), per priority: the largest copy across ranks.
   const engines = new Map<string, Map<string, number>>();
   for (const s of series) {
     const labels = s.labels ?? {};
     const key = Object.keys(labels)
-      .filter((k) => k !== PRIORITY_LABEL)
+      .filter((k) => k !== PRIORITY_LABEL && !(RANK_LABELS as readonly string[]).includes(k))
       .sort()
       .map((k) => `${k}\u0000${labels[k]}`)
       .join('\u0001');

@@ -53,6 +53,18 @@ describe('metrics parsing', () => {
     assert.equal(parseSignals(parts, 'sglang').signals.waiting, 13);
   });
 
+  test('SGLang ranks of one data-parallel group count once; data-parallel groups and vLLM engines add up', () => {
+    // --enable-metrics-for-all-schedulers: every TP rank reports its group's batch under its own tp_rank.
+    const ranks = (name: string, v: number) => [0, 1, 2, 3].map((r) => `${name}{model_name="m",tp_rank="${r}",dp_rank="0",pp_rank="0"} ${v}`);
+    const page = [...ranks('sglang:num_running_reqs', 10), ...ranks('sglang:num_queue_reqs', 9)];
+    assert.deepEqual(parseSignals(page.join('\n') + '\n', 'sglang').signals, { running: 10, waiting: 9 });
+    // Two DP groups of two TP ranks: 10 + 6; a rank lagging its group's copy (7) counts as the larger.
+    const dp = ['sglang:num_running_reqs{tp_rank="0",dp_rank="0"} 10', 'sglang:num_running_reqs{tp_rank="1",dp_rank="0"} 7', 'sglang:num_running_reqs{tp_rank="2",dp_rank="1"} 6', 'sglang:num_running_reqs{tp_rank="3",dp_rank="1"} 6'];
+    assert.equal(parseSignals(dp.join('\n') + '\n', 'sglang').signals.running, 16);
+    const vllm = 'vllm:num_requests_running{engine="0",model_name="m"} 2\nvllm:num_requests_running{engine="1",model_name="m"} 3\n';
+    assert.equal(parseSignals(vllm, 'vllm').signals.running, 5);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
