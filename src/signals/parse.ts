@@ -1,7 +1,9 @@
 /**
- * Prometheus text → the signals kvgate routes on. Parsing uses a maintained parser
- * (parse-prometheus-text-format); this module only picks series and refuses values that cannot be
- * true (NaN, negative counts, KV use outside [0, 1]). Never throws: a scrape is untrusted input.
+ * Prometheus text → the signals kvgate routes on. Sample lines are parsed by a maintained parser
+ * (parse-prometheus-text-format), after this module has kept only the lines of the metrics it reads
+ * (samplesOf: where it is more tolerant than that strict parser); it then picks series and refuses
+ * values that cannot be true (NaN, negative counts, KV use outside [0, 1]). Never throws: a scrape
+ * is untrusted input.
  */
 import parsePrometheusTextFormat from 'parse-prometheus-text-format';
 import type { LoraSignals, WorkerSignals } from '../routing/health.js';
@@ -23,16 +25,11 @@ interface Family {
   metrics: Array<{ value?: string; labels?: Record<string, string> }>;
 }
 
+type Sample = Family['metrics'][number];
+
 export function parseSignals(text: string, engine: Engine): ParseResult {
   const problems: string[] = [];
-  let families: Family[];
-  try {
-    families = parsePrometheusTextFormat(text) as Family[];
-  } catch (err) {
-    return { signals: {}, problems: [`unparseable metrics text: ${(err as Error).message}`] };
-  }
-  const byName = new Map<string, Family>();
-  for (const f of families) if (f && typeof f.name === 'string') byName.set(f.name, f);
+  const byName = samplesOf(text, wantedNames(engine), problems);
 
   const m = ENGINE_METRICS[engine];
   const signals: WorkerSignals = {};
@@ -50,7 +47,7 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
     else signals.kvUsage = kv;
   }
   if (m.cacheInfo) {
-    const labels = byName.get(m.cacheInfo.name)?.metrics[0]?.labels;
+    const labels = byName.get(m.cacheInfo.name)?.[0]?.labels;
     const bs = Number(labels?.[m.cacheInfo.blockSizeLabel]);
     const nb = Number(labels?.[m.cacheInfo.numBlocksLabel]);
     if (Number.isFinite(bs) && bs > 0) signals.blockSize = bs;
@@ -73,16 +70,89 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
   return { signals, problems };
 }
 
+/** Per engine, every metric name parseSignals reads (DCGM's too: a DCGM page is parsed alike). */
+const WANTED = new Map<Engine, ReadonlySet<string>>();
+
+function wantedNames(engine: Engine): ReadonlySet<string> {
+  const known = WANTED.get(engine);
+  if (known) return known;
+  const m = ENGINE_METRICS[engine];
+  const names = new Set([...m.running, ...m.waiting, ...m.kvUsage, ...Object.values(DCGM)].map((s) => s.name));
+  if (m.cacheInfo) names.add(m.cacheInfo.name);
+  if (m.loraInfo) names.add(m.loraInfo.name);
+  WANTED.set(engine, names);
+  return names;
+}
+
+/**
+ * The page's samples of the metrics kvgate reads, by name. Where the strict parser would void the
+ * whole page for one line kvgate does not need, this keeps what it does need:
+ * - comment lines are dropped before parsing: kvgate reads no HELP or TYPE text, and the parser
+ *   throws on `# HELP name ` with empty text (what Python's prometheus_client writes for a metric
+ *   documented with an empty string) and on a TYPE line with an extra word;
+ * - only sample lines of wanted metrics are parsed, so a bad line elsewhere costs nothing (nor
+ *   does parsing the histogram buckets that make up most of a vLLM page);
+ * - the text handed to the parser ends with a newline: without one it drops the last sample;
+ * - samples of one metric in several blocks are merged (the parser makes a family of each block);
+ * - a wanted line the parser still refuses is skipped, reported, and the rest kept.
+ */
+function samplesOf(text: string, wanted: ReadonlySet<string>, problems: string[]): Map<string, Sample[]> {
+  const lines: string[] = [];
+  for (const raw of text.split('\n')) {
+    const line = raw.trim();
+    if (line === '' || line.startsWith('#')) continue;
+    if (wanted.has(metricName(line))) lines.push(line);
+  }
+  const byName = new Map<string, Sample[]>();
+  if (lines.length === 0) return byName;
+  let families: Family[];
+  try {
+    families = parsePrometheusTextFormat(`${lines.join('\n')}\n`) as Family[];
+  } catch (err) {
+    families = [];
+    let refused = 0;
+    for (const line of lines) {
+      try {
+        for (const f of parsePrometheusTextFormat(`${line}\n`) as Family[]) families.push(f);
+      } catch {
+        refused++;
+      }
+    }
+    problems.push(`${refused} sample line(s) refused by the parser and skipped: ${(err as Error).message.slice(0, 200)}`);
+  }
+  for (const f of families) {
+    if (!f || typeof f.name !== 'string' || !Array.isArray(f.metrics)) continue;
+    const known = byName.get(f.name);
+    if (known) for (const s of f.metrics) known.push(s);
+    else byName.set(f.name, f.metrics);
+  }
+  return byName;
+}
+
+/** A sample's value; NaN where it has none (`name{` or a bare name: the parser reads "", which Number() makes 0). */
+function sampleValue(s: Sample): number {
+  return s.value ? Number(s.value) : NaN;
+}
+
+/** A sample line's metric name: up to its labels or its value, as the parser reads it. */
+function metricName(line: string): string {
+  for (let i = 0; i < line.length; i++) {
+    const c = line.charCodeAt(i);
+    if (c === 123 /* { */ || c === 32 /* space */ || c === 9 /* tab */) return line.slice(0, i);
+  }
+  return line;
+}
+
 /**
  * The current series of the LoRA gauge (its value is the update's time: the greatest is the
  * latest), read into adapter lists. A series without a valid `max_lora` is refused.
  */
-function loraOf(fam: Family | undefined, sel: NonNullable<EngineMetrics['loraInfo']>, problems: string[]): LoraSignals | undefined {
-  if (!fam || fam.metrics.length === 0) return undefined;
-  let latest: Family['metrics'][number] | undefined;
+function loraOf(series: readonly Sample[] | undefined, sel: NonNullable<EngineMetrics['loraInfo']>, problems: string[]): LoraSignals | undefined {
+  if (!series || series.length === 0) return undefined;
+  let latest: Sample | undefined;
   let at = -Infinity;
-  for (const s of fam.metrics) {
-    const v = Number(s.value);
+  for (const s of series) {
+    const v = sampleValue(s);
     if (Number.isFinite(v) && v >= at) {
       latest = s;
       at = v;
@@ -129,19 +199,17 @@ const RANK_LABELS = ['tp_rank', 'pp_rank'] as const;
  */
 const PRIORITY_LABEL = 'priority';
 
-type Sample = Family['metrics'][number];
-
 /**
  * The value of the first selector that has series. Several series (per model, per GPU) combine
  * conservatively for pressure: counts are summed, ratios and gauges take the maximum.
  */
-function pick(byName: Map<string, Family>, selectors: readonly Selector[]): number | undefined {
+function pick(byName: ReadonlyMap<string, Sample[]>, selectors: readonly Selector[]): number | undefined {
   for (const sel of selectors) {
-    const fam = byName.get(sel.name);
-    if (!fam) continue;
-    const series = fam.metrics.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
+    const all = byName.get(sel.name);
+    if (!all) continue;
+    const series = all.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
     if (series.length === 0) continue;
-    const values = series.map((s) => Number(s.value));
+    const values = series.map((s) => sampleValue(s));
     if (values.some((v) => !Number.isFinite(v))) return NaN;
     const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
     return isRatioOrGauge ? Math.max(...values) : sumCounts(series);
@@ -158,7 +226,7 @@ function sumCounts(series: readonly Sample[]): number {
   // The common page (vLLM; SGLang without these options) has none of these labels: a plain sum.
   if (!series.some((s) => s.labels !== undefined && (s.labels[PRIORITY_LABEL] !== undefined || RANK_LABELS.some((l) => s.labels![l] !== undefined)))) {
     let sum = 0;
-    for (const s of series) sum += Number(s.value);
+    for (const s of series) sum += sampleValue(s);
     return sum;
   }
   // Per engine (every other label: SGLang's dp_rank, vLLM's engine), per priority: the largest copy across ranks.
@@ -174,7 +242,7 @@ function sumCounts(series: readonly Sample[]): number {
     if (!byPriority) engines.set(key, (byPriority = new Map()));
     // An absent label and an empty one are the same series to Prometheus.
     const priority = labels[PRIORITY_LABEL] ?? '';
-    const v = Number(s.value);
+    const v = sampleValue(s);
     byPriority.set(priority, Math.max(byPriority.get(priority) ?? -Infinity, v));
   }
   let sum = 0;

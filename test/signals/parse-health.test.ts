@@ -65,6 +65,43 @@ describe('metrics parsing', () => {
     assert.equal(parseSignals(vllm, 'vllm').signals.running, 5);
   });
 
+  test('a line the strict parser refuses costs only itself: empty HELP text, a TYPE line with an extra word, a bad sample line', () => {
+    const page = vllmText({ running: 3, waiting: 2, kv: 0.42 });
+    // Python's prometheus_client writes `# HELP <name> ` (trailing space, no text) for a metric documented with "".
+    const emptyHelp = `# HELP vllm:some_new_gauge \n# TYPE vllm:some_new_gauge gauge\nvllm:some_new_gauge 1\n${page}`;
+    assert.deepEqual(parseSignals(emptyHelp, 'vllm').signals, parseSignals(page, 'vllm').signals);
+    assert.equal(parseSignals(emptyHelp, 'vllm').signals.running, 3);
+    const extraType = page.replace('# TYPE vllm:num_requests_waiting gauge', '# TYPE vllm:num_requests_waiting gauge extra');
+    assert.equal(parseSignals(extraType, 'vllm').signals.waiting, 2);
+    const badLine = page.replace('vllm:kv_cache_usage_perc{model_name="m"} 0.42', 'vllm:kv_cache_usage_perc{model_name="m" 0.42');
+    const r = parseSignals(badLine, 'vllm');
+    assert.deepEqual([r.signals.running, r.signals.waiting, r.signals.kvUsage], [3, 2, undefined]);
+    assert.equal(r.problems.length, 1, 'the bad line is reported');
+  });
+
+  test('a page without a final newline keeps its last sample', () => {
+    const text = 'vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.7';
+    assert.equal(parseSignals(text, 'vllm').signals.kvUsage, 0.7);
+  });
+
+  test('a metric whose samples come in separate blocks keeps all of them', () => {
+    const text = [
+      'vllm:num_requests_running{engine="0"} 2',
+      'vllm:num_requests_waiting{engine="0"} 1',
+      'vllm:num_requests_running{engine="1"} 3',
+      'vllm:num_requests_waiting{engine="1"} 4',
+      'vllm:kv_cache_usage_perc{engine="0"} 0.9',
+      'vllm:num_requests_running{engine="2"} 5',
+      'vllm:kv_cache_usage_perc{engine="1"} 0.1',
+      '',
+    ].join('\n');
+    assert.deepEqual(parseSignals(text, 'vllm').signals, { running: 10, waiting: 5, kvUsage: 0.9 });
+  });
+
+  test('a bare name or a name without a value is no count of 0', () => {
+    for (const text of ['vllm:num_requests_running\n', 'vllm:num_requests_running{ 3\n']) assert.equal(parseSignals(text, 'vllm').signals.running, undefined, text);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
