@@ -33,19 +33,13 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
 
   const m = ENGINE_METRICS[engine];
   const signals: WorkerSignals = {};
-  const count = (sel: Selector[], field: 'running' | 'waiting') => {
-    const v = pick(byName, sel);
-    if (v === undefined) return;
-    if (!Number.isFinite(v) || v < 0) problems.push(`${field}=${v} is not a count`);
-    else signals[field] = v;
+  const set = (field: 'running' | 'waiting' | 'kvUsage', sel: readonly Selector[], check: Check) => {
+    const v = pick(byName, sel, field, check, problems);
+    if (v !== undefined) signals[field] = v;
   };
-  count(m.running, 'running');
-  count(m.waiting, 'waiting');
-  const kv = pick(byName, m.kvUsage);
-  if (kv !== undefined) {
-    if (!Number.isFinite(kv) || kv < 0 || kv > 1) problems.push(`kv usage ${kv} is outside [0, 1]`);
-    else signals.kvUsage = kv;
-  }
+  set('running', m.running, COUNT);
+  set('waiting', m.waiting, COUNT);
+  set('kvUsage', m.kvUsage, FRACTION);
   if (m.cacheInfo) {
     const labels = byName.get(m.cacheInfo.name)?.[0]?.labels;
     const bs = Number(labels?.[m.cacheInfo.blockSizeLabel]);
@@ -62,10 +56,8 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
     ['fbFreeMiB', DCGM.fbFree],
     ['gpuTempC', DCGM.temp],
   ] as const) {
-    const v = pick(byName, [sel]);
-    if (v === undefined) continue;
-    if (!Number.isFinite(v) || v < 0) problems.push(`${field}=${v} is invalid`);
-    else signals[field] = v;
+    const v = pick(byName, [sel], field, NOT_NEGATIVE, problems);
+    if (v !== undefined) signals[field] = v;
   }
   return { signals, problems };
 }
@@ -199,20 +191,37 @@ const RANK_LABELS = ['tp_rank', 'pp_rank'] as const;
  */
 const PRIORITY_LABEL = 'priority';
 
+/** What a true value of one series looks like, and what is said of one that is not. */
+interface Check {
+  ok(v: number): boolean;
+  says: string;
+}
+const COUNT: Check = { ok: (v) => Number.isFinite(v) && v >= 0, says: 'is not a count' };
+const FRACTION: Check = { ok: (v) => Number.isFinite(v) && v >= 0 && v <= 1, says: 'is outside [0, 1]' };
+const NOT_NEGATIVE: Check = { ok: (v) => Number.isFinite(v) && v >= 0, says: 'is invalid' };
+
 /**
  * The value of the first selector that has series. Several series (per model, per GPU) combine
- * conservatively for pressure: counts are summed, ratios and gauges take the maximum.
+ * conservatively for pressure: counts are summed, ratios and gauges take the maximum. A series
+ * whose value cannot be true (NaN, ±Inf, negative, out of range) is refused on its own and
+ * reported: the other series still say something true (one engine's NaN used to void the signal
+ * for all of them). Undefined when no series is left.
  */
-function pick(byName: ReadonlyMap<string, Sample[]>, selectors: readonly Selector[]): number | undefined {
+function pick(byName: ReadonlyMap<string, Sample[]>, selectors: readonly Selector[], field: string, check: Check, problems: string[]): number | undefined {
   for (const sel of selectors) {
     const all = byName.get(sel.name);
     if (!all) continue;
     const series = all.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
     if (series.length === 0) continue;
-    const values = series.map((s) => sampleValue(s));
-    if (values.some((v) => !Number.isFinite(v))) return NaN;
+    const good = series.filter((s) => check.ok(sampleValue(s)));
+    if (good.length < series.length) {
+      const bad = series.find((s) => !check.ok(sampleValue(s)))!;
+      const of = series.length > 1 ? ` (${series.length - good.length} of ${series.length} series ignored)` : '';
+      problems.push(`${field}=${sampleValue(bad)} ${check.says}${of}`);
+    }
+    if (good.length === 0) return undefined;
     const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
-    return isRatioOrGauge ? Math.max(...values) : sumCounts(series);
+    return isRatioOrGauge ? Math.max(...good.map(sampleValue)) : sumCounts(good);
   }
   return undefined;
 }

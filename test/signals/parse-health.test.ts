@@ -102,6 +102,23 @@ describe('metrics parsing', () => {
     for (const text of ['vllm:num_requests_running\n', 'vllm:num_requests_running{ 3\n']) assert.equal(parseSignals(text, 'vllm').signals.running, undefined, text);
   });
 
+  test('one series with an impossible value is refused alone: the other series still count', () => {
+    const text = [
+      'vllm:num_requests_running{engine="0"} NaN',
+      'vllm:num_requests_running{engine="1"} 3',
+      'vllm:num_requests_waiting{engine="0"} +Inf',
+      'vllm:num_requests_waiting{engine="1"} 2',
+      'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+      'vllm:kv_cache_usage_perc{engine="1"} -1',
+      '',
+    ].join('\n');
+    const r = parseSignals(text, 'vllm');
+    assert.deepEqual(r.signals, { running: 3, waiting: 2, kvUsage: 0.5 });
+    assert.equal(r.problems.length, 3, 'each refused series is reported');
+    const dcgm = 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} NaN\nDCGM_FI_DEV_GPU_TEMP{gpu="1"} 71\n';
+    assert.equal(parseSignals(dcgm, 'vllm').signals.gpuTempC, 71);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
