@@ -221,9 +221,16 @@ function pick(byName: ReadonlyMap<string, Sample[]>, selectors: readonly Selecto
     }
     if (good.length === 0) return undefined;
     const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
-    return isRatioOrGauge ? Math.max(...good.map(sampleValue)) : sumCounts(good);
+    return isRatioOrGauge ? maxOf(good) : sumCounts(good);
   }
   return undefined;
+}
+
+/** The largest value, by a loop: Math.max(...values) throws a RangeError past ~125k arguments. */
+function maxOf(series: readonly Sample[]): number {
+  let max = -Infinity;
+  for (const s of series) max = Math.max(max, sampleValue(s));
+  return max;
 }
 
 /**

@@ -119,6 +119,14 @@ describe('metrics parsing', () => {
     assert.equal(parseSignals(dcgm, 'vllm').signals.gpuTempC, 71);
   });
 
+  test('a page with 200k series of a gauge does not throw (Math.max over spread arguments would)', () => {
+    const lines: string[] = [];
+    for (let i = 0; i < 200_000; i++) lines.push(`vllm:kv_cache_usage_perc{engine="${i}"} ${i === 1234 ? 0.9 : 0.1}`);
+    let r: ReturnType<typeof parseSignals> | undefined;
+    assert.doesNotThrow(() => (r = parseSignals(lines.join('\n') + '\n', 'vllm')));
+    assert.equal(r?.signals.kvUsage, 0.9);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
