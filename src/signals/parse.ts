@@ -138,18 +138,32 @@ function metricName(line: string): string {
 /**
  * The current series of the LoRA gauge (its value is the update's time: the greatest is the
  * latest), read into adapter lists. A series without a valid `max_lora` is refused.
+ *
+ * vLLM writes a new series for every change of the lists and keeps the old ones (vllm/v1/metrics/
+ * loggers.py, `set_to_current_time` on the labels of the moment), and once its requests drain the
+ * newest series lists no adapter although the adapters stay loaded. As GIE does
+ * (pkg/epp/backend/metrics/metrics.go `getLatestLoraMetric`), series whose running and waiting
+ * lists are both empty are passed over; only when every series is empty is the newest one read.
  */
 function loraOf(series: readonly Sample[] | undefined, sel: NonNullable<EngineMetrics['loraInfo']>, problems: string[]): LoraSignals | undefined {
   if (!series || series.length === 0) return undefined;
   let latest: Sample | undefined;
   let at = -Infinity;
+  let latestListing: Sample | undefined;
+  let listingAt = -Infinity;
   for (const s of series) {
     const v = sampleValue(s);
-    if (Number.isFinite(v) && v >= at) {
+    if (!Number.isFinite(v)) continue;
+    if (v >= at) {
       latest = s;
       at = v;
     }
+    if (v >= listingAt && (s.labels?.[sel.runningLabel] || s.labels?.[sel.waitingLabel])) {
+      latestListing = s;
+      listingAt = v;
+    }
   }
+  latest = latestListing ?? latest;
   if (!latest) {
     problems.push(`${sel.name} has no series with a finite value`);
     return undefined;
