@@ -51,14 +51,9 @@ export function parseSignals(text: string, engine: Engine): ParseResult {
     const lora = loraOf(byName.get(m.loraInfo.name), m.loraInfo, problems);
     if (lora) signals.lora = lora;
   }
-  for (const [field, sel] of [
-    ['fbUsedMiB', DCGM.fbUsed],
-    ['fbFreeMiB', DCGM.fbFree],
-    ['gpuTempC', DCGM.temp],
-  ] as const) {
-    const v = pick(byName, [sel], field, NOT_NEGATIVE, problems);
-    if (v !== undefined) signals[field] = v;
-  }
+  Object.assign(signals, framebuffer(byName, problems));
+  const temp = pick(byName, [DCGM.temp], 'gpuTempC', NOT_NEGATIVE, problems);
+  if (temp !== undefined) signals.gpuTempC = temp;
   return { signals, problems };
 }
 
@@ -223,21 +218,64 @@ const NOT_NEGATIVE: Check = { ok: (v) => Number.isFinite(v) && v >= 0, says: 'is
  */
 function pick(byName: ReadonlyMap<string, Sample[]>, selectors: readonly Selector[], field: string, check: Check, problems: string[]): number | undefined {
   for (const sel of selectors) {
-    const all = byName.get(sel.name);
-    if (!all) continue;
-    const series = all.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
-    if (series.length === 0) continue;
-    const good = series.filter((s) => check.ok(sampleValue(s)));
-    if (good.length < series.length) {
-      const bad = series.find((s) => !check.ok(sampleValue(s)))!;
-      const of = series.length > 1 ? ` (${series.length - good.length} of ${series.length} series ignored)` : '';
-      problems.push(`${field}=${sampleValue(bad)} ${check.says}${of}`);
-    }
+    const good = validSeries(byName, sel, field, check, problems);
+    if (good === undefined) continue;
     if (good.length === 0) return undefined;
     const isRatioOrGauge = /perc|usage|utilization|TEMP|fraction|FB_/i.test(sel.name) || sel.label?.[1] === 'fraction';
     return isRatioOrGauge ? maxOf(good) : sumCounts(good);
   }
   return undefined;
+}
+
+/** A selector's series with true values (see pick); undefined when it has no series at all. */
+function validSeries(byName: ReadonlyMap<string, Sample[]>, sel: Selector, field: string, check: Check, problems: string[]): Sample[] | undefined {
+  const all = byName.get(sel.name);
+  if (!all) return undefined;
+  const series = all.filter((s) => !sel.label || s.labels?.[sel.label[0]] === sel.label[1]);
+  if (series.length === 0) return undefined;
+  const good = series.filter((s) => check.ok(sampleValue(s)));
+  if (good.length < series.length) {
+    const bad = series.find((s) => !check.ok(sampleValue(s)))!;
+    const of = series.length > 1 ? ` (${series.length - good.length} of ${series.length} series ignored)` : '';
+    problems.push(`${field}=${sampleValue(bad)} ${check.says}${of}`);
+  }
+  return good;
+}
+
+/**
+ * GPU framebuffer used and free (DCGM), of the fullest GPU. Used and free are paired per GPU (its
+ * UUID, else its index; per MIG instance where there are some): the largest used and the largest
+ * free each on their own may come from different GPUs, and 70000 used on one GPU with 70000 free
+ * on another read as half full when the first is 87.5% full. A figure with nothing to pair with
+ * (the other metric absent) is kept alone, as its largest value.
+ */
+function framebuffer(byName: ReadonlyMap<string, Sample[]>, problems: string[]): Pick<WorkerSignals, 'fbUsedMiB' | 'fbFreeMiB'> {
+  const used = validSeries(byName, DCGM.fbUsed, 'fbUsedMiB', NOT_NEGATIVE, problems);
+  const free = validSeries(byName, DCGM.fbFree, 'fbFreeMiB', NOT_NEGATIVE, problems);
+  if (!used?.length || !free?.length) {
+    return { ...(used?.length ? { fbUsedMiB: maxOf(used) } : {}), ...(free?.length ? { fbFreeMiB: maxOf(free) } : {}) };
+  }
+  const freeByGpu = new Map<string, number>();
+  for (const s of free) freeByGpu.set(gpuKey(s), Math.max(freeByGpu.get(gpuKey(s)) ?? -Infinity, sampleValue(s)));
+  let worst: { fbUsedMiB: number; fbFreeMiB: number; ratio: number } | undefined;
+  for (const s of used) {
+    const u = sampleValue(s);
+    const f = freeByGpu.get(gpuKey(s));
+    if (f === undefined) continue;
+    const ratio = u + f > 0 ? u / (u + f) : 0;
+    if (!worst || ratio > worst.ratio) worst = { fbUsedMiB: u, fbFreeMiB: f, ratio };
+  }
+  if (!worst) {
+    problems.push('DCGM framebuffer used and free name different GPUs: neither is read');
+    return {};
+  }
+  return { fbUsedMiB: worst.fbUsedMiB, fbFreeMiB: worst.fbFreeMiB };
+}
+
+/** Which GPU a DCGM series is about: the DCGM exporter's `UUID`, else `gpu` (index), per MIG instance (`GPU_I_ID`). */
+function gpuKey(s: Sample): string {
+  const l = s.labels ?? {};
+  return `${l['Hostname'] ?? ''}\u0000${l['UUID'] ?? l['gpu'] ?? ''}\u0000${l['GPU_I_ID'] ?? ''}`;
 }
 
 /** The largest value, by a loop: Math.max(...values) throws a RangeError past ~125k arguments. */

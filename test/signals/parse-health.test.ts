@@ -127,6 +127,20 @@ describe('metrics parsing', () => {
     assert.equal(r?.signals.kvUsage, 0.9);
   });
 
+  test('DCGM framebuffer: used and free are paired per GPU, and the fullest GPU is read', () => {
+    const text = [
+      'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 70000',
+      'DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-b"} 10000',
+      'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a"} 10000',
+      'DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-b"} 70000',
+      '',
+    ].join('\n');
+    const s = parseSignals(text, 'vllm').signals;
+    assert.ok(s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined);
+    assert.ok(s.fbUsedMiB / (s.fbUsedMiB + s.fbFreeMiB) >= 0.875, `${s.fbUsedMiB} used, ${s.fbFreeMiB} free`);
+    assert.deepEqual(assessHealth({ signals: s, ageMs: 10, failures: 0 }, T, true).codes, ['memory_pressure']);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));
