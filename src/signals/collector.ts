@@ -186,11 +186,23 @@ export class SignalCollector<P extends FleetPool> {
     try {
       const signals: WorkerSignals = {};
       const problems: string[] = [];
-      for (const url of [w.metrics_url, w.dcgm_url]) {
-        if (!url) continue;
+      const read = async (url: string) => {
         const parsed = parseSignals(await fetchText(url, timeout), w.engine);
         Object.assign(signals, parsed.signals);
         problems.push(...parsed.problems);
+      };
+      if (w.metrics_url) await read(w.metrics_url);
+      if (w.dcgm_url) {
+        try {
+          await read(w.dcgm_url);
+        } catch (err) {
+          // DCGM is all this worker is scraped for: its failure is the scrape's.
+          if (!w.metrics_url) throw err;
+          // The engine's figures stand: a broken exporter says nothing about the engine, and
+          // failing the scrape for it marked a serving worker down. GPU memory and temperature
+          // are unknown for this scrape.
+          this.warn(`dcgm:${worker}`, 'DCGM scrape failed; using the engine metrics without GPU memory and temperature', err, { worker });
+        }
       }
       if (problems.length > 0) this.warn(`problems:${worker}`, 'worker metrics had invalid values; ignoring them', problems.join('; '), { worker });
       if (w.metrics_url && signals.running === undefined && signals.waiting === undefined && signals.kvUsage === undefined) {
