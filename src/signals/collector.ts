@@ -187,7 +187,7 @@ export class SignalCollector<P extends FleetPool> {
       const signals: WorkerSignals = {};
       const problems: string[] = [];
       const read = async (url: string) => {
-        const parsed = parseSignals(await fetchText(url, timeout), w.engine);
+        const parsed = parseSignals(await fetchText(url, timeout), w.engine, w.dcgm_gpus === 'all' ? {} : { gpus: w.dcgm_gpus });
         Object.assign(signals, parsed.signals);
         problems.push(...parsed.problems);
       };

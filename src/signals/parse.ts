@@ -27,9 +27,18 @@ interface Family {
 
 type Sample = Family['metrics'][number];
 
-export function parseSignals(text: string, engine: Engine): ParseResult {
+export interface ParseOptions {
+  /**
+   * The worker's own GPUs on a DCGM page, by index (`gpu` label) or UUID (`UUID` label); absent:
+   * every GPU on the page (config `workers[].dcgm_gpus`).
+   */
+  gpus?: readonly string[];
+}
+
+export function parseSignals(text: string, engine: Engine, opts: ParseOptions = {}): ParseResult {
   const problems: string[] = [];
   const byName = samplesOf(text, wantedNames(engine), problems);
+  if (opts.gpus) ownGpus(byName, opts.gpus, problems);
 
   const m = ENGINE_METRICS[engine];
   const signals: WorkerSignals = {};
@@ -270,6 +279,21 @@ function framebuffer(byName: ReadonlyMap<string, Sample[]>, problems: string[]):
     return {};
   }
   return { fbUsedMiB: worst.fbUsedMiB, fbFreeMiB: worst.fbFreeMiB };
+}
+
+/**
+ * Keeps only the worker's own GPUs in the DCGM families: a DCGM exporter reports every GPU of its
+ * node, and where workers share a node, another worker's hot or full GPU is not this one's.
+ */
+function ownGpus(byName: Map<string, Sample[]>, gpus: readonly string[], problems: string[]): void {
+  const own = new Set(gpus);
+  for (const sel of Object.values(DCGM)) {
+    const all = byName.get(sel.name);
+    if (!all) continue;
+    const mine = all.filter((s) => own.has(s.labels?.['gpu'] ?? '\u0000') || own.has(s.labels?.['UUID'] ?? '\u0000'));
+    if (mine.length === 0) problems.push(`${sel.name} has no series for dcgm_gpus ${[...own].join(',').slice(0, 200)}`);
+    byName.set(sel.name, mine);
+  }
 }
 
 /** Which GPU a DCGM series is about: the DCGM exporter's `UUID`, else `gpu` (index), per MIG instance (`GPU_I_ID`). */
