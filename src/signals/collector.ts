@@ -261,10 +261,19 @@ export class SignalCollector<P extends FleetPool> {
   }
 }
 
-async function fetchText(url: string, timeoutMs: number): Promise<string> {
+/**
+ * One metrics page as text, at most MAX_METRICS_BYTES of it. The body is read as a stream and
+ * counted as it arrives (after any gzip or deflate decoding, which fetch does): a page past the
+ * limit is cut off there and its connection closed. Checking only content-length (absent when
+ * chunked, and the compressed size when gzipped) and then the text after reading all of it let a
+ * small gzip body that expands to 64 MiB, or an endless chunked one, cost that much memory first.
+ */
+export async function fetchText(url: string, timeoutMs: number): Promise<string> {
+  const cut = new AbortController();
+  const signal = AbortSignal.any([cut.signal, AbortSignal.timeout(timeoutMs)]);
   let res: Response;
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+    res = await fetch(url, { signal, headers: { accept: 'text/plain' } });
   } catch (err) {
     throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
   }
@@ -277,9 +286,34 @@ async function fetchText(url: string, timeoutMs: number): Promise<string> {
     await res.body?.cancel();
     throw new Error(`metrics page of ${len} bytes is too large`);
   }
-  const text = await res.text();
-  if (text.length > MAX_METRICS_BYTES) throw new Error('metrics page is too large');
-  return text;
+  if (!res.body) return '';
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      bytes += value.byteLength;
+      if (bytes > MAX_METRICS_BYTES) {
+        cut.abort();
+        await reader.cancel().catch(() => undefined);
+        throw new PageTooLarge();
+      }
+      chunks.push(value);
+    }
+  } catch (err) {
+    if (err instanceof PageTooLarge) throw err;
+    throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
+  }
+  // As res.text() decodes: UTF-8, a byte-order mark dropped, bad bytes replaced.
+  return new TextDecoder().decode(Buffer.concat(chunks, bytes));
+}
+
+class PageTooLarge extends Error {
+  constructor() {
+    super(`metrics page is larger than ${MAX_METRICS_BYTES} bytes`);
+  }
 }
 
 /**
