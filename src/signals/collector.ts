@@ -186,15 +186,33 @@ export class SignalCollector<P extends FleetPool> {
     try {
       const signals: WorkerSignals = {};
       const problems: string[] = [];
+      const staleAfterMs = this.opts.gate.currentConfig.signals.stale_after_ms;
       const read = async (url: string) => {
-        const parsed = parseSignals(await fetchText(url, timeout), w.engine, w.dcgm_gpus === 'all' ? {} : { gpus: w.dcgm_gpus });
-        Object.assign(signals, parsed.signals);
+        const page = await fetchPage(url, timeout);
+        const parsed = parseSignals(page.text, w.engine, w.dcgm_gpus === 'all' ? {} : { gpus: w.dcgm_gpus });
         problems.push(...parsed.problems);
+        // How old the figures already were when served, where the exporter stamps its samples: by
+        // the exporter's own clock (the response's Date header; whole seconds, so up to 1 s
+        // younger than they are, but no clock skew between hosts), else by this gate's.
+        const ageMs = parsed.oldestSampleMs === undefined ? undefined : Math.max(0, (page.dateMs ?? Date.now()) - parsed.oldestSampleMs);
+        return { signals: parsed.signals, ageMs };
       };
-      if (w.metrics_url) await read(w.metrics_url);
+      if (w.metrics_url) {
+        const engine = await read(w.metrics_url);
+        Object.assign(signals, engine.signals);
+        // Health adds it to the scrape's age: figures stamped older than stale_after_ms are stale.
+        if (engine.ageMs !== undefined) signals.sampleAgeMs = engine.ageMs;
+      }
       if (w.dcgm_url) {
         try {
-          await read(w.dcgm_url);
+          const dcgm = await read(w.dcgm_url);
+          if (w.metrics_url && dcgm.ageMs !== undefined && dcgm.ageMs > staleAfterMs) {
+            // Stale GPU figures are no figures; the engine's stand, as when DCGM fails (below).
+            this.warn(`dcgm:${worker}`, 'DCGM metrics are stale; using the engine metrics without GPU memory and temperature', `samples ${dcgm.ageMs} ms old`, { worker });
+          } else {
+            Object.assign(signals, dcgm.signals);
+            if (!w.metrics_url && dcgm.ageMs !== undefined) signals.sampleAgeMs = dcgm.ageMs;
+          }
         } catch (err) {
           // DCGM is all this worker is scraped for: its failure is the scrape's.
           if (!w.metrics_url) throw err;
@@ -262,13 +280,14 @@ export class SignalCollector<P extends FleetPool> {
 }
 
 /**
- * One metrics page as text, at most MAX_METRICS_BYTES of it. The body is read as a stream and
+ * One metrics page as text, at most MAX_METRICS_BYTES of it, with the time its server says it is
+ * (its Date header), where it says. The body is read as a stream and
  * counted as it arrives (after any gzip or deflate decoding, which fetch does): a page past the
  * limit is cut off there and its connection closed. Checking only content-length (absent when
  * chunked, and the compressed size when gzipped) and then the text after reading all of it let a
  * small gzip body that expands to 64 MiB, or an endless chunked one, cost that much memory first.
  */
-export async function fetchText(url: string, timeoutMs: number): Promise<string> {
+export async function fetchPage(url: string, timeoutMs: number): Promise<{ text: string; dateMs?: number }> {
   const cut = new AbortController();
   const signal = AbortSignal.any([cut.signal, AbortSignal.timeout(timeoutMs)]);
   let res: Response;
@@ -286,7 +305,9 @@ export async function fetchText(url: string, timeoutMs: number): Promise<string>
     await res.body?.cancel();
     throw new Error(`metrics page of ${len} bytes is too large`);
   }
-  if (!res.body) return '';
+  const date = Date.parse(res.headers.get('date') ?? '');
+  const dated = Number.isFinite(date) ? { dateMs: date } : {};
+  if (!res.body) return { text: '', ...dated };
   const chunks: Uint8Array[] = [];
   let bytes = 0;
   const reader = res.body.getReader();
@@ -307,7 +328,7 @@ export async function fetchText(url: string, timeoutMs: number): Promise<string>
     throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
   }
   // As res.text() decodes: UTF-8, a byte-order mark dropped, bad bytes replaced.
-  return new TextDecoder().decode(Buffer.concat(chunks, bytes));
+  return { text: new TextDecoder().decode(Buffer.concat(chunks, bytes)), ...dated };
 }
 
 class PageTooLarge extends Error {

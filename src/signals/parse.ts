@@ -18,11 +18,17 @@ export interface ParseResult {
   signals: WorkerSignals;
   /** Values present but refused, and why (for logs). */
   problems: string[];
+  /**
+   * The oldest explicit sample timestamp among the metrics read (ms since the epoch, by the
+   * exporter's clock), where any sample has one: the collector ages the page by it.
+   */
+  oldestSampleMs?: number;
 }
 
 interface Family {
   name: string;
-  metrics: Array<{ value?: string; labels?: Record<string, string> }>;
+  /** `timestamp_ms`: the sample's own timestamp, where the line has one (ms since the epoch). */
+  metrics: Array<{ value?: string; labels?: Record<string, string>; timestamp_ms?: string }>;
 }
 
 type Sample = Family['metrics'][number];
@@ -63,7 +69,8 @@ export function parseSignals(text: string, engine: Engine, opts: ParseOptions = 
   Object.assign(signals, framebuffer(byName, problems));
   const temp = pick(byName, [DCGM.temp], 'gpuTempC', NOT_NEGATIVE, problems);
   if (temp !== undefined) signals.gpuTempC = temp;
-  return { signals, problems };
+  const oldest = oldestTimestamp(byName);
+  return { signals, problems, ...(oldest !== undefined ? { oldestSampleMs: oldest } : {}) };
 }
 
 /** Per engine, every metric name parseSignals reads (DCGM's too: a DCGM page is parsed alike). */
@@ -128,6 +135,23 @@ function samplesOf(text: string, wanted: ReadonlySet<string>, problems: string[]
 /** A sample's value; NaN where it has none (`name{` or a bare name: the parser reads "", which Number() makes 0). */
 function sampleValue(s: Sample): number {
   return s.value ? Number(s.value) : NaN;
+}
+
+/**
+ * The oldest explicit timestamp of the samples read. An exporter that stamps its samples says when
+ * each value was true (the Prometheus text format's optional timestamp): a frozen or cached page
+ * keeps serving old timestamps, and only they tell it from a live one.
+ */
+function oldestTimestamp(byName: ReadonlyMap<string, Sample[]>): number | undefined {
+  let oldest: number | undefined;
+  for (const series of byName.values()) {
+    for (const s of series) {
+      if (!s.timestamp_ms) continue;
+      const t = Number(s.timestamp_ms);
+      if (Number.isFinite(t) && (oldest === undefined || t < oldest)) oldest = t;
+    }
+  }
+  return oldest;
 }
 
 /** A sample line's metric name: up to its labels or its value, as the parser reads it. */

@@ -7,7 +7,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { test } from 'node:test';
 import { gzipSync } from 'node:zlib';
-import { fetchText } from '../../src/signals/collector.js';
+import { fetchPage } from '../../src/signals/collector.js';
 
 const MiB = 1024 * 1024;
 
@@ -42,7 +42,7 @@ test('a chunked page past the limit is cut off while it arrives: the server sees
     pump();
   });
   try {
-    await assert.rejects(fetchText(s.url, 20_000), /too large|larger than/);
+    await assert.rejects(fetchPage(s.url, 20_000), /too large|larger than/);
     await gone;
     assert.ok(written < 16 * MiB, `the server wrote ${(written / MiB).toFixed(1)} MiB before the connection closed`);
   } finally {
@@ -55,7 +55,7 @@ test('a gzip body that expands past the limit is refused: the limit counts decod
   assert.ok(bomb.length < 1 * MiB, 'small on the wire');
   const s = await serve((_req, res) => res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': 'gzip', 'content-length': bomb.length }).end(bomb));
   try {
-    await assert.rejects(fetchText(s.url, 20_000), /too large|larger than/);
+    await assert.rejects(fetchPage(s.url, 20_000), /too large|larger than/);
   } finally {
     await s.close();
   }
@@ -66,8 +66,8 @@ test('a page under the limit reads whole, gzipped or not, and a UTF-8 byte-order
   const plain = await serve((_req, res) => res.writeHead(200, { 'content-type': 'text/plain' }).end(page));
   const zipped = await serve((_req, res) => res.writeHead(200, { 'content-type': 'text/plain', 'content-encoding': 'gzip' }).end(gzipSync(page)));
   try {
-    assert.equal(await fetchText(plain.url, 5000), page.slice(1));
-    assert.equal(await fetchText(zipped.url, 5000), page.slice(1));
+    assert.equal((await fetchPage(plain.url, 5000)).text, page.slice(1));
+    assert.equal((await fetchPage(zipped.url, 5000)).text, page.slice(1));
   } finally {
     await plain.close();
     await zipped.close();
