@@ -96,6 +96,8 @@ export class AdminServer {
                     fb_used_mib: s?.fbUsedMiB,
                     fb_free_mib: s?.fbFreeMiB,
                     age_ms: sig.record && Number.isFinite(sig.record.ageMs) ? Math.round(sig.record.ageMs) : null,
+                    // How old the figures already were when scraped, where the page stamps its samples.
+                    ...(typeof s?.sampleAgeMs === 'number' ? { sample_age_ms: Math.round(s.sampleAgeMs) } : {}),
                     scrape_failures: sig.record?.failures ?? 0,
                     // Why the last scrape failed (connection refused, a timeout, no engine series).
                     ...(sig.record?.error ? { last_error: sig.record.error } : {}),

@@ -318,6 +318,13 @@ export const DEFAULTS = {
   scrapeTimeoutMs: 500,
   /** Data older than this is stale and the worker counts as down (the endpoint picker's 2 s). */
   staleAfterMs: 2000,
+  /**
+   * A worker's own GPUs on its DCGM exporter's page (`workers[].dcgm_gpus`): `all` reads every GPU
+   * on the page, right for an exporter that serves that worker alone (a sidecar, or a node that
+   * runs one worker). An exporter covers its whole node, so where several workers share a node
+   * each names its GPUs (indices or UUIDs), or another worker's hot or full GPU makes it pressured.
+   */
+  dcgmGpus: 'all' as const,
   /** Consecutive failed scrapes before a worker is down: one lost packet is not an outage. */
   scrapeFailuresDown: 3,
   /** KV-cache use (or GPU memory use, where memory is configured as a signal) that makes a worker pressured. */

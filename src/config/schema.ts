@@ -75,6 +75,14 @@ const workerSchema = z.strictObject({
   engine: z.enum(ENGINES).default('vllm'),
   /** A DCGM exporter endpoint for this worker's GPU (framebuffer, temperature), if any. */
   dcgm_url: z.url({ protocol: /^https?$/ }).optional(),
+  /**
+   * Which GPUs on the DCGM exporter's page are this worker's: `all`, or a list of indices (the
+   * exporter's `gpu` label) and UUIDs (its `UUID` label). An exporter covers its whole node.
+   */
+  dcgm_gpus: z
+    .union([z.literal('all'), z.array(z.union([z.number().int().nonnegative(), z.string().min(1).max(128)])).min(1).max(1024)])
+    .transform((v) => (v === 'all' ? v : v.map(String)))
+    .default(DEFAULTS.dcgmGpus),
   /** Count raw GPU framebuffer use as memory pressure (off: vLLM preallocates most of the GPU). */
   memory_pressure_from_framebuffer: z.boolean().default(false),
 });

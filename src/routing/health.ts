@@ -2,7 +2,9 @@
  * A worker's state from what it reports. Pure: the collector and every gate replica compute the
  * same state from the same shared signals.
  *
- *   down       no data yet, data older than stale_after, or the last `failures_down` scrapes failed
+ *   down       no data yet, data older than stale_after (by the scrape's age, plus the age of
+ *              the samples' own timestamps where the page has them), or the last `failures_down`
+ *              scrapes failed
  *   pressured  KV use ≥ kv_pressure, queue > max_queue, temperature > max_temp_c, or (only where
  *              configured) GPU framebuffer use ≥ memory_pressure
  *   healthy    otherwise
@@ -26,6 +28,12 @@ export interface WorkerSignals {
   gpuTempC?: number;
   blockSize?: number;
   numGpuBlocks?: number;
+  /**
+   * How old the engine's figures already were when scraped, ms: the age of the oldest explicit
+   * sample timestamp on its page. Absent when the page has none (vLLM and SGLang stamp nothing:
+   * their figures are as old as the scrape).
+   */
+  sampleAgeMs?: number;
   /** LoRA adapters (vLLM `vllm:lora_requests_info`), when the engine reports them. */
   lora?: LoraSignals;
 }
@@ -73,9 +81,12 @@ export function assessHealth(rec: SignalRecord | undefined, t: HealthThresholds,
   if (rec.failures >= t.failuresDown) {
     return { state: 'down', codes: ['scrape_failed'], reasons: [`${rec.failures} failed scrapes${rec.error ? `: ${rec.error}` : ''}`] };
   }
-  if (!(rec.ageMs <= t.staleAfterMs)) {
+  // The figures' age: since the scrape, plus how old they already were then (their timestamps).
+  const sampleAge = rec.signals.sampleAgeMs;
+  const age = rec.ageMs + (typeof sampleAge === 'number' && sampleAge > 0 ? sampleAge : 0);
+  if (!(age <= t.staleAfterMs)) {
     return Number.isFinite(rec.ageMs)
-      ? { state: 'down', codes: ['stale'], reasons: [`metrics ${Math.round(rec.ageMs)} ms old`] }
+      ? { state: 'down', codes: ['stale'], reasons: [`metrics ${Math.round(age)} ms old`] }
       : { state: 'down', codes: ['no_data'], reasons: ['no successful scrape yet'] };
   }
   const s = rec.signals;

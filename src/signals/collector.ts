@@ -186,11 +186,41 @@ export class SignalCollector<P extends FleetPool> {
     try {
       const signals: WorkerSignals = {};
       const problems: string[] = [];
-      for (const url of [w.metrics_url, w.dcgm_url]) {
-        if (!url) continue;
-        const parsed = parseSignals(await fetchText(url, timeout), w.engine);
-        Object.assign(signals, parsed.signals);
+      const staleAfterMs = this.opts.gate.currentConfig.signals.stale_after_ms;
+      const read = async (url: string) => {
+        const page = await fetchPage(url, timeout);
+        const parsed = parseSignals(page.text, w.engine, w.dcgm_gpus === 'all' ? {} : { gpus: w.dcgm_gpus });
         problems.push(...parsed.problems);
+        // How old the figures already were when served, where the exporter stamps its samples: by
+        // the exporter's own clock (the response's Date header; whole seconds, so up to 1 s
+        // younger than they are, but no clock skew between hosts), else by this gate's.
+        const ageMs = parsed.oldestSampleMs === undefined ? undefined : Math.max(0, (page.dateMs ?? Date.now()) - parsed.oldestSampleMs);
+        return { signals: parsed.signals, ageMs };
+      };
+      if (w.metrics_url) {
+        const engine = await read(w.metrics_url);
+        Object.assign(signals, engine.signals);
+        // Health adds it to the scrape's age: figures stamped older than stale_after_ms are stale.
+        if (engine.ageMs !== undefined) signals.sampleAgeMs = engine.ageMs;
+      }
+      if (w.dcgm_url) {
+        try {
+          const dcgm = await read(w.dcgm_url);
+          if (w.metrics_url && dcgm.ageMs !== undefined && dcgm.ageMs > staleAfterMs) {
+            // Stale GPU figures are no figures; the engine's stand, as when DCGM fails (below).
+            this.warn(`dcgm:${worker}`, 'DCGM metrics are stale; using the engine metrics without GPU memory and temperature', `samples ${dcgm.ageMs} ms old`, { worker });
+          } else {
+            Object.assign(signals, dcgm.signals);
+            if (!w.metrics_url && dcgm.ageMs !== undefined) signals.sampleAgeMs = dcgm.ageMs;
+          }
+        } catch (err) {
+          // DCGM is all this worker is scraped for: its failure is the scrape's.
+          if (!w.metrics_url) throw err;
+          // The engine's figures stand: a broken exporter says nothing about the engine, and
+          // failing the scrape for it marked a serving worker down. GPU memory and temperature
+          // are unknown for this scrape.
+          this.warn(`dcgm:${worker}`, 'DCGM scrape failed; using the engine metrics without GPU memory and temperature', err, { worker });
+        }
       }
       if (problems.length > 0) this.warn(`problems:${worker}`, 'worker metrics had invalid values; ignoring them', problems.join('; '), { worker });
       if (w.metrics_url && signals.running === undefined && signals.waiting === undefined && signals.kvUsage === undefined) {
@@ -249,10 +279,20 @@ export class SignalCollector<P extends FleetPool> {
   }
 }
 
-async function fetchText(url: string, timeoutMs: number): Promise<string> {
+/**
+ * One metrics page as text, at most MAX_METRICS_BYTES of it, with the time its server says it is
+ * (its Date header), where it says. The body is read as a stream and
+ * counted as it arrives (after any gzip or deflate decoding, which fetch does): a page past the
+ * limit is cut off there and its connection closed. Checking only content-length (absent when
+ * chunked, and the compressed size when gzipped) and then the text after reading all of it let a
+ * small gzip body that expands to 64 MiB, or an endless chunked one, cost that much memory first.
+ */
+export async function fetchPage(url: string, timeoutMs: number): Promise<{ text: string; dateMs?: number }> {
+  const cut = new AbortController();
+  const signal = AbortSignal.any([cut.signal, AbortSignal.timeout(timeoutMs)]);
   let res: Response;
   try {
-    res = await fetch(url, { signal: AbortSignal.timeout(timeoutMs), headers: { accept: 'text/plain' } });
+    res = await fetch(url, { signal, headers: { accept: 'text/plain' } });
   } catch (err) {
     throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
   }
@@ -265,9 +305,36 @@ async function fetchText(url: string, timeoutMs: number): Promise<string> {
     await res.body?.cancel();
     throw new Error(`metrics page of ${len} bytes is too large`);
   }
-  const text = await res.text();
-  if (text.length > MAX_METRICS_BYTES) throw new Error('metrics page is too large');
-  return text;
+  const date = Date.parse(res.headers.get('date') ?? '');
+  const dated = Number.isFinite(date) ? { dateMs: date } : {};
+  if (!res.body) return { text: '', ...dated };
+  const chunks: Uint8Array[] = [];
+  let bytes = 0;
+  const reader = res.body.getReader();
+  try {
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      bytes += value.byteLength;
+      if (bytes > MAX_METRICS_BYTES) {
+        cut.abort();
+        await reader.cancel().catch(() => undefined);
+        throw new PageTooLarge();
+      }
+      chunks.push(value);
+    }
+  } catch (err) {
+    if (err instanceof PageTooLarge) throw err;
+    throw new Error(fetchFailure(url, timeoutMs, err), { cause: err });
+  }
+  // As res.text() decodes: UTF-8, a byte-order mark dropped, bad bytes replaced.
+  return { text: new TextDecoder().decode(Buffer.concat(chunks, bytes)), ...dated };
+}
+
+class PageTooLarge extends Error {
+  constructor() {
+    super(`metrics page is larger than ${MAX_METRICS_BYTES} bytes`);
+  }
 }
 
 /**

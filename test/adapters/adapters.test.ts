@@ -41,6 +41,22 @@ describe('vllm:lora_requests_info → signals', () => {
     assert.equal(signals.running, 3);
   });
 
+  test('a newest series with no adapter at all is passed over for the newest that lists some (as GIE getLatestLoraMetric)', () => {
+    // vLLM keeps adapters loaded after its requests drain, and writes that moment as a new, empty series.
+    const text = [
+      `${LORA}{max_lora="2",running_lora_adapters="a",waiting_lora_adapters=""} 1700000005`,
+      `${LORA}{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1700000009`,
+      `${LORA}{max_lora="2",running_lora_adapters="old",waiting_lora_adapters=""} 1700000001`,
+      '',
+    ].join('\n');
+    assert.deepEqual(parseSignals(text, 'vllm').signals.lora, { running: ['a'], waiting: [], maxLora: 2 } satisfies LoraSignals);
+    const waitingOnly = text.replace('running_lora_adapters="",waiting_lora_adapters=""', 'running_lora_adapters="",waiting_lora_adapters="b"');
+    assert.deepEqual(parseSignals(waitingOnly, 'vllm').signals.lora, { running: [], waiting: ['b'], maxLora: 2 } satisfies LoraSignals);
+    // Every series empty: the newest, with its max_lora.
+    const empty = `${LORA}{max_lora="3",running_lora_adapters="",waiting_lora_adapters=""} 2\n${LORA}{max_lora="2",running_lora_adapters="",waiting_lora_adapters=""} 1\n`;
+    assert.deepEqual(parseSignals(empty, 'vllm').signals.lora, { running: [], waiting: [], maxLora: 3 } satisfies LoraSignals);
+  });
+
   test('no metric: no adapters; a broken max_lora is refused with a reason; other engines never read it', () => {
     assert.equal(parseSignals('vllm:num_requests_running 1\n', 'vllm').signals.lora, undefined);
     const bad = parseSignals(`${LORA}{max_lora="many",running_lora_adapters="a",waiting_lora_adapters=""} 1\n`, 'vllm');

@@ -36,6 +36,111 @@ describe('metrics parsing', () => {
     assert.equal(s.kvUsage, 0.6);
   });
 
+  test('SGLang priority scheduling: the priority="" total is read, not added to its own breakdown', () => {
+    // _log_gauge_queue_count writes the total under priority="" and each priority under priority="<n>".
+    const text = [
+      'sglang:num_running_reqs{model_name="m",priority=""} 5',
+      'sglang:num_running_reqs{model_name="m",priority="0"} 5',
+      'sglang:num_queue_reqs{model_name="m",priority=""} 20',
+      'sglang:num_queue_reqs{model_name="m",priority="0"} 12',
+      'sglang:num_queue_reqs{model_name="m",priority="1"} 8',
+      'sglang:token_usage{model_name="m",priority=""} 0.4',
+      '',
+    ].join('\n');
+    assert.deepEqual(parseSignals(text, 'sglang').signals, { running: 5, waiting: 20, kvUsage: 0.4 });
+    // Without a total, the priorities are parts: they add up. Per data-parallel group.
+    const parts = 'sglang:num_queue_reqs{dp_rank="0",priority="0"} 3\nsglang:num_queue_reqs{dp_rank="0",priority="1"} 4\nsglang:num_queue_reqs{dp_rank="1",priority=""} 6\nsglang:num_queue_reqs{dp_rank="1",priority="2"} 6\n';
+    assert.equal(parseSignals(parts, 'sglang').signals.waiting, 13);
+  });
+
+  test('SGLang ranks of one data-parallel group count once; data-parallel groups and vLLM engines add up', () => {
+    // --enable-metrics-for-all-schedulers: every TP rank reports its group's batch under its own tp_rank.
+    const ranks = (name: string, v: number) => [0, 1, 2, 3].map((r) => `${name}{model_name="m",tp_rank="${r}",dp_rank="0",pp_rank="0"} ${v}`);
+    const page = [...ranks('sglang:num_running_reqs', 10), ...ranks('sglang:num_queue_reqs', 9)];
+    assert.deepEqual(parseSignals(page.join('\n') + '\n', 'sglang').signals, { running: 10, waiting: 9 });
+    // Two DP groups of two TP ranks: 10 + 6; a rank lagging its group's copy (7) counts as the larger.
+    const dp = ['sglang:num_running_reqs{tp_rank="0",dp_rank="0"} 10', 'sglang:num_running_reqs{tp_rank="1",dp_rank="0"} 7', 'sglang:num_running_reqs{tp_rank="2",dp_rank="1"} 6', 'sglang:num_running_reqs{tp_rank="3",dp_rank="1"} 6'];
+    assert.equal(parseSignals(dp.join('\n') + '\n', 'sglang').signals.running, 16);
+    const vllm = 'vllm:num_requests_running{engine="0",model_name="m"} 2\nvllm:num_requests_running{engine="1",model_name="m"} 3\n';
+    assert.equal(parseSignals(vllm, 'vllm').signals.running, 5);
+  });
+
+  test('a line the strict parser refuses costs only itself: empty HELP text, a TYPE line with an extra word, a bad sample line', () => {
+    const page = vllmText({ running: 3, waiting: 2, kv: 0.42 });
+    // Python's prometheus_client writes `# HELP <name> ` (trailing space, no text) for a metric documented with "".
+    const emptyHelp = `# HELP vllm:some_new_gauge \n# TYPE vllm:some_new_gauge gauge\nvllm:some_new_gauge 1\n${page}`;
+    assert.deepEqual(parseSignals(emptyHelp, 'vllm').signals, parseSignals(page, 'vllm').signals);
+    assert.equal(parseSignals(emptyHelp, 'vllm').signals.running, 3);
+    const extraType = page.replace('# TYPE vllm:num_requests_waiting gauge', '# TYPE vllm:num_requests_waiting gauge extra');
+    assert.equal(parseSignals(extraType, 'vllm').signals.waiting, 2);
+    const badLine = page.replace('vllm:kv_cache_usage_perc{model_name="m"} 0.42', 'vllm:kv_cache_usage_perc{model_name="m" 0.42');
+    const r = parseSignals(badLine, 'vllm');
+    assert.deepEqual([r.signals.running, r.signals.waiting, r.signals.kvUsage], [3, 2, undefined]);
+    assert.equal(r.problems.length, 1, 'the bad line is reported');
+  });
+
+  test('a page without a final newline keeps its last sample', () => {
+    const text = 'vllm:num_requests_running 1\nvllm:num_requests_waiting 0\nvllm:kv_cache_usage_perc 0.7';
+    assert.equal(parseSignals(text, 'vllm').signals.kvUsage, 0.7);
+  });
+
+  test('a metric whose samples come in separate blocks keeps all of them', () => {
+    const text = [
+      'vllm:num_requests_running{engine="0"} 2',
+      'vllm:num_requests_waiting{engine="0"} 1',
+      'vllm:num_requests_running{engine="1"} 3',
+      'vllm:num_requests_waiting{engine="1"} 4',
+      'vllm:kv_cache_usage_perc{engine="0"} 0.9',
+      'vllm:num_requests_running{engine="2"} 5',
+      'vllm:kv_cache_usage_perc{engine="1"} 0.1',
+      '',
+    ].join('\n');
+    assert.deepEqual(parseSignals(text, 'vllm').signals, { running: 10, waiting: 5, kvUsage: 0.9 });
+  });
+
+  test('a bare name or a name without a value is no count of 0', () => {
+    for (const text of ['vllm:num_requests_running\n', 'vllm:num_requests_running{ 3\n']) assert.equal(parseSignals(text, 'vllm').signals.running, undefined, text);
+  });
+
+  test('one series with an impossible value is refused alone: the other series still count', () => {
+    const text = [
+      'vllm:num_requests_running{engine="0"} NaN',
+      'vllm:num_requests_running{engine="1"} 3',
+      'vllm:num_requests_waiting{engine="0"} +Inf',
+      'vllm:num_requests_waiting{engine="1"} 2',
+      'vllm:kv_cache_usage_perc{engine="0"} 0.5',
+      'vllm:kv_cache_usage_perc{engine="1"} -1',
+      '',
+    ].join('\n');
+    const r = parseSignals(text, 'vllm');
+    assert.deepEqual(r.signals, { running: 3, waiting: 2, kvUsage: 0.5 });
+    assert.equal(r.problems.length, 3, 'each refused series is reported');
+    const dcgm = 'DCGM_FI_DEV_GPU_TEMP{gpu="0"} NaN\nDCGM_FI_DEV_GPU_TEMP{gpu="1"} 71\n';
+    assert.equal(parseSignals(dcgm, 'vllm').signals.gpuTempC, 71);
+  });
+
+  test('a page with 200k series of a gauge does not throw (Math.max over spread arguments would)', () => {
+    const lines: string[] = [];
+    for (let i = 0; i < 200_000; i++) lines.push(`vllm:kv_cache_usage_perc{engine="${i}"} ${i === 1234 ? 0.9 : 0.1}`);
+    let r: ReturnType<typeof parseSignals> | undefined;
+    assert.doesNotThrow(() => (r = parseSignals(lines.join('\n') + '\n', 'vllm')));
+    assert.equal(r?.signals.kvUsage, 0.9);
+  });
+
+  test('DCGM framebuffer: used and free are paired per GPU, and the fullest GPU is read', () => {
+    const text = [
+      'DCGM_FI_DEV_FB_USED{gpu="0",UUID="GPU-a"} 70000',
+      'DCGM_FI_DEV_FB_USED{gpu="1",UUID="GPU-b"} 10000',
+      'DCGM_FI_DEV_FB_FREE{gpu="0",UUID="GPU-a"} 10000',
+      'DCGM_FI_DEV_FB_FREE{gpu="1",UUID="GPU-b"} 70000',
+      '',
+    ].join('\n');
+    const s = parseSignals(text, 'vllm').signals;
+    assert.ok(s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined);
+    assert.ok(s.fbUsedMiB / (s.fbUsedMiB + s.fbFreeMiB) >= 0.875, `${s.fbUsedMiB} used, ${s.fbFreeMiB} free`);
+    assert.deepEqual(assessHealth({ signals: s, ageMs: 10, failures: 0 }, T, true).codes, ['memory_pressure']);
+  });
+
   test('garbage, partial, NaN, negative and out-of-range values never throw and are refused', () => {
     for (const text of ['', '\u0000\u0001 {{{ garbage', 'vllm:num_requests_running', 'vllm:num_requests_running{ 3\n', '# only a comment\n']) {
       assert.doesNotThrow(() => parseSignals(text, 'vllm'));

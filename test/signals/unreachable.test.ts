@@ -11,7 +11,7 @@ import { MemoryStore } from '../../src/state/memory-store.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import { waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers } from '../helpers/gate.js';
-import { silentLogger } from '../helpers/logger.js';
+import { recordingLogger, silentLogger } from '../helpers/logger.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
 import { freePort } from '../../src/util/free-port.js';
 import { startRedis } from '../helpers/redis-server.js';
@@ -28,6 +28,28 @@ test('a worker whose metrics endpoint refuses connections is down, with the reas
     assert.equal(ws.workers.find((w) => w.id === 'plain')?.state, 'healthy', 'a worker without metrics is judged by in-flight counts alone');
   } finally {
     await g.close(100);
+  }
+});
+
+test('a DCGM exporter that refuses connections leaves the engine metrics in place: the worker stays healthy, and it is logged', async () => {
+  const metrics = await startMetricsServer({ running: 2, waiting: 1, kv: 0.3 });
+  const dead = await freePort();
+  const { logger, lines } = recordingLogger('warn');
+  const g = await startTestGate({ workers: [{ id: 'w', cluster: 'worker_1', metrics_url: metrics.url, dcgm_url: `http://127.0.0.1:${dead}/metrics` }] }, { logger });
+  try {
+    await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'w')?.state === 'healthy', 3000, 'healthy');
+    // Well past failures_down (3) scrapes at interval_ms (50).
+    await new Promise((r) => setTimeout(r, 600));
+    const ws = (await (await fetch(`${g.admin}/workers`)).json()) as { workers: Array<{ id: string; state: string; signals?: { waiting?: number } }> };
+    const w = ws.workers.find((x) => x.id === 'w')!;
+    assert.equal(w.state, 'healthy', JSON.stringify(w));
+    const warned = lines.filter((l) => String(l['msg']).includes('DCGM scrape failed'));
+    assert.ok(warned.length >= 1, 'the DCGM failure is logged');
+    assert.ok(warned.length <= 2, `rate-limited (${warned.length} lines)`);
+    assert.match(String(warned[0]!['err']), /ECONNREFUSED/);
+  } finally {
+    await g.close(100);
+    await metrics.close();
   }
 });
 
