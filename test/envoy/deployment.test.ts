@@ -74,6 +74,26 @@ function atPointer(pointer: string, value: unknown): unknown {
   return out;
 }
 
+/** Every pod template (Deployment, StatefulSet, DaemonSet, Job) in `all`, with its owner's name. */
+function podTemplates(all: Obj[]): Array<{ name: string; pod: Obj; labels: Obj }> {
+  const out: Array<{ name: string; pod: Obj; labels: Obj }> = [];
+  for (const d of all) {
+    const template = (d.spec as Obj | undefined)?.template as Obj | undefined;
+    if (!template?.spec) continue;
+    const meta = (template.metadata as Obj | undefined) ?? {};
+    out.push({ name: `${String(d.kind)}/${String(obj(d.metadata, 'metadata').name)}`, pod: obj(template.spec, 'pod spec'), labels: (meta.labels as Obj | undefined) ?? {} });
+  }
+  return out;
+}
+
+/** A container's securityContext field, else the pod's (the container's wins, as in Kubernetes). */
+function effective(pod: Obj, c: Obj, field: string): unknown {
+  const own = (c.securityContext as Obj | undefined)?.[field];
+  return own !== undefined ? own : (pod.securityContext as Obj | undefined)?.[field];
+}
+
+const containersOf = (pod: Obj): Obj[] => [...((pod.initContainers as Obj[] | undefined) ?? []), ...((pod.containers as Obj[] | undefined) ?? [])];
+
 describe('deployment files', { concurrency: true }, () => {
   before(async () => {
     await buildEnvoySchemaImage();
@@ -189,6 +209,24 @@ describe('deployment files', { concurrency: true }, () => {
     for (const p of arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) assert.ok(String(p.targetPort) in ports, `targetPort ${String(p.targetPort)}`);
     const grpc = arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port')).find((p) => p.name === 'grpc')!;
     assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
+  });
+
+  test('Kubernetes: a container that must run as non-root names a numeric, non-zero user', () => {
+    // The kubelet checks runAsNonRoot against a uid. With no runAsUser it takes the image's USER,
+    // and a name there (the node image's `node`) cannot be checked: the container is refused
+    // ("image has non-numeric user (node), cannot verify user is non-root").
+    const templates = podTemplates(k8s());
+    assert.ok(templates.length >= 2, 'kvgate and Redis');
+    let checked = 0;
+    for (const { name, pod } of templates) {
+      for (const c of containersOf(pod)) {
+        if (effective(pod, c, 'runAsNonRoot') !== true) continue;
+        const uid = effective(pod, c, 'runAsUser');
+        assert.ok(Number.isInteger(uid) && (uid as number) > 0, `${name} ${String(c.name)}: runAsNonRoot with runAsUser ${String(uid)}`);
+        checked++;
+      }
+    }
+    assert.ok(checked > 0);
   });
 
   test('Kubernetes: every $(VAR) in a container env value names a variable defined earlier in that list', () => {
