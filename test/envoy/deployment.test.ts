@@ -229,6 +229,37 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(checked > 0);
   });
 
+  test('Kubernetes: every pod meets Pod Security "restricted", on a read-only root without a token', () => {
+    // The "restricted" level of the Pod Security Standards (what a namespace labelled
+    // pod-security.kubernetes.io/enforce=restricted admits), plus two hardenings it does not ask for.
+    const VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim', 'projected', 'secret'];
+    const templates = podTemplates(k8s());
+    assert.ok(templates.length >= 2, 'kvgate and Redis');
+    for (const { name, pod } of templates) {
+      for (const f of ['hostNetwork', 'hostPID', 'hostIPC']) assert.notEqual(pod[f], true, `${name}: ${f}`);
+      for (const v of (pod.volumes as Obj[] | undefined) ?? []) {
+        const kind = Object.keys(v).filter((k) => k !== 'name');
+        assert.ok(kind.length === 1 && VOLUMES.includes(kind[0]!), `${name}: volume ${String(v.name)} is ${kind.join(',')}`);
+      }
+      assert.equal(pod.automountServiceAccountToken, false, `${name}: no service account token`);
+      for (const c of containersOf(pod)) {
+        const where = `${name} ${String(c.name)}`;
+        const sc = (c.securityContext as Obj | undefined) ?? {};
+        assert.notEqual(sc.privileged, true, `${where}: privileged`);
+        assert.equal(sc.allowPrivilegeEscalation, false, `${where}: allowPrivilegeEscalation false`);
+        const caps = (sc.capabilities as Obj | undefined) ?? {};
+        assert.ok(((caps.drop as string[] | undefined) ?? []).includes('ALL'), `${where}: drops ALL capabilities`);
+        for (const add of (caps.add as string[] | undefined) ?? []) assert.equal(add, 'NET_BIND_SERVICE', `${where}: adds ${add}`);
+        assert.equal(effective(pod, c, 'runAsNonRoot'), true, `${where}: runAsNonRoot`);
+        assert.notEqual(effective(pod, c, 'runAsUser'), 0, `${where}: runAsUser 0`);
+        const seccomp = effective(pod, c, 'seccompProfile') as Obj | undefined;
+        assert.ok(seccomp?.type === 'RuntimeDefault' || seccomp?.type === 'Localhost', `${where}: seccompProfile ${JSON.stringify(seccomp)}`);
+        for (const p of (c.ports as Obj[] | undefined) ?? []) assert.equal(p.hostPort, undefined, `${where}: hostPort`);
+        assert.equal(sc.readOnlyRootFilesystem, true, `${where}: read-only root filesystem`);
+      }
+    }
+  });
+
   test('Kubernetes: every $(VAR) in a container env value names a variable defined earlier in that list', () => {
     // Kubernetes expands $(VAR) only from variables defined before it in the container's env (the
     // "Define Dependent Environment Variables" task); a later one stays the literal text, so
