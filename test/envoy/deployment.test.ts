@@ -201,7 +201,15 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(flag('admin-host'), '0.0.0.0', 'Prometheus must reach /metrics');
     assert.deepEqual(obj(c.readinessProbe, 'readiness').grpc, { port: ports['grpc'], service: 'readiness' });
     assert.deepEqual(obj(c.livenessProbe, 'liveness').grpc, { port: ports['grpc'], service: 'liveness' });
-    assert.ok(Number(pod.terminationGracePeriodSeconds) > Number(flag('shutdown-grace-s')), 'the drain ends before SIGKILL');
+    // Endpoints drop a terminating pod while it is being stopped, so kvgate waits in preStop
+    // before SIGTERM starts its drain; the grace period counts from the start of preStop.
+    const preStop = obj(obj(c.lifecycle, 'lifecycle').preStop, 'preStop');
+    const sleepS = preStop.sleep !== undefined
+      ? Number(obj(preStop.sleep, 'sleep').seconds)
+      : Number(/^sleep (\d+)$/.exec(arr(obj(preStop.exec, 'exec').command, 'command').join(' '))?.[1]);
+    assert.ok(sleepS >= 5, `preStop waits for the endpoint removal to reach Envoy (${sleepS} s)`);
+    const grace = Number(pod.terminationGracePeriodSeconds);
+    assert.ok(grace >= sleepS + Number(flag('shutdown-grace-s')) + 5, `grace ${grace} s >= preStop ${sleepS} + drain ${flag('shutdown-grace-s')} + 5 s`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
     assert.ok(redisSvc);
     assert.equal(flag('store'), `redis://kvgate-redis:${String(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port)}`);
