@@ -217,6 +217,15 @@ describe('deployment files', { concurrency: true }, () => {
     for (const p of arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) assert.ok(String(p.targetPort) in ports, `targetPort ${String(p.targetPort)}`);
     const grpc = arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port')).find((p) => p.name === 'grpc')!;
     assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
+    // The admin API can drain workers (PUT /workers/<id>/state): no Service publishes it.
+    // Prometheus scrapes pods at their own IPs (the annotations), which needs no Service.
+    for (const s of ofKind(all, 'Service')) {
+      for (const p of arr(obj(s.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) {
+        assert.ok(p.targetPort !== 'http-admin' && Number(p.targetPort ?? p.port) !== ports['http-admin'], `Service ${String(obj(s.metadata, 'm').name)} publishes the admin port`);
+      }
+    }
+    const annotations = obj(obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata').annotations, 'annotations');
+    assert.equal(Number(annotations['prometheus.io/port']), ports['http-admin'], 'Prometheus scrapes the admin port on the pod');
   });
 
   test('Kubernetes: a container that must run as non-root names a numeric, non-zero user', () => {
