@@ -277,6 +277,66 @@ describe('deployment files', { concurrency: true }, () => {
     }
   });
 
+  test('Kubernetes: NetworkPolicies admit only the gateways to ext_proc, monitoring to admin, kvgate to Redis', () => {
+    const all = k8s();
+    const policies = ofKind(all, 'NetworkPolicy');
+    const templates = podTemplates(all);
+    const labelsOf = (name: string) => templates.find((t) => t.name === `Deployment/${name}`)!.labels;
+    const selects = (sel: unknown, labels: Obj) => Object.entries(obj(obj(sel, 'selector').matchLabels, 'matchLabels')).every(([k, v]) => labels[k] === v);
+    const policyFor = (name: string) => {
+      const found = policies.filter((p) => selects(obj(p.spec, 'spec').podSelector, labelsOf(name)));
+      assert.equal(found.length, 1, `one NetworkPolicy selects ${name}'s pods`);
+      const spec = obj(found[0]!.spec, 'spec');
+      assert.ok(arr(spec.policyTypes, 'policyTypes').includes('Ingress'), `${name}: an Ingress policy`);
+      // A rule without ports admits every port, one without peers every peer, an empty selector
+      // every namespace or pod: none of these here.
+      return arr(spec.ingress, 'ingress').map((r, i) => {
+        const rule = obj(r, `${name} ingress[${i}]`);
+        const ports = arr(rule.ports, `${name} ingress[${i}].ports`).map((p) => Number(obj(p, 'port').port));
+        const from = arr(rule.from, `${name} ingress[${i}].from`).map((f) => obj(f, 'peer'));
+        assert.ok(ports.length > 0 && from.length > 0, `${name} ingress[${i}] names ports and peers`);
+        for (const peer of from) {
+          assert.equal(peer.ipBlock, undefined, `${name} ingress[${i}]: no ipBlock`);
+          for (const k of ['namespaceSelector', 'podSelector']) {
+            if (peer[k] !== undefined) assert.ok(Object.keys(obj(obj(peer[k], k).matchLabels, 'matchLabels')).length > 0, `${name} ingress[${i}]: an empty ${k} admits all`);
+          }
+        }
+        return { ports, from };
+      });
+    };
+    const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
+    const c = obj(arr(obj(obj(obj(dep.spec, 'spec').template, 't').spec, 'pod').containers, 'containers')[0], 'container');
+    const port = Object.fromEntries(arr(c.ports, 'ports').map((p) => [obj(p, 'p').name, Number(obj(p, 'p').containerPort)]));
+    const ns = (peer: Obj) => (peer.namespaceSelector as Obj | undefined)?.matchLabels as Obj | undefined;
+
+    const kvgate = policyFor('kvgate');
+    // The admin API (it can drain workers) from the monitoring namespace only.
+    const admin = kvgate.filter((r) => r.ports.includes(port['http-admin']!)).flatMap((r) => r.from);
+    assert.ok(admin.length > 0, 'Prometheus can scrape');
+    for (const peer of admin) assert.equal(ns(peer)?.['kubernetes.io/metadata.name'], 'monitoring', `admin port from ${JSON.stringify(peer)}`);
+    // ext_proc from gateway pods (a pod selector in a named namespace), the recipes' gateways among them.
+    const grpc = kvgate.filter((r) => r.ports.includes(port['grpc']!)).flatMap((r) => r.from);
+    for (const peer of grpc) {
+      assert.ok(ns(peer)?.['kubernetes.io/metadata.name'] && peer.podSelector, `ext_proc from gateway pods in a named namespace: ${JSON.stringify(peer)}`);
+    }
+    const istio = obj(ofKind(docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml')), 'EnvoyFilter')[0], 'EnvoyFilter');
+    const istioLabels = obj(obj(obj(istio.spec, 'spec').workloadSelector, 'workloadSelector').labels, 'labels');
+    assert.ok(grpc.some((p) => ns(p)?.['kubernetes.io/metadata.name'] === obj(istio.metadata, 'm').namespace && selects(p.podSelector, istioLabels)), "Istio's ingress gateway reaches ext_proc");
+    const eg = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyPatchPolicy')[0], 'EnvoyPatchPolicy');
+    const gateway = obj(obj(eg.spec, 'spec').targetRef, 'targetRef').name;
+    assert.ok(grpc.some((p) => obj(obj(p.podSelector, 'podSelector').matchLabels, 'm')['gateway.envoyproxy.io/owning-gateway-name'] === gateway), `Envoy Gateway's ${String(gateway)} reaches ext_proc`);
+
+    // Redis: kvgate's pods (in this namespace) on the Redis port, nothing else.
+    const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis')!;
+    const redisPort = Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port);
+    const redis = policyFor('kvgate-redis');
+    assert.deepEqual(redis.flatMap((r) => r.ports), [redisPort]);
+    for (const peer of redis.flatMap((r) => r.from)) {
+      assert.equal(peer.namespaceSelector, undefined, 'kvgate in the same namespace');
+      assert.ok(selects(peer.podSelector, labelsOf('kvgate')), `Redis from ${JSON.stringify(peer)}`);
+    }
+  });
+
   test('Kubernetes: every $(VAR) in a container env value names a variable defined earlier in that list', () => {
     // Kubernetes expands $(VAR) only from variables defined before it in the container's env (the
     // "Define Dependent Environment Variables" task); a later one stays the literal text, so
