@@ -15,6 +15,7 @@ import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-sc
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
 import { loadEnvoyConfig } from '../harness/envoy-config.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
+import { parseStoreUrl } from '../../src/state/redis-connection.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const ENVOY_DIR = path.join(ROOT, 'envoy');
@@ -212,7 +213,33 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(grace >= sleepS + Number(flag('shutdown-grace-s')) + 5, `grace ${grace} s >= preStop ${sleepS} + drain ${flag('shutdown-grace-s')} + 5 s`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
     assert.ok(redisSvc);
-    assert.equal(flag('store'), `redis://kvgate-redis:${String(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port)}`);
+    // The store URL carries Redis's password from the Secret Redis requires it from: through the
+    // environment (KVGATE_STORE), so no flag may override it and the manifest holds no password.
+    assert.equal(flag('store'), undefined, '--store would override KVGATE_STORE');
+    const env = (container: Obj) => new Map(arr(container.env, 'env').map((e) => [String(obj(e, 'env').name), obj(e, 'env')]));
+    const secretRef = (e: Obj | undefined) => obj(obj(obj(e?.valueFrom, 'valueFrom').secretKeyRef, 'secretKeyRef'), 'ref');
+    const kvEnv = env(c);
+    const store = String(kvEnv.get('KVGATE_STORE')?.value);
+    const passwordVar = /\$\(([A-Z_]+)\)/.exec(store)?.[1];
+    assert.ok(passwordVar, `KVGATE_STORE takes the password from a variable: ${store}`);
+    const kvRef = secretRef(kvEnv.get(passwordVar));
+    const endpoint = parseStoreUrl(store.replace(`$(${passwordVar})`, '0123abcd'));
+    assert.deepEqual(endpoint.nodes, [{ host: 'kvgate-redis', port: Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port) }]);
+    assert.equal(endpoint.password, '0123abcd');
+    const redisDep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate-redis')!;
+    const rc = obj(arr(obj(obj(obj(redisDep.spec, 'spec').template, 't').spec, 'pod').containers, 'containers')[0], 'redis');
+    const redisArgs = arr(rc.args, 'args').map(String);
+    const requirepass = redisArgs[redisArgs.indexOf('--requirepass') + 1];
+    const redisVar = /^\$\(([A-Z_]+)\)$/.exec(String(requirepass))?.[1];
+    assert.ok(redisVar, `redis-server --requirepass from a variable (${String(requirepass)})`);
+    assert.deepEqual(secretRef(env(rc).get(redisVar)), kvRef, 'Redis and kvgate read the same Secret key');
+    const secret = ofKind(all, 'Secret').find((s) => obj(s.metadata, 'm').name === kvRef.name);
+    assert.ok(secret, `Secret ${String(kvRef.name)} is shipped (a placeholder)`);
+    const value = String(obj(secret.stringData, 'stringData')[String(kvRef.key)]);
+    assert.match(value, /^[A-Za-z0-9._~-]+$/, 'the placeholder is URL-safe, as the password must be');
+    // The readiness probe authenticates (redis-cli reads REDISCLI_AUTH) and wants PONG.
+    assert.equal(redisVar, 'REDISCLI_AUTH');
+    assert.match(arr(obj(obj(rc.readinessProbe, 'probe').exec, 'exec').command, 'command').join(' '), /redis-cli ping \| grep -q PONG/);
     const svc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate')!;
     for (const p of arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) assert.ok(String(p.targetPort) in ports, `targetPort ${String(p.targetPort)}`);
     const grpc = arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port')).find((p) => p.name === 'grpc')!;
