@@ -13,7 +13,8 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { parseConfig, loadConfigFile } from '../../src/config/load.js';
 import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
-import { loadEnvoyConfig } from '../harness/envoy-config.js';
+import { loadEnvoyConfig, parseEnvoyBootstrap } from '../harness/envoy-config.js';
+import { envoyGateway, istioGateway } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
 
@@ -185,6 +186,26 @@ describe('deployment files', { concurrency: true }, () => {
       .find((v) => v?.type === 'ORIGINAL_DST');
     assert.deepEqual(obj(cluster?.original_dst_lb_config, 'lb').metadata_key, { key: 'envoy.lb', path: [{ key: 'x-gateway-destination-endpoint' }] });
     assert.equal(obj(cluster?.original_dst_lb_config, 'lb').use_http_header, undefined);
+  });
+
+  test('every recipe buffers a body as long as the kvgate it calls accepts', () => {
+    // BUFFERED ext_proc holds the body in the listener's buffer: past it the proxy answers 413
+    // before kvgate sees the request, so a limit below kvgate's limits.max_body_bytes turns away
+    // prompts kvgate would route. Envoy's default is 1 MiB; Envoy Gateway sets 32 KiB.
+    const cm = ofKind(k8s(), 'ConfigMap')[0]!;
+    const inCluster = parseConfig(parse(String(obj(cm.data, 'data')['kvgate.yaml']))).limits.max_body_bytes;
+    const kv = (dir: string) => loadConfigFile(path.join(ENVOY_DIR, dir, 'kvgate.yaml')).limits.max_body_bytes;
+    const cases: Array<[string, number, number]> = [
+      ...['', 'pools', 'endpoint-picker', 'demo'].map((dir): [string, number, number] => [`envoy/${dir}${dir ? '/' : ''}envoy.yaml`, loadEnvoyConfig(path.join(ENVOY_DIR, dir, 'envoy.yaml')).bufferLimitBytes, kv(dir)]),
+      // The gateways as test/helpers/deployments.ts renders them from the recipes; they call the
+      // kvgate of envoy/kubernetes (Envoy Gateway's, in endpoint-picker mode, is configured like
+      // envoy/endpoint-picker/kvgate.yaml).
+      ['envoy/istio/kvgate.yaml', parseEnvoyBootstrap(istioGateway()).bufferLimitBytes, inCluster],
+      ['envoy/envoy-gateway/kvgate.yaml', parseEnvoyBootstrap(envoyGateway(['10.0.0.1:8000'])).bufferLimitBytes, Math.max(inCluster, kv('endpoint-picker'))],
+    ];
+    for (const [where, envoyLimit, kvgateLimit] of cases) {
+      assert.ok(envoyLimit >= kvgateLimit, `${where}: the proxy buffers ${envoyLimit} bytes, kvgate accepts ${kvgateLimit}`);
+    }
   });
 
   test('Kubernetes: the embedded config is valid, and ports, probes and store agree', () => {

@@ -4,8 +4,9 @@
  * reduced to what routing needs: one listener whose HCM holds the route table the recipe's
  * routing objects produce, then the recipe's own Envoy patches applied the way the control plane
  * applies them (Istio EnvoyFilter MERGE / INSERT_BEFORE; Envoy Gateway JSONPatch and
- * ClientTrafficPolicy early request headers). What matters for a spoofed routing header is
- * exact: the patches' values are the files' own. The rest (names, the base route) is a model.
+ * ClientTrafficPolicy early request headers and buffer limit). What matters for a spoofed routing
+ * header, or a body's size, is exact: the patches' values are the files' own. The rest (names,
+ * the base route) is a model.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -47,17 +48,29 @@ function protoMerge(base: Obj, patch: Obj): Obj {
 /** RouteAction's cluster_specifier oneof: setting one member clears the others. */
 const CLUSTER_SPECIFIER = ['cluster', 'cluster_header', 'weighted_clusters', 'cluster_specifier_plugin', 'inline_cluster_specifier_plugin'];
 
-function bootstrap(hcm: Obj, clusters: Obj[]): Obj {
+/** `listener`: fields the control plane or the recipe sets on the listener (its buffer limit). */
+function bootstrap(hcm: Obj, clusters: Obj[], listener: Obj = {}): Obj {
   return {
     static_resources: {
       listeners: [{
         name: 'gateway',
         address: { socket_address: { address: '0.0.0.0', port_value: 8080 } },
+        ...listener,
         filter_chains: [{ filters: [{ name: 'envoy.filters.network.http_connection_manager', typed_config: hcm }] }],
       }],
       clusters,
     },
   };
+}
+
+/** A Kubernetes resource.Quantity as Envoy Gateway's sizes take it ("8Mi", "32768", "1G"). */
+export function quantityBytes(q: unknown): number {
+  const m = /^(\d+)([KMGTPE]i|[kMGTPE])?$/.exec(String(q));
+  if (!m) throw new Error(`not a size quantity: ${String(q)}`);
+  const unit = m[2];
+  if (unit === undefined) return Number(m[1]);
+  const power = 'kMGTPE'.indexOf(unit[0] === 'K' ? 'k' : unit[0]!) + 1;
+  return Number(m[1]) * (unit.endsWith('i') ? 1024 : 1000) ** power;
 }
 
 const staticCluster = (name: string): Obj => ({ name, type: 'STRICT_DNS', connect_timeout: '1s' });
@@ -93,12 +106,16 @@ export function istioGateway(): Obj {
       http_filters: [ROUTER],
     },
   };
+  // Envoy's default listener buffer (istiod sets none on gateway listeners).
+  let listener: Obj = {};
   for (const raw of a(o(ofKind(all, 'EnvoyFilter').spec).configPatches)) {
     const p = o(raw);
     const patch = o(p.patch);
     const value = o(patch.value);
     const hcm = o(hcmFilter.typed_config);
-    if (p.applyTo === 'NETWORK_FILTER' && patch.operation === 'MERGE') {
+    if (p.applyTo === 'LISTENER' && patch.operation === 'MERGE') {
+      listener = protoMerge(listener, value);
+    } else if (p.applyTo === 'NETWORK_FILTER' && patch.operation === 'MERGE') {
       hcmFilter = protoMerge(hcmFilter, value);
     } else if (p.applyTo === 'HTTP_FILTER' && patch.operation === 'INSERT_BEFORE') {
       const filters = a(hcm.http_filters);
@@ -125,7 +142,7 @@ export function istioGateway(): Obj {
     ...ISTIO_WORKERS.map((w) => w.cluster),
     'outbound|9002||kvgate.kvgate.svc.cluster.local',
   ].map(staticCluster);
-  return bootstrap(o(hcmFilter.typed_config), clusters);
+  return bootstrap(o(hcmFilter.typed_config), clusters, listener);
 }
 
 /** The HTTPRoute backend's cluster as Envoy Gateway names it. */
@@ -180,7 +197,11 @@ export function envoyGateway(backend: string[]): Obj {
       },
     },
   };
-  const early = o(o(o(ofKind(all, 'ClientTrafficPolicy').spec).headers).earlyRequestHeaders);
+  const clientTraffic = o(ofKind(all, 'ClientTrafficPolicy').spec);
+  const early = o(o(clientTraffic.headers).earlyRequestHeaders);
+  // ClientTrafficPolicy connection.bufferLimit is the listener's buffer limit, 32 KiB when unset
+  // (Envoy Gateway's tcpListenerPerConnectionBufferLimitBytes).
+  const bufferLimit = o(clientTraffic.connection ?? {}).bufferLimit;
   const hcm: Obj = {
     '@type': HCM_TYPE,
     stat_prefix: 'http-10080',
@@ -221,5 +242,5 @@ export function envoyGateway(backend: string[]): Obj {
       jsonPatch(o(hcm.route_config), String(op.op), String(op.path), op.value);
     } else throw new Error(`JSONPatch on ${String(p.type)} ${String(p.name)} is not modelled`);
   }
-  return bootstrap(hcm, clusters);
+  return bootstrap(hcm, clusters, { per_connection_buffer_limit_bytes: bufferLimit === undefined ? 32768 : quantityBytes(bufferLimit) });
 }
