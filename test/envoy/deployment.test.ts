@@ -298,6 +298,31 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(checked > 0);
   });
 
+  test('Kubernetes: kvgate survives a node, a drain and a rollout (PDB, spread, surge)', () => {
+    const all = k8s();
+    const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
+    const spec = obj(dep.spec, 'spec');
+    const labels = obj(obj(obj(spec.template, 'template').metadata, 'metadata').labels, 'labels');
+    const selects = (sel: unknown) => Object.entries(obj(obj(sel, 'selector').matchLabels, 'matchLabels')).every(([k, v]) => labels[k] === v);
+    const replicas = Number(spec.replicas);
+    assert.ok(replicas >= 2);
+    // Drains take one replica at a time, and only the Deployment's pods count.
+    const pdbs = ofKind(all, 'PodDisruptionBudget').filter((p) => selects(obj(p.spec, 'spec').selector));
+    assert.equal(pdbs.length, 1, "a PodDisruptionBudget selects kvgate's pods");
+    const pdb = obj(pdbs[0]!.spec, 'spec');
+    assert.ok(Number(pdb.maxUnavailable) >= 1 && Number(pdb.maxUnavailable) < replicas, `maxUnavailable ${String(pdb.maxUnavailable)}`);
+    assert.equal(pdb.unhealthyPodEvictionPolicy, 'AlwaysAllow', 'a not-ready replica never blocks a drain');
+    // Replicas on different nodes (hard) and zones (soft); the constraints count kvgate's pods.
+    const spread = arr(obj(obj(spec.template, 'template').spec, 'pod').topologySpreadConstraints, 'topologySpreadConstraints').map((t) => obj(t, 'constraint'));
+    for (const t of spread) assert.ok(selects(t.labelSelector), `${String(t.topologyKey)} counts kvgate's pods`);
+    const host = spread.find((t) => t.topologyKey === 'kubernetes.io/hostname');
+    assert.equal(host?.whenUnsatisfiable, 'DoNotSchedule');
+    assert.equal(host?.nodeTaintsPolicy, 'Honor', 'tainted or cordoned nodes are not empty domains that block scheduling');
+    assert.equal(spread.find((t) => t.topologyKey === 'topology.kubernetes.io/zone')?.whenUnsatisfiable, 'ScheduleAnyway');
+    // A rollout adds a pod before removing one.
+    assert.deepEqual(obj(spec.strategy, 'strategy'), { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
+  });
+
   test('Kubernetes: every pod meets Pod Security "restricted", on a read-only root without a token', () => {
     // The "restricted" level of the Pod Security Standards (what a namespace labelled
     // pod-security.kubernetes.io/enforce=restricted admits), plus two hardenings it does not ask for.
