@@ -13,7 +13,7 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { parseConfig, loadConfigFile } from '../../src/config/load.js';
 import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
-import { loadEnvoyConfig, parseEnvoyBootstrap } from '../harness/envoy-config.js';
+import { loadEnvoyConfig, parseDurationMs, parseEnvoyBootstrap } from '../harness/envoy-config.js';
 import { envoyGateway, istioGateway } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
@@ -236,6 +236,12 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(sleepS >= 5, `preStop waits for the endpoint removal to reach Envoy (${sleepS} s)`);
     const grace = Number(pod.terminationGracePeriodSeconds);
     assert.ok(grace >= sleepS + Number(flag('shutdown-grace-s')) + 5, `grace ${grace} s >= preStop ${sleepS} + drain ${flag('shutdown-grace-s')} + 5 s`);
+    // An Istio sidecar is stopped when preStop starts and drains for 5 s by default, cutting
+    // kvgate's connections mid-drain: the pod asks it to last through preStop and the drain.
+    const meta = obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata');
+    const proxyConfig = JSON.parse(String(obj(meta.annotations, 'annotations')['proxy.istio.io/config'])) as Obj;
+    const drainS = parseDurationMs(proxyConfig.terminationDrainDuration, 'terminationDrainDuration') / 1000;
+    assert.ok(drainS >= sleepS + Number(flag('shutdown-grace-s')), `Istio's sidecar drains ${drainS} s, kvgate needs ${sleepS} + ${flag('shutdown-grace-s')} s`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
     assert.ok(redisSvc);
     // The store URL carries Redis's password from the Secret Redis requires it from: through the
