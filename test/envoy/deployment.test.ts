@@ -14,7 +14,7 @@ import { parseConfig, loadConfigFile } from '../../src/config/load.js';
 import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyBootstrap } from '../harness/envoy-config.js';
-import { envoyGateway, istioGateway } from '../helpers/deployments.js';
+import { envoyGateway, istioGateway, quantityBytes } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
 
@@ -327,6 +327,31 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(spread.find((t) => t.topologyKey === 'topology.kubernetes.io/zone')?.whenUnsatisfiable, 'ScheduleAnyway');
     // A rollout adds a pod before removing one.
     assert.deepEqual(obj(spec.strategy, 'strategy'), { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
+  });
+
+  test('Kubernetes: Redis is one pinned pod with the CPU and memory kvgate needs of it', () => {
+    const redisDep = ofKind(k8s(), 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate-redis')!;
+    const spec = obj(redisDep.spec, 'spec');
+    // Two Redis pods behind one Service (a rolling update) would split kvgate's replicas' state.
+    assert.equal(spec.replicas, 1);
+    assert.equal(obj(spec.strategy, 'strategy').type, 'Recreate');
+    const c = obj(arr(obj(obj(spec.template, 'template').spec, 'pod').containers, 'containers')[0], 'redis');
+    assert.match(String(c.image), /^redis:\d+\.\d+\.\d+(-[a-z0-9.]+)?$/, `a release, not a moving tag: ${String(c.image)}`);
+    const args = arr(c.args, 'args').map(String);
+    // Redis sizes: k/m/g are powers of 1000, kb/mb/gb of 1024 (redis.conf).
+    const size = /^(\d+)(k|kb|m|mb|g|gb)?$/i.exec(args[args.indexOf('--maxmemory') + 1]!);
+    assert.ok(size, 'Redis has a maxmemory');
+    const unit = (size[2] ?? '').toLowerCase();
+    const maxmemory = Number(size[1]) * (unit === '' ? 1 : (unit.endsWith('b') ? 1024 : 1000) ** (' kmg'.indexOf(unit[0]!)));
+    const resources = obj(c.resources, 'resources');
+    const requests = obj(resources.requests, 'requests');
+    const limits = obj(resources.limits, 'limits');
+    assert.equal(requests.memory, limits.memory, 'memory request = limit');
+    assert.ok(quantityBytes(limits.memory) >= 1.2 * maxmemory, `memory ${String(limits.memory)} >= 1.2 x maxmemory ${maxmemory}`);
+    // BENCHMARKS.md: 74-260 µs of Redis CPU per decision; two replicas need half a core to one.
+    const cpu = String(requests.cpu);
+    const cores = cpu.endsWith('m') ? Number(cpu.slice(0, -1)) / 1000 : Number(cpu);
+    assert.ok(cores >= 0.5, `Redis CPU request ${cpu}`);
   });
 
   test('Kubernetes: every pod meets Pod Security "restricted", on a read-only root without a token', () => {
