@@ -208,6 +208,31 @@ describe('deployment files', { concurrency: true }, () => {
     }
   });
 
+  test("every Envoy config lets kvgate's ext_proc cluster carry more than Envoy's default 1,024 streams", () => {
+    // An ext_proc stream lives until the response headers (through queueing and prefill), and
+    // Envoy's default circuit breaker holds a cluster to 1,024 requests and 1,024 pending: past
+    // them a busy Envoy sends its requests on without kvgate. Istio's clusters have no such limit
+    // (istiod sets MaxUint32), Envoy Gateway's get Envoy's default unless backendSettings says.
+    const cases: Array<[string, Obj]> = [
+      ...['', 'pools', 'endpoint-picker', 'demo'].map((dir): [string, Obj] => [`envoy/${dir}${dir ? '/' : ''}envoy.yaml`, obj(parse(readFileSync(path.join(ENVOY_DIR, dir, 'envoy.yaml'), 'utf8')), 'bootstrap')]),
+      ['envoy/istio/kvgate.yaml', istioGateway()],
+      ['envoy/envoy-gateway/kvgate.yaml', envoyGateway(['10.0.0.1:8000'])],
+    ];
+    const limits = (where: string, cluster: Obj | undefined) => {
+      assert.ok(cluster, `${where}: the ext_proc cluster exists`);
+      const t = ((cluster.circuit_breakers as Obj | undefined)?.thresholds as Obj[] | undefined)?.find((x) => (x.priority ?? 'DEFAULT') === 'DEFAULT') ?? {};
+      for (const k of ['max_requests', 'max_pending_requests']) assert.ok(Number(t[k] ?? 1024) >= 10000, `${where}: ${String(cluster.name)} ${k} ${String(t[k] ?? '1024 (default)')}`);
+    };
+    for (const [where, bootstrap] of cases) {
+      const clusterName = parseEnvoyBootstrap(bootstrap).extProc?.grpcCluster;
+      assert.ok(clusterName, `${where}: an ext_proc filter`);
+      const clusters = arr(obj(bootstrap.static_resources, 'static_resources').clusters, 'clusters').map((c) => obj(c, 'cluster'));
+      limits(where, clusters.find((c) => c.name === clusterName));
+    }
+    // The mTLS drop-in for envoy/envoy.yaml's cluster keeps the limits.
+    limits('envoy/kvgate-ext-proc-mtls-cluster.yaml', obj(parse(readFileSync(path.join(ENVOY_DIR, 'kvgate-ext-proc-mtls-cluster.yaml'), 'utf8')), 'cluster'));
+  });
+
   test('Kubernetes: the embedded config is valid, and ports, probes and store agree', () => {
     const all = k8s();
     const cm = ofKind(all, 'ConfigMap')[0]!;

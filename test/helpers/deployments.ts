@@ -3,10 +3,11 @@
  * harness can load. Neither control plane runs here, so their rendering is written out by hand,
  * reduced to what routing needs: one listener whose HCM holds the route table the recipe's
  * routing objects produce, then the recipe's own Envoy patches applied the way the control plane
- * applies them (Istio EnvoyFilter MERGE / INSERT_BEFORE; Envoy Gateway JSONPatch and
- * ClientTrafficPolicy early request headers and buffer limit). What matters for a spoofed routing
- * header, or a body's size, is exact: the patches' values are the files' own. The rest (names,
- * the base route) is a model.
+ * applies them (Istio EnvoyFilter MERGE / INSERT_BEFORE, its default circuit breakers; Envoy
+ * Gateway JSONPatch, ClientTrafficPolicy early request headers and buffer limit, the ext_proc
+ * backend's circuit breaker). What matters for a spoofed routing header, a body's size or the
+ * ext_proc streams allowed is exact: the values are the files' own. The rest (names, the base
+ * route) is a model.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -73,7 +74,10 @@ export function quantityBytes(q: unknown): number {
   return Number(m[1]) * (unit.endsWith('i') ? 1024 : 1000) ** power;
 }
 
-const staticCluster = (name: string): Obj => ({ name, type: 'STRICT_DNS', connect_timeout: '1s' });
+const staticCluster = (name: string, extra: Obj = {}): Obj => ({ name, type: 'STRICT_DNS', connect_timeout: '1s', ...extra });
+
+/** istiod's default thresholds on every cluster it generates (getDefaultCircuitBreakerThresholds: MaxUint32). */
+const ISTIO_CIRCUIT_BREAKERS = { thresholds: [{ max_connections: 4294967295, max_pending_requests: 4294967295, max_requests: 4294967295, max_retries: 4294967295 }] };
 
 /** Istio's per-pod worker clusters that the Istio recipe's kvgate config names. */
 export const ISTIO_WORKERS = ['vllm-0', 'vllm-1', 'vllm-2'].map((p) => ({ id: p, cluster: `outbound|8000||${p}.llm.svc.cluster.local` }));
@@ -141,7 +145,7 @@ export function istioGateway(): Obj {
     'outbound|8000||vllm.llm.svc.cluster.local',
     ...ISTIO_WORKERS.map((w) => w.cluster),
     'outbound|9002||kvgate.kvgate.svc.cluster.local',
-  ].map(staticCluster);
+  ].map((name) => staticCluster(name, { circuit_breakers: ISTIO_CIRCUIT_BREAKERS }));
   return bootstrap(o(hcmFilter.typed_config), clusters, listener);
 }
 
@@ -178,6 +182,7 @@ export function envoyGateway(backend: string[]): Obj {
   const md = o(ext.metadata);
   const body = (b: unknown): string => ({ Buffered: 'BUFFERED', Streamed: 'STREAMED', BufferedPartial: 'BUFFERED_PARTIAL', FullDuplexStreamed: 'FULL_DUPLEX_STREAMED' })[String(b)] ?? 'NONE';
   const timeout = /^(\d+)ms$/.exec(String(ext.messageTimeout));
+  const circuitBreaker = o(ext.backendSettings ?? {}).circuitBreaker as Obj | undefined;
   const extProc = {
     name: 'envoy.filters.http.ext_proc/envoyextensionpolicy/llm/kvgate/extproc/0',
     typed_config: {
@@ -232,7 +237,14 @@ export function envoyGateway(backend: string[]): Obj {
         }) }],
       },
     },
-    staticCluster('envoyextensionpolicy/llm/kvgate/0'),
+    // backendSettings.circuitBreaker as Envoy Gateway translates it (unset: Envoy's defaults).
+    staticCluster('envoyextensionpolicy/llm/kvgate/0', circuitBreaker === undefined ? {} : {
+      circuit_breakers: { thresholds: [{
+        ...(circuitBreaker.maxConnections !== undefined ? { max_connections: circuitBreaker.maxConnections } : {}),
+        ...(circuitBreaker.maxPendingRequests !== undefined ? { max_pending_requests: circuitBreaker.maxPendingRequests } : {}),
+        ...(circuitBreaker.maxParallelRequests !== undefined ? { max_requests: circuitBreaker.maxParallelRequests } : {}),
+      }] },
+    }),
   ];
   for (const raw of a(o(ofKind(all, 'EnvoyPatchPolicy').spec).jsonPatches)) {
     const p = o(raw);
