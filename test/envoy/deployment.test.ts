@@ -17,6 +17,7 @@ import { loadEnvoyConfig, parseDurationMs, parseEnvoyBootstrap } from '../harnes
 import { envoyGateway, istioGateway, quantityBytes } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
+import { tracingRequested } from '../../src/telemetry/tracing.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const ENVOY_DIR = path.join(ROOT, 'envoy');
@@ -252,6 +253,13 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(flag('admin-host'), '0.0.0.0', 'Prometheus must reach /metrics');
     assert.deepEqual(obj(c.readinessProbe, 'readiness').grpc, { port: ports['grpc'], service: 'readiness' });
     assert.deepEqual(obj(c.livenessProbe, 'liveness').grpc, { port: ports['grpc'], service: 'liveness' });
+    // A gate busy with large bodies may take over the default 1 s to answer; liveness restarts.
+    assert.ok(Number(obj(c.livenessProbe, 'liveness').timeoutSeconds) >= 3, 'liveness allows a busy event loop 3 s');
+    // Tracing is opt-in: no exporter runs (and logs export failures) against a collector the
+    // cluster may not have; the commented line shows where to turn it on.
+    const literalEnv = Object.fromEntries(arr(c.env, 'env').map((e) => obj(e, 'env')).filter((e) => typeof e.value === 'string').map((e) => [String(e.name), String(e.value)]));
+    assert.equal(tracingRequested(literalEnv).enabled, false, 'tracing is off until an endpoint is set');
+    assert.match(readFileSync(path.join(ENVOY_DIR, 'kubernetes', 'kvgate.yaml'), 'utf8'), /#\s*- \{ name: OTEL_EXPORTER_OTLP_ENDPOINT/, 'the manifest shows how to turn it on');
     // Endpoints drop a terminating pod while it is being stopped, so kvgate waits in preStop
     // before SIGTERM starts its drain; the grace period counts from the start of preStop.
     const preStop = obj(obj(c.lifecycle, 'lifecycle').preStop, 'preStop');
@@ -406,6 +414,9 @@ describe('deployment files', { concurrency: true }, () => {
         assert.ok(seccomp?.type === 'RuntimeDefault' || seccomp?.type === 'Localhost', `${where}: seccompProfile ${JSON.stringify(seccomp)}`);
         for (const p of (c.ports as Obj[] | undefined) ?? []) assert.equal(p.hostPort, undefined, `${where}: hostPort`);
         assert.equal(sc.readOnlyRootFilesystem, true, `${where}: read-only root filesystem`);
+        // Memory requests = limits: a pod over its request is evicted first under memory pressure.
+        const resources = obj(c.resources, `${where} resources`);
+        assert.equal(obj(resources.requests, 'requests').memory, obj(resources.limits, 'limits').memory, `${where}: memory request = limit`);
       }
     }
   });
