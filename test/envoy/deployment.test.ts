@@ -319,6 +319,24 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(Number(annotations['prometheus.io/port']), ports['http-admin'], 'Prometheus scrapes the admin port on the pod');
   });
 
+  test('Kubernetes: the manifests create the namespace the recipes call kvgate in, enforcing "restricted"', () => {
+    // `kubectl apply -n kvgate -f envoy/kubernetes/` fails on a missing namespace; the Namespace's
+    // file sorts first so it exists before the objects that go in it (kubectl reads a directory in
+    // name order).
+    const dir = path.join(ENVOY_DIR, 'kubernetes');
+    const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)).sort();
+    const nsDocs = docs(path.join(dir, files[0]!));
+    assert.deepEqual(nsDocs.map((d) => d.kind), ['Namespace'], `${files[0]} (first in name order) holds the Namespace alone`);
+    const name = obj(nsDocs[0]!.metadata, 'metadata').name;
+    for (const f of files.slice(1)) assert.ok(!docs(path.join(dir, f)).some((d) => d.kind === 'Namespace'), `${f}: one Namespace, first`);
+    // The namespace Istio's ext_proc cluster and Envoy Gateway's backendRef name.
+    assert.match(readFileSync(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'), 'utf8'), new RegExp(`outbound\\|9002\\|\\|kvgate\\.${String(name)}\\.svc\\.cluster\\.local`));
+    const ext = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyExtensionPolicy')[0], 'policy');
+    assert.equal(obj(arr(obj(arr(obj(ext.spec, 'spec').extProc, 'extProc')[0], 'extProc').backendRefs, 'backendRefs')[0], 'ref').namespace, name);
+    // Pod Security admission enforces the level the pods are checked against below.
+    assert.equal(obj(obj(nsDocs[0]!.metadata, 'metadata').labels, 'labels')['pod-security.kubernetes.io/enforce'], 'restricted');
+  });
+
   test('Kubernetes: a container that must run as non-root names a numeric, non-zero user', () => {
     // The kubelet checks runAsNonRoot against a uid. With no runAsUser it takes the image's USER,
     // and a name there (the node image's `node`) cannot be checked: the container is refused
