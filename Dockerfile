@@ -1,5 +1,5 @@
 # kvgate's image: compiled JavaScript on Node 22 (one of the supported versions, 20 and 22),
-# production dependencies only, running as the unprivileged `node` user.
+# production dependencies only, running as the unprivileged `node` user (uid/gid 1000).
 #
 #   docker build -t kvgate .
 #   docker run --rm -p 9002:9002 kvgate                      # the example config
@@ -32,7 +32,10 @@ COPY bin ./bin
 # The ext_proc service is loaded from these protos at start (src/extproc/proto.ts).
 COPY proto ./proto
 COPY envoy/kvgate.yaml /etc/kvgate/kvgate.yaml
-USER node
+# Numeric, not `node`: a kubelet told runAsNonRoot cannot resolve a user name inside the image
+# and refuses to start the container ("image has non-numeric user (node), cannot verify user is
+# non-root"). 1000:1000 is the node image's `node` user and group.
+USER 1000:1000
 EXPOSE 9002 9090
 ENTRYPOINT ["node", "bin/kvgate.js"]
 CMD ["serve", "--config", "/etc/kvgate/kvgate.yaml"]

@@ -132,7 +132,13 @@ describe('production shape', () => {
     assert.match(text, /npm run build/);
     assert.match(text, /npm prune --omit=dev/);
     const run = text.slice(text.lastIndexOf('\nFROM '));
-    assert.match(run, /^USER node$/m, 'the run stage is not root');
+    // A numeric, non-zero user: Kubernetes' runAsNonRoot can only verify a uid; a name such as
+    // `node` makes the kubelet refuse the container (CreateContainerConfigError).
+    const user = /^USER\s+(\S+)\s*$/m.exec(run)?.[1];
+    assert.ok(user, 'the run stage sets USER');
+    const uid = /^(\d+)(?::(\d+))?$/.exec(user);
+    assert.ok(uid, `USER ${user} is numeric (uid or uid:gid)`);
+    assert.notEqual(Number(uid[1]), 0, 'the run stage is not root');
     assert.doesNotMatch(run, /COPY src\b/, 'no TypeScript sources in the image');
     assert.match(run, /COPY --from=build \/app\/dist \.\/dist/);
     assert.match(run, /ENTRYPOINT \["node", "bin\/kvgate\.js"\]/);

@@ -115,6 +115,10 @@ async function checkCommand(cmd: string[], where: string): Promise<void> {
     return;
   }
   if (head === 'envoy') return assert.ok(existsSync(path.join(ROOT, rest[rest.indexOf('-c') + 1]!)), `${where}: envoy config exists`);
+  if (head === 'kubectl') {
+    rest.forEach((w, i) => { if (w === '-f') assert.ok(existsSync(path.join(ROOT, rest[i + 1]!)), `${where}: ${rest[i + 1]} exists`); });
+    return;
+  }
   if (head === 'curl' || head === 'for') return;
   assert.fail(`${where}: an example command this test does not know how to check: ${cmd.join(' ')}`);
 }

@@ -13,8 +13,11 @@ import { parse, parseAllDocuments, stringify } from 'yaml';
 import { parseConfig, loadConfigFile } from '../../src/config/load.js';
 import { buildEnvoySchemaImage, validateEnvoyText } from '../../scripts/envoy-schema.js';
 import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
-import { loadEnvoyConfig } from '../harness/envoy-config.js';
+import { loadEnvoyConfig, parseDurationMs, parseEnvoyBootstrap } from '../harness/envoy-config.js';
+import { envoyGateway, istioGateway, quantityBytes } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
+import { parseStoreUrl } from '../../src/state/redis-connection.js';
+import { tracingRequested } from '../../src/telemetry/tracing.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const ENVOY_DIR = path.join(ROOT, 'envoy');
@@ -73,6 +76,26 @@ function atPointer(pointer: string, value: unknown): unknown {
   }
   return out;
 }
+
+/** Every pod template (Deployment, StatefulSet, DaemonSet, Job) in `all`, with its owner's name. */
+function podTemplates(all: Obj[]): Array<{ name: string; pod: Obj; labels: Obj }> {
+  const out: Array<{ name: string; pod: Obj; labels: Obj }> = [];
+  for (const d of all) {
+    const template = (d.spec as Obj | undefined)?.template as Obj | undefined;
+    if (!template?.spec) continue;
+    const meta = (template.metadata as Obj | undefined) ?? {};
+    out.push({ name: `${String(d.kind)}/${String(obj(d.metadata, 'metadata').name)}`, pod: obj(template.spec, 'pod spec'), labels: (meta.labels as Obj | undefined) ?? {} });
+  }
+  return out;
+}
+
+/** A container's securityContext field, else the pod's (the container's wins, as in Kubernetes). */
+function effective(pod: Obj, c: Obj, field: string): unknown {
+  const own = (c.securityContext as Obj | undefined)?.[field];
+  return own !== undefined ? own : (pod.securityContext as Obj | undefined)?.[field];
+}
+
+const containersOf = (pod: Obj): Obj[] => [...((pod.initContainers as Obj[] | undefined) ?? []), ...((pod.containers as Obj[] | undefined) ?? [])];
 
 describe('deployment files', { concurrency: true }, () => {
   before(async () => {
@@ -166,10 +189,59 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(obj(cluster?.original_dst_lb_config, 'lb').use_http_header, undefined);
   });
 
+  test('every recipe buffers a body as long as the kvgate it calls accepts', () => {
+    // BUFFERED ext_proc holds the body in the listener's buffer: past it the proxy answers 413
+    // before kvgate sees the request, so a limit below kvgate's limits.max_body_bytes turns away
+    // prompts kvgate would route. Envoy's default is 1 MiB; Envoy Gateway sets 32 KiB.
+    const cm = ofKind(k8s(), 'ConfigMap')[0]!;
+    const inCluster = parseConfig(parse(String(obj(cm.data, 'data')['kvgate.yaml']))).limits.max_body_bytes;
+    const kv = (dir: string) => loadConfigFile(path.join(ENVOY_DIR, dir, 'kvgate.yaml')).limits.max_body_bytes;
+    const cases: Array<[string, number, number]> = [
+      ...['', 'pools', 'endpoint-picker', 'demo'].map((dir): [string, number, number] => [`envoy/${dir}${dir ? '/' : ''}envoy.yaml`, loadEnvoyConfig(path.join(ENVOY_DIR, dir, 'envoy.yaml')).bufferLimitBytes, kv(dir)]),
+      // The gateways as test/helpers/deployments.ts renders them from the recipes; they call the
+      // kvgate of envoy/kubernetes (Envoy Gateway's, in endpoint-picker mode, is configured like
+      // envoy/endpoint-picker/kvgate.yaml).
+      ['envoy/istio/kvgate.yaml', parseEnvoyBootstrap(istioGateway()).bufferLimitBytes, inCluster],
+      ['envoy/envoy-gateway/kvgate.yaml', parseEnvoyBootstrap(envoyGateway(['10.0.0.1:8000'])).bufferLimitBytes, Math.max(inCluster, kv('endpoint-picker'))],
+    ];
+    for (const [where, envoyLimit, kvgateLimit] of cases) {
+      assert.ok(envoyLimit >= kvgateLimit, `${where}: the proxy buffers ${envoyLimit} bytes, kvgate accepts ${kvgateLimit}`);
+    }
+  });
+
+  test("every Envoy config lets kvgate's ext_proc cluster carry more than Envoy's default 1,024 streams", () => {
+    // An ext_proc stream lives until the response headers (through queueing and prefill), and
+    // Envoy's default circuit breaker holds a cluster to 1,024 requests and 1,024 pending: past
+    // them a busy Envoy sends its requests on without kvgate. Istio's clusters have no such limit
+    // (istiod sets MaxUint32), Envoy Gateway's get Envoy's default unless backendSettings says.
+    const cases: Array<[string, Obj]> = [
+      ...['', 'pools', 'endpoint-picker', 'demo'].map((dir): [string, Obj] => [`envoy/${dir}${dir ? '/' : ''}envoy.yaml`, obj(parse(readFileSync(path.join(ENVOY_DIR, dir, 'envoy.yaml'), 'utf8')), 'bootstrap')]),
+      ['envoy/istio/kvgate.yaml', istioGateway()],
+      ['envoy/envoy-gateway/kvgate.yaml', envoyGateway(['10.0.0.1:8000'])],
+    ];
+    const limits = (where: string, cluster: Obj | undefined) => {
+      assert.ok(cluster, `${where}: the ext_proc cluster exists`);
+      const t = ((cluster.circuit_breakers as Obj | undefined)?.thresholds as Obj[] | undefined)?.find((x) => (x.priority ?? 'DEFAULT') === 'DEFAULT') ?? {};
+      for (const k of ['max_requests', 'max_pending_requests']) assert.ok(Number(t[k] ?? 1024) >= 10000, `${where}: ${String(cluster.name)} ${k} ${String(t[k] ?? '1024 (default)')}`);
+    };
+    for (const [where, bootstrap] of cases) {
+      const clusterName = parseEnvoyBootstrap(bootstrap).extProc?.grpcCluster;
+      assert.ok(clusterName, `${where}: an ext_proc filter`);
+      const clusters = arr(obj(bootstrap.static_resources, 'static_resources').clusters, 'clusters').map((c) => obj(c, 'cluster'));
+      limits(where, clusters.find((c) => c.name === clusterName));
+    }
+    // The mTLS drop-in for envoy/envoy.yaml's cluster keeps the limits.
+    limits('envoy/kvgate-ext-proc-mtls-cluster.yaml', obj(parse(readFileSync(path.join(ENVOY_DIR, 'kvgate-ext-proc-mtls-cluster.yaml'), 'utf8')), 'cluster'));
+  });
+
   test('Kubernetes: the embedded config is valid, and ports, probes and store agree', () => {
     const all = k8s();
     const cm = ofKind(all, 'ConfigMap')[0]!;
-    parseConfig(parse(String(obj(cm.data, 'data')['kvgate.yaml'])));
+    const config = parseConfig(parse(String(obj(cm.data, 'data')['kvgate.yaml'])));
+    // With a single Redis every replica loses the store at once: not ready would take them all
+    // out of Envoy's path together for the whole restart, where local state can still route.
+    const redisReplicas = Number(obj(ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate-redis')!.spec, 'spec').replicas ?? 1);
+    if (redisReplicas === 1) assert.equal(config.store.ready_when_unreachable, true, 'one Redis: replicas stay ready without it');
     const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
     const pod = obj(obj(obj(dep.spec, 'spec').template, 'template').spec, 'pod spec');
     const c = obj(arr(pod.containers, 'containers')[0], 'container');
@@ -181,14 +253,250 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(flag('admin-host'), '0.0.0.0', 'Prometheus must reach /metrics');
     assert.deepEqual(obj(c.readinessProbe, 'readiness').grpc, { port: ports['grpc'], service: 'readiness' });
     assert.deepEqual(obj(c.livenessProbe, 'liveness').grpc, { port: ports['grpc'], service: 'liveness' });
-    assert.ok(Number(pod.terminationGracePeriodSeconds) > Number(flag('shutdown-grace-s')), 'the drain ends before SIGKILL');
+    // A gate busy with large bodies may take over the default 1 s to answer; liveness restarts.
+    assert.ok(Number(obj(c.livenessProbe, 'liveness').timeoutSeconds) >= 3, 'liveness allows a busy event loop 3 s');
+    // Tracing is opt-in: no exporter runs (and logs export failures) against a collector the
+    // cluster may not have; the commented line shows where to turn it on.
+    const literalEnv = Object.fromEntries(arr(c.env, 'env').map((e) => obj(e, 'env')).filter((e) => typeof e.value === 'string').map((e) => [String(e.name), String(e.value)]));
+    assert.equal(tracingRequested(literalEnv).enabled, false, 'tracing is off until an endpoint is set');
+    assert.match(readFileSync(path.join(ENVOY_DIR, 'kubernetes', 'kvgate.yaml'), 'utf8'), /#\s*- \{ name: OTEL_EXPORTER_OTLP_ENDPOINT/, 'the manifest shows how to turn it on');
+    // Endpoints drop a terminating pod while it is being stopped, so kvgate waits in preStop
+    // before SIGTERM starts its drain; the grace period counts from the start of preStop.
+    const preStop = obj(obj(c.lifecycle, 'lifecycle').preStop, 'preStop');
+    const sleepS = preStop.sleep !== undefined
+      ? Number(obj(preStop.sleep, 'sleep').seconds)
+      : Number(/^sleep (\d+)$/.exec(arr(obj(preStop.exec, 'exec').command, 'command').join(' '))?.[1]);
+    assert.ok(sleepS >= 5, `preStop waits for the endpoint removal to reach Envoy (${sleepS} s)`);
+    const grace = Number(pod.terminationGracePeriodSeconds);
+    assert.ok(grace >= sleepS + Number(flag('shutdown-grace-s')) + 5, `grace ${grace} s >= preStop ${sleepS} + drain ${flag('shutdown-grace-s')} + 5 s`);
+    // An Istio sidecar is stopped when preStop starts and drains for 5 s by default, cutting
+    // kvgate's connections mid-drain: the pod asks it to last through preStop and the drain.
+    const meta = obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata');
+    const proxyConfig = JSON.parse(String(obj(meta.annotations, 'annotations')['proxy.istio.io/config'])) as Obj;
+    const drainS = parseDurationMs(proxyConfig.terminationDrainDuration, 'terminationDrainDuration') / 1000;
+    assert.ok(drainS >= sleepS + Number(flag('shutdown-grace-s')), `Istio's sidecar drains ${drainS} s, kvgate needs ${sleepS} + ${flag('shutdown-grace-s')} s`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
     assert.ok(redisSvc);
-    assert.equal(flag('store'), `redis://kvgate-redis:${String(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port)}`);
+    // The store URL carries Redis's password from the Secret Redis requires it from: through the
+    // environment (KVGATE_STORE), so no flag may override it and the manifest holds no password.
+    assert.equal(flag('store'), undefined, '--store would override KVGATE_STORE');
+    const env = (container: Obj) => new Map(arr(container.env, 'env').map((e) => [String(obj(e, 'env').name), obj(e, 'env')]));
+    const secretRef = (e: Obj | undefined) => obj(obj(obj(e?.valueFrom, 'valueFrom').secretKeyRef, 'secretKeyRef'), 'ref');
+    const kvEnv = env(c);
+    const store = String(kvEnv.get('KVGATE_STORE')?.value);
+    const passwordVar = /\$\(([A-Z_]+)\)/.exec(store)?.[1];
+    assert.ok(passwordVar, `KVGATE_STORE takes the password from a variable: ${store}`);
+    const kvRef = secretRef(kvEnv.get(passwordVar));
+    const endpoint = parseStoreUrl(store.replace(`$(${passwordVar})`, '0123abcd'));
+    assert.deepEqual(endpoint.nodes, [{ host: 'kvgate-redis', port: Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port) }]);
+    assert.equal(endpoint.password, '0123abcd');
+    const redisDep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate-redis')!;
+    const rc = obj(arr(obj(obj(obj(redisDep.spec, 'spec').template, 't').spec, 'pod').containers, 'containers')[0], 'redis');
+    const redisArgs = arr(rc.args, 'args').map(String);
+    const requirepass = redisArgs[redisArgs.indexOf('--requirepass') + 1];
+    const redisVar = /^\$\(([A-Z_]+)\)$/.exec(String(requirepass))?.[1];
+    assert.ok(redisVar, `redis-server --requirepass from a variable (${String(requirepass)})`);
+    assert.deepEqual(secretRef(env(rc).get(redisVar)), kvRef, 'Redis and kvgate read the same Secret key');
+    const secret = ofKind(all, 'Secret').find((s) => obj(s.metadata, 'm').name === kvRef.name);
+    assert.ok(secret, `Secret ${String(kvRef.name)} is shipped (a placeholder)`);
+    const value = String(obj(secret.stringData, 'stringData')[String(kvRef.key)]);
+    assert.match(value, /^[A-Za-z0-9._~-]+$/, 'the placeholder is URL-safe, as the password must be');
+    // The readiness probe authenticates (redis-cli reads REDISCLI_AUTH) and wants PONG.
+    assert.equal(redisVar, 'REDISCLI_AUTH');
+    assert.match(arr(obj(obj(rc.readinessProbe, 'probe').exec, 'exec').command, 'command').join(' '), /redis-cli ping \| grep -q PONG/);
     const svc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate')!;
     for (const p of arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) assert.ok(String(p.targetPort) in ports, `targetPort ${String(p.targetPort)}`);
     const grpc = arr(obj(svc.spec, 's').ports, 'ports').map((x) => obj(x, 'port')).find((p) => p.name === 'grpc')!;
     assert.equal(grpc.appProtocol, 'grpc', 'HTTP/2 for meshes and gateways');
+    // The admin API can drain workers (PUT /workers/<id>/state): no Service publishes it.
+    // Prometheus scrapes pods at their own IPs (the annotations), which needs no Service.
+    for (const s of ofKind(all, 'Service')) {
+      for (const p of arr(obj(s.spec, 's').ports, 'ports').map((x) => obj(x, 'port'))) {
+        assert.ok(p.targetPort !== 'http-admin' && Number(p.targetPort ?? p.port) !== ports['http-admin'], `Service ${String(obj(s.metadata, 'm').name)} publishes the admin port`);
+      }
+    }
+    const annotations = obj(obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata').annotations, 'annotations');
+    assert.equal(Number(annotations['prometheus.io/port']), ports['http-admin'], 'Prometheus scrapes the admin port on the pod');
+  });
+
+  test('Kubernetes: the manifests create the namespace the recipes call kvgate in, enforcing "restricted"', () => {
+    // `kubectl apply -n kvgate -f envoy/kubernetes/` fails on a missing namespace; the Namespace's
+    // file sorts first so it exists before the objects that go in it (kubectl reads a directory in
+    // name order).
+    const dir = path.join(ENVOY_DIR, 'kubernetes');
+    const files = readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)).sort();
+    const nsDocs = docs(path.join(dir, files[0]!));
+    assert.deepEqual(nsDocs.map((d) => d.kind), ['Namespace'], `${files[0]} (first in name order) holds the Namespace alone`);
+    const name = obj(nsDocs[0]!.metadata, 'metadata').name;
+    for (const f of files.slice(1)) assert.ok(!docs(path.join(dir, f)).some((d) => d.kind === 'Namespace'), `${f}: one Namespace, first`);
+    // The namespace Istio's ext_proc cluster and Envoy Gateway's backendRef name.
+    assert.match(readFileSync(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'), 'utf8'), new RegExp(`outbound\\|9002\\|\\|kvgate\\.${String(name)}\\.svc\\.cluster\\.local`));
+    const ext = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyExtensionPolicy')[0], 'policy');
+    assert.equal(obj(arr(obj(arr(obj(ext.spec, 'spec').extProc, 'extProc')[0], 'extProc').backendRefs, 'backendRefs')[0], 'ref').namespace, name);
+    // Pod Security admission enforces the level the pods are checked against below.
+    assert.equal(obj(obj(nsDocs[0]!.metadata, 'metadata').labels, 'labels')['pod-security.kubernetes.io/enforce'], 'restricted');
+  });
+
+  test('Kubernetes: a container that must run as non-root names a numeric, non-zero user', () => {
+    // The kubelet checks runAsNonRoot against a uid. With no runAsUser it takes the image's USER,
+    // and a name there (the node image's `node`) cannot be checked: the container is refused
+    // ("image has non-numeric user (node), cannot verify user is non-root").
+    const templates = podTemplates(k8s());
+    assert.ok(templates.length >= 2, 'kvgate and Redis');
+    let checked = 0;
+    for (const { name, pod } of templates) {
+      for (const c of containersOf(pod)) {
+        if (effective(pod, c, 'runAsNonRoot') !== true) continue;
+        const uid = effective(pod, c, 'runAsUser');
+        assert.ok(Number.isInteger(uid) && (uid as number) > 0, `${name} ${String(c.name)}: runAsNonRoot with runAsUser ${String(uid)}`);
+        checked++;
+      }
+    }
+    assert.ok(checked > 0);
+  });
+
+  test('Kubernetes: kvgate survives a node, a drain and a rollout (PDB, spread, surge)', () => {
+    const all = k8s();
+    const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
+    const spec = obj(dep.spec, 'spec');
+    const labels = obj(obj(obj(spec.template, 'template').metadata, 'metadata').labels, 'labels');
+    const selects = (sel: unknown) => Object.entries(obj(obj(sel, 'selector').matchLabels, 'matchLabels')).every(([k, v]) => labels[k] === v);
+    const replicas = Number(spec.replicas);
+    assert.ok(replicas >= 2);
+    // Drains take one replica at a time, and only the Deployment's pods count.
+    const pdbs = ofKind(all, 'PodDisruptionBudget').filter((p) => selects(obj(p.spec, 'spec').selector));
+    assert.equal(pdbs.length, 1, "a PodDisruptionBudget selects kvgate's pods");
+    const pdb = obj(pdbs[0]!.spec, 'spec');
+    assert.ok(Number(pdb.maxUnavailable) >= 1 && Number(pdb.maxUnavailable) < replicas, `maxUnavailable ${String(pdb.maxUnavailable)}`);
+    assert.equal(pdb.unhealthyPodEvictionPolicy, 'AlwaysAllow', 'a not-ready replica never blocks a drain');
+    // Replicas on different nodes (hard) and zones (soft); the constraints count kvgate's pods.
+    const spread = arr(obj(obj(spec.template, 'template').spec, 'pod').topologySpreadConstraints, 'topologySpreadConstraints').map((t) => obj(t, 'constraint'));
+    for (const t of spread) assert.ok(selects(t.labelSelector), `${String(t.topologyKey)} counts kvgate's pods`);
+    const host = spread.find((t) => t.topologyKey === 'kubernetes.io/hostname');
+    assert.equal(host?.whenUnsatisfiable, 'DoNotSchedule');
+    assert.equal(host?.nodeTaintsPolicy, 'Honor', 'tainted or cordoned nodes are not empty domains that block scheduling');
+    assert.equal(spread.find((t) => t.topologyKey === 'topology.kubernetes.io/zone')?.whenUnsatisfiable, 'ScheduleAnyway');
+    // A rollout adds a pod before removing one.
+    assert.deepEqual(obj(spec.strategy, 'strategy'), { type: 'RollingUpdate', rollingUpdate: { maxSurge: 1, maxUnavailable: 0 } });
+  });
+
+  test('Kubernetes: Redis is one pinned pod with the CPU and memory kvgate needs of it', () => {
+    const redisDep = ofKind(k8s(), 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate-redis')!;
+    const spec = obj(redisDep.spec, 'spec');
+    // Two Redis pods behind one Service (a rolling update) would split kvgate's replicas' state.
+    assert.equal(spec.replicas, 1);
+    assert.equal(obj(spec.strategy, 'strategy').type, 'Recreate');
+    const c = obj(arr(obj(obj(spec.template, 'template').spec, 'pod').containers, 'containers')[0], 'redis');
+    assert.match(String(c.image), /^redis:\d+\.\d+\.\d+(-[a-z0-9.]+)?$/, `a release, not a moving tag: ${String(c.image)}`);
+    const args = arr(c.args, 'args').map(String);
+    // Redis sizes: k/m/g are powers of 1000, kb/mb/gb of 1024 (redis.conf).
+    const size = /^(\d+)(k|kb|m|mb|g|gb)?$/i.exec(args[args.indexOf('--maxmemory') + 1]!);
+    assert.ok(size, 'Redis has a maxmemory');
+    const unit = (size[2] ?? '').toLowerCase();
+    const maxmemory = Number(size[1]) * (unit === '' ? 1 : (unit.endsWith('b') ? 1024 : 1000) ** (' kmg'.indexOf(unit[0]!)));
+    const resources = obj(c.resources, 'resources');
+    const requests = obj(resources.requests, 'requests');
+    const limits = obj(resources.limits, 'limits');
+    assert.equal(requests.memory, limits.memory, 'memory request = limit');
+    assert.ok(quantityBytes(limits.memory) >= 1.2 * maxmemory, `memory ${String(limits.memory)} >= 1.2 x maxmemory ${maxmemory}`);
+    // BENCHMARKS.md: 74-260 µs of Redis CPU per decision; two replicas need half a core to one.
+    const cpu = String(requests.cpu);
+    const cores = cpu.endsWith('m') ? Number(cpu.slice(0, -1)) / 1000 : Number(cpu);
+    assert.ok(cores >= 0.5, `Redis CPU request ${cpu}`);
+  });
+
+  test('Kubernetes: every pod meets Pod Security "restricted", on a read-only root without a token', () => {
+    // The "restricted" level of the Pod Security Standards (what a namespace labelled
+    // pod-security.kubernetes.io/enforce=restricted admits), plus two hardenings it does not ask for.
+    const VOLUMES = ['configMap', 'csi', 'downwardAPI', 'emptyDir', 'ephemeral', 'persistentVolumeClaim', 'projected', 'secret'];
+    const templates = podTemplates(k8s());
+    assert.ok(templates.length >= 2, 'kvgate and Redis');
+    for (const { name, pod } of templates) {
+      for (const f of ['hostNetwork', 'hostPID', 'hostIPC']) assert.notEqual(pod[f], true, `${name}: ${f}`);
+      for (const v of (pod.volumes as Obj[] | undefined) ?? []) {
+        const kind = Object.keys(v).filter((k) => k !== 'name');
+        assert.ok(kind.length === 1 && VOLUMES.includes(kind[0]!), `${name}: volume ${String(v.name)} is ${kind.join(',')}`);
+      }
+      assert.equal(pod.automountServiceAccountToken, false, `${name}: no service account token`);
+      for (const c of containersOf(pod)) {
+        const where = `${name} ${String(c.name)}`;
+        const sc = (c.securityContext as Obj | undefined) ?? {};
+        assert.notEqual(sc.privileged, true, `${where}: privileged`);
+        assert.equal(sc.allowPrivilegeEscalation, false, `${where}: allowPrivilegeEscalation false`);
+        const caps = (sc.capabilities as Obj | undefined) ?? {};
+        assert.ok(((caps.drop as string[] | undefined) ?? []).includes('ALL'), `${where}: drops ALL capabilities`);
+        for (const add of (caps.add as string[] | undefined) ?? []) assert.equal(add, 'NET_BIND_SERVICE', `${where}: adds ${add}`);
+        assert.equal(effective(pod, c, 'runAsNonRoot'), true, `${where}: runAsNonRoot`);
+        assert.notEqual(effective(pod, c, 'runAsUser'), 0, `${where}: runAsUser 0`);
+        const seccomp = effective(pod, c, 'seccompProfile') as Obj | undefined;
+        assert.ok(seccomp?.type === 'RuntimeDefault' || seccomp?.type === 'Localhost', `${where}: seccompProfile ${JSON.stringify(seccomp)}`);
+        for (const p of (c.ports as Obj[] | undefined) ?? []) assert.equal(p.hostPort, undefined, `${where}: hostPort`);
+        assert.equal(sc.readOnlyRootFilesystem, true, `${where}: read-only root filesystem`);
+        // Memory requests = limits: a pod over its request is evicted first under memory pressure.
+        const resources = obj(c.resources, `${where} resources`);
+        assert.equal(obj(resources.requests, 'requests').memory, obj(resources.limits, 'limits').memory, `${where}: memory request = limit`);
+      }
+    }
+  });
+
+  test('Kubernetes: NetworkPolicies admit only the gateways to ext_proc, monitoring to admin, kvgate to Redis', () => {
+    const all = k8s();
+    const policies = ofKind(all, 'NetworkPolicy');
+    const templates = podTemplates(all);
+    const labelsOf = (name: string) => templates.find((t) => t.name === `Deployment/${name}`)!.labels;
+    const selects = (sel: unknown, labels: Obj) => Object.entries(obj(obj(sel, 'selector').matchLabels, 'matchLabels')).every(([k, v]) => labels[k] === v);
+    const policyFor = (name: string) => {
+      const found = policies.filter((p) => selects(obj(p.spec, 'spec').podSelector, labelsOf(name)));
+      assert.equal(found.length, 1, `one NetworkPolicy selects ${name}'s pods`);
+      const spec = obj(found[0]!.spec, 'spec');
+      assert.ok(arr(spec.policyTypes, 'policyTypes').includes('Ingress'), `${name}: an Ingress policy`);
+      // A rule without ports admits every port, one without peers every peer, an empty selector
+      // every namespace or pod: none of these here.
+      return arr(spec.ingress, 'ingress').map((r, i) => {
+        const rule = obj(r, `${name} ingress[${i}]`);
+        const ports = arr(rule.ports, `${name} ingress[${i}].ports`).map((p) => Number(obj(p, 'port').port));
+        const from = arr(rule.from, `${name} ingress[${i}].from`).map((f) => obj(f, 'peer'));
+        assert.ok(ports.length > 0 && from.length > 0, `${name} ingress[${i}] names ports and peers`);
+        for (const peer of from) {
+          assert.equal(peer.ipBlock, undefined, `${name} ingress[${i}]: no ipBlock`);
+          for (const k of ['namespaceSelector', 'podSelector']) {
+            if (peer[k] !== undefined) assert.ok(Object.keys(obj(obj(peer[k], k).matchLabels, 'matchLabels')).length > 0, `${name} ingress[${i}]: an empty ${k} admits all`);
+          }
+        }
+        return { ports, from };
+      });
+    };
+    const dep = ofKind(all, 'Deployment').find((d) => obj(d.metadata, 'm').name === 'kvgate')!;
+    const c = obj(arr(obj(obj(obj(dep.spec, 'spec').template, 't').spec, 'pod').containers, 'containers')[0], 'container');
+    const port = Object.fromEntries(arr(c.ports, 'ports').map((p) => [obj(p, 'p').name, Number(obj(p, 'p').containerPort)]));
+    const ns = (peer: Obj) => (peer.namespaceSelector as Obj | undefined)?.matchLabels as Obj | undefined;
+
+    const kvgate = policyFor('kvgate');
+    // The admin API (it can drain workers) from the monitoring namespace only.
+    const admin = kvgate.filter((r) => r.ports.includes(port['http-admin']!)).flatMap((r) => r.from);
+    assert.ok(admin.length > 0, 'Prometheus can scrape');
+    for (const peer of admin) assert.equal(ns(peer)?.['kubernetes.io/metadata.name'], 'monitoring', `admin port from ${JSON.stringify(peer)}`);
+    // ext_proc from gateway pods (a pod selector in a named namespace), the recipes' gateways among them.
+    const grpc = kvgate.filter((r) => r.ports.includes(port['grpc']!)).flatMap((r) => r.from);
+    for (const peer of grpc) {
+      assert.ok(ns(peer)?.['kubernetes.io/metadata.name'] && peer.podSelector, `ext_proc from gateway pods in a named namespace: ${JSON.stringify(peer)}`);
+    }
+    const istio = obj(ofKind(docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml')), 'EnvoyFilter')[0], 'EnvoyFilter');
+    const istioLabels = obj(obj(obj(istio.spec, 'spec').workloadSelector, 'workloadSelector').labels, 'labels');
+    assert.ok(grpc.some((p) => ns(p)?.['kubernetes.io/metadata.name'] === obj(istio.metadata, 'm').namespace && selects(p.podSelector, istioLabels)), "Istio's ingress gateway reaches ext_proc");
+    const eg = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyPatchPolicy')[0], 'EnvoyPatchPolicy');
+    const gateway = obj(obj(eg.spec, 'spec').targetRef, 'targetRef').name;
+    assert.ok(grpc.some((p) => obj(obj(p.podSelector, 'podSelector').matchLabels, 'm')['gateway.envoyproxy.io/owning-gateway-name'] === gateway), `Envoy Gateway's ${String(gateway)} reaches ext_proc`);
+
+    // Redis: kvgate's pods (in this namespace) on the Redis port, nothing else.
+    const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis')!;
+    const redisPort = Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port);
+    const redis = policyFor('kvgate-redis');
+    assert.deepEqual(redis.flatMap((r) => r.ports), [redisPort]);
+    for (const peer of redis.flatMap((r) => r.from)) {
+      assert.equal(peer.namespaceSelector, undefined, 'kvgate in the same namespace');
+      assert.ok(selects(peer.podSelector, labelsOf('kvgate')), `Redis from ${JSON.stringify(peer)}`);
+    }
   });
 
   test('Kubernetes: every $(VAR) in a container env value names a variable defined earlier in that list', () => {

@@ -3,9 +3,11 @@
  * harness can load. Neither control plane runs here, so their rendering is written out by hand,
  * reduced to what routing needs: one listener whose HCM holds the route table the recipe's
  * routing objects produce, then the recipe's own Envoy patches applied the way the control plane
- * applies them (Istio EnvoyFilter MERGE / INSERT_BEFORE; Envoy Gateway JSONPatch and
- * ClientTrafficPolicy early request headers). What matters for a spoofed routing header is
- * exact: the patches' values are the files' own. The rest (names, the base route) is a model.
+ * applies them (Istio EnvoyFilter MERGE / INSERT_BEFORE, its default circuit breakers; Envoy
+ * Gateway JSONPatch, ClientTrafficPolicy early request headers and buffer limit, the ext_proc
+ * backend's circuit breaker). What matters for a spoofed routing header, a body's size or the
+ * ext_proc streams allowed is exact: the values are the files' own. The rest (names, the base
+ * route) is a model.
  */
 import { readFileSync } from 'node:fs';
 import path from 'node:path';
@@ -47,12 +49,14 @@ function protoMerge(base: Obj, patch: Obj): Obj {
 /** RouteAction's cluster_specifier oneof: setting one member clears the others. */
 const CLUSTER_SPECIFIER = ['cluster', 'cluster_header', 'weighted_clusters', 'cluster_specifier_plugin', 'inline_cluster_specifier_plugin'];
 
-function bootstrap(hcm: Obj, clusters: Obj[]): Obj {
+/** `listener`: fields the control plane or the recipe sets on the listener (its buffer limit). */
+function bootstrap(hcm: Obj, clusters: Obj[], listener: Obj = {}): Obj {
   return {
     static_resources: {
       listeners: [{
         name: 'gateway',
         address: { socket_address: { address: '0.0.0.0', port_value: 8080 } },
+        ...listener,
         filter_chains: [{ filters: [{ name: 'envoy.filters.network.http_connection_manager', typed_config: hcm }] }],
       }],
       clusters,
@@ -60,7 +64,20 @@ function bootstrap(hcm: Obj, clusters: Obj[]): Obj {
   };
 }
 
-const staticCluster = (name: string): Obj => ({ name, type: 'STRICT_DNS', connect_timeout: '1s' });
+/** A Kubernetes resource.Quantity as Envoy Gateway's sizes take it ("8Mi", "32768", "1G"). */
+export function quantityBytes(q: unknown): number {
+  const m = /^(\d+)([KMGTPE]i|[kMGTPE])?$/.exec(String(q));
+  if (!m) throw new Error(`not a size quantity: ${String(q)}`);
+  const unit = m[2];
+  if (unit === undefined) return Number(m[1]);
+  const power = 'kMGTPE'.indexOf(unit[0] === 'K' ? 'k' : unit[0]!) + 1;
+  return Number(m[1]) * (unit.endsWith('i') ? 1024 : 1000) ** power;
+}
+
+const staticCluster = (name: string, extra: Obj = {}): Obj => ({ name, type: 'STRICT_DNS', connect_timeout: '1s', ...extra });
+
+/** istiod's default thresholds on every cluster it generates (getDefaultCircuitBreakerThresholds: MaxUint32). */
+const ISTIO_CIRCUIT_BREAKERS = { thresholds: [{ max_connections: 4294967295, max_pending_requests: 4294967295, max_requests: 4294967295, max_retries: 4294967295 }] };
 
 /** Istio's per-pod worker clusters that the Istio recipe's kvgate config names. */
 export const ISTIO_WORKERS = ['vllm-0', 'vllm-1', 'vllm-2'].map((p) => ({ id: p, cluster: `outbound|8000||${p}.llm.svc.cluster.local` }));
@@ -93,12 +110,16 @@ export function istioGateway(): Obj {
       http_filters: [ROUTER],
     },
   };
+  // Envoy's default listener buffer (istiod sets none on gateway listeners).
+  let listener: Obj = {};
   for (const raw of a(o(ofKind(all, 'EnvoyFilter').spec).configPatches)) {
     const p = o(raw);
     const patch = o(p.patch);
     const value = o(patch.value);
     const hcm = o(hcmFilter.typed_config);
-    if (p.applyTo === 'NETWORK_FILTER' && patch.operation === 'MERGE') {
+    if (p.applyTo === 'LISTENER' && patch.operation === 'MERGE') {
+      listener = protoMerge(listener, value);
+    } else if (p.applyTo === 'NETWORK_FILTER' && patch.operation === 'MERGE') {
       hcmFilter = protoMerge(hcmFilter, value);
     } else if (p.applyTo === 'HTTP_FILTER' && patch.operation === 'INSERT_BEFORE') {
       const filters = a(hcm.http_filters);
@@ -124,8 +145,8 @@ export function istioGateway(): Obj {
     'outbound|8000||vllm.llm.svc.cluster.local',
     ...ISTIO_WORKERS.map((w) => w.cluster),
     'outbound|9002||kvgate.kvgate.svc.cluster.local',
-  ].map(staticCluster);
-  return bootstrap(o(hcmFilter.typed_config), clusters);
+  ].map((name) => staticCluster(name, { circuit_breakers: ISTIO_CIRCUIT_BREAKERS }));
+  return bootstrap(o(hcmFilter.typed_config), clusters, listener);
 }
 
 /** The HTTPRoute backend's cluster as Envoy Gateway names it. */
@@ -161,6 +182,7 @@ export function envoyGateway(backend: string[]): Obj {
   const md = o(ext.metadata);
   const body = (b: unknown): string => ({ Buffered: 'BUFFERED', Streamed: 'STREAMED', BufferedPartial: 'BUFFERED_PARTIAL', FullDuplexStreamed: 'FULL_DUPLEX_STREAMED' })[String(b)] ?? 'NONE';
   const timeout = /^(\d+)ms$/.exec(String(ext.messageTimeout));
+  const circuitBreaker = o(ext.backendSettings ?? {}).circuitBreaker as Obj | undefined;
   const extProc = {
     name: 'envoy.filters.http.ext_proc/envoyextensionpolicy/llm/kvgate/extproc/0',
     typed_config: {
@@ -180,7 +202,11 @@ export function envoyGateway(backend: string[]): Obj {
       },
     },
   };
-  const early = o(o(o(ofKind(all, 'ClientTrafficPolicy').spec).headers).earlyRequestHeaders);
+  const clientTraffic = o(ofKind(all, 'ClientTrafficPolicy').spec);
+  const early = o(o(clientTraffic.headers).earlyRequestHeaders);
+  // ClientTrafficPolicy connection.bufferLimit is the listener's buffer limit, 32 KiB when unset
+  // (Envoy Gateway's tcpListenerPerConnectionBufferLimitBytes).
+  const bufferLimit = o(clientTraffic.connection ?? {}).bufferLimit;
   const hcm: Obj = {
     '@type': HCM_TYPE,
     stat_prefix: 'http-10080',
@@ -211,7 +237,14 @@ export function envoyGateway(backend: string[]): Obj {
         }) }],
       },
     },
-    staticCluster('envoyextensionpolicy/llm/kvgate/0'),
+    // backendSettings.circuitBreaker as Envoy Gateway translates it (unset: Envoy's defaults).
+    staticCluster('envoyextensionpolicy/llm/kvgate/0', circuitBreaker === undefined ? {} : {
+      circuit_breakers: { thresholds: [{
+        ...(circuitBreaker.maxConnections !== undefined ? { max_connections: circuitBreaker.maxConnections } : {}),
+        ...(circuitBreaker.maxPendingRequests !== undefined ? { max_pending_requests: circuitBreaker.maxPendingRequests } : {}),
+        ...(circuitBreaker.maxParallelRequests !== undefined ? { max_requests: circuitBreaker.maxParallelRequests } : {}),
+      }] },
+    }),
   ];
   for (const raw of a(o(ofKind(all, 'EnvoyPatchPolicy').spec).jsonPatches)) {
     const p = o(raw);
@@ -221,5 +254,5 @@ export function envoyGateway(backend: string[]): Obj {
       jsonPatch(o(hcm.route_config), String(op.op), String(op.path), op.value);
     } else throw new Error(`JSONPatch on ${String(p.type)} ${String(p.name)} is not modelled`);
   }
-  return bootstrap(hcm, clusters);
+  return bootstrap(hcm, clusters, { per_connection_buffer_limit_bytes: bufferLimit === undefined ? 32768 : quantityBytes(bufferLimit) });
 }
