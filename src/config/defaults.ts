@@ -307,6 +307,14 @@ export const DEFAULTS = {
    * should set it.
    */
   shutdownDelayS: 0,
+  /**
+   * A stopping gate retires its connections (the shutdown notice, then the final GOAWAY) and waits
+   * until no connection has come or gone for this long before it closes the rest: Envoy opens its
+   * next connection when it reads a notice, a round trip and a handshake after the last final
+   * GOAWAY at most, and that one must get the notice too rather than an immediate GOAWAY. 200 ms
+   * covers a cross-zone round trip several times; it is paid once per shutdown.
+   */
+  shutdownQuietMs: 200,
   /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
   storeKeyPrefix: 'kvgate',
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */

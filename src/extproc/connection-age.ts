@@ -35,6 +35,7 @@
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
+import { DEFAULTS } from '../config/defaults.js';
 import { http2ServersOf, onNewSessions } from './http2-servers.js';
 import { sendShutdownNotice } from './shutdown-notice.js';
 
@@ -88,9 +89,28 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       timers.delete(t);
     };
   };
-  /** Open connections, each with the way to retire it at once (for retireAll). */
+  /** Open connections not yet retiring, each with the way to retire it at once (for retireAll). */
   const live = new Map<http2.ServerHttp2Session, () => void>();
+  /** Every connection not closed yet, retiring or not: a stopping gate waits for all of them. */
+  const open = new Set<http2.ServerHttp2Session>();
+  /** Set by retireAll: the gate is stopping, so a connection accepted now is retired at once. */
+  let stopping = false;
+  /** When a connection last arrived or closed (retireAll waits for this to go quiet). */
+  let lastChange = 0;
   const onSession = (session: http2.ServerHttp2Session) => {
+    open.add(session);
+    lastChange = Date.now();
+    session.once('close', () => {
+      open.delete(session);
+      lastChange = Date.now();
+    });
+    if (stopping) {
+      // Envoy opens a new connection when it reads the notice on an old one; while the gate still
+      // listens, that one gets the notice too, once the peer has acknowledged kvgate's SETTINGS
+      // (the notice is written beside nghttp2 and must not overtake them).
+      session.once('localSettings', () => retire(session, opts, later));
+      return;
+    }
     const jitter = (Math.random() * 2 - 1) * (opts.ageMs / 10);
     let streams = 0;
     const onStream = () => {
@@ -119,11 +139,21 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       timers.clear();
     },
     async retireAll() {
-      const sessions = [...live.entries()];
-      for (const [, retireOnce] of sessions) retireOnce();
-      // Each final GOAWAY goes once its PING is answered, at the latest after the notice period.
-      const deadline = Date.now() + opts.noticeMs + 100;
-      while (sessions.some(([s]) => !s.closed && !s.destroyed) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
+      stopping = true;
+      const hadConnections = open.size > 0;
+      for (const retireOnce of [...live.values()]) retireOnce();
+      if (!hadConnections) return;
+      // Each final GOAWAY goes once its PING is answered, at the latest after the notice period:
+      // the ones retired now, those already retiring by age, and those accepted meanwhile. Envoy
+      // opens its next connection when it reads a notice, about when it answers the PING, so that
+      // one arrives up to a round trip and a handshake after the last final GOAWAY went: the wait
+      // ends once no connection has come or gone for DEFAULTS.shutdownQuietMs. (A connection
+      // accepted after that is closed by the server's shutdown at once.)
+      const start = Date.now();
+      const deadline = start + opts.noticeMs + DEFAULTS.shutdownQuietMs;
+      const pending = () => [...open].some((s) => !s.closed && !s.destroyed);
+      const settled = () => !pending() && Date.now() - Math.max(lastChange, start) >= DEFAULTS.shutdownQuietMs;
+      while (!settled() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     },
   };
 }

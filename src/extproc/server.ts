@@ -149,8 +149,9 @@ export class ExtProcServer {
     clearInterval(this.sweeper);
     // Every connection is retired as an aged one is: the shutdown notice, a PING, and the final
     // GOAWAY once Envoy has answered it, so no stream Envoy opened before it read the notice is
-    // refused. grpc-js's tryShutdown alone sends the final GOAWAY at once, which refuses every
-    // stream crossing it (Envoy does not retry those: ./connection-age.ts).
+    // refused; so is a connection Envoy opens meanwhile. grpc-js's tryShutdown alone sends the
+    // final GOAWAY at once, which refuses every stream crossing it (Envoy does not retry those:
+    // ./connection-age.ts). One opened after the wait still gets that.
     const retiring = this.retiring.splice(0);
     await Promise.all(retiring.map((r) => r.retireAll()));
     for (const r of retiring) r.stop();

@@ -75,7 +75,7 @@ export class Readiness {
   /** Shutting down: not ready from now on, whatever the store says. */
   drain(): void {
     this.stop();
-    this.set({ ...this.current, ready: false, status: 'draining', reason: 'shutting down: open streams are finishing' });
+    this.set({ ...this.current, ready: false, status: 'draining', reason: 'shutting down: taking streams only until proxies have moved away, then letting open ones finish' });
   }
 
   stop(): void {

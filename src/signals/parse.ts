@@ -10,6 +10,19 @@ import type { LoraSignals, WorkerSignals } from '../routing/health.js';
 import type { Engine } from '../config/vocabulary.js';
 import { DCGM, ENGINE_METRICS, type EngineMetrics, type Selector } from './metric-names.js';
 
+/**
+ * Series of the metrics kvgate reads, past which a page is refused whole: an engine writes a few
+ * per data-parallel rank, and vLLM's LoRA gauge one per change of its adapter lists, so real pages
+ * stay in the hundreds; parsing is on the thread that answers Envoy, every scrape interval.
+ */
+export const MAX_WANTED_LINES = 20_000;
+/**
+ * Lines retried alone after the whole parse failed, past which the rest are skipped: each refused
+ * line costs an exception, and a page of thousands of them would hold the thread that answers
+ * Envoy for most of a second every scrape.
+ */
+export const MAX_REFUSED_LINES = 64;
+
 /** Adapter names kept per list: a scrape is untrusted, and a real engine holds a handful. */
 const MAX_ADAPTERS = 256;
 const MAX_ADAPTER_CHARS = 256;
@@ -69,8 +82,20 @@ export function parseSignals(text: string, engine: Engine, opts: ParseOptions = 
   Object.assign(signals, framebuffer(byName, problems));
   const temp = pick(byName, [DCGM.temp], 'gpuTempC', NOT_NEGATIVE, problems);
   if (temp !== undefined) signals.gpuTempC = temp;
-  const oldest = oldestTimestamp(byName);
+  const oldest = oldestTimestamp(byName, loadGauges(engine));
   return { signals, problems, ...(oldest !== undefined ? { oldestSampleMs: oldest } : {}) };
+}
+
+/** Per engine, the names of the gauges that carry load (running, queued, KV use, DCGM's): what ages a page. */
+const LOAD_GAUGES = new Map<Engine, ReadonlySet<string>>();
+
+function loadGauges(engine: Engine): ReadonlySet<string> {
+  const known = LOAD_GAUGES.get(engine);
+  if (known) return known;
+  const m = ENGINE_METRICS[engine];
+  const names = new Set<string>([...m.running, ...m.waiting, ...m.kvUsage, DCGM.fbUsed, DCGM.fbFree, DCGM.temp].map((sel) => sel.name));
+  LOAD_GAUGES.set(engine, names);
+  return names;
 }
 
 /** Per engine, every metric name parseSignals reads (DCGM's too: a DCGM page is parsed alike). */
@@ -108,20 +133,26 @@ function samplesOf(text: string, wanted: ReadonlySet<string>, problems: string[]
   }
   const byName = new Map<string, Sample[]>();
   if (lines.length === 0) return byName;
+  if (lines.length > MAX_WANTED_LINES) {
+    problems.push(`${lines.length} series of the metrics kvgate reads, more than ${MAX_WANTED_LINES}: page refused`);
+    return byName;
+  }
   let families: Family[];
   try {
     families = parsePrometheusTextFormat(`${lines.join('\n')}\n`) as Family[];
   } catch (err) {
     families = [];
     let refused = 0;
-    for (const line of lines) {
+    let i = 0;
+    for (; i < lines.length && refused < MAX_REFUSED_LINES; i++) {
       try {
-        for (const f of parsePrometheusTextFormat(`${line}\n`) as Family[]) families.push(f);
+        for (const f of parsePrometheusTextFormat(`${lines[i]}\n`) as Family[]) families.push(f);
       } catch {
         refused++;
       }
     }
-    problems.push(`${refused} sample line(s) refused by the parser and skipped: ${(err as Error).message.slice(0, 200)}`);
+    const gaveUp = i < lines.length ? `; gave up after ${MAX_REFUSED_LINES} refused lines, ${lines.length - i} more skipped` : '';
+    problems.push(`${refused} sample line(s) refused by the parser and skipped${gaveUp}: ${(err as Error).message.slice(0, 200)}`);
   }
   for (const f of families) {
     if (!f || typeof f.name !== 'string' || !Array.isArray(f.metrics)) continue;
@@ -142,9 +173,13 @@ function sampleValue(s: Sample): number {
  * each value was true (the Prometheus text format's optional timestamp): a frozen or cached page
  * keeps serving old timestamps, and only they tell it from a live one.
  */
-function oldestTimestamp(byName: ReadonlyMap<string, Sample[]>): number | undefined {
+function oldestTimestamp(byName: ReadonlyMap<string, Sample[]>, gauges: ReadonlySet<string>): number | undefined {
   let oldest: number | undefined;
-  for (const series of byName.values()) {
+  for (const [name, series] of byName) {
+    // Only the load gauges age a page: an info metric (cache_config_info, a LoRA series of an
+    // old adapter set) is written once and would keep an exporter that stamps series by their
+    // last change looking stale forever.
+    if (!gauges.has(name)) continue;
     for (const s of series) {
       if (!s.timestamp_ms) continue;
       const t = Number(s.timestamp_ms);
@@ -219,12 +254,12 @@ function adapterList(raw: string | undefined): string[] {
 
 /**
  * Labels that tell copies of one engine's figures apart, not different engines. With SGLang's
- * `--enable-metrics-for-all-schedulers` every tensor- and pipeline-parallel rank of a
- * data-parallel group reports the same batch under its own `tp_rank`/`pp_rank` (SGLang
- * scheduler_metrics_mixin.py, the collector's labels): counted once, as the largest copy.
+ * `--enable-metrics-for-all-schedulers` every tensor-, pipeline- and expert-parallel rank of a
+ * data-parallel group reports the same batch under its own `tp_rank`/`pp_rank`/`moe_ep_rank`
+ * (SGLang scheduler_metrics_mixin.py, the collector's labels): counted once, as the largest copy.
  * `dp_rank` (SGLang) and `engine` (vLLM) name different engines, whose counts add up.
  */
-const RANK_LABELS = ['tp_rank', 'pp_rank'] as const;
+const RANK_LABELS = ['tp_rank', 'pp_rank', 'moe_ep_rank'] as const;
 /**
  * SGLang's priority label. With priority scheduling on, `_log_gauge_queue_count`
  * (python/sglang/srt/observability/metrics_collector.py) writes each queue count twice: the total

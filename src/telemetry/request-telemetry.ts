@@ -6,8 +6,8 @@
  *
  * The span `kvgate.route` starts when the request headers arrive and ends when kvgate answers
  * with its decision (a route, an immediate response, or a fallback). Its parent is Envoy's span
- * for the ext_proc call, read from the call's gRPC metadata (W3C `traceparent`/`tracestate`, which
- * Envoy injects there when its tracing is on), else from the request's own headers (a client's
+ * for the ext_proc call, read from the call's gRPC metadata (W3C `traceparent`/`tracestate` or B3,
+ * as Envoy's tracer injects them when its tracing is on), else from the request's own headers (a client's
  * trace), else it starts a trace. With export off the span is non-recording but still carries the
  * parent's ids, so logs correlate with Envoy's traces anyway. Log lines carry the span's ids:
  * kvgate's span when it records, else Envoy's (or the client's); none before the request headers,
@@ -68,7 +68,7 @@ export class RequestTelemetry implements RequestScope {
   private decisionStart: bigint | undefined;
 
   /**
-   * @param callTraceHeaders `traceparent` / `tracestate` from the ext_proc call's gRPC metadata.
+   * @param callTraceHeaders the trace-context headers (tracing.ts TRACE_CONTEXT_HEADERS) from the ext_proc call's gRPC metadata.
    */
   constructor(
     private readonly metrics: Metrics,

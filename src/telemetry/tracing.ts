@@ -115,9 +115,10 @@ export function tracingRequested(env: NodeJS.ProcessEnv): TracingSettings {
   const endpointVar = otelVar(env, 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT') !== undefined ? 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT' : 'OTEL_EXPORTER_OTLP_ENDPOINT';
   const endpoint = otelVar(env, endpointVar);
   if (!endpoint && !exporters.includes('otlp')) return off('no OTEL_EXPORTER_OTLP_ENDPOINT or OTEL_TRACES_EXPORTER=otlp');
-  // The exporters parse the endpoint as a URL and, failing that, fall back to their default
-  // (localhost) with a diagnostic: say so at startup, where the operator looks.
-  if (endpoint && !/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint)) warnings.push(`${endpointVar}=${endpoint} has no scheme (http:// or https://): the exporter will not parse it and sends to its default endpoint`);
+  // The HTTP exporters need a URL: `host:port` parses as one whose scheme is the host, and every
+  // export then fails. Say so at startup, where the operator looks. (The gRPC exporter takes
+  // `host:port` as it is the usual form there, adding the scheme itself.)
+  if (endpoint && protocol !== 'grpc' && !/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint)) warnings.push(`${endpointVar}=${endpoint} has no scheme (http:// or https://): the OTLP/HTTP exporter cannot send to it`);
   return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ?? 'the default endpoint'}`, warnings };
 }
 

@@ -85,6 +85,60 @@ describe('connection retirement', () => {
     }
   });
 
+  test('a connection Envoy opens while the gate is stopping gets the notice too, and none of its streams is refused', async () => {
+    // Envoy reads the notice on its connection and moves new streams to a new one, to the same
+    // gate while that still listens: that connection must not get the final GOAWAY at once.
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000 });
+    const slowA = await startLatencyProxy(g.grpcPort);
+    slowA.setLatency(200);
+    const slowB = await startLatencyProxy(g.grpcPort);
+    slowB.setLatency(30);
+    const a = http2.connect(`http://${slowA.address}`);
+    drainLikeEnvoy(a);
+    let b: http2.ClientHttp2Session | undefined;
+    const goawaysB: Array<{ lastStreamId: number; atMs: number }> = [];
+    const refused: number[] = [];
+    const outcomes: Array<Promise<void>> = [];
+    try {
+      await new Promise((resolve) => a.once('remoteSettings', resolve));
+      a.once('goaway', () => {
+        const session = http2.connect(`http://${slowB.address}`);
+        b = session;
+        drainLikeEnvoy(session);
+        session.on('goaway', (_code: number, lastStreamId: number) => goawaysB.push({ lastStreamId, atMs: Date.now() }));
+        const timer = setInterval(() => {
+          // Envoy opens no stream on a connection once it has read a GOAWAY from it.
+          if (goawaysB.length > 0) return clearInterval(timer);
+          try {
+            const req = openProcess(session);
+            req.on('error', () => {});
+            req.on('data', () => {});
+            outcomes.push(new Promise((resolve) => req.on('close', () => {
+              if (req.rstCode === http2.constants.NGHTTP2_REFUSED_STREAM) refused.push(req.id ?? -1);
+              resolve();
+            })));
+            req.end(frame(headersMsg(CHAT, true)));
+          } catch {
+            clearInterval(timer);
+          }
+        }, 2);
+      });
+      await g.close(5000);
+      await new Promise((r) => setTimeout(r, 300));
+      await Promise.all(outcomes);
+      assert.ok(outcomes.length > 0, 'the second connection opened streams');
+      assert.equal(goawaysB[0]?.lastStreamId, 2 ** 31 - 1, `the new connection's first GOAWAY is the notice (${JSON.stringify(goawaysB)})`);
+      // As in the test below: Node's client may refuse one stream itself (asked for in the turn it read the notice).
+      assert.ok(refused.length <= 1, `${refused.length} of ${outcomes.length} streams on the new connection refused (goaways ${JSON.stringify(goawaysB)})`);
+    } finally {
+      a.destroy();
+      b?.destroy();
+      await slowA.close();
+      await slowB.close();
+      await g.close(100);
+    }
+  });
+
   test('every stream Envoy sends before it reads the notice is served, a round trip of them', async () => {
     // Envoy keeps opening streams on a connection until it reads the GOAWAY (then it drains it and
     // opens the next on a new one). With a plain GOAWAY, nghttp2 ignores every stream arriving

@@ -3,7 +3,7 @@ import { describe, test } from 'node:test';
 import { assessHealth, effectiveState, type HealthThresholds } from '../../src/routing/health.js';
 import { planMigration } from '../../src/routing/migration.js';
 import type { WorkerView } from '../../src/routing/types.js';
-import { parseSignals } from '../../src/signals/parse.js';
+import { MAX_REFUSED_LINES, MAX_WANTED_LINES, parseSignals } from '../../src/signals/parse.js';
 import { vllmText } from '../helpers/metrics-server.js';
 
 const T: HealthThresholds = { kvPressure: 0.85, memoryPressure: 0.85, maxQueue: 32, maxTempC: 85, staleAfterMs: 2000, failuresDown: 3 };
@@ -63,6 +63,23 @@ describe('metrics parsing', () => {
     assert.equal(parseSignals(dp.join('\n') + '\n', 'sglang').signals.running, 16);
     const vllm = 'vllm:num_requests_running{engine="0",model_name="m"} 2\nvllm:num_requests_running{engine="1",model_name="m"} 3\n';
     assert.equal(parseSignals(vllm, 'vllm').signals.running, 5);
+    // Expert parallelism (--tp 4 --ep 4): each rank also carries its own moe_ep_rank.
+    const ep = (name: string, v: number) => [0, 1, 2, 3].map((r) => `${name}{model_name="m",tp_rank="${r}",pp_rank="0",moe_ep_rank="${r}"} ${v}`);
+    assert.deepEqual(parseSignals([...ep('sglang:num_running_reqs', 10), ...ep('sglang:num_queue_reqs', 3)].join('\n') + '\n', 'sglang').signals, { running: 10, waiting: 3 });
+  });
+
+  test('a page of refused lines costs a bounded number of retries, and a page of too many series is refused whole', () => {
+    // Each refused line is retried alone (so one bad line costs only itself); a hostile page of
+    // thousands of them would make thousands of exceptions on the thread that answers Envoy.
+    const bad = Array.from({ length: 5000 }, (_, i) => `vllm:num_requests_running{engine="${i}" 1`).join('\n');
+    const r = parseSignals(`${bad}\nvllm:num_requests_waiting 2\n`, 'vllm');
+    assert.equal(r.signals.running, undefined);
+    assert.match(r.problems.join(' | '), new RegExp(`gave up after ${MAX_REFUSED_LINES} refused`));
+    // More series of the metrics kvgate reads than any engine writes: refused, said, nothing read.
+    const many = Array.from({ length: MAX_WANTED_LINES + 1 }, (_, i) => `vllm:num_requests_running{engine="${i}"} 1`).join('\n');
+    const m = parseSignals(`${many}\n`, 'vllm');
+    assert.deepEqual(m.signals, {});
+    assert.match(m.problems.join(' | '), /series/);
   });
 
   test('a line the strict parser refuses costs only itself: empty HELP text, a TYPE line with an extra word, a bad sample line', () => {
@@ -119,12 +136,15 @@ describe('metrics parsing', () => {
     assert.equal(parseSignals(dcgm, 'vllm').signals.gpuTempC, 71);
   });
 
-  test('a page with 200k series of a gauge does not throw (Math.max over spread arguments would)', () => {
+  test('the largest of as many series as a page may carry is read without throwing (Math.max over spread arguments would past ~100k); 200k are refused', () => {
     const lines: string[] = [];
-    for (let i = 0; i < 200_000; i++) lines.push(`vllm:kv_cache_usage_perc{engine="${i}"} ${i === 1234 ? 0.9 : 0.1}`);
+    for (let i = 0; i < MAX_WANTED_LINES; i++) lines.push(`vllm:kv_cache_usage_perc{engine="${i}"} ${i === 1234 ? 0.9 : 0.1}`);
     let r: ReturnType<typeof parseSignals> | undefined;
     assert.doesNotThrow(() => (r = parseSignals(lines.join('\n') + '\n', 'vllm')));
     assert.equal(r?.signals.kvUsage, 0.9);
+    for (let i = MAX_WANTED_LINES; i < 200_000; i++) lines.push(`vllm:kv_cache_usage_perc{engine="${i}"} 0.1`);
+    assert.doesNotThrow(() => (r = parseSignals(lines.join('\n') + '\n', 'vllm')));
+    assert.equal(r?.signals.kvUsage, undefined);
   });
 
   test('DCGM framebuffer: used and free are paired per GPU, and the fullest GPU is read', () => {

@@ -24,6 +24,9 @@ describe('sample timestamps', () => {
     const text = 'vllm:num_requests_running 1 1700000002000\nvllm:num_requests_waiting 0 1700000001000\nvllm:kv_cache_usage_perc 0.1\n';
     assert.equal(parseSignals(text, 'vllm').oldestSampleMs, 1700000001000);
     assert.equal(parseSignals('vllm:num_requests_running 1\n', 'vllm').oldestSampleMs, undefined);
+    // An info metric written once (stamped at the engine's start) does not age the page.
+    const info = `vllm:cache_config_info{block_size="16",num_gpu_blocks="100"} 1 1600000000000\n${text}`;
+    assert.equal(parseSignals(info, 'vllm').oldestSampleMs, 1700000001000);
     const rec = (sampleAgeMs?: number) => ({ signals: { kvUsage: 0.1, ...(sampleAgeMs !== undefined ? { sampleAgeMs } : {}) }, ageMs: 100, failures: 0 });
     assert.equal(assessHealth(rec(), T, false).state, 'healthy');
     assert.equal(assessHealth(rec(1800), T, false).state, 'healthy');

@@ -321,6 +321,8 @@ describe('tracing configuration', () => {
     const noScheme = tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: '127.0.0.1:4318' });
     assert.equal(noScheme.enabled, true);
     assert.match(noScheme.warnings.join(), /no scheme/);
+    // gRPC's usual form is host:port: no warning there.
+    assert.deepEqual(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'otel-collector:4317', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }).warnings, []);
   });
 
   test('OTEL_LOG_LEVEL sets the SDK diagnostics level; unset or unknown is WARN', () => {
