@@ -38,6 +38,8 @@ export interface StartOptions {
   grpcPort: number;
   adminHost: string;
   adminPort: number;
+  /** Bearer token the admin API's state changes require (none: open to whoever reaches the port). */
+  adminToken?: string;
   onResult?: (result: GateResult) => void;
   /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs; tests shorten it). */
   fullDuplexBodyWaitMs?: number;
@@ -123,7 +125,11 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     logger: logger.child({ component: 'health' }),
     onChange: (ready) => extproc.setServing(ready),
   });
-  const admin = new AdminServer({ gate, logger: logger.child({ component: 'admin' }), readiness, metrics });
+  const adminLogger = logger.child({ component: 'admin' });
+  const admin = new AdminServer({ gate, logger: adminLogger, readiness, metrics, ...(opts.adminToken ? { token: opts.adminToken } : {}) });
+  if (!opts.adminToken && !isLoopback(opts.adminHost)) {
+    adminLogger.warn({ admin_host: opts.adminHost }, 'the admin API is reachable beyond this host and has no token: whoever reaches its port can drain or down workers (set KVGATE_ADMIN_TOKEN)');
+  }
   let grpcPort: number;
   let adminPort: number;
   try {
@@ -258,4 +264,9 @@ function grpcCredentials(files: GrpcTlsFiles | undefined) {
 /** The Redis backend, told apart without importing it (the memory store never loads ioredis). */
 function isRedisStore(store: RoutingStore | RedisStore): store is RedisStore {
   return typeof (store as Partial<RedisStore>).waitReady === 'function';
+}
+
+/** A bind address only this host can reach. */
+function isLoopback(host: string): boolean {
+  return host === 'localhost' || host === '::1' || host.startsWith('127.');
 }

@@ -10,7 +10,13 @@
  *   PUT  /workers/<id>/state        body {"state": "draining" | "healthy" | "down" | "pressured"};
  *                                   503 when the store did not confirm the write (set it again)
  *   GET  /debug/decisions?limit=N   the last decisions and why: each candidate's load, prefix match, score
+ *
+ * With a token (`--admin-token`, KVGATE_ADMIN_TOKEN), a state change needs `Authorization: Bearer
+ * <token>`; reading stays open. The API has no other access control: bound beyond localhost (as
+ * a pod must bind it for Prometheus), anyone who reaches the port could otherwise drain workers,
+ * and a NetworkPolicy cannot tell a scrape from a PUT.
  */
+import { createHash, timingSafeEqual } from 'node:crypto';
 import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type { Logger } from 'pino';
@@ -28,6 +34,8 @@ export interface AdminServerOptions {
   logger: Logger;
   readiness: Readiness;
   metrics: Metrics;
+  /** Bearer token a state change must carry; none: state changes are open to whoever reaches the port. */
+  token?: string;
 }
 
 export class AdminServer {
@@ -119,6 +127,11 @@ export class AdminServer {
     }
     const m = /^\/workers\/([^/]+)\/state$/.exec(url.pathname);
     if (m && (req.method === 'PUT' || req.method === 'POST')) {
+      if (this.opts.token !== undefined && !bearerMatches(req.headers.authorization, this.opts.token)) {
+        this.opts.logger.warn({ remote: req.socket.remoteAddress, path: url.pathname }, 'admin state change refused: missing or wrong bearer token');
+        res.setHeader('www-authenticate', 'Bearer');
+        return send(res, 401, { error: 'a state change needs the admin token: Authorization: Bearer <token>' });
+      }
       const id = decodeURIComponent(m[1]!);
       const pool = gate.pools.poolOfWorker(id);
       if (!pool) return send(res, 404, { error: `no worker "${id}"` });
@@ -141,6 +154,17 @@ export class AdminServer {
     }
     return send(res, 404, { error: 'not found' });
   }
+}
+
+/**
+ * Whether an Authorization header carries the token as a bearer credential. Compared as SHA-256
+ * digests in constant time: neither the token's length nor a matching prefix shows in the timing.
+ */
+export function bearerMatches(header: string | undefined, token: string): boolean {
+  const m = /^Bearer[ \t]+(\S+)[ \t]*$/i.exec(header ?? '');
+  if (!m) return false;
+  const digest = (s: string) => createHash('sha256').update(s).digest();
+  return timingSafeEqual(digest(m[1]!), digest(token));
 }
 
 /** A copy of plain JSON data with camelCase keys in snake_case (`totalBlocks` → `total_blocks`). */

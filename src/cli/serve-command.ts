@@ -22,6 +22,7 @@ interface ServeOptions {
   logLevel: string;
   shutdownGraceS: number;
   shutdownDelayS: number;
+  adminToken?: string;
 }
 
 export function registerServeCommand(program: Command): void {
@@ -44,6 +45,11 @@ export function registerServeCommand(program: Command): void {
     .addOption(new Option('--tls-cert <file>', 'PEM certificate: serve ext_proc over TLS').env('KVGATE_TLS_CERT'))
     .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('KVGATE_TLS_KEY'))
     .addOption(new Option('--tls-client-ca <file>', 'PEM CA: require client certificates it signed (mTLS)').env('KVGATE_TLS_CLIENT_CA'))
+    .addOption(
+      new Option('--admin-token <token>', 'bearer token the admin API requires for state changes (prefer the environment variable: a flag shows in the process list)').env(
+        'KVGATE_ADMIN_TOKEN',
+      ),
+    )
     .addOption(new Option('--log-level <level>', 'log level').env('KVGATE_LOG_LEVEL').choices(LOG_LEVELS).default(DEFAULTS.logLevel))
     .addOption(
       new Option('--shutdown-grace-s <seconds>', 'on SIGTERM, how long open ext_proc streams may finish')
@@ -103,6 +109,7 @@ export function registerServeCommand(program: Command): void {
         grpcPort: o.grpcPort,
         adminHost: o.adminHost,
         adminPort: o.adminPort,
+        ...(o.adminToken ? { adminToken: o.adminToken } : {}),
         configFile: o.config,
       });
       stop = (signal: string) => {

@@ -287,6 +287,10 @@ describe('deployment files', { concurrency: true }, () => {
     const passwordVar = /\$\(([A-Z_]+)\)/.exec(store)?.[1];
     assert.ok(passwordVar, `KVGATE_STORE takes the password from a variable: ${store}`);
     const kvRef = secretRef(kvEnv.get(passwordVar));
+    // The admin API's state changes are behind a token taken from a Secret (optional: the pod starts without it).
+    const adminRef = secretRef(kvEnv.get('KVGATE_ADMIN_TOKEN'));
+    assert.equal(adminRef.optional, true);
+    assert.ok(typeof adminRef.name === 'string' && typeof adminRef.key === 'string');
     const endpoint = parseStoreUrl(store.replace(`$(${passwordVar})`, '0123abcd'));
     assert.deepEqual(endpoint.nodes, [{ host: 'kvgate-redis', port: Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port) }]);
     assert.equal(endpoint.password, '0123abcd');

@@ -15,7 +15,10 @@ export interface TestGate extends RunningKvgate {
 
 export async function startTestGate(
   rawConfig: unknown,
-  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number } & Pick<StartOptions, 'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams'> = {},
+  opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number; adminHost?: string } & Pick<
+    StartOptions,
+    'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams' | 'adminToken'
+  > = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
   const running = await startKvgate({
@@ -26,8 +29,9 @@ export async function startTestGate(
     ...(opts.tls ? { tls: opts.tls } : {}),
     grpcHost: '127.0.0.1',
     grpcPort: 0,
-    adminHost: '127.0.0.1',
+    adminHost: opts.adminHost ?? '127.0.0.1',
     adminPort: 0,
+    ...(opts.adminToken !== undefined ? { adminToken: opts.adminToken } : {}),
     onResult: (r) => results.push(r),
     // Node's process metrics add a timer per gate; tests that want them ask.
     processMetrics: opts.processMetrics ?? false,
