@@ -106,7 +106,9 @@ export class ConfigReloader {
     const running = this.opts.current();
     const { config, restartNeeded } = carryRestartOnly(running, next);
     if (isDeepStrictEqual(config, running)) {
-      const level = trigger === 'watch' ? 'debug' : 'info';
+      // An edit of restart-only settings alone is news to the operator who made it, whatever the
+      // trigger; a watch event with nothing changed (an editor's second write) is not.
+      const level = trigger === 'watch' && restartNeeded.length === 0 ? 'debug' : 'info';
       logger[level]({ file, trigger, ...(restartNeeded.length > 0 ? { restart_needed: restartNeeded } : {}) }, 'config re-read; nothing to change');
       return 'unchanged';
     }

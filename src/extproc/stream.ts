@@ -497,10 +497,10 @@ export class ExtProcStream {
         t.decided(result, facts);
         return;
       }
-      // The gate's current config: it routed on it, and a reload may have added the worker since this stream began.
-      const endpoint = this.gate.currentConfig.workers.find((w) => w.id === result.worker)?.address;
+      // The address from the config the gate decided on (a reload may have removed the worker since).
+      const endpoint = result.endpoint;
       if (endpoint === undefined) {
-        // Config validation makes this impossible; never send an empty destination.
+        // Config validation makes this impossible in endpoint-picker mode; never send an empty destination.
         this.releaseLease();
         this.logger.error({ worker: result.worker }, 'routed worker has no address; forwarding without a destination');
         this.replyCommon(phase, strip());

@@ -31,6 +31,11 @@ export type GateResult =
       pool: string;
       worker: string;
       cluster: string;
+      /**
+       * The worker's address (endpoint-picker mode), from the config the decision was made on: a
+       * reload landing while the decision waited on the store may have removed the worker since.
+       */
+      endpoint?: string | undefined;
       outcome: RouteOutcome;
       from?: string;
       lease: Lease;
@@ -128,7 +133,41 @@ export class Gate {
    * config it started with; leases taken before stay valid (a lease names its pool and worker).
    */
   reconfigure(config: Config): void {
+    const before = this.setup.pools;
     this.setup = { config, pools: new PoolTable(config) };
+    this.store.retainPools(this.setup.pools.all().map((p) => p.name));
+    void this.carryOperatorStates(before, this.setup.pools);
+  }
+
+  /**
+   * A worker a reload moved to another pool (a pool renamed, a worker moved, `workers:` rewritten
+   * as `pools:`) keeps the state an operator set: everything the store holds is per pool, so
+   * without this a drained worker would come back healthy under its new pool and take traffic.
+   * In-flight counts, sessions, prefix history and stored-response pins of the old pool are not
+   * carried (on Redis they live in another hash slot); the log line says which workers moved.
+   */
+  private async carryOperatorStates(before: PoolTable, after: PoolTable): Promise<void> {
+    const moved: Array<{ worker: string; from: string; to: string; state?: WorkerState }> = [];
+    for (const pool of before.all()) {
+      for (const id of pool.workerIds) {
+        const to = after.poolOfWorker(id);
+        if (to && to.name !== pool.name) moved.push({ worker: id, from: pool.name, to: to.name });
+      }
+    }
+    if (moved.length === 0) return;
+    try {
+      for (const m of moved) {
+        const snap = await this.store.snapshot({ pool: m.from, key: undefined, workers: [m.worker], blocks: [] });
+        const state = snap.states.get(m.worker);
+        if (state !== undefined && state !== 'healthy') {
+          await this.store.setWorkerState(m.to, m.worker, state);
+          m.state = state;
+        }
+      }
+      this.logger.info({ moved }, 'workers moved to another pool by the reload: operator states carried over; in-flight counts, sessions and prefix history start afresh there');
+    } catch (err) {
+      this.logger.warn({ moved, err: (err as Error).message }, 'workers moved to another pool by the reload: their operator states could not be carried over (set them again)');
+    }
   }
 
   /** Routes one request in its pool: the route's `pool` knob, else its model's pool, else the default pool. */
@@ -472,10 +511,10 @@ export class Gate {
       'routed',
     );
     // Routing knows worker ids; the Envoy cluster that names one to the proxy is the gate's to add.
-    const cluster = pool.workers.get(decision.worker)!.cluster;
+    const { cluster, address: endpoint } = pool.workers.get(decision.worker)!;
     return from === undefined
-      ? { kind: 'route', pool: pool.name, worker: decision.worker, cluster, outcome: decision.outcome, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views }
-      : { kind: 'route', pool: pool.name, worker: decision.worker, cluster, outcome: decision.outcome, from, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views };
+      ? { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views }
+      : { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, from, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views };
   }
 
   private shed(

@@ -251,7 +251,13 @@ export class SignalCollector<P extends FleetPool> {
     try {
       const pools = this.opts.gate.pools.all();
       const read = await Promise.all(pools.map((p) => this.opts.store.readSignals(p.name)));
-      for (const r of read) for (const [worker, rec] of r) records.set(worker, rec);
+      // A pool's records of workers it no longer has are left behind by a reload that moved them
+      // (nothing deletes them): only a worker's current pool speaks for it, or a frozen record of
+      // its old pool could win the merge and hold it stale, down, for good.
+      read.forEach((r, i) => {
+        const own = new Set(pools[i]!.workerIds);
+        for (const [worker, rec] of r) if (own.has(worker)) records.set(worker, rec);
+      });
     } catch (err) {
       // Keep the last picture; it ages into "stale" on its own, so no worker stays healthy on old data.
       this.warn('read', 'could not read worker signals', err);

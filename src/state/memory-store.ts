@@ -241,6 +241,9 @@ export class MemoryStore implements RoutingStore {
     return Promise.resolve();
   }
 
+  /** Nothing polls a pool here: a removed pool's state lapses with its TTLs. */
+  retainPools(_pools: readonly string[]): void {}
+
   close(): Promise<void> {
     this.affinities.clear();
     this.leases.clear();

@@ -141,6 +141,8 @@ export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
+  /** The running config's pools (retainPools); undefined until a reload says, meaning every pool seen. */
+  private configuredPools: ReadonlySet<string> | undefined;
   private readonly keys = new Map<string, PoolKeys>();
   /**
    * Affinities this replica has seen; validated by every commit, so staleness is harmless there.
@@ -468,6 +470,10 @@ export class RedisStore implements RoutingStore {
     }
   }
 
+  retainPools(pools: readonly string[]): void {
+    this.configuredPools = new Set(pools);
+  }
+
   async close(): Promise<void> {
     if (this.closed) return;
     this.closed = true;
@@ -706,6 +712,11 @@ export class RedisStore implements RoutingStore {
     if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
     if (this.ledger.unreleasedLeases().length > 0) void this.retryReleases();
     for (const [pool, view] of this.views) {
+      if (this.configuredPools && !this.configuredPools.has(pool)) {
+        // A reload removed this pool: once nothing of this replica's is left in it, stop polling.
+        if (this.ledger.sharedLeases(pool).length === 0 && !this.ledger.poolsBehind().has(pool)) this.views.delete(pool);
+        continue;
+      }
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
         // Into the view only: nobody reads a snapshot of a refresh.

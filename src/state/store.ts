@@ -132,6 +132,12 @@ export interface RoutingStore {
   onOffload(listener: (e: OffloadEvent) => void): () => void;
   /** Resolves when the shared store answers; rejects with KvgateError('store_unavailable') otherwise. */
   ping(): Promise<void>;
+  /**
+   * The pools the running config has (after a reload): a store may stop tracking the others. The
+   * Redis store stops refreshing a pool a reload removed once this replica has nothing left there
+   * (no lease, nothing to write back); it would otherwise poll it every refresh for good.
+   */
+  retainPools(pools: readonly string[]): void;
   close(): Promise<void>;
 }
 

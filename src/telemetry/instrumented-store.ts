@@ -93,6 +93,10 @@ export class InstrumentedStore implements RoutingStore {
     return this.time('ping', undefined, () => this.inner.ping());
   }
 
+  retainPools(pools: readonly string[]): void {
+    this.inner.retainPools(pools);
+  }
+
   close(): Promise<void> {
     return this.inner.close();
   }

@@ -8,6 +8,7 @@ import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, describe, test } from 'node:test';
 import type { EnvoyHarness, Outcome } from '../harness/envoy-harness.js';
+import { parseConfig } from '../../src/config/load.js';
 import { loadEnvoyConfig } from '../harness/envoy-config.js';
 import { chat, harness, holdRequest, routedCluster } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
@@ -63,6 +64,32 @@ describe('endpoint-picker mode', () => {
     assert.equal(out.routeCleared, true, 'the route is re-picked on the new header');
     // Affinity holds in this mode too.
     assert.equal(endpointOf(await h.request(chat({ session: 'same' }))), endpoint);
+  });
+
+  test('a reload that removes the chosen worker while its decision waits on the store: the request still goes to the decided endpoint', async () => {
+    // A slow store round trip: the config file changes and is reloaded while the commit is on its way.
+    const { logger, lines } = recordingLogger('info');
+    const { g, h } = await setup(undefined, logger);
+    const store = g.gate.store as { commit: (...args: unknown[]) => Promise<unknown> };
+    const commit = store.commit.bind(store);
+    let decided: string | undefined;
+    let once = true;
+    store.commit = async (...args: unknown[]) => {
+      if (once) {
+        once = false;
+        await new Promise((r) => setTimeout(r, 20));
+        // Every worker replaced: whichever the decision picks is gone from the running config.
+        g.gate.reconfigure(parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'd', address: '10.0.0.4:8000' }] }));
+      }
+      const res = await commit(...args);
+      decided = (res as { ok?: boolean; worker?: string }).worker;
+      return res;
+    };
+    const out = await h.request(chat({ session: 'raced' }));
+    const result = g.results.at(-1);
+    assert.equal(result?.kind, 'route');
+    assert.equal(endpointOf(out), result?.kind === 'route' ? result.endpoint : 'none', `sent to the decided worker's address (${decided})`);
+    assert.ok(!lines.some((l) => /has no address/.test(String(l['msg']))), 'no fallback without a destination');
   });
 
   test('a client-sent destination never survives (stripped before routing; kvgate overwrites it)', async () => {

@@ -17,6 +17,9 @@ import { startGateProcess } from '../helpers/gate-process.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { HeldRequests } from './helpers.js';
+import { Redis } from 'ioredis';
+import { parseConfig } from '../../src/config/load.js';
+import { startRedis } from '../helpers/redis-server.js';
 
 function fleet(maxInflight: number, extra: Record<string, unknown> = {}, ids = ['w1', 'w2']) {
   return {
@@ -107,6 +110,42 @@ describe('config reload', () => {
     for (let i = 0; i < 3; i++) assert.equal((await h.request(chat({ session: `n${i}` }))).cluster, 'worker_1');
   });
 
+  test('a file edit of restart-only settings alone is said at info, with what needs a restart', async () => {
+    const { file, g, lines } = await setup(fleet(4));
+    const storeTimeout = g.gate.currentConfig.store.timeout_ms;
+    writeAtomically(file, stringify(fleet(4, { store: { timeout_ms: storeTimeout + 899 } })));
+    await waitFor(() => lines.some((l) => l['msg'] === 'config re-read; nothing to change'), 5000, 'the re-read');
+    const line = lines.find((l) => l['msg'] === 'config re-read; nothing to change')!;
+    assert.deepEqual(line['restart_needed'], ['store']);
+    assert.equal(line['level'], 30, 'at info: an operator at the default log level sees it');
+  });
+
+  test('a worker moved to another pool keeps a drain, and its new pool\'s scrapes speak for it, not its old pool\'s', async () => {
+    const m = await startMetricsServer({ kv: 0.1 });
+    try {
+      const sig = { interval_ms: 20, stale_after_ms: 400 };
+      // w moves from pool a to pool b, which is listed first: the old pool's frozen record must not win.
+      const before = { signals: sig, pools: [
+        { name: 'b', models: ['mb'], workers: [{ id: 'x', cluster: 'x' }] },
+        { name: 'a', models: ['ma'], workers: [{ id: 'w', cluster: 'w', metrics_url: m.url }, { id: 'y', cluster: 'y' }] },
+      ] };
+      const { file, g, logged } = await setup(before);
+      await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'w')?.state === 'healthy', 5000, 'w healthy');
+      await setWorkerState(g.admin, 'y', 'draining');
+      writeAtomically(file, stringify({ signals: sig, pools: [
+        { name: 'b', models: ['mb'], workers: [{ id: 'x', cluster: 'x' }, { id: 'w', cluster: 'w', metrics_url: m.url }, { id: 'y', cluster: 'y' }] },
+        { name: 'a', models: ['ma'], workers: [{ id: 'z', cluster: 'z' }] },
+      ] }));
+      await waitFor(() => logged('workers moved to another pool by the reload: operator states carried over; in-flight counts, sessions and prefix history start afresh there').length > 0, 5000, 'the move');
+      assert.equal((await workers(g.admin)).find((w) => w.id === 'y')?.state, 'draining', 'the drain holds in the new pool');
+      // Past stale_after_ms: a record the old pool kept would have aged into "down" by now.
+      await new Promise((r) => setTimeout(r, 800));
+      assert.equal((await workers(g.admin)).find((w) => w.id === 'w')?.state, 'healthy');
+    } finally {
+      await m.close();
+    }
+  });
+
   test('the first worker with metrics, added by a reload, is scraped and becomes healthy', async () => {
     // No worker has metrics at startup, so the signal collector has nothing to run yet.
     const { file, g, h } = await setup(fleet(4));
@@ -142,5 +181,30 @@ test('SIGHUP re-reads the config file and does not end the process', async () =>
   } finally {
     h.close();
     await gate.stop();
+  }
+});
+
+test('Redis: a pool a reload removed is no longer polled once nothing of this replica is left in it', async () => {
+  const redis = await startRedis();
+  const mk = (pools: string[]) => ({ store: { refresh_ms: 50 }, pools: pools.map((p, i) => ({ name: p, ...(i ? { models: [p] } : {}), workers: [{ id: `w_${p}`, cluster: 'c' }] })) });
+  const g = await startTestGate(mk(['keep', 'gone']), { store: redis.url });
+  const mon = new Redis(redis.url);
+  try {
+    // /workers reads every pool, so the store has a view of each.
+    await fetch(`${g.admin}/workers`).then((r) => r.arrayBuffer());
+    g.gate.reconfigure(parseConfig(mk(['keep'])));
+    await new Promise((r) => setTimeout(r, 200));
+    const seen: string[] = [];
+    const monitor = await mon.monitor();
+    monitor.on('monitor', (_t: string, args: string[]) => {
+      if (args.some((a) => a.includes('{gone}'))) seen.push(args[0]!);
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    monitor.disconnect();
+    assert.deepEqual(seen, [], 'no command on the removed pool\'s keys (refresh_ms is 50)');
+  } finally {
+    mon.disconnect();
+    await g.close(100);
+    await redis.stop();
   }
 });
