@@ -8,6 +8,15 @@ import { ENGINES } from './vocabulary.js';
 import { DEFAULTS } from './defaults.js';
 import { canonicalEndpoint } from '../util/endpoint-address.js';
 
+/**
+ * The longest a setting that becomes a timer may be: one day. Node clamps a timer past 2^31-1 ms
+ * (24.8 days) to 1 ms, so a huge value would fire at once (a stream idle limit cutting every
+ * stream, a refresh loop spinning) rather than never; a day is past any sensible value and far
+ * from that edge even after the code's arithmetic on it.
+ */
+const MAX_TIMER_MS = 86_400_000;
+const MAX_TIMER_S = MAX_TIMER_MS / 1000;
+
 /** `ip:port` as the endpoint-picker protocol and Envoy's ORIGINAL_DST cluster need it (no host names). */
 export function isEndpointAddress(s: string): boolean {
   const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(s);
@@ -222,24 +231,24 @@ const configObject = z.strictObject({
       malformed_body: z.enum(['forward', 'reject']).default(DEFAULTS.malformedBody),
       max_inflight: z.number().int().positive().default(DEFAULTS.maxInflight),
       overflow_factor: z.number().min(0).max(1000).default(DEFAULTS.overflowFactor),
-      stream_idle_s: z.number().positive().default(DEFAULTS.streamIdleS),
+      stream_idle_s: z.number().positive().max(MAX_TIMER_S).default(DEFAULTS.streamIdleS),
     })
     .prefault({}),
   classes: classesSchema.prefault({}),
-  leases: z.strictObject({ ttl_s: z.number().int().min(3).default(DEFAULTS.leaseTtlS) }).prefault({}),
+  leases: z.strictObject({ ttl_s: z.number().int().min(3).max(MAX_TIMER_S).default(DEFAULTS.leaseTtlS) }).prefault({}),
   store: z
     .strictObject({
-      timeout_ms: z.number().int().positive().default(DEFAULTS.storeTimeoutMs),
-      refresh_ms: z.number().int().positive().default(DEFAULTS.storeRefreshMs),
+      timeout_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.storeTimeoutMs),
+      refresh_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.storeRefreshMs),
       key_prefix: z.string().min(1).regex(/^[A-Za-z0-9_.:-]+$/).default(DEFAULTS.storeKeyPrefix),
       ready_when_unreachable: z.boolean().default(DEFAULTS.readyWhenStoreUnreachable),
     })
     .prefault({}),
   signals: z
     .strictObject({
-      interval_ms: z.number().int().min(10).default(DEFAULTS.scrapeIntervalMs),
-      timeout_ms: z.number().int().positive().default(DEFAULTS.scrapeTimeoutMs),
-      stale_after_ms: z.number().int().positive().default(DEFAULTS.staleAfterMs),
+      interval_ms: z.number().int().min(10).max(MAX_TIMER_MS).default(DEFAULTS.scrapeIntervalMs),
+      timeout_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.scrapeTimeoutMs),
+      stale_after_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.staleAfterMs),
       failures_down: z.number().int().positive().default(DEFAULTS.scrapeFailuresDown),
     })
     .prefault({}),
@@ -254,7 +263,7 @@ const configObject = z.strictObject({
   migration: z
     .strictObject({
       enabled: z.boolean().default(DEFAULTS.migrationEnabled),
-      interval_ms: z.number().int().positive().default(DEFAULTS.migrationIntervalMs),
+      interval_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.migrationIntervalMs),
       fraction: z.number().gt(0).max(1).default(DEFAULTS.migrationFraction),
       max_sessions: z.number().int().positive().default(DEFAULTS.migrationMaxSessions),
       stream_maxlen: z.number().int().positive().default(DEFAULTS.offloadStreamMaxLen),

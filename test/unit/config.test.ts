@@ -15,6 +15,19 @@ describe('config', () => {
     assert.ok(Object.isFrozen(c.routing));
   });
 
+  test('settings that become timers are bounded: past 2^31-1 ms Node would fire them at once', () => {
+    const w = [{ id: 'a', cluster: 'a' }];
+    for (const [section, value] of [
+      ['limits', { stream_idle_s: 3_000_000 }],
+      ['store', { refresh_ms: 3_000_000_000 }],
+      ['signals', { interval_ms: 3_000_000_000 }],
+      ['leases', { ttl_s: 3_000_000 }],
+    ] as const) {
+      assert.throws(() => parseConfig({ [section]: value, workers: w }), (err: Error) => new RegExp(`${section}\\.${Object.keys(value)[0]}`).test(err.message), section);
+    }
+    assert.equal(parseConfig({ limits: { stream_idle_s: 86_400 }, workers: w }).limits.stream_idle_s, 86_400, 'a day is allowed');
+  });
+
   test('every problem is reported at once, with its path', () => {
     assert.throws(
       () => parseConfig({ routing: { shed_status: 418, hedaer: 'x' }, workers: [{ id: 'a', cluster: 'a' }, { id: 'a', cluster: '' }] }),
