@@ -695,6 +695,11 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
   const httpFilters = list(hcm.http_filters, 'http_filters').map((raw, i): HttpFilter => {
     const f = obj(raw, `http_filters[${i}]`);
     const name = str(f.name, `http_filters[${i}].name`);
+    // HttpFilter.disabled: the filter runs only on routes whose per-filter config enables it
+    // (source/common/http/filter_chain_helper.h, FilterChainHelper::processFilter keeps
+    // `disabled_by_default`; source/common/router/config_impl.cc, PerFilterConfigs: an explicitly
+    // configured filter counts as enabled). Not modelled: refused rather than run on every route.
+    if (f.disabled === true) throw new Error(`http_filters[${i}] (${name}): disabled filters are not supported by the harness`);
     const type = filterType(f);
     if (type === EXT_PROC_TYPE || (type === undefined && name === 'envoy.filters.http.ext_proc')) {
       // One ext_proc server per harness: a second ext_proc filter would need its own stream.

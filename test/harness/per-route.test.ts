@@ -213,6 +213,20 @@ describe('harness: per-route ext_proc config and forwarded metadata', () => {
     assert.throws(() => withOverride({ 'envoy.filters.http.ext_proc': { '@type': PER_ROUTE, disabled: false } }), /disabled must be true/);
     assert.throws(() => withOverride(perRoute({ grpc_initial_metadata: md({ 'x-kvgate-pool': '%REQ(x-pool)%' }) })), /format commands/);
     assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })));
+    // A filter disabled by default (HttpFilter.disabled) would run on every route in a model that ignored it.
+    const disabledFilter = stringify({
+      static_resources: {
+        listeners: [{ filter_chains: [{ filters: [{
+          name: 'envoy.filters.network.http_connection_manager',
+          typed_config: {
+            '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+            route_config: { virtual_hosts: [{ name: 'v', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' } }] }] },
+            http_filters: [{ name: 'envoy.filters.http.ext_proc', disabled: true, typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor', grpc_service: { envoy_grpc: { cluster_name: 'a' } } } }],
+          },
+        }] }] }],
+      },
+    });
+    assert.throws(() => parseEnvoyConfig(disabledFilter), /disabled filters are not supported/);
   });
 });
 
