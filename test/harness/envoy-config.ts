@@ -45,6 +45,11 @@ export type RouteCacheAction = 'DEFAULT' | 'CLEAR' | 'RETAIN';
 export interface ExtProcConfig {
   /** The http_filters entry name (also the typed_per_filter_config key). */
   filterName: string;
+  /**
+   * HttpFilter.disabled: the filter is created only for a request whose route (or virtual host)
+   * names it in typed_per_filter_config (see request-run.ts for the Envoy functions).
+   */
+  disabledByDefault: boolean;
   grpcCluster?: string;
   grpcAuthority?: string;
   /** grpc_service.initial_metadata (literal values only). */
@@ -406,6 +411,7 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
 
   const config: ExtProcConfig = {
     filterName: name,
+    disabledByDefault: false,
     initialMetadata,
     processingMode: normalizeProcessingMode(c.processing_mode),
     messageTimeoutMs: c.message_timeout === undefined ? 200 : parseDurationMs(c.message_timeout, 'message_timeout'),
@@ -695,16 +701,16 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
   const httpFilters = list(hcm.http_filters, 'http_filters').map((raw, i): HttpFilter => {
     const f = obj(raw, `http_filters[${i}]`);
     const name = str(f.name, `http_filters[${i}].name`);
-    // HttpFilter.disabled: the filter runs only on routes whose per-filter config enables it
-    // (source/common/http/filter_chain_helper.h, FilterChainHelper::processFilter keeps
-    // `disabled_by_default`; source/common/router/config_impl.cc, PerFilterConfigs: an explicitly
-    // configured filter counts as enabled). Not modelled: refused rather than run on every route.
-    if (f.disabled === true) throw new Error(`http_filters[${i}] (${name}): disabled filters are not supported by the harness`);
     const type = filterType(f);
-    if (type === EXT_PROC_TYPE || (type === undefined && name === 'envoy.filters.http.ext_proc')) {
+    const isExtProc = type === EXT_PROC_TYPE || (type === undefined && name === 'envoy.filters.http.ext_proc');
+    // HttpFilter.disabled (source/common/http/filter_chain_helper.h, FilterChainHelper::processFilter
+    // keeps `disabled_by_default`): modelled for ext_proc (request-run.ts); another filter disabled
+    // by default is refused rather than run on every route.
+    if (f.disabled === true && !isExtProc) throw new Error(`http_filters[${i}] (${name}): disabled filters other than ext_proc are not supported by the harness`);
+    if (isExtProc) {
       // One ext_proc server per harness: a second ext_proc filter would need its own stream.
       if (extProc) throw new Error('more than one ext_proc filter is not supported by the harness');
-      extProc = parseExtProc(name, f.typed_config);
+      extProc = { ...parseExtProc(name, f.typed_config), disabledByDefault: f.disabled === true };
       return { kind: 'ext_proc', name };
     }
     if (type === HEADER_MUTATION_TYPE || (type === undefined && name === 'envoy.filters.http.header_mutation')) {

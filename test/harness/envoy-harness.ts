@@ -51,7 +51,9 @@
  *    sends nothing is covered by the close at the end of the request;
  *  - ExtProcPerRoute on virtual hosts and routes: `disabled`, `grpc_initial_metadata` and
  *    `metadata_options` only (other overrides are config errors in the harness), merged once
- *    on the route matched when ext_proc starts, as Envoy does;
+ *    on the route matched when ext_proc starts, as Envoy does; an ext_proc filter disabled by
+ *    default (HttpFilter.disabled) exists only for requests whose first route or virtual host
+ *    names it (request-run.ts); any other filter disabled by default is a config error;
  *  - no header count/size limits, no grpc_status on immediate responses, no HCM response
  *    header_mutation;
  *  - a stream the server refuses (REFUSED_STREAM, or above its final GOAWAY's last stream id) is

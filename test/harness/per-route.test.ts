@@ -58,7 +58,7 @@ const md = (pairs: Record<string, string>) => Object.entries(pairs).map(([key, v
  * `knobs` (per-route config on the host and its routes) and `off` (ext_proc disabled, except
  * on one route that re-enables it).
  */
-function bootstrap(): string {
+function bootstrap(extProcDisabledByDefault = false): string {
   const routeOnHeader = { match: { prefix: '/', headers: [{ name: 'x-c', present_match: true }] }, route: { cluster_header: 'x-c' } };
   return stringify({
     static_resources: {
@@ -99,6 +99,8 @@ function bootstrap(): string {
                     { match: { prefix: '/' }, route: { cluster: 'a' } },
                   ],
                 },
+                // No per-filter config anywhere: ext_proc runs here unless it is disabled by default.
+                { name: 'plain', domains: ['plain'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' } }] },
               ],
             },
             http_filters: [
@@ -114,6 +116,7 @@ function bootstrap(): string {
               },
               {
                 name: 'envoy.filters.http.ext_proc',
+                ...(extProcDisabledByDefault ? { disabled: true } : {}),
                 typed_config: {
                   '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
                   grpc_service: { envoy_grpc: { cluster_name: 'ext' }, initial_metadata: md({ 'x-f': 'filter', 'x-a': 'filter' }) },
@@ -171,6 +174,27 @@ describe('harness: per-route ext_proc config and forwarded metadata', () => {
     assert.equal(lastCall().metadata['x-f'], 'filter', 'disabled carries no metadata to merge');
   });
 
+  test('a filter disabled by default (HttpFilter.disabled) runs only where a route or its virtual host names it', async () => {
+    const h2 = new EnvoyHarness({ config: parseEnvoyConfig(bootstrap(true)), target: srv.target });
+    try {
+      let before = srv.calls.length;
+      await h.request(get('plain', '/x'));
+      assert.equal(srv.calls.length, before + 1, 'enabled by default: a stream on a route with no per-filter config');
+      before = srv.calls.length;
+      const out = await h2.request(get('plain', '/x'));
+      assert.equal(out.kind === 'upstream' && out.cluster, 'a');
+      assert.equal(srv.calls.length, before, 'disabled by default: no stream where nothing enables it');
+      await h2.request(get('knobs', '/plain'));
+      assert.equal(srv.calls.length, before + 1, 'the virtual host’s per-filter config enables it');
+      await h2.request(get('off', '/on'));
+      assert.equal(srv.calls.length, before + 2, 'the route’s does too');
+      await h2.request(get('off', '/anything'));
+      assert.equal(srv.calls.length, before + 2, 'ExtProcPerRoute disabled: created, and the filter itself opens no stream');
+    } finally {
+      h2.close();
+    }
+  });
+
   test('metadata_context: forwarded namespaces only, set_metadata keeps or merges what the request had', async () => {
     await h.request(get('knobs', '/plain', { metadata: { ns1: { from: 'earlier' }, other: { x: 1 } } }));
     let msg = lastCall().messages[0]!;
@@ -213,20 +237,24 @@ describe('harness: per-route ext_proc config and forwarded metadata', () => {
     assert.throws(() => withOverride({ 'envoy.filters.http.ext_proc': { '@type': PER_ROUTE, disabled: false } }), /disabled must be true/);
     assert.throws(() => withOverride(perRoute({ grpc_initial_metadata: md({ 'x-kvgate-pool': '%REQ(x-pool)%' }) })), /format commands/);
     assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })));
-    // A filter disabled by default (HttpFilter.disabled) would run on every route in a model that ignored it.
-    const disabledFilter = stringify({
-      static_resources: {
-        listeners: [{ filter_chains: [{ filters: [{
-          name: 'envoy.filters.network.http_connection_manager',
-          typed_config: {
-            '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
-            route_config: { virtual_hosts: [{ name: 'v', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' } }] }] },
-            http_filters: [{ name: 'envoy.filters.http.ext_proc', disabled: true, typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor', grpc_service: { envoy_grpc: { cluster_name: 'a' } } } }],
-          },
-        }] }] }],
-      },
-    });
-    assert.throws(() => parseEnvoyConfig(disabledFilter), /disabled filters are not supported/);
+    // A filter disabled by default (HttpFilter.disabled): modelled for ext_proc, refused for any other.
+    const withFilters = (filters: unknown[]) =>
+      stringify({
+        static_resources: {
+          listeners: [{ filter_chains: [{ filters: [{
+            name: 'envoy.filters.network.http_connection_manager',
+            typed_config: {
+              '@type': 'type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager',
+              route_config: { virtual_hosts: [{ name: 'v', domains: ['*'], routes: [{ match: { prefix: '/' }, route: { cluster: 'a' } }] }] },
+              http_filters: filters,
+            },
+          }] }] }],
+        },
+      });
+    const extProcFilter = { name: 'envoy.filters.http.ext_proc', disabled: true, typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor', grpc_service: { envoy_grpc: { cluster_name: 'a' } } } };
+    assert.equal(parseEnvoyConfig(withFilters([extProcFilter])).extProc?.disabledByDefault, true);
+    const setMetadata = { name: 'envoy.filters.http.set_metadata', disabled: true, typed_config: { '@type': 'type.googleapis.com/envoy.extensions.filters.http.set_metadata.v3.Config' } };
+    assert.throws(() => parseEnvoyConfig(withFilters([setMetadata, { ...extProcFilter, disabled: false }])), /disabled filters other than ext_proc are not supported/);
   });
 });
 

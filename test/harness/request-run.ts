@@ -141,9 +141,12 @@ export class RequestRun {
   private readonly metadata: DynamicMetadata;
   private endpoint: string | undefined;
 
+  /** The ext_proc filter of this request's filter chain; undefined when there is none (see the constructor). */
+  private readonly session: ExtProcSession | undefined;
+
   constructor(
     private readonly config: ParsedEnvoyConfig,
-    private readonly session: ExtProcSession | undefined,
+    session: ExtProcSession | undefined,
     req: HarnessRequest,
   ) {
     this.headers = buildRequestHeaders(req);
@@ -165,6 +168,17 @@ export class RequestRun {
     // here. From now on the route changes only when a filter clears the cache.
     applyRequestMutations(config.earlyHeaderMutations, this.headers);
     this.resolveRouteIfNeeded();
+    // The filter chain is made now, on the route just picked (ActiveStream::decodeHeaders calls
+    // refreshCachedRoute, then createDownstreamFilterChain). A filter disabled by default
+    // (HttpFilter.disabled) is created only where that route says otherwise:
+    // FilterChainUtility::createFilterChainForFactories (source/common/http/filter_chain_helper.cc)
+    // takes `filterDisabled(name).value_or(disabled)`, and RouteEntryImplBase::filterDisabled
+    // (source/common/router/config_impl.cc) asks the route's typed_per_filter_config, then the
+    // virtual host's; an entry there that is not a FilterConfig counts as enabled
+    // (PerFilterConfigs: "If a filter is explicitly configured we treat it as enabled"). A later
+    // route change does not remake the chain.
+    const enabledHere = !!this.route && (this.route.route.extProcPerRoute !== undefined || this.route.vhost.extProcPerRoute !== undefined);
+    this.session = config.extProc?.disabledByDefault && !enabledHere ? undefined : session;
   }
 
   async run(upstream: UpstreamSpec | undefined): Promise<Outcome> {

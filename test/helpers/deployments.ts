@@ -131,10 +131,16 @@ export function istioGateway(): Obj {
         for (const r of a(o(vh).routes)) {
           const route = o(r);
           if (route.name !== name) continue;
-          const action = { ...o(route.route) };
-          const set = o(value.route);
-          if (Object.keys(set).some((k) => CLUSTER_SPECIFIER.includes(k))) for (const k of CLUSTER_SPECIFIER) delete action[k];
-          route.route = { ...action, ...set };
+          // Istio's MERGE is a proto merge of the value into the route: the route action's
+          // cluster specifier is a oneof (a new one replaces the old), messages merge field by field.
+          for (const [k, v] of Object.entries(value)) {
+            if (k === 'route') {
+              const action = { ...o(route.route) };
+              const set = o(v);
+              if (Object.keys(set).some((key) => CLUSTER_SPECIFIER.includes(key))) for (const key of CLUSTER_SPECIFIER) delete action[key];
+              route.route = { ...action, ...set };
+            } else route[k] = protoMerge(o(route[k] ?? {}), o(v));
+          }
         }
       }
     } else {
