@@ -110,6 +110,11 @@ const workersSchema = z
     for (const [i, w] of workers.entries()) {
       if (seen.has(w.id)) ctx.addIssue({ code: 'custom', path: [i, 'id'], message: `duplicate worker id "${w.id}"` });
       seen.add(w.id);
+      // A worker is judged on its engine's figures; DCGM's GPU memory and temperature are read
+      // beside them. Without metrics_url they would be scraped and never used: said, not ignored.
+      if (w.dcgm_url !== undefined && w.metrics_url === undefined) {
+        ctx.addIssue({ code: 'custom', path: [i, 'dcgm_url'], message: 'dcgm_url needs metrics_url: GPU memory and temperature are read beside the engine\'s metrics' });
+      }
     }
   });
 

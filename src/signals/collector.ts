@@ -54,7 +54,8 @@ export class SignalCollector<P extends FleetPool> {
   }
 
   private get workers(): WorkerConfig[] {
-    return this.opts.gate.currentConfig.workers.filter((w) => w.metrics_url || w.dcgm_url);
+    // The config allows dcgm_url only beside metrics_url (schema.ts): a worker is scraped for its engine.
+    return this.opts.gate.currentConfig.workers.filter((w) => w.metrics_url);
   }
 
   /** Starts the loops; resolves after the first round of scrapes and reads (bounded by the scrape timeout). */
@@ -206,16 +207,13 @@ export class SignalCollector<P extends FleetPool> {
       if (w.dcgm_url) {
         try {
           const dcgm = await read(w.dcgm_url);
-          if (w.metrics_url && dcgm.ageMs !== undefined && dcgm.ageMs > staleAfterMs) {
+          if (dcgm.ageMs !== undefined && dcgm.ageMs > staleAfterMs) {
             // Stale GPU figures are no figures; the engine's stand, as when DCGM fails (below).
             this.warn(`dcgm:${worker}`, 'DCGM metrics are stale; using the engine metrics without GPU memory and temperature', `samples ${dcgm.ageMs} ms old`, { worker });
           } else {
             Object.assign(signals, dcgm.signals);
-            if (!w.metrics_url && dcgm.ageMs !== undefined) signals.sampleAgeMs = dcgm.ageMs;
           }
         } catch (err) {
-          // DCGM is all this worker is scraped for: its failure is the scrape's.
-          if (!w.metrics_url) throw err;
           // The engine's figures stand: a broken exporter says nothing about the engine, and
           // failing the scrape for it marked a serving worker down. GPU memory and temperature
           // are unknown for this scrape.

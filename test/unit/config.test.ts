@@ -28,6 +28,11 @@ describe('config', () => {
     assert.equal(parseConfig({ limits: { stream_idle_s: 86_400 }, workers: w }).limits.stream_idle_s, 86_400, 'a day is allowed');
   });
 
+  test('dcgm_url without metrics_url is refused: its figures would be scraped and never used', () => {
+    assert.throws(() => parseConfig({ workers: [{ id: 'a', cluster: 'a', dcgm_url: 'http://n:9400/metrics' }] }), /workers\.0\.dcgm_url.*needs metrics_url/s);
+    assert.ok(parseConfig({ workers: [{ id: 'a', cluster: 'a', metrics_url: 'http://n:8000/metrics', dcgm_url: 'http://n:9400/metrics' }] }));
+  });
+
   test('every problem is reported at once, with its path', () => {
     assert.throws(
       () => parseConfig({ routing: { shed_status: 418, hedaer: 'x' }, workers: [{ id: 'a', cluster: 'a' }, { id: 'a', cluster: '' }] }),
