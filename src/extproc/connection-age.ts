@@ -35,7 +35,6 @@
  */
 import * as http2 from 'node:http2';
 import type * as grpc from '@grpc/grpc-js';
-import { DEFAULTS } from '../config/defaults.js';
 import { http2ServersOf, onNewSessions } from './http2-servers.js';
 import { sendShutdownNotice } from './shutdown-notice.js';
 
@@ -51,6 +50,8 @@ export interface ConnectionAgeOptions {
   noticeMs: number;
   /** Streams still open this long after the final GOAWAY are cut (the connection is destroyed). */
   graceMs: number;
+  /** A stopping gate waits until no connection has come or gone for this long (retireAll). */
+  quietMs: number;
 }
 
 /** Whether this grpc-js lets kvgate retire connections itself (checked before choosing how). */
@@ -106,9 +107,8 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
     });
     if (stopping) {
       // Envoy opens a new connection when it reads the notice on an old one; while the gate still
-      // listens, that one gets the notice too, once the peer has acknowledged kvgate's SETTINGS
-      // (the notice is written beside nghttp2 and must not overtake them).
-      session.once('localSettings', () => retire(session, opts, later));
+      // listens, that one gets the notice too.
+      retire(session, opts, later);
       return;
     }
     const jitter = (Math.random() * 2 - 1) * (opts.ageMs / 10);
@@ -147,12 +147,12 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       // the ones retired now, those already retiring by age, and those accepted meanwhile. Envoy
       // opens its next connection when it reads a notice, about when it answers the PING, so that
       // one arrives up to a round trip and a handshake after the last final GOAWAY went: the wait
-      // ends once no connection has come or gone for DEFAULTS.shutdownQuietMs. (A connection
-      // accepted after that is closed by the server's shutdown at once.)
+      // ends once no connection has come or gone for `quietMs` (DEFAULTS.shutdownQuietMs says
+      // why). A connection accepted after that is closed by the server's shutdown at once.
       const start = Date.now();
-      const deadline = start + opts.noticeMs + DEFAULTS.shutdownQuietMs;
+      const deadline = start + opts.noticeMs + opts.quietMs;
       const pending = () => [...open].some((s) => !s.closed && !s.destroyed);
-      const settled = () => !pending() && Date.now() - Math.max(lastChange, start) >= DEFAULTS.shutdownQuietMs;
+      const settled = () => !pending() && Date.now() - Math.max(lastChange, start) >= opts.quietMs;
       while (!settled() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     },
   };
@@ -162,6 +162,13 @@ type Later = (ms: number, fn: () => void) => () => void;
 
 function retire(session: http2.ServerHttp2Session, opts: ConnectionAgeOptions, later: Later): void {
   if (session.closed || session.destroyed) return;
+  // The notice is written beside nghttp2 and must not overtake kvgate's SETTINGS: a connection
+  // whose peer has not acknowledged them yet (one accepted a moment ago, as during a shutdown) is
+  // retired once it has.
+  if (session.pendingSettingsAck) {
+    session.once('localSettings', () => retire(session, opts, later));
+    return;
+  }
   // close() sends the final GOAWAY (the last stream seen) and ends the connection once its streams have.
   const finalGoaway = () => {
     if (session.closed || session.destroyed) return;

@@ -44,18 +44,25 @@ function field(md: MetadataContext | null | undefined, namespace: string, key: s
 
 function strings(v: PbValue | undefined): string[] | undefined {
   if (!v) return undefined;
-  if (typeof v.stringValue === 'string') {
-    // Tolerate the comma-separated form some proxies use for endpoint lists.
-    return v.stringValue.split(',').map((s) => s.trim()).filter(Boolean);
-  }
+  const out: string[] = [];
+  // Tolerate the comma-separated form some proxies use for endpoint lists.
+  if (typeof v.stringValue === 'string') return pushEntries(out, v.stringValue);
   if (v.listValue && Array.isArray(v.listValue.values)) {
     // A list entry may itself be a comma-separated list, as GIE's reference picker reads it
     // (pkg/lwepp/handlers/request.go splits each entry on commas).
-    return v.listValue.values
-      .slice(0, MAX_SUBSET)
-      .flatMap((x) => (typeof x?.stringValue === 'string' ? x.stringValue.split(',').map((s) => s.trim()).filter(Boolean) : []));
+    for (const x of v.listValue.values.slice(0, MAX_SUBSET)) if (typeof x?.stringValue === 'string') pushEntries(out, x.stringValue);
+    return out;
   }
   return undefined;
+}
+
+/** The non-empty, trimmed entries of a comma-separated string, appended to `out`. */
+function pushEntries(out: string[], s: string): string[] {
+  for (const part of s.split(',')) {
+    const t = part.trim();
+    if (t) out.push(t);
+  }
+  return out;
 }
 
 /** The proxy's subset hint: the endpoints it allows, or undefined when it sent none. */
@@ -128,7 +135,8 @@ function bareIp(e: string): string | undefined {
   const inner = e.startsWith('[') && e.endsWith(']') ? e.slice(1, -1) : e;
   const v = isIP(inner);
   if (v === 0) return undefined;
-  return hostOf(canonicalEndpoint(v === 6 ? `[${inner}]:1` : `${inner}:1`));
+  // canonicalEndpoint takes a host without a port too (isIP has vouched for it).
+  return canonicalEndpoint(v === 6 ? `[${inner}]` : inner);
 }
 
 /** The host part of a canonical ip:port (`[fd00::1]` for IPv6). */

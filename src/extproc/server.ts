@@ -86,6 +86,7 @@ export class ExtProcServer {
       ageMs: opts.connectionAgeMs ?? DEFAULTS.connectionAgeMs,
       maxStreams: opts.connectionMaxStreams ?? DEFAULTS.connectionMaxStreams,
       noticeMs: DEFAULTS.goawayNoticeMs,
+      quietMs: DEFAULTS.shutdownQuietMs,
       // Streams on a retired connection run to their end: an HTTP request can take minutes.
       graceMs: opts.gate.currentConfig.limits.stream_idle_s * 1000,
     };

@@ -335,8 +335,10 @@ export class ExtProcStream {
     // A body BUFFERED_PARTIAL cut at Envoy's buffer is not the request's body: reading it would
     // find a truncated prompt (malformed, or a 400 under `malformed_body: reject`). The decision
     // is made on the headers, as after full duplex's deadline.
-    const declared = declaredLength(this.request?.headers.get('content-length'));
-    if (partialBody(body.length, msg.request_body?.end_of_stream === true, declared, modes)) {
+    // A body with end_of_stream is whole (the usual case): content-length is read only otherwise.
+    const endOfStream = msg.request_body?.end_of_stream === true;
+    const declared = endOfStream ? undefined : declaredLength(this.request?.headers.get('content-length'));
+    if (partialBody(body.length, endOfStream, declared, modes)) {
       // At info, as an unusable body is (gate.ts): the prompts past Envoy's buffer lose their
       // body key (the load terms still size them by their content-length); worth seeing, not paging.
       this.logger.info({ bytes: body.length }, "request body cut at Envoy's buffer; routing without a body key");
@@ -555,8 +557,8 @@ export class ExtProcStream {
     if (served === undefined) return;
     this.servedSeen = true;
     const chosen = this.chosen;
-    const worker = workerAt(this.gate.currentConfig.workers, served);
-    // By worker, not by spelling: the proxy may write the address otherwise than the config.
+    // As written first (the common case), else by worker: the proxy may spell the address otherwise.
+    const worker = chosen?.endpoint === served ? undefined : workerAt(this.gate.currentConfig.workers, served);
     if (chosen?.endpoint === served || (worker !== undefined && worker.id === chosen?.worker)) {
       this.hooks.telemetry.served('chosen');
       return;

@@ -6,7 +6,7 @@ import { isAscii, isUtf8 } from 'node:buffer';
 import { asBody, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
 import { parsePiecewise, PIECEWISE_MIN_BYTES } from './large-body.js';
 
-export { MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody };
+export { MAX_JSON_DEPTH, type ParsedBody };
 
 /**
  * A body its transport joined from chunks (full duplex) and parsed at once, while the buffer it
@@ -37,8 +37,8 @@ function parseBytes(bytes: Buffer): ParsedBody {
   // too, at a little cost and with the same answers.
   if (size >= PIECEWISE_MIN_BYTES || (size >= PIECEWISE_MIN_BYTES / 2 && !isAscii(bytes))) {
     if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
-    const parsed = parsePiecewise(bytes, start);
-    if (parsed) return parsed;
+    // Declined (a shape the piecewise parse leaves to the whole-body one): already known UTF-8.
+    return parsePiecewise(bytes, start) ?? parseText(bytes.toString('utf8', start));
   }
   const text = decodeUtf8(bytes);
   return text === undefined ? { ok: false, reason: 'not_utf8' } : parseText(text);

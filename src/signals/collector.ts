@@ -181,7 +181,9 @@ export class SignalCollector<P extends FleetPool> {
   /** One scrape of one worker (its engine metrics and DCGM), published to the store. Never throws. */
   private async scrape(worker: string): Promise<void> {
     const w = this.opts.gate.currentConfig.workers.find((x) => x.id === worker);
-    if (!w) return;
+    // Gone, or its metrics_url removed, by a reload since it was scheduled: nothing to scrape.
+    const metricsUrl = w?.metrics_url;
+    if (!w || metricsUrl === undefined) return;
     const timeout = this.opts.gate.currentConfig.signals.timeout_ms;
     let update: { signals: WorkerSignals } | { error: string };
     try {
@@ -198,12 +200,10 @@ export class SignalCollector<P extends FleetPool> {
         const ageMs = parsed.oldestSampleMs === undefined ? undefined : Math.max(0, (page.dateMs ?? Date.now()) - parsed.oldestSampleMs);
         return { signals: parsed.signals, ageMs };
       };
-      if (w.metrics_url) {
-        const engine = await read(w.metrics_url);
-        Object.assign(signals, engine.signals);
-        // Health adds it to the scrape's age: figures stamped older than stale_after_ms are stale.
-        if (engine.ageMs !== undefined) signals.sampleAgeMs = engine.ageMs;
-      }
+      const engine = await read(metricsUrl);
+      Object.assign(signals, engine.signals);
+      // Health adds it to the scrape's age: figures stamped older than stale_after_ms are stale.
+      if (engine.ageMs !== undefined) signals.sampleAgeMs = engine.ageMs;
       if (w.dcgm_url) {
         try {
           const dcgm = await read(w.dcgm_url);
@@ -221,7 +221,7 @@ export class SignalCollector<P extends FleetPool> {
         }
       }
       if (problems.length > 0) this.warn(`problems:${worker}`, 'worker metrics had invalid values; ignoring them', problems.join('; '), { worker });
-      if (w.metrics_url && signals.running === undefined && signals.waiting === undefined && signals.kvUsage === undefined) {
+      if (signals.running === undefined && signals.waiting === undefined && signals.kvUsage === undefined) {
         // A page without any of the engine's series is not data: maybe the wrong engine, or a
         // renamed metric. Counting it as a healthy, idle worker would be a guess.
         update = { error: `no ${w.engine} metrics found` };
@@ -252,9 +252,10 @@ export class SignalCollector<P extends FleetPool> {
       // A pool's records of workers it no longer has are left behind by a reload that moved them
       // (nothing deletes them): only a worker's current pool speaks for it, or a frozen record of
       // its old pool could win the merge and hold it stale, down, for good.
+      // The same rule as the publishing side (scrape): the pool a worker is in now.
+      const fleet = this.opts.gate.pools;
       read.forEach((r, i) => {
-        const own = new Set(pools[i]!.workerIds);
-        for (const [worker, rec] of r) if (own.has(worker)) records.set(worker, rec);
+        for (const [worker, rec] of r) if (fleet.poolOfWorker(worker)?.name === pools[i]!.name) records.set(worker, rec);
       });
     } catch (err) {
       // Keep the last picture; it ages into "stale" on its own, so no worker stays healthy on old data.

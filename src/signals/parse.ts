@@ -56,7 +56,8 @@ export interface ParseOptions {
 
 export function parseSignals(text: string, engine: Engine, opts: ParseOptions = {}): ParseResult {
   const problems: string[] = [];
-  const byName = samplesOf(text, wantedNames(engine), problems);
+  const names = namesOf(engine);
+  const byName = samplesOf(text, names.wanted, problems);
   if (opts.gpus) ownGpus(byName, opts.gpus, problems);
 
   const m = ENGINE_METRICS[engine];
@@ -82,33 +83,27 @@ export function parseSignals(text: string, engine: Engine, opts: ParseOptions = 
   Object.assign(signals, framebuffer(byName, problems));
   const temp = pick(byName, [DCGM.temp], 'gpuTempC', NOT_NEGATIVE, problems);
   if (temp !== undefined) signals.gpuTempC = temp;
-  const oldest = oldestTimestamp(byName, loadGauges(engine));
+  const oldest = oldestTimestamp(byName, names.gauges);
   return { signals, problems, ...(oldest !== undefined ? { oldestSampleMs: oldest } : {}) };
 }
 
-/** Per engine, the names of the gauges that carry load (running, queued, KV use, DCGM's): what ages a page. */
-const LOAD_GAUGES = new Map<Engine, ReadonlySet<string>>();
+/**
+ * Per engine, the metric names parseSignals reads (`wanted`; DCGM's too: a DCGM page is parsed
+ * alike) and, of those, the gauges that carry load (`gauges`: running, queued, KV use, DCGM's),
+ * which alone age a page by their timestamps.
+ */
+const NAMES = new Map<Engine, { wanted: ReadonlySet<string>; gauges: ReadonlySet<string> }>();
 
-function loadGauges(engine: Engine): ReadonlySet<string> {
-  const known = LOAD_GAUGES.get(engine);
+function namesOf(engine: Engine): { wanted: ReadonlySet<string>; gauges: ReadonlySet<string> } {
+  const known = NAMES.get(engine);
   if (known) return known;
   const m = ENGINE_METRICS[engine];
-  const names = new Set<string>([...m.running, ...m.waiting, ...m.kvUsage, DCGM.fbUsed, DCGM.fbFree, DCGM.temp].map((sel) => sel.name));
-  LOAD_GAUGES.set(engine, names);
-  return names;
-}
-
-/** Per engine, every metric name parseSignals reads (DCGM's too: a DCGM page is parsed alike). */
-const WANTED = new Map<Engine, ReadonlySet<string>>();
-
-function wantedNames(engine: Engine): ReadonlySet<string> {
-  const known = WANTED.get(engine);
-  if (known) return known;
-  const m = ENGINE_METRICS[engine];
-  const names = new Set([...m.running, ...m.waiting, ...m.kvUsage, ...Object.values(DCGM)].map((s) => s.name));
-  if (m.cacheInfo) names.add(m.cacheInfo.name);
-  if (m.loraInfo) names.add(m.loraInfo.name);
-  WANTED.set(engine, names);
+  const gauges = new Set([...m.running, ...m.waiting, ...m.kvUsage, ...Object.values(DCGM)].map((s) => s.name));
+  const wanted = new Set(gauges);
+  if (m.cacheInfo) wanted.add(m.cacheInfo.name);
+  if (m.loraInfo) wanted.add(m.loraInfo.name);
+  const names = { wanted, gauges };
+  NAMES.set(engine, names);
   return names;
 }
 
@@ -273,9 +268,11 @@ interface Check {
   ok(v: number): boolean;
   says: string;
 }
-const COUNT: Check = { ok: (v) => Number.isFinite(v) && v >= 0, says: 'is not a count' };
-const FRACTION: Check = { ok: (v) => Number.isFinite(v) && v >= 0 && v <= 1, says: 'is outside [0, 1]' };
-const NOT_NEGATIVE: Check = { ok: (v) => Number.isFinite(v) && v >= 0, says: 'is invalid' };
+const nonNegative = (v: number): boolean => Number.isFinite(v) && v >= 0;
+const COUNT: Check = { ok: nonNegative, says: 'is not a count' };
+const FRACTION: Check = { ok: (v) => nonNegative(v) && v <= 1, says: 'is outside [0, 1]' };
+/** A gauge that cannot be negative (MiB, °C): the same test as a count, said of a gauge. */
+const NOT_NEGATIVE: Check = { ok: nonNegative, says: 'is invalid' };
 
 /**
  * The value of the first selector that has series. Several series (per model, per GPU) combine

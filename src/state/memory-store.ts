@@ -180,21 +180,12 @@ export class MemoryStore implements RoutingStore {
 
   coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
     const m = this.sessionMap(pool, worker);
-    let ordered = true;
-    let last = -Infinity;
-    for (const [k, routed] of [...m]) {
-      if (this.affinities.get(affinityKey(pool, k)) !== worker) m.delete(k);
-      else if (routed < last) ordered = false;
-      else last = routed;
-    }
-    // A migration appends a session with the time it was last routed (`migrate`), maybe older than
-    // the worker's own: put the map back in recency order once (a stable sort keeps ties as they were).
-    if (!ordered) {
-      const sorted = [...m].sort((a, b) => a[1] - b[1]);
-      m.clear();
-      for (const [k, routed] of sorted) m.set(k, routed);
-    }
-    return Promise.resolve({ keys: [...m.keys()].slice(0, limit), total: m.size });
+    for (const k of [...m.keys()]) if (this.affinities.get(affinityKey(pool, k)) !== worker) m.delete(k);
+    // By when each was last routed: a migration appends a session with its own time (`migrate`),
+    // maybe older than the worker's others. The sort is stable (ties keep insertion order) and
+    // nearly linear on the mostly ordered map; this runs per migration round, not per request.
+    const keys = [...m].sort((a, b) => a[1] - b[1]).slice(0, limit).map(([k]) => k);
+    return Promise.resolve({ keys, total: m.size });
   }
 
   migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number }): Promise<OffloadEvent[]> {

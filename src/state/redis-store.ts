@@ -711,10 +711,12 @@ export class RedisStore implements RoutingStore {
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
     if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
     if (this.ledger.unreleasedLeases().length > 0) void this.retryReleases();
+    let behind: Set<string> | undefined;
     for (const [pool, view] of this.views) {
       if (this.configuredPools && !this.configuredPools.has(pool)) {
         // A reload removed this pool: once nothing of this replica's is left in it, stop polling.
-        if (this.ledger.sharedLeases(pool).length === 0 && !this.ledger.poolsBehind().has(pool)) this.views.delete(pool);
+        behind ??= this.ledger.poolsBehind();
+        if (this.ledger.sharedLeases(pool).length === 0 && !behind.has(pool)) this.views.delete(pool);
         continue;
       }
       try {
@@ -749,7 +751,7 @@ export class RedisStore implements RoutingStore {
           // A lease released since the renewal was sent may have had its removal run first (the
           // pipeline can wait on a script check): added back, it would count until its TTL. Its
           // removal is sent again, as a release Redis did not take.
-          for (const l of ls) if (back.has(l.id) && !this.ledger.isShared(l.id)) this.ledger.mustRemove(l);
+          for (const l of ls) if (back.has(l.id)) this.ledger.mustRemove(l); // mustRemove passes over a lease still held
         } catch (err) {
           this.logFailure('redis lease renewal failed', err);
         }
@@ -797,11 +799,10 @@ export class RedisStore implements RoutingStore {
 
     const p = this.redis.pipeline();
     p.exists(keys.alive);
-    const chunks: number[] = [];
-    for (let i = 0; i < affinities.length; i += WRITE_BACKS_PER_CALL) {
+    let calls = 0;
+    for (let i = 0; i < affinities.length; i += WRITE_BACKS_PER_CALL, calls++) {
       const chunk = affinities.slice(i, i + WRITE_BACKS_PER_CALL).map(([, u]) => ({ key: u.key, worker: u.worker, ttlMs: u.expiresAt - now }));
       p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
-      chunks.push(chunk.length);
     }
     for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
     const replies = await p.exec();
@@ -810,7 +811,7 @@ export class RedisStore implements RoutingStore {
     if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
 
     // Adopt what Redis holds now: ours, or the placement another replica wrote first.
-    const held = chunks.flatMap((_, c) => cmd.readWriteBack(replies[1 + c]![1] as Array<string | number>));
+    const held = Array.from({ length: calls }, (_, c) => cmd.readWriteBack(replies[1 + c]![1] as Array<string | number>)).flat();
     affinities.forEach(([ck, u], i) => {
       const h = held[i];
       if (h) this.cacheAffinity(ck, h.worker, this.affinityCache.get(ck)?.keyInflight ?? 0, h.ttlMs);

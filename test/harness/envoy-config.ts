@@ -377,7 +377,7 @@ function httpStatusCode(v: unknown, where: string, dflt: number): number {
   return code;
 }
 
-export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
+export function parseExtProc(name: string, raw: unknown, disabledByDefault = false): ExtProcConfig {
   const c = obj(raw, name);
   const known = new Set([
     'grpc_service', 'failure_mode_allow', 'processing_mode', 'message_timeout', 'max_message_timeout',
@@ -411,7 +411,7 @@ export function parseExtProc(name: string, raw: unknown): ExtProcConfig {
 
   const config: ExtProcConfig = {
     filterName: name,
-    disabledByDefault: false,
+    disabledByDefault,
     initialMetadata,
     processingMode: normalizeProcessingMode(c.processing_mode),
     messageTimeoutMs: c.message_timeout === undefined ? 200 : parseDurationMs(c.message_timeout, 'message_timeout'),
@@ -710,7 +710,7 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     if (isExtProc) {
       // One ext_proc server per harness: a second ext_proc filter would need its own stream.
       if (extProc) throw new Error('more than one ext_proc filter is not supported by the harness');
-      extProc = { ...parseExtProc(name, f.typed_config), disabledByDefault: f.disabled === true };
+      extProc = parseExtProc(name, f.typed_config, f.disabled === true);
       return { kind: 'ext_proc', name };
     }
     if (type === HEADER_MUTATION_TYPE || (type === undefined && name === 'envoy.filters.http.header_mutation')) {

@@ -664,7 +664,8 @@ export class RequestRun {
    * complete (Filter::encodeHeaders). A local reply (the router's 404 or 503, a buffer limit's 413)
    * does not: since 1.34 ext_proc ends its processing when told of a local reply (changelog
    * 1.34.0, "local replies were incorrectly sent to the ext_proc server", runtime guard
-   * `skip_ext_proc_on_local_reply`, on by default; `Filter::onLocalReply`), so the server hears
+   * `skip_ext_proc_on_local_reply`, on by default; source/extensions/filters/http/ext_proc/ext_proc.cc,
+   * `Filter::onLocalReply`), so the server hears
    * nothing more until the stream closes.
    */
   private async encode(draft: ResponseDraft): Promise<Encoded> {
