@@ -90,16 +90,17 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       timers.delete(t);
     };
   };
-  /** Open connections not yet retiring, each with the way to retire it at once (for retireAll). */
-  const live = new Map<http2.ServerHttp2Session, () => void>();
-  /** Every connection not closed yet, retiring or not: a stopping gate waits for all of them. */
-  const open = new Set<http2.ServerHttp2Session>();
+  /**
+   * Every connection not closed yet (a stopping gate waits for all of them), with the way to
+   * retire it at once while it is not retiring yet (for retireAll), null once it is.
+   */
+  const open = new Map<http2.ServerHttp2Session, (() => void) | null>();
   /** Set by retireAll: the gate is stopping, so a connection accepted now is retired at once. */
   let stopping = false;
   /** When a connection last arrived or closed (retireAll waits for this to go quiet). */
   let lastChange = 0;
   const onSession = (session: http2.ServerHttp2Session) => {
-    open.add(session);
+    open.set(session, null);
     lastChange = Date.now();
     session.once('close', () => {
       open.delete(session);
@@ -117,17 +118,14 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       if (++streams >= opts.maxStreams) retireOnce();
     };
     const retireOnce = () => {
-      live.delete(session);
+      if (open.has(session)) open.set(session, null);
       session.off('stream', onStream);
       cancelAge();
       retire(session, opts, later);
     };
     const cancelAge = later(opts.ageMs + jitter, retireOnce);
-    live.set(session, retireOnce);
-    session.once('close', () => {
-      live.delete(session);
-      cancelAge();
-    });
+    open.set(session, retireOnce);
+    session.once('close', cancelAge);
     // Each stream ends with one reset from Envoy: counting streams counts the resets to come.
     session.on('stream', onStream);
   };
@@ -141,7 +139,7 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
     async retireAll() {
       stopping = true;
       const hadConnections = open.size > 0;
-      for (const retireOnce of [...live.values()]) retireOnce();
+      for (const retireOnce of [...open.values()]) retireOnce?.();
       if (!hadConnections) return;
       // Each final GOAWAY goes once its PING is answered, at the latest after the notice period:
       // the ones retired now, those already retiring by age, and those accepted meanwhile. Envoy
@@ -151,7 +149,7 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       // why). A connection accepted after that is closed by the server's shutdown at once.
       const start = Date.now();
       const deadline = start + opts.noticeMs + opts.quietMs;
-      const pending = () => [...open].some((s) => !s.closed && !s.destroyed);
+      const pending = () => [...open.keys()].some((s) => !s.closed && !s.destroyed);
       const settled = () => !pending() && Date.now() - Math.max(lastChange, start) >= opts.quietMs;
       while (!settled() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     },

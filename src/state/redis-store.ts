@@ -38,6 +38,7 @@ import { RedisLedger } from './redis-ledger.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
 import {
   leaseMember,
+  leaseMemberKey,
   preconditionsHold,
   sessionHash,
   type OffloadEvent,
@@ -354,9 +355,9 @@ export class RedisStore implements RoutingStore {
    * commit (whose preconditions do not include the count) moved its affinity there.
    */
   private releaseKeyCount(lease: Lease): void {
-    const bar = lease.id.indexOf('|');
-    if (bar < 0) return;
-    const cached = this.affinityCache.peek(this.affinityCacheKey(lease.pool, lease.id.slice(bar + 1)));
+    const key = leaseMemberKey(lease.id);
+    if (key === undefined) return;
+    const cached = this.affinityCache.peek(this.affinityCacheKey(lease.pool, key));
     if (cached && cached.worker === lease.worker && cached.keyInflight > 0) cached.keyInflight--;
   }
 

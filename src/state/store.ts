@@ -173,3 +173,9 @@ export function preconditionsHold(p: Preconditions, snap: CommitFacts): boolean 
 export function leaseMember(id: string, key: string | undefined): string {
   return key === undefined ? id : `${id}|${key}`;
 }
+
+/** The key a lease member serves (`leaseMember`'s inverse; ids never contain the bar). */
+export function leaseMemberKey(member: string): string | undefined {
+  const bar = member.indexOf('|');
+  return bar < 0 ? undefined : member.slice(bar + 1);
+}
