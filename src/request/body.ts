@@ -3,7 +3,8 @@
  * reports why a body was not usable so the caller can pick the configured answer.
  */
 import { isAscii, isUtf8 } from 'node:buffer';
-import { asBody, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { asBody, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { scanJson } from './json-scan.js';
 import { parsePiecewise, PIECEWISE_MIN_BYTES } from './large-body.js';
 
 export { MAX_JSON_DEPTH, type ParsedBody };
@@ -25,10 +26,16 @@ export function parseJsonBody(body: Buffer | JoinedBody | undefined): ParsedBody
 }
 
 /**
- * The bytes' parse. Large bodies are parsed piecewise (large-body.ts: no string of the whole body,
- * the same answers); the rest, and any the piecewise way declines, as one decoded text.
+ * The bytes' parse. Every body is checked as UTF-8 and scanned for its nesting (json-scan.ts)
+ * before V8's parser sees it. Large bodies are parsed piecewise (large-body.ts: no string of the
+ * whole body, the same answers); the rest, and any the piecewise way declines, as one decoded text.
  */
 function parseBytes(bytes: Buffer): ParsedBody {
+  // Node's validator and `Buffer#toString` give what a fatal TextDecoder('utf-8') gives (one
+  // leading BOM dropped: JSON.parse refuses it, and clients that write one mean plain JSON) at about
+  // half its cost, 0.5 µs a request at 2 KB (TextDecoder's fatal mode goes through a try/catch and
+  // a wrapper per call); test/unit/body-decode.test.ts holds the two to the same answers.
+  if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
   const start = bomLength(bytes);
   const size = bytes.length - start;
   // One character past U+00FF makes V8 store the whole string two bytes a character, so a body of
@@ -36,71 +43,28 @@ function parseBytes(bytes: Buffer): ParsedBody {
   // a body of Latin-1 letters only (é), stored one byte a character, takes the piecewise parse
   // too, at a little cost and with the same answers.
   if (size >= PIECEWISE_MIN_BYTES || (size >= PIECEWISE_MIN_BYTES / 2 && !isAscii(bytes))) {
-    if (!isUtf8(bytes)) return { ok: false, reason: 'not_utf8' };
-    // Declined (a shape the piecewise parse leaves to the whole-body one): already known UTF-8.
-    return parsePiecewise(bytes, start) ?? parseText(bytes.toString('utf8', start));
+    // Declined only after a whole scan that refused nothing.
+    const piecewise = parsePiecewise(bytes, start);
+    if (piecewise) return piecewise;
+  } else {
+    const scan = scanJson(bytes, start);
+    if (scan === 'too_complex') return { ok: false, reason: 'too_complex' };
+    if (scan === 'unterminated') return { ok: false, reason: 'not_json' };
   }
-  const text = decodeUtf8(bytes);
-  return text === undefined ? { ok: false, reason: 'not_utf8' } : parseText(text);
-}
-
-/** The whole-body parse of a body's text (decodeUtf8's answer): the answers the piecewise way is held to. */
-export function parseText(text: string): ParsedBody {
-  if (tooComplex(text)) return { ok: false, reason: 'too_complex' };
   let value: unknown;
   try {
     // JSON.parse is iterative in V8 for arrays/objects, but deeply nested input can still throw
     // RangeError; both land here.
-    value = JSON.parse(text);
+    value = JSON.parse(bytes.toString('utf8', start));
   } catch {
     return { ok: false, reason: 'not_json' };
   }
   return asBody(value);
 }
 
-/**
- * The body as text, or undefined when it is not valid UTF-8: exactly what a fatal
- * `TextDecoder('utf-8')` (BOM not ignored) answers, which the tests hold it to. Node's native
- * validator and `Buffer#toString` cost about half of TextDecoder's decode (whose fatal mode goes
- * through a try/catch and a wrapper per call): 0.5 us per request at 2 KB. Like TextDecoder, one
- * leading BOM is dropped (JSON.parse refuses it; clients that write one mean plain JSON).
- */
-export function decodeUtf8(body: Buffer): string | undefined {
-  return isUtf8(body) ? body.toString('utf8', bomLength(body)) : undefined;
-}
-
 /** 3 when the bytes open with a UTF-8 BOM, else 0. */
 function bomLength(body: Buffer): number {
   return body.length >= 3 && body[0] === 0xef && body[1] === 0xbb && body[2] === 0xbf ? 3 : 0;
-}
-
-/**
- * One pass over the decoded text counting brackets outside strings: too deep or too many
- * containers. Strings (nearly all of a prompt) are skipped with `indexOf`, natively, to their
- * closing quote: the first one not escaped by an odd run of backslashes. Malformed JSON is only
- * miscounted, never slow. The piecewise parse of large bodies (large-body.ts) walks their bytes
- * the same way, so the two refuse the same bodies.
- */
-function tooComplex(text: string): boolean {
-  let depth = 0;
-  let containers = 0;
-  for (let i = 0; i < text.length; i++) {
-    const c = text.charCodeAt(i);
-    if (c === 0x22) {
-      let end = i;
-      for (;;) {
-        end = text.indexOf('"', end + 1);
-        if (end < 0) return false;
-        let slashes = 0;
-        while (text.charCodeAt(end - 1 - slashes) === 0x5c) slashes++;
-        if (slashes % 2 === 0) break;
-      }
-      i = end;
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > MAX_JSON_DEPTH || ++containers > MAX_JSON_CONTAINERS) return true;
-    } else if (c === 0x5d || c === 0x7d) depth--;
-  }
-  return false;
 }
 
 /**

@@ -7,9 +7,8 @@
  * decode; parsing it then costs the same again whenever one string value is that large. Yet such a
  * body is nearly all a few long string values (the conversation's messages), each below that size.
  *
- * How: one pass over the bytes finds every string literal, exactly as `tooComplex` in body.ts
- * walks the text (a quote, then the next quote not escaped by an odd run of backslashes), and
- * counts brackets outside them as it does. Each long literal in a value's place is parsed on its
+ * How: the scan every body gets (json-scan.ts: brackets counted outside string literals) also
+ * lists the long literals in a value's place. Each long literal in a value's place is parsed on its
  * own (`JSON.parse` of the literal's text: the same string the whole body's parse makes of it, its
  * escapes checked the same way); the rest of the body, with a short placeholder string in each
  * long literal's place, is parsed as a whole, and the placeholders are then swapped for their
@@ -24,13 +23,14 @@
  *   occurs the body goes the whole-body way, as does an unterminated string.
  * - Keys are never replaced (a literal followed by `:` stays), so no object is rebuilt and its
  *   keys keep their order; a value is swapped in place.
- * - Too deep or too many containers: the count is tooComplex's, on the same brackets in the same
- *   order, so the same bodies are refused, before anything is parsed.
+ * - Too deep or too many containers: the same scan as every other body's, so the same bodies are
+ *   refused, before anything is parsed; an unterminated string is `not_json`, as it is for them.
  *
  * test/unit/large-body.test.ts holds this to the whole-body parse on generated bodies of every
  * shape, valid and not.
  */
-import { asBody, MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, type ParsedBody } from './body-limits.js';
+import { asBody, type ParsedBody } from './body-limits.js';
+import { scanJson } from './json-scan.js';
 
 /**
  * Bodies from this size are parsed piecewise: about where the whole body as one string (one byte
@@ -46,46 +46,29 @@ export const PIECEWISE_MIN_BYTES = 128 * 1024;
  */
 export const LONG_LITERAL_BYTES = 1024;
 
-const QUOTE = 0x22;
-const BACKSLASH = 0x5c;
-
 /**
  * The whole-body parse's answer for `bytes` (valid UTF-8, read from `start`, past a BOM), or
- * undefined when this way declines and the caller must parse the whole text.
+ * undefined when this way declines and the caller must parse the whole text: when the body has no
+ * long literal, or its skeleton spells a placeholder. It declines only after the scan has passed
+ * the whole body, so the caller's parse needs no scan of its own.
  */
 export function parsePiecewise(bytes: Buffer, start: number): ParsedBody | undefined {
-  const n = bytes.length;
   // [start, end) of each long literal in a value's place, quotes included.
   const spans: number[] = [];
+  const scan = scanJson(bytes, start, { minBytes: LONG_LITERAL_BYTES, spans });
+  if (scan === 'too_complex') return { ok: false, reason: 'too_complex' };
+  if (scan === 'unterminated') return { ok: false, reason: 'not_json' };
+  if (spans.length === 0) return undefined;
   let skeleton = '';
   let from = start;
-  let depth = 0;
-  let containers = 0;
-  for (let i = start; i < n; i++) {
-    const c = bytes[i]!;
-    if (c === QUOTE) {
-      let end = i;
-      for (;;) {
-        end = bytes.indexOf(QUOTE, end + 1);
-        if (end < 0) return undefined; // unterminated: the whole-body way answers it
-        let slashes = 0;
-        while (bytes[end - 1 - slashes] === BACKSLASH) slashes++;
-        if (slashes % 2 === 0) break;
-      }
-      if (end + 1 - i >= LONG_LITERAL_BYTES && !keyFollows(bytes, end + 1)) {
-        const text = bytes.toString('utf8', from, i);
-        if (text.includes('\\u0000')) return undefined;
-        skeleton += `${text}"\\u0000${spans.length >> 1}"`;
-        spans.push(i, end + 1);
-        from = end + 1;
-      }
-      i = end;
-    } else if (c === 0x5b || c === 0x7b) {
-      if (++depth > MAX_JSON_DEPTH || ++containers > MAX_JSON_CONTAINERS) return { ok: false, reason: 'too_complex' };
-    } else if (c === 0x5d || c === 0x7d) depth--;
+  for (let k = 0; k < spans.length; k += 2) {
+    const text = bytes.toString('utf8', from, spans[k]);
+    if (text.includes('\\u0000')) return undefined;
+    skeleton += `${text}"\\u0000${k >> 1}"`;
+    from = spans[k + 1]!;
   }
-  const rest = bytes.toString('utf8', from, n);
-  if (spans.length > 0 && rest.includes('\\u0000')) return undefined;
+  const rest = bytes.toString('utf8', from);
+  if (rest.includes('\\u0000')) return undefined;
   skeleton += rest;
   let value: unknown;
   const values: string[] = [];
@@ -96,18 +79,8 @@ export function parsePiecewise(bytes: Buffer, start: number): ParsedBody | undef
     return { ok: false, reason: 'not_json' };
   }
   const parsed = asBody(value);
-  if (parsed.ok && values.length > 0) swapIn(parsed.value, values);
+  if (parsed.ok) swapIn(parsed.value, values);
   return parsed;
-}
-
-/** Whether the next byte after whitespace is `:`, which makes the literal before it a key. */
-function keyFollows(bytes: Buffer, at: number): boolean {
-  let j = at;
-  for (;;) {
-    const c = bytes[j];
-    if (c === 0x20 || c === 0x0a || c === 0x0d || c === 0x09) j++;
-    else return c === 0x3a;
-  }
 }
 
 /**
