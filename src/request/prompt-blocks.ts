@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { SEP, stableJson, withoutCacheControl, type PromptApi } from './prompt.js';
+import { SEP, stableJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -116,12 +116,14 @@ class HashedParts {
     return this.end(label.length + 1 + text.length);
   }
 
-  /** A part `role SEP content` with content rendered as contentText renders it. */
-  turn(role: string, content: unknown): boolean {
+  /** A part `role SEP content extras` with content rendered as contentText renders it, extras as turnExtras. */
+  turn(role: string, content: unknown, extras = ''): boolean {
     this.begin();
     this.h.feed(role);
     this.h.feed(SEP);
-    return this.end(role.length + 1 + feedContent(this.h, content));
+    const chars = feedContent(this.h, content);
+    this.h.feed(extras);
+    return this.end(role.length + 1 + chars + extras.length);
   }
 
   /** Tool definitions, when the field is a non-empty list; true when the text is long enough. */
@@ -134,7 +136,7 @@ class HashedParts {
     for (const m of messages) {
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
-      if (this.turn(typeof msg['role'] === 'string' ? msg['role'] : '', msg['content'])) return;
+      if (this.turn(typeof msg['role'] === 'string' ? msg['role'] : '', msg['content'], turnExtras(msg))) return;
     }
   }
 
@@ -193,7 +195,7 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
           const role = it['role'];
           const full =
             typeof role === 'string'
-              ? parts.turn(role, it['content'])
+              ? parts.turn(role, it['content'], turnExtras(it))
               : parts.labelled(typeof it['type'] === 'string' ? it['type'] : '', stableJson(withoutCacheControl(it)));
           if (full) break;
         }

@@ -4,7 +4,8 @@
  * are kept (a system prompt and a user message with the same words are different prefixes).
  *
  * Three request shapes, one rendering: tools first (chat templates render them ahead of the
- * conversation), then the system prompt as a `system` part, then each turn as `role, content`. So
+ * conversation), then the system prompt as a `system` part, then each turn as `role, content`
+ * (and, after the content, a turn's tool calls, tool call id and name: see turnExtras). So
  * the same conversation sent as OpenAI chat, Anthropic Messages (`system` + `messages`) or OpenAI
  * Responses (`instructions` + `input`) gives the same text after the tools, as the engine's chat
  * template gives it the same tokens. A field of the wrong type is left out (the engine answers its
@@ -51,7 +52,7 @@ export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infini
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
       const role = typeof msg['role'] === 'string' ? msg['role'] : '';
-      if (full(`${role}${SEP}${contentText(msg['content'])}`)) break;
+      if (full(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) break;
     }
   } else if (body['prompt'] !== undefined) {
     const p = body['prompt'];
@@ -98,7 +99,7 @@ export function responsesPrompt(body: Record<string, unknown>, maxChars = Infini
       const role = it['role'];
       const full =
         typeof role === 'string'
-          ? parts.add(`${role}${SEP}${contentText(it['content'])}`)
+          ? parts.add(`${role}${SEP}${contentText(it['content'])}${turnExtras(it)}`)
           : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
       if (full) break;
     }
@@ -130,13 +131,30 @@ class Parts {
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
       const role = typeof msg['role'] === 'string' ? msg['role'] : '';
-      if (this.add(`${role}${SEP}${contentText(msg['content'])}`)) return;
+      if (this.add(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) return;
     }
   }
 
   text(): string | undefined {
     return this.parts.length > 0 ? this.parts.join(SEP) : undefined;
   }
+}
+
+/**
+ * What a turn carries besides its content that chat templates render: an assistant turn's
+ * `tool_calls` (their JSON), a tool turn's `tool_call_id`, a turn's `name`, each only when of the
+ * right type, as `SEP label SEP value` after the content. Two agent conversations that differ only
+ * in a call's arguments are different prompts. '' for a turn without them, so its text is unchanged.
+ */
+export function turnExtras(msg: Record<string, unknown>): string {
+  let s = '';
+  const calls = msg['tool_calls'];
+  if (Array.isArray(calls) && calls.length > 0) s += `${SEP}tool_calls${SEP}${stableJson(calls)}`;
+  const id = msg['tool_call_id'];
+  if (typeof id === 'string' && id.length > 0) s += `${SEP}tool_call_id${SEP}${id}`;
+  const name = msg['name'];
+  if (typeof name === 'string' && name.length > 0) s += `${SEP}name${SEP}${name}`;
+  return s;
 }
 
 /**

@@ -335,3 +335,76 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     }
   });
 });
+
+describe('tool calls are part of the prompt', () => {
+  /** Where two chains part: the count of leading blocks they share. */
+  const common = (a: string[], b: string[]) => {
+    let i = 0;
+    while (i < a.length && i < b.length && a[i] === b[i]) i++;
+    return i;
+  };
+
+  test('chat: tool_calls on an assistant turn, tool_call_id and name on a tool turn', () => {
+    const convo = (args: string, id = 'c1', name = 'get_weather') => ({
+      model: 'm',
+      messages: [
+        { role: 'system', content: SYSTEM },
+        { role: 'user', content: 'Find the weather' },
+        { role: 'assistant', content: null, tool_calls: [{ id: 'c1', type: 'function', function: { name: 'get_weather', arguments: args } }] },
+        { role: 'tool', tool_call_id: id, name, content: 'sunny' },
+        { role: 'user', content: LONG_USER },
+      ],
+    });
+    const a = understand(req({}, convo('{"city":"Paris"}')), config);
+    assert.ok(a.blocks.length >= 18, `${a.blocks.length} blocks`);
+    for (const other of [convo('{"city":"Tokyo"}'), convo('{"city":"Paris"}', 'c2'), convo('{"city":"Paris"}', 'c1', 'get_time')]) {
+      const b = understand(req({}, other), config);
+      assert.ok(common(a.blocks, b.blocks) >= 11, 'the system prompt is shared');
+      assert.notEqual(a.blocks.at(-1), b.blocks.at(-1), JSON.stringify(other.messages.slice(2, 4)));
+    }
+    // Wrong types are left out, as any other field of the wrong type is.
+    const odd = convo('{"city":"Paris"}');
+    odd.messages[2] = { ...odd.messages[2]!, tool_calls: 'x' as never };
+    const none = convo('{"city":"Paris"}');
+    delete (none.messages[2] as { tool_calls?: unknown }).tool_calls;
+    assert.deepEqual(understand(req({}, odd), config).blocks, understand(req({}, none), config).blocks);
+  });
+
+  test('Messages: tool_use input and tool_result tool_use_id count (by the JSON of the block)', () => {
+    const convo = (input: object, id = 't1') => ({
+      model: 'm',
+      system: SYSTEM,
+      messages: [
+        { role: 'user', content: 'Find the weather' },
+        { role: 'assistant', content: [{ type: 'tool_use', id: 't1', name: 'get_weather', input }] },
+        { role: 'user', content: [{ type: 'tool_result', tool_use_id: id, content: 'sunny' }] },
+        { role: 'user', content: LONG_USER },
+      ],
+    });
+    const a = understand(req({}, convo({ city: 'Paris' }), '/v1/messages'), config);
+    for (const other of [convo({ city: 'Tokyo' }), convo({ city: 'Paris' }, 't2')]) {
+      const b = understand(req({}, other, '/v1/messages'), config);
+      assert.ok(common(a.blocks, b.blocks) >= 11);
+      assert.notEqual(a.blocks.at(-1), b.blocks.at(-1));
+    }
+  });
+
+  test('Responses: function_call arguments and call_id, function_call_output call_id count', () => {
+    const convo = (args: string, id = 'c1', outId = id) => ({
+      model: 'm',
+      instructions: SYSTEM,
+      input: [
+        { role: 'user', content: 'Find the weather' },
+        { type: 'function_call', call_id: id, name: 'get_weather', arguments: args },
+        { type: 'function_call_output', call_id: outId, output: 'sunny' },
+        { role: 'user', content: LONG_USER },
+      ],
+    });
+    const a = understand(req({}, convo('{"city":"Paris"}'), '/v1/responses'), config);
+    for (const other of [convo('{"city":"Tokyo"}'), convo('{"city":"Paris"}', 'c2'), convo('{"city":"Paris"}', 'c1', 'c2')]) {
+      const b = understand(req({}, other, '/v1/responses'), config);
+      assert.ok(common(a.blocks, b.blocks) >= 11);
+      assert.notEqual(a.blocks.at(-1), b.blocks.at(-1));
+    }
+  });
+});

@@ -3,7 +3,8 @@
  * the request path: chainedBlockHashes(canonicalPrompt(body, blockChars × maxBlocks)), with
  * hashText of the whole text under one block. Any body fast-check makes, including prompts of many
  * blocks, surrogate pairs split at block and part boundaries, lone surrogates, tools, content
- * arrays, prompt arrays and fields of the wrong type, must give the same hashes, or none alike.
+ * arrays, tool calls, prompt arrays and fields of the wrong type, must give the same hashes, or
+ * none alike.
  */
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
@@ -36,8 +37,19 @@ const content = fc.oneof(
   fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text }), fc.record({ type: fc.constant('image_url'), image_url: fc.record({ url: text }) }), text, anyJson), { maxLength: 5 }),
   anyJson,
 );
+/** An assistant turn's tool calls (chat completions), or a value of the wrong type. */
+const toolCalls = fc.oneof(
+  fc.array(fc.record({ id: text, type: fc.constant('function'), function: fc.record({ name: text, arguments: text }) }), { maxLength: 2 }),
+  anyJson,
+);
 const message = fc.oneof(
-  { weight: 4, arbitrary: fc.record({ role: fc.oneof(fc.constantFrom('system', 'user', 'assistant', 'tool'), anyJson), content }, { requiredKeys: [] }) },
+  {
+    weight: 4,
+    arbitrary: fc.record(
+      { role: fc.oneof(fc.constantFrom('system', 'user', 'assistant', 'tool'), anyJson), content, tool_calls: toolCalls, tool_call_id: fc.oneof(text, anyJson), name: fc.oneof(text, anyJson) },
+      { requiredKeys: [] },
+    ),
+  },
   { weight: 1, arbitrary: anyJson },
 );
 const body = fc.record(
@@ -72,7 +84,7 @@ const responsesBody = fc.record(
       text,
       fc.array(
         fc.oneof(
-          fc.record({ role: fc.constantFrom('user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })) }),
+          fc.record({ role: fc.constantFrom('user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })), name: text }, { requiredKeys: ['role', 'content'] }),
           fc.record({ type: fc.constantFrom('function_call', 'function_call_output', 'reasoning'), call_id: text, output: text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
           anyJson,
         ),
@@ -109,7 +121,18 @@ describe('promptBlocks gives exactly the reference hashes', () => {
   test('prompts of many 256-character blocks, cut at the configured cap', () => {
     const long = fc.string({ unit: fc.constantFrom('a', 'é', '😀', '\ud800', ' ', 'the quick brown fox '), minLength: 200, maxLength: 2000 });
     const chat = fc.record({
-      messages: fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: fc.oneof(long, fc.array(fc.record({ type: fc.constant('text'), text: long }), { maxLength: 3 })) }), { minLength: 1, maxLength: 12 }),
+      messages: fc.array(
+        fc.record(
+          {
+            role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
+            content: fc.oneof(long, fc.array(fc.record({ type: fc.constant('text'), text: long }), { maxLength: 3 })),
+            tool_calls: fc.array(fc.record({ id: text, type: fc.constant('function'), function: fc.record({ name: text, arguments: long }) }), { minLength: 1, maxLength: 2 }),
+            tool_call_id: text,
+          },
+          { requiredKeys: ['role', 'content'] },
+        ),
+        { minLength: 1, maxLength: 12 },
+      ),
       tools: fc.oneof(fc.constant(undefined), fc.array(fc.record({ name: long }), { maxLength: 2 })),
     }).map((r) => (r.tools === undefined ? { messages: r.messages } : r)) as fc.Arbitrary<Record<string, unknown>>;
     fc.assert(
