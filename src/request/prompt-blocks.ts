@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { SEP, stableJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { SEP, stableJson, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -155,8 +155,7 @@ class HashedParts {
 export function promptBlocks(api: PromptApi, body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint): PromptBlocks | undefined {
   const maxChars = blockChars * maxBlocks;
   const parts = new HashedParts(new BlockHasher(blockChars, maxBlocks, seed), maxChars);
-  const tools = body['tools'];
-  const toolsJson = Array.isArray(tools) && tools.length > 0 ? stableJson(tools) : undefined;
+  const toolsJson = toolsPartJson(body['tools']);
   if (api === 'openai') {
     const messages = body['messages'];
     const prompt = body['prompt'];

@@ -46,7 +46,8 @@ export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infini
     return length >= maxChars;
   };
   // Tool definitions are rendered into the prompt ahead of the conversation by chat templates.
-  if (Array.isArray(body['tools']) && body['tools'].length > 0 && full(`tools${SEP}${stableJson(body['tools'])}`)) return parts.join(SEP);
+  const tools = toolsJson(body['tools']);
+  if (tools !== undefined && full(`tools${SEP}${tools}`)) return parts.join(SEP);
   if (Array.isArray(body['messages'])) {
     for (const m of body['messages']) {
       if (m === null || typeof m !== 'object') continue;
@@ -122,7 +123,8 @@ class Parts {
 
   /** Tool definitions, when the field is a non-empty list; true when the text is long enough. */
   tools(tools: unknown): boolean {
-    return Array.isArray(tools) && tools.length > 0 && this.add(`tools${SEP}${stableJson(tools)}`);
+    const json = toolsJson(tools);
+    return json !== undefined && this.add(`tools${SEP}${json}`);
   }
 
   /** Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped. */
@@ -176,11 +178,53 @@ function contentText(content: unknown): string {
     .join('');
 }
 
-/** Anthropic's `cache_control` marks a cache breakpoint, not text the model reads. */
+/**
+ * A block without Anthropic's `cache_control` (a cache breakpoint, not text the model reads), nor
+ * that of the blocks nested in it where the Messages API allows one: a `content` list (a
+ * tool_result's text, image, search_result and document blocks; a search_result's text blocks) and
+ * a content document's `source.content`. Anywhere else (a tool call's `input`) it is data and
+ * counts. Copies only what carries a mark; a block without one is returned as it is.
+ */
 export function withoutCacheControl(p: Record<string, unknown>): Record<string, unknown> {
-  if (!('cache_control' in p)) return p;
-  const { cache_control: _ignored, ...rest } = p;
-  return rest;
+  let out = p;
+  if ('cache_control' in p) {
+    const { cache_control: _ignored, ...rest } = p;
+    out = rest;
+  }
+  const content = p['content'];
+  if (Array.isArray(content)) {
+    const stripped = blocksWithoutCacheControl(content);
+    if (stripped !== content) out = { ...out, content: stripped };
+  }
+  const source = p['source'];
+  if (source !== null && typeof source === 'object' && !Array.isArray(source)) {
+    const inner = (source as Record<string, unknown>)['content'];
+    if (Array.isArray(inner)) {
+      const stripped = blocksWithoutCacheControl(inner);
+      if (stripped !== inner) out = { ...out, source: { ...(source as Record<string, unknown>), content: stripped } };
+    }
+  }
+  return out;
+}
+
+/** A list of blocks, each withoutCacheControl; the list itself when none carried a mark. */
+function blocksWithoutCacheControl(list: readonly unknown[]): readonly unknown[] {
+  let out: unknown[] | undefined;
+  for (let i = 0; i < list.length; i++) {
+    const b = list[i];
+    if (b === null || typeof b !== 'object' || Array.isArray(b)) continue;
+    const stripped = withoutCacheControl(b as Record<string, unknown>);
+    if (stripped !== b) (out ??= list.slice())[i] = stripped;
+  }
+  return out ?? list;
+}
+
+/**
+ * The tools part's JSON: undefined unless `tools` is a non-empty list. A tool definition may carry
+ * a `cache_control` mark (Messages), which is left out like a block's.
+ */
+export function toolsJson(tools: unknown): string | undefined {
+  return Array.isArray(tools) && tools.length > 0 ? stableJson(blocksWithoutCacheControl(tools)) : undefined;
 }
 
 /** JSON.stringify that never throws (bodies came from JSON.parse, so no cycles or BigInts). */

@@ -408,3 +408,46 @@ describe('tool calls are part of the prompt', () => {
     }
   });
 });
+
+describe('Anthropic cache_control marks are never hashed', () => {
+  const msgs = (body: object) => understand(req({}, body, '/v1/messages'), config);
+  const cc = { cache_control: { type: 'ephemeral' } };
+
+  test('on blocks nested in tool_result content, search results and content documents', () => {
+    const body = (mark: object) => ({
+      model: 'm',
+      system: SYSTEM.slice(0, 300),
+      messages: [
+        {
+          role: 'user',
+          content: [
+            {
+              type: 'tool_result',
+              tool_use_id: 't1',
+              content: [
+                { type: 'text', text: 'ok', ...mark },
+                { type: 'search_result', source: 's', title: 't', content: [{ type: 'text', text: 'found', ...mark }] },
+                { type: 'document', source: { type: 'content', content: [{ type: 'text', text: 'doc', ...mark }] } },
+                { type: 'text', text: SYSTEM },
+              ],
+            },
+          ],
+        },
+      ],
+    });
+    const plain = msgs(body({}));
+    assert.ok(plain.blocks.length >= 10);
+    assert.deepEqual(msgs(body(cc)).blocks, plain.blocks);
+  });
+
+  test('on tool definitions', () => {
+    const tools = (mark: object) => [{ name: 'a', description: 'd'.repeat(600), input_schema: { type: 'object' } }, { name: 'b', input_schema: { type: 'object' }, ...mark }];
+    const plain = msgs({ model: 'm', system: SYSTEM, tools: tools({}), messages: [{ role: 'user', content: 'hi' }] });
+    assert.deepEqual(msgs({ model: 'm', system: SYSTEM, tools: tools(cc), messages: [{ role: 'user', content: 'hi' }] }).blocks, plain.blocks);
+  });
+
+  test('a cache_control that is data (a tool call input) still counts', () => {
+    const body = (input: object) => ({ model: 'm', messages: [{ role: 'assistant', content: [{ type: 'tool_use', id: 't', name: 'n', input }] }, { role: 'user', content: SYSTEM }] });
+    assert.notDeepEqual(msgs(body({ cache_control: 1 })).blocks, msgs(body({})).blocks);
+  });
+});

@@ -32,9 +32,28 @@ const text = fc.string({
   maxLength: 120,
 });
 const anyJson = fc.jsonValue({ maxDepth: 4 });
+const mark = fc.constant({ type: 'ephemeral' });
+const textBlock = fc.record({ type: fc.constant('text'), text, cache_control: mark }, { requiredKeys: ['type', 'text'] });
+/** Blocks a tool_result may hold, each possibly marked: text, search results and content documents (which hold text blocks). */
+const resultBlock = fc.oneof(
+  textBlock,
+  fc.record({ type: fc.constant('search_result'), content: fc.array(fc.oneof(textBlock, anyJson), { maxLength: 2 }), cache_control: mark }, { requiredKeys: ['type', 'content'] }),
+  fc.record({ type: fc.constant('document'), source: fc.record({ type: fc.constant('content'), content: fc.array(fc.oneof(textBlock, anyJson), { maxLength: 2 }) }), cache_control: mark }, { requiredKeys: ['type', 'source'] }),
+  anyJson,
+);
+const block = fc.oneof(
+  textBlock,
+  fc.record({ type: fc.constant('image'), source: fc.record({ data: text }), cache_control: mark }, { requiredKeys: ['type'] }),
+  fc.record({ type: fc.constant('tool_use'), id: text, name: text, input: anyJson, cache_control: mark }, { requiredKeys: ['type', 'input'] }),
+  fc.record({ type: fc.constant('tool_result'), tool_use_id: text, content: fc.oneof(text, fc.array(resultBlock, { maxLength: 3 })), cache_control: mark }, { requiredKeys: ['type', 'content'] }),
+  text,
+  anyJson,
+);
+/** Tool definitions, possibly marked with cache_control (Messages), or a value of the wrong type. */
+const toolList = fc.oneof(fc.array(fc.oneof(anyJson, fc.record({ name: text, input_schema: anyJson, cache_control: mark }, { requiredKeys: ['name'] })), { maxLength: 3 }), anyJson);
 const content = fc.oneof(
   text,
-  fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text }), fc.record({ type: fc.constant('image_url'), image_url: fc.record({ url: text }) }), text, anyJson), { maxLength: 5 }),
+  fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text }), fc.record({ type: fc.constant('image_url'), image_url: fc.record({ url: text }) }), block, text, anyJson), { maxLength: 5 }),
   anyJson,
 );
 /** An assistant turn's tool calls (chat completions), or a value of the wrong type. */
@@ -56,23 +75,17 @@ const body = fc.record(
   {
     messages: fc.oneof({ weight: 4, arbitrary: fc.array(message, { maxLength: 10 }) }, { weight: 1, arbitrary: anyJson }),
     prompt: fc.oneof(text, fc.array(fc.oneof(text, fc.integer(), fc.array(fc.integer(), { maxLength: 5 })), { maxLength: 8 }), anyJson),
-    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+    tools: toolList,
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
 
-const block = fc.oneof(
-  fc.record({ type: fc.constant('text'), text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type', 'text'] }),
-  fc.record({ type: fc.constant('image'), source: fc.record({ data: text }), cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
-  text,
-  anyJson,
-);
 /** Anthropic Messages bodies, fields possibly of the wrong type. */
 const messagesBody = fc.record(
   {
     system: fc.oneof(text, fc.array(block, { maxLength: 3 }), anyJson),
     messages: fc.oneof({ weight: 4, arbitrary: fc.array(fc.oneof(fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.oneof(text, fc.array(block, { maxLength: 4 })) }), anyJson), { maxLength: 8 }) }, { weight: 1, arbitrary: anyJson }),
-    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+    tools: toolList,
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
@@ -92,7 +105,7 @@ const responsesBody = fc.record(
       ),
       anyJson,
     ),
-    tools: fc.oneof(fc.array(anyJson, { maxLength: 3 }), anyJson),
+    tools: toolList,
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
