@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { SEP, stableJson, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -117,11 +117,11 @@ class HashedParts {
   }
 
   /** A part `role SEP content extras` with content rendered as contentText renders it, extras as turnExtras. */
-  turn(role: string, content: unknown, extras = ''): boolean {
+  turn(role: string, content: unknown, extras = '', join = PART_JOIN): boolean {
     this.begin();
     this.h.feed(role);
     this.h.feed(SEP);
-    const chars = feedContent(this.h, content);
+    const chars = feedContent(this.h, content, join);
     this.h.feed(extras);
     return this.end(role.length + 1 + chars + extras.length);
   }
@@ -177,7 +177,7 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
     if (!parts.tools(toolsJson)) {
       const system = body['system'];
       const hasSystem = (typeof system === 'string' && system.length > 0) || Array.isArray(system);
-      if (!(hasSystem && parts.turn('system', system))) {
+      if (!(hasSystem && parts.turn('system', system, '', SYSTEM_JOIN))) {
         const messages = body['messages'];
         if (Array.isArray(messages)) parts.turns(messages);
       }
@@ -204,8 +204,8 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
   return parts.result(seed);
 }
 
-/** Feeds message content as prompt.ts's contentText renders it; returns its length. */
-function feedContent(h: BlockHasher, content: unknown): number {
+/** Feeds message content as prompt.ts's contentText renders it, parts joined with `join`; returns its length. */
+function feedContent(h: BlockHasher, content: unknown, join: string): number {
   if (typeof content === 'string') {
     h.feed(content);
     return content.length;
@@ -216,9 +216,14 @@ function feedContent(h: BlockHasher, content: unknown): number {
     return s.length;
   }
   let chars = 0;
-  for (const part of content) {
+  for (let i = 0; i < content.length; i++) {
     // Once the last block is full the caller stops: the rest of the length no longer matters.
     if (h.done) break;
+    if (i > 0) {
+      h.feed(join);
+      chars += join.length;
+    }
+    const part: unknown = content[i];
     let s: string;
     if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
     else {

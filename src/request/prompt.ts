@@ -67,15 +67,15 @@ export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infini
 }
 
 /**
- * Canonical text of an Anthropic Messages body: `tools`, `system` (a string or text blocks), then
- * `messages` (content a string or blocks), rendered as `canonicalPrompt` renders chat.
+ * Canonical text of an Anthropic Messages body: `tools`, `system` (a string or text blocks, run
+ * together), then `messages` (content a string or blocks), rendered as `canonicalPrompt` renders chat.
  */
 export function messagesPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
   const parts = new Parts(maxChars);
   if (parts.tools(body['tools'])) return parts.text();
   const system = body['system'];
   if ((typeof system === 'string' && system.length > 0) || Array.isArray(system)) {
-    if (parts.add(`system${SEP}${contentText(system)}`)) return parts.text();
+    if (parts.add(`system${SEP}${contentText(system, SYSTEM_JOIN)}`)) return parts.text();
   }
   if (Array.isArray(body['messages'])) parts.turns(body['messages']);
   return parts.text();
@@ -160,12 +160,22 @@ export function turnExtras(msg: Record<string, unknown>): string {
 }
 
 /**
- * Message content: a string, or an array of parts (OpenAI content parts, Anthropic content blocks,
- * Responses input parts) of which text parts count by their text, others (images, tool calls and
- * results) by their JSON. Anthropic's `cache_control` marks where the client wants a cache
- * breakpoint, not what the model reads, so it never changes the text.
+ * Between a turn's content parts: a newline, as vLLM joins a message's text parts before the chat
+ * template sees them (`_parse_chat_message_content_parts` in vllm/entrypoints/chat_utils.py), so
+ * parts ["A", "B"] are the prompt "A\nB", not "AB". Messages' `system` blocks are run together
+ * instead (SYSTEM_JOIN): vLLM's Messages endpoint makes one system message of their texts
+ * joined with "" (`_convert_system_message` in vllm/entrypoints/anthropic/serving.py).
  */
-function contentText(content: unknown): string {
+export const PART_JOIN = '\n';
+export const SYSTEM_JOIN = '';
+
+/**
+ * Message content: a string, or an array of parts (OpenAI content parts, Anthropic content blocks,
+ * Responses input parts) joined with `join`, of which text parts count by their text, others
+ * (images, tool calls and results) by their JSON. Anthropic's `cache_control` marks where the
+ * client wants a cache breakpoint, not what the model reads, so it never changes the text.
+ */
+function contentText(content: unknown, join = PART_JOIN): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
   return content
@@ -175,7 +185,7 @@ function contentText(content: unknown): string {
       if (typeof p['text'] === 'string') return p['text'];
       return stableJson(withoutCacheControl(p));
     })
-    .join('');
+    .join(join);
 }
 
 /**

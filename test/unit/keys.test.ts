@@ -451,3 +451,24 @@ describe('Anthropic cache_control marks are never hashed', () => {
     assert.notDeepEqual(msgs(body({ cache_control: 1 })).blocks, msgs(body({})).blocks);
   });
 });
+
+describe('text parts are joined as vLLM joins them', () => {
+  const A = SYSTEM.slice(0, 1000);
+  const B = SYSTEM.slice(1000);
+  const parts = [{ type: 'text', text: A }, { type: 'text', text: B }];
+
+  test('a turn of text parts is its texts joined with a newline, not the texts run together', () => {
+    const chat = (content: unknown) => understand(req({}, { model: 'm', messages: [{ role: 'user', content }] }), config).blocks;
+    assert.deepEqual(chat(parts), chat(`${A}\n${B}`));
+    assert.notDeepEqual(chat(parts), chat(A + B));
+    const messages = understand(req({}, { model: 'm', messages: [{ role: 'user', content: parts }] }, '/v1/messages'), config).blocks;
+    assert.deepEqual(messages, chat(`${A}\n${B}`), 'Messages text blocks');
+    const responses = understand(req({}, { model: 'm', input: [{ role: 'user', content: parts.map((p) => ({ ...p, type: 'input_text' })) }] }, '/v1/responses'), config).blocks;
+    assert.deepEqual(responses, chat(`${A}\n${B}`), 'Responses input_text parts');
+  });
+
+  test('Messages system blocks are run together, as vLLM makes one system message of them', () => {
+    const sys = (system: unknown) => understand(req({}, { model: 'm', system, messages: [] }, '/v1/messages'), config).blocks;
+    assert.deepEqual(sys(parts), sys(A + B));
+  });
+});
