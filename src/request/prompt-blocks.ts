@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { firstPrompt, PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -158,7 +158,7 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
   const toolsJson = toolsPartJson(body['tools']);
   if (api === 'openai') {
     const messages = body['messages'];
-    const prompt = body['prompt'];
+    const prompt = firstPrompt(body['prompt']);
     // canonicalPrompt returns no text for a prompt of another type, unless the tools part alone
     // already reached maxChars (it returns before looking at the prompt). Decided before hashing.
     const badPrompt = !Array.isArray(messages) && prompt !== undefined && typeof prompt !== 'string' && !Array.isArray(prompt);

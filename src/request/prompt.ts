@@ -56,14 +56,26 @@ export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infini
       if (full(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) break;
     }
   } else if (body['prompt'] !== undefined) {
-    const p = body['prompt'];
+    const p = firstPrompt(body['prompt']);
     if (typeof p === 'string') parts.push(p);
-    // Joined with SEP like the parts themselves, so one part per element gives the same text.
+    // Token ids, joined with SEP like the parts themselves, so one part per element gives the same text.
     else if (Array.isArray(p)) {
       for (const x of p) if (full(typeof x === 'string' ? x : stableJson(x))) break;
     } else return undefined;
   }
   return parts.length > 0 ? parts.join(SEP) : undefined;
+}
+
+/**
+ * The one prompt a completions body's `prompt` is keyed on. A list of strings or of token-id lists
+ * is a batch: the engine runs each prompt as a request of its own, so no worker ever holds them
+ * joined, and the first stands for the batch (`["A", "B"]` keys as `"A"`, `[[ids]]` as `[ids]`).
+ * A string, a list of token ids or anything else is itself.
+ */
+export function firstPrompt(p: unknown): unknown {
+  if (!Array.isArray(p) || p.length === 0) return p;
+  const first: unknown = p[0];
+  return typeof first === 'string' || Array.isArray(first) ? first : p;
 }
 
 /**

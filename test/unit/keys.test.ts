@@ -72,6 +72,16 @@ describe('routing keys', () => {
     assert.equal(arr.key?.kind, 'prefix');
   });
 
+  test('a completions prompt list of several prompts is a batch: keyed on its first prompt', () => {
+    const blocks = (prompt: unknown) => understand(req({}, { model: 'm', prompt }, '/v1/completions'), config).blocks;
+    const ids = Array.from({ length: 2000 }, (_, i) => i % 500);
+    assert.ok(blocks(ids).length >= 10);
+    assert.deepEqual(blocks([ids]), blocks(ids), 'one token-id list in a list is that one prompt');
+    assert.deepEqual(blocks([ids, [1, 2, 3]]), blocks(ids));
+    assert.deepEqual(blocks([SYSTEM, LONG_USER]), blocks(SYSTEM));
+    assert.deepEqual(blocks([SYSTEM]), blocks(SYSTEM));
+  });
+
   test('malformed bodies give no key and say why (forward mode, the default)', () => {
     const cases: Array<[Buffer | string, string]> = [
       ['{"model": "m", "messages": [', 'not_json'],

@@ -74,7 +74,15 @@ const message = fc.oneof(
 const body = fc.record(
   {
     messages: fc.oneof({ weight: 4, arbitrary: fc.array(message, { maxLength: 10 }) }, { weight: 1, arbitrary: anyJson }),
-    prompt: fc.oneof(text, fc.array(fc.oneof(text, fc.integer(), fc.array(fc.integer(), { maxLength: 5 })), { maxLength: 8 }), anyJson),
+    // A completions prompt: a string, token ids, a batch of strings or of token-id lists, a mix, or another type.
+    prompt: fc.oneof(
+      text,
+      fc.array(fc.integer(), { maxLength: 40 }),
+      fc.array(text, { maxLength: 4 }),
+      fc.array(fc.array(fc.integer(), { maxLength: 40 }), { maxLength: 4 }),
+      fc.array(fc.oneof(text, fc.integer(), fc.array(fc.integer(), { maxLength: 5 })), { maxLength: 8 }),
+      anyJson,
+    ),
     tools: toolList,
   },
   { requiredKeys: [] },
@@ -165,6 +173,10 @@ describe('promptBlocks gives exactly the reference hashes', () => {
       { prompt: '' },
       { prompt: ['', ''] },
       { prompt: [''] },
+      { prompt: [[]] },
+      { prompt: [[1, 2], 'a'] },
+      { prompt: [[], [1]] },
+      { prompt: [null, 'a'] },
       { prompt: 5 },
       { prompt: 5, tools: [{ a: 'x'.repeat(3000) }] },
       { prompt: 5, tools: [{ a: 'x' }] },
