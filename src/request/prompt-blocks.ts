@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { firstPrompt, PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { firstPrompt, isInstructionRole, PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -131,13 +131,43 @@ class HashedParts {
     return json !== undefined && this.labelled('tools', json);
   }
 
-  /** Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped. */
-  turns(messages: readonly unknown[]): void {
+  /** Chat-shaped turns, the tools after the leading instruction turns, as prompt.ts's `Parts.turns`. */
+  turns(messages: readonly unknown[], toolsJson: string | undefined): void {
+    let toolsDue = true;
     for (const m of messages) {
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
-      if (this.turn(typeof msg['role'] === 'string' ? msg['role'] : '', msg['content'], turnExtras(msg))) return;
+      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
+      if (toolsDue && !isInstructionRole(role)) {
+        toolsDue = false;
+        if (this.tools(toolsJson)) return;
+      }
+      if (this.turn(role, msg['content'], turnExtras(msg))) return;
     }
+    if (toolsDue) this.tools(toolsJson);
+  }
+
+  /**
+   * Responses input items, the tools after the leading instruction items, as prompt.ts's
+   * `responsesPrompt`: an item with a role is a turn, any other its type and its JSON.
+   */
+  items(input: readonly unknown[], toolsJson: string | undefined): void {
+    let toolsDue = true;
+    for (const item of input) {
+      if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
+      const it = item as Record<string, unknown>;
+      const role = it['role'];
+      if (toolsDue && !isInstructionRole(role)) {
+        toolsDue = false;
+        if (this.tools(toolsJson)) return;
+      }
+      const full =
+        typeof role === 'string'
+          ? this.turn(role, it['content'], turnExtras(it))
+          : this.labelled(typeof it['type'] === 'string' ? it['type'] : '', stableJson(withoutCacheControl(it)));
+      if (full) return;
+    }
+    if (toolsDue) this.tools(toolsJson);
   }
 
   result(seed: bigint): PromptBlocks | undefined {
@@ -158,47 +188,37 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
   const toolsJson = toolsPartJson(body['tools']);
   if (api === 'openai') {
     const messages = body['messages'];
-    const prompt = firstPrompt(body['prompt']);
-    // canonicalPrompt returns no text for a prompt of another type, unless the tools part alone
-    // already reached maxChars (it returns before looking at the prompt). Decided before hashing.
-    const badPrompt = !Array.isArray(messages) && prompt !== undefined && typeof prompt !== 'string' && !Array.isArray(prompt);
-    if (badPrompt && (toolsJson === undefined || 'tools'.length + 1 + toolsJson.length + 1 < maxChars)) return undefined;
-    if (!parts.tools(toolsJson)) {
-      if (Array.isArray(messages)) parts.turns(messages);
-      else if (typeof prompt === 'string') {
-        // A single string is one part whatever its length.
-        parts.begin();
-        parts.h.feed(prompt);
-      } else if (Array.isArray(prompt)) {
-        for (const x of prompt) if (parts.add(typeof x === 'string' ? x : stableJson(x))) break;
+    if (Array.isArray(messages)) parts.turns(messages, toolsJson);
+    else {
+      const prompt = firstPrompt(body['prompt']);
+      // canonicalPrompt returns no text for a prompt of another type, unless the tools part alone
+      // already reached maxChars (it returns before looking at the prompt). Decided before hashing.
+      const badPrompt = prompt !== undefined && typeof prompt !== 'string' && !Array.isArray(prompt);
+      if (badPrompt && (toolsJson === undefined || 'tools'.length + 1 + toolsJson.length + 1 < maxChars)) return undefined;
+      if (!parts.tools(toolsJson)) {
+        if (typeof prompt === 'string') {
+          // A single string is one part whatever its length.
+          parts.begin();
+          parts.h.feed(prompt);
+        } else if (Array.isArray(prompt)) {
+          for (const x of prompt) if (parts.add(typeof x === 'string' ? x : stableJson(x))) break;
+        }
       }
     }
   } else if (api === 'messages') {
-    if (!parts.tools(toolsJson)) {
-      const system = body['system'];
-      const hasSystem = (typeof system === 'string' && system.length > 0) || Array.isArray(system);
-      if (!(hasSystem && parts.turn('system', system, '', SYSTEM_JOIN))) {
-        const messages = body['messages'];
-        if (Array.isArray(messages)) parts.turns(messages);
-      }
+    const system = body['system'];
+    const hasSystem = (typeof system === 'string' && system.length > 0) || Array.isArray(system);
+    if (!(hasSystem && parts.turn('system', system, '', SYSTEM_JOIN))) {
+      const messages = body['messages'];
+      if (Array.isArray(messages)) parts.turns(messages, toolsJson);
+      else parts.tools(toolsJson);
     }
-  } else if (!parts.tools(toolsJson)) {
+  } else {
     const instructions = body['instructions'];
     if (!(typeof instructions === 'string' && instructions.length > 0 && parts.labelled('system', instructions))) {
       const input = body['input'];
-      if (typeof input === 'string') parts.labelled('user', input);
-      else if (Array.isArray(input)) {
-        for (const item of input) {
-          if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
-          const it = item as Record<string, unknown>;
-          const role = it['role'];
-          const full =
-            typeof role === 'string'
-              ? parts.turn(role, it['content'], turnExtras(it))
-              : parts.labelled(typeof it['type'] === 'string' ? it['type'] : '', stableJson(withoutCacheControl(it)));
-          if (full) break;
-        }
-      }
+      if (Array.isArray(input)) parts.items(input, toolsJson);
+      else if (!parts.tools(toolsJson) && typeof input === 'string') parts.labelled('user', input);
     }
   }
   return parts.result(seed);

@@ -3,13 +3,17 @@
  * requests whose prompts begin alike produce text that begins alike. Roles and message boundaries
  * are kept (a system prompt and a user message with the same words are different prefixes).
  *
- * Three request shapes, one rendering: tools first (chat templates render them ahead of the
- * conversation), then the system prompt as a `system` part, then each turn as `role, content`
- * (and, after the content, a turn's tool calls, tool call id and name: see turnExtras). So
- * the same conversation sent as OpenAI chat, Anthropic Messages (`system` + `messages`) or OpenAI
- * Responses (`instructions` + `input`) gives the same text after the tools, as the engine's chat
- * template gives it the same tokens. A field of the wrong type is left out (the engine answers its
- * own 400); nothing here throws.
+ * Three request shapes, one rendering: the system prompt as a `system` part (and any `system` or
+ * `developer` turns that open the conversation), then the tools, then each other turn as
+ * `role, content` (and, after the content, a turn's tool calls, tool call id and name: see
+ * turnExtras). That is the order engines' chat templates mostly render (the system text, then the
+ * tools; Qwen2.5/Hermes, Llama 3.1's JSON template, gpt-oss's system then developer message), so
+ * one system prompt with other tools, or none, is still a shared prefix. The same conversation
+ * without tools sent as OpenAI chat, Anthropic Messages (`system` + `messages`) or OpenAI Responses
+ * (`instructions` + `input`) gives the same text, as the engine's chat template gives it the same
+ * tokens; tools, tool calls and a `developer` turn are written differently by each API, and from
+ * there the texts differ. A field of the wrong type is left out (the engine answers its own 400);
+ * nothing here throws.
  */
 
 /** Which request shape a path carries; decided once per request from the path's last segment(s). */
@@ -38,32 +42,22 @@ export const SEP = '\u001e';
  * million tiny messages or token ids then costs what its prefix costs, not a string per element.
  */
 export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
-  const parts: string[] = [];
-  let length = 0;
-  const full = (part: string) => {
-    parts.push(part);
-    length += part.length + SEP.length;
-    return length >= maxChars;
-  };
-  // Tool definitions are rendered into the prompt ahead of the conversation by chat templates.
-  const tools = toolsJson(body['tools']);
-  if (tools !== undefined && full(`tools${SEP}${tools}`)) return parts.join(SEP);
-  if (Array.isArray(body['messages'])) {
-    for (const m of body['messages']) {
-      if (m === null || typeof m !== 'object') continue;
-      const msg = m as Record<string, unknown>;
-      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
-      if (full(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) break;
-    }
-  } else if (body['prompt'] !== undefined) {
-    const p = firstPrompt(body['prompt']);
-    if (typeof p === 'string') parts.push(p);
-    // Token ids, joined with SEP like the parts themselves, so one part per element gives the same text.
-    else if (Array.isArray(p)) {
-      for (const x of p) if (full(typeof x === 'string' ? x : stableJson(x))) break;
-    } else return undefined;
+  const parts = new Parts(maxChars);
+  const messages = body['messages'];
+  if (Array.isArray(messages)) {
+    parts.turns(messages, body['tools']);
+    return parts.text();
   }
-  return parts.length > 0 ? parts.join(SEP) : undefined;
+  // A completions body: the tools (if any), then the prompt.
+  if (parts.tools(body['tools']) || body['prompt'] === undefined) return parts.text();
+  const p = firstPrompt(body['prompt']);
+  // A string is one part whatever its length.
+  if (typeof p === 'string') parts.add(p);
+  // Token ids, joined with SEP like the parts themselves, so one part per element gives the same text.
+  else if (Array.isArray(p)) {
+    for (const x of p) if (parts.add(typeof x === 'string' ? x : stableJson(x))) break;
+  } else return undefined;
+  return parts.text();
 }
 
 /**
@@ -79,45 +73,61 @@ export function firstPrompt(p: unknown): unknown {
 }
 
 /**
- * Canonical text of an Anthropic Messages body: `tools`, `system` (a string or text blocks, run
- * together), then `messages` (content a string or blocks), rendered as `canonicalPrompt` renders chat.
+ * Canonical text of an Anthropic Messages body: `system` (a string or text blocks, run together),
+ * `tools`, then `messages` (content a string or blocks), rendered as `canonicalPrompt` renders chat.
  */
 export function messagesPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
   const parts = new Parts(maxChars);
-  if (parts.tools(body['tools'])) return parts.text();
   const system = body['system'];
   if ((typeof system === 'string' && system.length > 0) || Array.isArray(system)) {
     if (parts.add(`system${SEP}${contentText(system, SYSTEM_JOIN)}`)) return parts.text();
   }
-  if (Array.isArray(body['messages'])) parts.turns(body['messages']);
+  const messages = body['messages'];
+  if (Array.isArray(messages)) parts.turns(messages, body['tools']);
+  else parts.tools(body['tools']);
   return parts.text();
 }
 
 /**
- * Canonical text of an OpenAI Responses body: `tools`, `instructions` (the system prompt), then
- * `input`: a string (one user turn) or items; an item with a `role` is a turn, any other item
- * (function calls and their outputs, reasoning, references) is its type and its JSON.
+ * Canonical text of an OpenAI Responses body: `instructions` (the system prompt), then `input`: a
+ * string (one user turn) or items; an item with a `role` is a turn, any other item (function
+ * calls and their outputs, reasoning, references) is its type and its JSON. `tools` come after the
+ * instructions and the items that open `input` with instructions (`system` or `developer`).
  */
 export function responsesPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
   const parts = new Parts(maxChars);
-  if (parts.tools(body['tools'])) return parts.text();
   const instructions = body['instructions'];
   if (typeof instructions === 'string' && instructions.length > 0 && parts.add(`system${SEP}${instructions}`)) return parts.text();
   const input = body['input'];
-  if (typeof input === 'string') parts.add(`user${SEP}${input}`);
-  else if (Array.isArray(input)) {
-    for (const item of input) {
-      if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
-      const it = item as Record<string, unknown>;
-      const role = it['role'];
-      const full =
-        typeof role === 'string'
-          ? parts.add(`${role}${SEP}${contentText(it['content'])}${turnExtras(it)}`)
-          : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
-      if (full) break;
-    }
+  if (!Array.isArray(input)) {
+    if (!parts.tools(body['tools']) && typeof input === 'string') parts.add(`user${SEP}${input}`);
+    return parts.text();
   }
+  let toolsDue = true;
+  for (const item of input) {
+    if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
+    const it = item as Record<string, unknown>;
+    const role = it['role'];
+    if (toolsDue && !isInstructionRole(role)) {
+      toolsDue = false;
+      if (parts.tools(body['tools'])) return parts.text();
+    }
+    const full =
+      typeof role === 'string'
+        ? parts.add(`${role}${SEP}${contentText(it['content'])}${turnExtras(it)}`)
+        : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
+    if (full) return parts.text();
+  }
+  if (toolsDue) parts.tools(body['tools']);
   return parts.text();
+}
+
+/**
+ * The roles of the instructions: the turns with one of them that open a conversation come before
+ * the tools, as chat templates render the system text, then the tools.
+ */
+export function isInstructionRole(role: unknown): boolean {
+  return role === 'system' || role === 'developer';
 }
 
 /** Parts joined by SEP, that stop accepting once `maxChars` characters are in (keys read only a prefix). */
@@ -139,14 +149,24 @@ class Parts {
     return json !== undefined && this.add(`tools${SEP}${json}`);
   }
 
-  /** Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped. */
-  turns(messages: readonly unknown[]): void {
+  /**
+   * Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped.
+   * The tools go after the turns that open the list with instructions (isInstructionRole), before
+   * the first other turn (or after them all).
+   */
+  turns(messages: readonly unknown[], tools: unknown): void {
+    let toolsDue = true;
     for (const m of messages) {
       if (m === null || typeof m !== 'object') continue;
       const msg = m as Record<string, unknown>;
       const role = typeof msg['role'] === 'string' ? msg['role'] : '';
+      if (toolsDue && !isInstructionRole(role)) {
+        toolsDue = false;
+        if (this.tools(tools)) return;
+      }
       if (this.add(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) return;
     }
+    if (toolsDue) this.tools(tools);
   }
 
   text(): string | undefined {

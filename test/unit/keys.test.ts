@@ -211,11 +211,16 @@ describe('Anthropic Messages API (/v1/messages)', () => {
     assert.deepEqual(m.blocks, chat.blocks);
   });
 
-  test('tools come first and count; tool_use and tool_result blocks count by their JSON', () => {
+  test('tools come after the system prompt and count; tool_use and tool_result blocks count by their JSON', () => {
+    // Chat templates render the system text, then the tools: the same system prompt with other
+    // tools (or none) is a shared prefix the engine holds.
     const tool = (name: string) => [{ name, description: 'd'.repeat(600), input_schema: { type: 'object' } }];
     const a = understand(msgs({ ...base(SYSTEM), tools: tool('search') }), config);
     const b = understand(msgs({ ...base(SYSTEM), tools: tool('browse') }), config);
-    assert.notEqual(a.blocks[0], b.blocks[0]);
+    const none = understand(msgs(base(SYSTEM)), config);
+    assert.deepEqual(a.blocks.slice(0, 11), b.blocks.slice(0, 11), 'the system prompt is shared');
+    assert.deepEqual(a.blocks.slice(0, 11), none.blocks.slice(0, 11));
+    assert.notEqual(a.blocks.at(-1), b.blocks.at(-1), 'the tools count');
     const turn = (result: string) => ({
       model: 'm',
       system: SYSTEM,
@@ -293,11 +298,17 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     assert.deepEqual(a.blocks.slice(0, 11), chatLike.blocks.slice(0, 11));
   });
 
-  test('tools come first and count', () => {
+  test('tools come after the instructions and leading developer items, and count', () => {
     const tools = (name: string) => [{ type: 'function', name, description: 'd'.repeat(600), parameters: {} }];
     const a = understand(resp({ model: 'm', tools: tools('a'), instructions: SYSTEM, input: 'q' }), config);
     const b = understand(resp({ model: 'm', tools: tools('b'), instructions: SYSTEM, input: 'q' }), config);
-    assert.notEqual(a.blocks[0], b.blocks[0]);
+    const none = understand(resp({ model: 'm', instructions: SYSTEM, input: 'q' }), config);
+    assert.deepEqual(a.blocks.slice(0, 11), b.blocks.slice(0, 11), 'the instructions are shared');
+    assert.deepEqual(a.blocks.slice(0, 11), none.blocks.slice(0, 11));
+    assert.notEqual(a.blocks.at(-1), b.blocks.at(-1), 'the tools count');
+    const dev = (name: string) => understand(resp({ model: 'm', tools: tools(name), input: [{ role: 'developer', content: SYSTEM }, { role: 'user', content: 'q' }] }), config);
+    assert.deepEqual(dev('a').blocks.slice(0, 11), dev('b').blocks.slice(0, 11), 'a leading developer item too');
+    assert.notEqual(dev('a').blocks.at(-1), dev('b').blocks.at(-1));
   });
 
   test('session keys: header, cookie, conversation (string or object), user, metadata.session_id, prompt_cache_key', () => {
@@ -480,5 +491,31 @@ describe('text parts are joined as vLLM joins them', () => {
   test('Messages system blocks are run together, as vLLM makes one system message of them', () => {
     const sys = (system: unknown) => understand(req({}, { model: 'm', system, messages: [] }, '/v1/messages'), config).blocks;
     assert.deepEqual(sys(parts), sys(A + B));
+  });
+});
+
+describe('tools follow the system prompt (chat completions)', () => {
+  const tools = (name: string) => [{ type: 'function', function: { name, description: 'd'.repeat(600), parameters: { type: 'object' } } }];
+  const chat = (messages: object[], t?: unknown) => understand(req({}, { model: 'm', ...(t ? { tools: t } : {}), messages }), config).blocks;
+
+  test('the same system (or developer) prompt with other tools, or none, shares its blocks', () => {
+    for (const role of ['system', 'developer']) {
+      const convo = [{ role, content: SYSTEM }, { role: 'user', content: 'hi' }];
+      const a = chat(convo, tools('a'));
+      const b = chat(convo, tools('b'));
+      assert.deepEqual(a.slice(0, 11), b.slice(0, 11), role);
+      assert.deepEqual(a.slice(0, 11), chat(convo).slice(0, 11), role);
+      assert.notEqual(a.at(-1), b.at(-1), 'the tools count');
+    }
+  });
+
+  test('every leading system or developer turn comes before the tools, the first other turn after', () => {
+    const convo = [{ role: 'system', content: SYSTEM.slice(0, 1500) }, { role: 'developer', content: SYSTEM.slice(1500) }, { role: 'user', content: LONG_USER }];
+    const a = chat(convo, tools('a'));
+    const b = chat(convo, tools('b'));
+    assert.deepEqual(a.slice(0, 11), b.slice(0, 11));
+    // Without a leading system turn the tools open the prompt.
+    const userFirst = [{ role: 'user', content: LONG_USER }, { role: 'system', content: SYSTEM }];
+    assert.notEqual(chat(userFirst, tools('a'))[0], chat(userFirst, tools('b'))[0]);
   });
 });

@@ -65,7 +65,7 @@ const message = fc.oneof(
   {
     weight: 4,
     arbitrary: fc.record(
-      { role: fc.oneof(fc.constantFrom('system', 'user', 'assistant', 'tool'), anyJson), content, tool_calls: toolCalls, tool_call_id: fc.oneof(text, anyJson), name: fc.oneof(text, anyJson) },
+      { role: fc.oneof(fc.constantFrom('system', 'developer', 'user', 'assistant', 'tool'), anyJson), content, tool_calls: toolCalls, tool_call_id: fc.oneof(text, anyJson), name: fc.oneof(text, anyJson) },
       { requiredKeys: [] },
     ),
   },
@@ -92,7 +92,7 @@ const body = fc.record(
 const messagesBody = fc.record(
   {
     system: fc.oneof(text, fc.array(block, { maxLength: 3 }), anyJson),
-    messages: fc.oneof({ weight: 4, arbitrary: fc.array(fc.oneof(fc.record({ role: fc.constantFrom('user', 'assistant'), content: fc.oneof(text, fc.array(block, { maxLength: 4 })) }), anyJson), { maxLength: 8 }) }, { weight: 1, arbitrary: anyJson }),
+    messages: fc.oneof({ weight: 4, arbitrary: fc.array(fc.oneof(fc.record({ role: fc.constantFrom('system', 'developer', 'user', 'assistant'), content: fc.oneof(text, fc.array(block, { maxLength: 4 })) }), anyJson), { maxLength: 8 }) }, { weight: 1, arbitrary: anyJson }),
     tools: toolList,
   },
   { requiredKeys: [] },
@@ -105,7 +105,7 @@ const responsesBody = fc.record(
       text,
       fc.array(
         fc.oneof(
-          fc.record({ role: fc.constantFrom('user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })), name: text }, { requiredKeys: ['role', 'content'] }),
+          fc.record({ role: fc.constantFrom('system', 'user', 'assistant', 'developer'), content: fc.oneof(text, fc.array(block, { maxLength: 3 })), name: text }, { requiredKeys: ['role', 'content'] }),
           fc.record({ type: fc.constantFrom('function_call', 'function_call_output', 'reasoning'), call_id: text, output: text, cache_control: fc.constant({ type: 'ephemeral' }) }, { requiredKeys: ['type'] }),
           anyJson,
         ),
@@ -196,6 +196,12 @@ describe('promptBlocks gives exactly the reference hashes', () => {
       { instructions: '', input: 'u'.repeat(300) },
       { instructions: 'i'.repeat(260), input: [{ type: 'function_call', call_id: 'c', cache_control: {} }, [1], null, { role: 'user', content: 'q' }] },
       { input: 7, tools: [1, 2] },
+      // With 4 × 3 = 12 characters read, a leading system turn of 11 reaches the cap with its
+      // separator: nothing more is added, not even the tools that would follow it.
+      { input: [{ role: 'system', content: 'abcd' }], tools: [1] },
+      { messages: [{ role: 'system', content: 'abcd' }], tools: [1] },
+      { system: 'abcd', messages: [{ role: 'developer', content: 'x' }], tools: [1] },
+      { messages: [{ role: 'developer', content: 'a' }, { role: 'system', content: 'b' }, null, { role: 'user', content: 'c' }], tools: [{ cache_control: {}, n: 'x' }] },
     ];
     for (const c of cases) for (const [bc, mb] of [[256, 512], [4, 3], [1, 1], [255, 2]] as const) {
       for (const api of ['openai', 'messages', 'responses'] as const) {
