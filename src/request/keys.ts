@@ -6,8 +6,9 @@
  *     many), then the same two; Anthropic Messages `metadata.user_id`;
  *  2. else `prompt_cache_key` (OpenAI chat, completions and Responses): the client's own name for
  *     "requests that should share a cache", kept sticky like a session but never mixed up with one;
- *  3. otherwise a hash of the first blocks of the canonical prompt, seeded with the model, so
- *     requests sharing a system prompt share a key;
+ *  3. otherwise a hash of the first blocks of the canonical prompt, seeded with the model (and
+ *     `cache_salt` and the fields that change the rendered prompt: promptOptions), so requests
+ *     sharing a system prompt share a key;
  *  4. otherwise none: the request is routed by load alone.
  * Raw session ids never leave this module: keys carry only their hash. A Responses request's
  * `previous_response_id` is not a key but a pin (the gate sends it to the worker that stored that
@@ -19,7 +20,7 @@ import { KvgateError } from '../errors.js';
 import { objectField, parseJsonBody, stringField, type ParsedBody } from './body.js';
 import { hashSessionId, seedFor } from './hashing.js';
 import { promptBlocks } from './prompt-blocks.js';
-import { promptApiOf, type PromptApi } from './prompt.js';
+import { promptApiOf, stableJson, type PromptApi } from './prompt.js';
 import type { RequestInfo } from './request.js';
 
 export type KeySource =
@@ -44,8 +45,9 @@ export interface Understanding {
   model: string | undefined;
   /**
    * Chained hashes (hex) of the prompt's leading whole blocks, for prefix matching; empty when the
-   * request carries no prompt. Block i's hash covers blocks 0..i, seeded with the model and any
-   * `cache_salt`, so equal hashes mean an equal prefix for the same model and salt.
+   * request carries no prompt. Block i's hash covers blocks 0..i, seeded with the model, any
+   * `cache_salt` and any field that changes the rendered prompt (promptOptions), so equal hashes
+   * mean an equal prefix for the same model, salt and rendering.
    */
   blocks: string[];
   /** Why the body gave no key, when it was read and unusable (for logs and metrics). */
@@ -188,7 +190,9 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
   const storedResponse = previous ? responseIdHash(previous) : undefined;
-  const seed = seedFor(`${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`);
+  const options = promptOptions(body, api);
+  const salted = `${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`;
+  const seed = seedFor(options === undefined ? salted : `${salted}\u0000${options}`);
   // One pass over the body's strings, no prompt text built, only the first max_blocks blocks: the
   // same hashes as chainedBlockHashes of prompt.ts's text (prompt-blocks.ts; the tests hold it to that).
   const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
@@ -201,6 +205,41 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   facts.blocks = blocks;
   facts.prefixKey = { kind: 'prefix', source: 'prompt_prefix', hash: keyHash };
   return facts;
+}
+
+/**
+ * Chat-completions fields that vLLM hands to the chat template, so that they change the prompt the
+ * engine renders without being part of the messages: a model's reasoning switch (gpt-oss writes
+ * the effort into its first system message), another template, the template's own arguments
+ * (`enable_thinking`), RAG documents.
+ */
+const CHAT_PROMPT_OPTIONS = ['reasoning_effort', 'chat_template', 'chat_template_kwargs', 'documents'] as const;
+
+/**
+ * The fields of the body that change the rendered prompt outside its messages, as one stable
+ * JSON (fields in a fixed order), or undefined when none is present: chat and completions
+ * CHAT_PROMPT_OPTIONS, Responses `reasoning.effort`, Messages `chat_template_kwargs` and
+ * `output_config.effort` (vLLM's Messages endpoint passes both on). It joins the model and
+ * `cache_salt` in the chain's seed, so that two requests alike but for one of them never share a
+ * block; a field that is absent or null leaves the seed, and every hash, as without it.
+ */
+function promptOptions(body: Record<string, unknown>, api: PromptApi): string | undefined {
+  let o: Record<string, unknown> | undefined;
+  if (api === 'openai') {
+    for (const f of CHAT_PROMPT_OPTIONS) {
+      const v = body[f];
+      if (v !== undefined && v !== null) (o ??= {})[f] = v;
+    }
+  } else if (api === 'responses') {
+    const effort = objectField(body, 'reasoning')?.['effort'];
+    if (effort !== undefined && effort !== null) o = { 'reasoning.effort': effort };
+  } else {
+    const kwargs = body['chat_template_kwargs'];
+    if (kwargs !== undefined && kwargs !== null) o = { chat_template_kwargs: kwargs };
+    const effort = objectField(body, 'output_config')?.['effort'];
+    if (effort !== undefined && effort !== null) (o ??= {})['output_config.effort'] = effort;
+  }
+  return o === undefined ? undefined : stableJson(o);
 }
 
 /**

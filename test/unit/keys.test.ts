@@ -1,7 +1,8 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
-import { hashSessionId, initHashing } from '../../src/request/hashing.js';
+import { chainedBlockHashes, hashSessionId, initHashing, seedFor } from '../../src/request/hashing.js';
+import { canonicalPrompt } from '../../src/request/prompt.js';
 import { responseIdHash, understand } from '../../src/request/keys.js';
 import type { RequestInfo } from '../../src/request/request.js';
 
@@ -517,5 +518,49 @@ describe('tools follow the system prompt (chat completions)', () => {
     // Without a leading system turn the tools open the prompt.
     const userFirst = [{ role: 'user', content: LONG_USER }, { role: 'system', content: SYSTEM }];
     assert.notEqual(chat(userFirst, tools('a'))[0], chat(userFirst, tools('b'))[0]);
+  });
+});
+
+describe('fields that change the rendered prompt seed the chain', () => {
+  const chat = (extra: object) => understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hi' }], ...extra }), config).blocks;
+
+  test('chat: reasoning_effort, chat_template, chat_template_kwargs, documents', () => {
+    const plain = chat({});
+    const seen = new Set([plain[0]]);
+    for (const extra of [
+      { reasoning_effort: 'high' },
+      { reasoning_effort: 'low' },
+      { chat_template: '{{ messages }}' },
+      { chat_template_kwargs: { enable_thinking: false } },
+      { chat_template_kwargs: { enable_thinking: true } },
+      { documents: [{ title: 't', text: 'doc' }] },
+      { reasoning_effort: 'high', chat_template_kwargs: { enable_thinking: false } },
+    ]) {
+      const b = chat(extra);
+      assert.equal(b.length, plain.length);
+      assert.ok(!seen.has(b[0]), JSON.stringify(extra));
+      seen.add(b[0]);
+    }
+    // The same fields in another order in the body are the same prompt.
+    assert.deepEqual(chat({ chat_template_kwargs: { a: 1 }, reasoning_effort: 'high' }), chat({ reasoning_effort: 'high', chat_template_kwargs: { a: 1 } }));
+  });
+
+  test('absent (or null) fields leave the hashes as they were: the model and cache_salt only', () => {
+    const body = { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hi' }] };
+    const { block_chars: chars, max_blocks: blocks } = config.prefix;
+    const expected = (salt: string) => chainedBlockHashes(canonicalPrompt(body)!, chars, blocks, seedFor(`m\u0000${salt}`)).map((h) => h.toString(16).padStart(16, '0'));
+    assert.deepEqual(chat({}), expected(''));
+    assert.deepEqual(chat({ reasoning_effort: null, chat_template: null, chat_template_kwargs: null, documents: null, temperature: 0.2, stream: true }), expected(''));
+    assert.deepEqual(chat({ cache_salt: 's' }), expected('s'));
+  });
+
+  test('Responses: reasoning.effort; Messages: chat_template_kwargs and output_config.effort', () => {
+    const resp = (extra: object) => understand(req({}, { model: 'm', instructions: SYSTEM, input: 'hi', ...extra }, '/v1/responses'), config).blocks[0];
+    assert.notEqual(resp({ reasoning: { effort: 'high' } }), resp({ reasoning: { effort: 'low' } }));
+    assert.notEqual(resp({ reasoning: { effort: 'high' } }), resp({}));
+    assert.equal(resp({ reasoning: { summary: 'auto' } }), resp({}), 'only the effort');
+    const msgs = (extra: object) => understand(req({}, { model: 'm', system: SYSTEM, messages: [{ role: 'user', content: 'hi' }], ...extra }, '/v1/messages'), config).blocks[0];
+    assert.notEqual(msgs({ chat_template_kwargs: { enable_thinking: false } }), msgs({}));
+    assert.notEqual(msgs({ output_config: { effort: 'high' } }), msgs({}));
   });
 });

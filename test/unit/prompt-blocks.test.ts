@@ -84,6 +84,10 @@ const body = fc.record(
       anyJson,
     ),
     tools: toolList,
+    // Fields that seed the chain (keys.ts) and are not rendered: both renderers must ignore them alike.
+    reasoning_effort: fc.oneof(fc.constantFrom('low', 'high'), anyJson),
+    chat_template_kwargs: anyJson,
+    documents: anyJson,
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
@@ -114,6 +118,7 @@ const responsesBody = fc.record(
       anyJson,
     ),
     tools: toolList,
+    reasoning: fc.oneof(fc.record({ effort: fc.constantFrom('low', 'high') }), anyJson),
   },
   { requiredKeys: [] },
 ) as fc.Arbitrary<Record<string, unknown>>;
