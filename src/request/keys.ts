@@ -1,15 +1,18 @@
 /**
  * Routing keys. A request's key says which cached KV state it would reuse:
  *  1. a session id from the configured header, else the configured cookie, else the body's own
- *     session fields (only on the configured paths, by API): OpenAI chat and completions `user`,
- *     `metadata.session_id`; Responses `conversation` first (one thread, where `user` may span
- *     many), then the same two; Anthropic Messages `metadata.user_id`;
+ *     conversation ids (only on the configured paths, by API): OpenAI chat and completions
+ *     `metadata.session_id`; Responses `conversation` first, then the same; Anthropic Messages
+ *     `metadata.user_id`;
  *  2. else `prompt_cache_key` (OpenAI chat, completions and Responses): the client's own name for
  *     "requests that should share a cache", kept sticky like a session but never mixed up with one;
- *  3. otherwise a hash of the first blocks of the canonical prompt, seeded with the model (and
+ *  3. else the OpenAI body's `user` (chat, completions, Responses): an end user, who may hold many
+ *     conversations, and a field OpenAI deprecates (for `safety_identifier`, and for
+ *     `prompt_cache_key` where caching is meant), so an explicit cache key outranks it;
+ *  4. otherwise a hash of the first blocks of the canonical prompt, seeded with the model (and
  *     `cache_salt` and the fields that change the rendered prompt: promptOptions), so requests
  *     sharing a system prompt share a key;
- *  4. otherwise none: the request is routed by load alone.
+ *  5. otherwise none: the request is routed by load alone.
  * Raw session ids never leave this module: keys carry only their hash. A Responses request's
  * `previous_response_id` is not a key but a pin (the gate sends it to the worker that stored that
  * response); it is hashed here like a session id.
@@ -106,13 +109,13 @@ function bodyKey(body: Record<string, unknown>, api: PromptApi): RoutingKey | un
     const conversation = conversationId(body['conversation']);
     if (conversation) return sessionKey(conversation, 'body_conversation');
   }
-  const user = stringField(body, 'user');
-  if (user) return sessionKey(user, 'body_user');
   const metaSession = metadata && stringField(metadata, 'session_id');
   if (metaSession) return sessionKey(metaSession, 'body_metadata');
   const cacheKey = stringField(body, 'prompt_cache_key');
   // Its own namespace: a cache key "abc" and a session "abc" are different things.
   if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key');
+  const user = stringField(body, 'user');
+  if (user) return sessionKey(user, 'body_user');
   return undefined;
 }
 

@@ -33,8 +33,10 @@ describe('routing keys', () => {
     assert.equal(u.key?.hash, hashSessionId('zzz'));
   });
 
-  test('then body `user`, then `metadata.session_id`, on the OpenAI paths', () => {
-    assert.equal(understand(req({}, { user: 'u1', metadata: { session_id: 's' } }), config).key?.source, 'body_user');
+  test('then body `metadata.session_id`, then `prompt_cache_key`, then `user`, on the OpenAI paths', () => {
+    // A conversation id names one conversation; `user` names an end user who may hold many.
+    assert.equal(understand(req({}, { user: 'u1', metadata: { session_id: 's' } }), config).key?.source, 'body_metadata');
+    assert.equal(understand(req({}, { user: 'u1', messages: [] }), config).key?.source, 'body_user');
     const m = understand(req({}, { metadata: { session_id: 's1' }, messages: [] }), config);
     assert.equal(m.key?.source, 'body_metadata');
     assert.equal(m.key?.hash, hashSessionId('s1'));
@@ -157,10 +159,12 @@ describe('prompt_cache_key', () => {
     assert.equal(completions.key?.hash, a.key?.hash);
   });
 
-  test('a session id outranks it; it outranks the prefix hash', () => {
+  test('a session id outranks it; it outranks `user` and the prefix hash', () => {
     const body = { model: 'm', messages: [{ role: 'system', content: SYSTEM }], prompt_cache_key: 'k' };
     assert.equal(understand(req({ 'x-session-id': 's' }, body), config).key?.source, 'header');
-    assert.equal(understand(req({}, { ...body, user: 'u' }), config).key?.source, 'body_user');
+    // OpenAI deprecates `user` for caching in favour of prompt_cache_key: the explicit cache group wins.
+    assert.equal(understand(req({}, { ...body, user: 'u' }), config).key?.source, 'prompt_cache_key');
+    assert.equal(understand(req({}, { ...body, user: 'u' }, '/v1/completions'), config).key?.source, 'prompt_cache_key');
     assert.equal(understand(req({}, { ...body, metadata: { session_id: 's' } }), config).key?.source, 'body_metadata');
     assert.equal(understand(req({}, { ...body, prompt_cache_key: 7 }), config).key?.source, 'prompt_prefix', 'a non-string key is ignored');
     assert.equal(understand(req({}, { ...body, prompt_cache_key: '' }), config).key?.source, 'prompt_prefix');
@@ -312,7 +316,7 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     assert.notEqual(dev('a').blocks.at(-1), dev('b').blocks.at(-1));
   });
 
-  test('session keys: header, cookie, conversation (string or object), user, metadata.session_id, prompt_cache_key', () => {
+  test('session keys: header, cookie, conversation (string or object), metadata.session_id, prompt_cache_key, user', () => {
     const body = { model: 'm', instructions: SYSTEM, input: 'q' };
     assert.equal(understand(resp({ ...body, conversation: 'conv_1', user: 'u' }, { 'x-session-id': 'h' }), config).key?.source, 'header');
     const conv = understand(resp({ ...body, conversation: 'conv_1', user: 'u', prompt_cache_key: 'k' }), config);
@@ -321,6 +325,8 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     assert.equal(understand(resp({ ...body, conversation: 5, user: 'u' }), config).key?.source, 'body_user');
     assert.equal(understand(resp({ ...body, conversation: {}, metadata: { session_id: 's' } }), config).key?.source, 'body_metadata');
     assert.equal(understand(resp({ ...body, prompt_cache_key: 'k' }), config).key?.source, 'prompt_cache_key');
+    assert.equal(understand(resp({ ...body, user: 'u', prompt_cache_key: 'k' }), config).key?.source, 'prompt_cache_key');
+    assert.equal(understand(resp({ ...body, metadata: { session_id: 's' }, prompt_cache_key: 'k' }), config).key?.source, 'body_metadata');
     assert.equal(understand(resp(body), config).key?.source, 'prompt_prefix');
   });
 
