@@ -108,6 +108,8 @@ describe('routing keys', () => {
   test('a body over the limit is body_too_large', () => {
     const small = parseConfig({ limits: { max_body_bytes: 100 }, workers: [{ id: 'w', cluster: 'w' }] });
     assert.throws(() => understand(req({}, { prompt: 'x'.repeat(200) }), small), { code: 'body_too_large' });
+    // Only where the body is read: elsewhere it is neither read nor measured.
+    assert.equal(understand(req({}, { prompt: 'x'.repeat(200) }, '/v1/embeddings'), small).key, undefined);
   });
 
   test('prompts of unexpected types never throw and give no key', () => {
