@@ -106,7 +106,9 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     const node = ep.nodes[0]!;
     return new Redis({ ...base, ...auth, host: node.host, port: node.port, ...(ep.db !== undefined ? { db: ep.db } : {}), ...(tls ? { tls } : {}) });
   }
-  const { retryStrategy, enableOfflineQueue, enableAutoPipelining, ...nodeOptions } = base;
+  // A cluster's replica answers a write with MOVED, not READONLY (`reconnectOnError` is for a
+  // single server's failover), and the cluster client reconnects its nodes itself.
+  const { retryStrategy, enableOfflineQueue, enableAutoPipelining, reconnectOnError: _single, ...nodeOptions } = base;
   const options: ClusterOptions = {
     enableOfflineQueue: enableOfflineQueue ?? false,
     // A cluster-level option: commands are pipelined per node.

@@ -209,6 +209,7 @@ export class RedisStore implements RoutingStore {
       // rows, alternating runs: decisions/s +19% at 2 KB and 32 KB, +4% at 400 KB, half-load
       // decision p50 lower at every size; the gate's CPU per request within noise.
       enableAutoPipelining: false,
+      reconnectOnError: reconnectOnReadonly(),
     };
     this.redis = connectRedis(opts.url, redisOptions, opts.tls);
     this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
@@ -930,6 +931,30 @@ class LateCommit extends KvgateError {
   constructor() {
     super('store_unavailable', 'the commit reached redis after its deadline');
   }
+}
+
+/** At most one reconnection per this long for READONLY replies (`reconnectOnReadonly`). */
+const READONLY_RECONNECT_INTERVAL_MS = 1000;
+
+/**
+ * ioredis's `reconnectOnError` (its README, "Reconnect on Error"): a READONLY reply means the server
+ * this connection reached was demoted to a replica in a failover. The connection stays up, so
+ * without a reconnection every write would be refused for as long as the process runs, while the
+ * address (a DNS name, a virtual IP, a managed service's primary endpoint) already leads to the new
+ * master. The command that got the reply still fails (the caller decides locally). At most one
+ * reconnection a second: a URL that names a replica for good would otherwise be reconnected to on
+ * every refresh and every request. Redis Cluster needs none: a replica answers MOVED there, which
+ * the cluster client follows.
+ */
+function reconnectOnReadonly(): (err: Error) => boolean {
+  let last = -Infinity;
+  return (err) => {
+    if (!err.message.startsWith('READONLY')) return false;
+    const now = Date.now();
+    if (now - last < READONLY_RECONNECT_INTERVAL_MS) return false;
+    last = now;
+    return true;
+  };
 }
 
 /** `keepOwnStates`'s `issued` for a view no reply has filled yet: below every command's number. */

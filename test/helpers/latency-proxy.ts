@@ -13,6 +13,11 @@ export interface LatencyProxy {
   setLatency(ms: number): void;
   /** true: drop every connection now and refuse new ones; false: accept again. */
   setDown(down: boolean): void;
+  /**
+   * Where connections made from now on lead (open ones stay where they are): an address that moved
+   * to another server, as a DNS name or a virtual IP moves to the new master after a failover.
+   */
+  setTarget(port: number, host?: string): void;
   close(): Promise<void>;
 }
 
@@ -58,13 +63,14 @@ class DelayedPipe {
 export async function startLatencyProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<LatencyProxy> {
   let latency = 0;
   let down = false;
+  let target = { port: targetPort, host: targetHost };
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     if (down) {
       client.destroy();
       return;
     }
-    const upstream = net.connect(targetPort, targetHost);
+    const upstream = net.connect(target.port, target.host);
     sockets.add(client);
     sockets.add(upstream);
     const toUpstream = new DelayedPipe(upstream, () => latency);
@@ -108,6 +114,9 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     setDown(value) {
       down = value;
       if (down) for (const s of sockets) s.destroy();
+    },
+    setTarget(port, host = '127.0.0.1') {
+      target = { port, host };
     },
     close() {
       for (const s of sockets) s.destroy();

@@ -925,3 +925,44 @@ describe('redis store: the operator state a decision relied on is checked at com
       assert.equal(after.attempts, 2);
     }));
 });
+
+describe('redis store: a master demoted to a replica (READONLY)', () => {
+  const workers = ['w1', 'w2'];
+
+  test('the store reconnects, and commits again once its address leads to the new master', async () => {
+    const [a, b] = await Promise.all([startRedis(), startRedis()]);
+    const proxy = await startLatencyProxy(a.port);
+    const rawA = new Redis(a.url);
+    const rawB = new Redis(b.url);
+    const store = redisStore(`redis://${proxy.address}`, { timeoutMs: 100, refreshMs: 100 });
+    try {
+      assert.ok(await store.waitReady(3000));
+      const first = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:a' }));
+      assert.ok(first.ok && !first.degraded);
+      await store.release(first.lease);
+      // The failover: b is the master now, the address leads to it (a DNS name or virtual IP moved),
+      // and a, still holding the store's connection, replicates b and refuses writes.
+      proxy.setTarget(b.port);
+      assert.equal(await rawA.replicaof('127.0.0.1', String(b.port)), 'OK');
+      const until = Date.now() + 3000;
+      for (;;) {
+        const r = await store.commit(commitRequest({ workers, worker: 'w2' }));
+        assert.ok(r.ok);
+        if (!r.degraded) {
+          assert.deepEqual(await rawB.zrange('kvgate-test:{p}:f:w2', '0', '-1'), [r.lease.id], 'committed on the new master');
+          await store.release(r.lease);
+          break;
+        }
+        await store.release(r.lease);
+        assert.ok(Date.now() < until, 'commits reach the new master within seconds of the failover');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      await store.close();
+      rawA.disconnect();
+      rawB.disconnect();
+      await proxy.close();
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});
