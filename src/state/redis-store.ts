@@ -22,7 +22,7 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import type { RedisOptions } from 'ioredis';
+import { ReplyError, type RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { KvgateError } from '../errors.js';
@@ -304,8 +304,12 @@ export class RedisStore implements RoutingStore {
       // that fails too (the connection broke) is retried on each refresh, where a removal sent
       // once was lost with the connection. A resend that lands later writes nothing: it carries
       // the deadline (`notAfter`). A commit Redis refused as late, or one never sent (no
-      // connection), wrote nothing.
-      if (sent.value && !(err instanceof LateCommit)) {
+      // connection, or one the client refused unwritten), wrote nothing; so did one Redis
+      // answered with an error (READONLY from a demoted master, OOM, CLUSTERDOWN): the script did
+      // not run, or stopped at its first write, which comes before the lease's (DECIDE_LUA).
+      // Taken back, each of those was a removal sent for nothing, and while Redis kept refusing
+      // writes, one more kept for retry per request.
+      if (sent.value && !(err instanceof LateCommit) && !(err instanceof ReplyError) && !refusedUnwritten(err)) {
         this.ledger.takeBack({ id: member, pool, worker: req.worker, shared: true });
         this.scheduleReleaseFlush();
       }
@@ -931,6 +935,16 @@ class LateCommit extends KvgateError {
   constructor() {
     super('store_unavailable', 'the commit reached redis after its deadline');
   }
+}
+
+/**
+ * The client refused the command without writing it: without the offline queue, ioredis rejects a
+ * command at once when it has no writable connection ("Stream isn't writeable and
+ * enableOfflineQueue options is false", or "Cluster isn't ready and …"). That includes the moment
+ * after a reconnection began (`reconnectOnError`), while the client's status still reads ready.
+ */
+function refusedUnwritten(err: unknown): boolean {
+  return err instanceof Error && err.message.endsWith('and enableOfflineQueue options is false');
 }
 
 /** At most one reconnection per this long for READONLY replies (`reconnectOnReadonly`). */

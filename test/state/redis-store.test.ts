@@ -929,6 +929,36 @@ describe('redis store: the operator state a decision relied on is checked at com
 describe('redis store: a master demoted to a replica (READONLY)', () => {
   const workers = ['w1', 'w2'];
 
+  /** ZREMs a server ran or refused (READONLY among the refusals). */
+  async function zrems(r: Redis): Promise<number> {
+    const m = /^cmdstat_zrem:calls=(\d+).*?rejected_calls=(\d+)/m.exec(await r.info('commandstats'));
+    return m ? Number(m[1]) + Number(m[2]) : 0;
+  }
+
+  test('a commit refused with an error reply wrote nothing: no removal is sent for it, however many requests come', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const master = await startRedis();
+      try {
+        const store = await open({ timeoutMs: 100, refreshMs: 50 });
+        const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded);
+        await store.release(warm.lease);
+        // Demoted, and the address still leads here: every commit is answered READONLY.
+        assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
+        const before = await zrems(raw);
+        for (let i = 0; i < 100; i++) {
+          const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
+          assert.ok(r.ok && r.degraded, 'decided locally');
+          await store.release(r.lease);
+        }
+        // Several refreshes: a removal kept for retry would be sent on each.
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal((await zrems(raw)) - before, 0, 'no lease to take back: Redis wrote none');
+      } finally {
+        await master.stop();
+      }
+    }));
+
   test('the store reconnects, and commits again once its address leads to the new master', async () => {
     const [a, b] = await Promise.all([startRedis(), startRedis()]);
     const proxy = await startLatencyProxy(a.port);
