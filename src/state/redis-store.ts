@@ -226,7 +226,7 @@ export class RedisStore implements RoutingStore {
     // Per-entry TTLs (`cacheAffinity`), read off the clock at each check: no timer (lru-cache's
     // default caches a reading for 1 ms with a timer per reading).
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize, ttlResolution: 0 });
-    this.ledger = new RedisLedger(opts.localAffinityCacheSize);
+    this.ledger = new RedisLedger(opts.localAffinityCacheSize, opts.leaseTtlMs);
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }

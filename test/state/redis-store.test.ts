@@ -959,6 +959,33 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
       }
     }));
 
+  test('releases Redis refuses are retried only until Redis has lapsed their leases', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const master = await startRedis();
+      try {
+        const store = await open({ timeoutMs: 100, refreshMs: 50, leaseTtlMs: 1000 });
+        const held = [];
+        for (let i = 0; i < 3; i++) {
+          const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
+          assert.ok(r.ok && !r.degraded);
+          held.push(r.lease);
+        }
+        assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
+        const releasedAt = Date.now();
+        for (const l of held) await store.release(l);
+        const before = await zrems(raw);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.ok((await zrems(raw)) > before, 'retried on the refreshes (the control)');
+        // Past the lease TTL since the release, Redis would have lapsed them: no more retries.
+        await new Promise((r) => setTimeout(r, releasedAt + 1000 + 100 - Date.now()));
+        const lapsed = await zrems(raw);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal((await zrems(raw)) - lapsed, 0, 'no removal sent for a lease Redis has lapsed');
+      } finally {
+        await master.stop();
+      }
+    }));
+
   test('the store reconnects, and commits again once its address leads to the new master', async () => {
     const [a, b] = await Promise.all([startRedis(), startRedis()]);
     const proxy = await startLatencyProxy(a.port);
