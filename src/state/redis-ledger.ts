@@ -126,15 +126,20 @@ export class RedisLedger {
    * Released leases Redis may still count, to remove again. Those that left `shared` a lease TTL
    * ago or more are dropped instead: Redis has lapsed them itself (no renewal names them), and
    * while Redis refuses the removals (a demoted master answering READONLY, a long outage) the list
-   * would otherwise only grow, every entry resent on every refresh.
+   * would otherwise only grow, every entry resent on every refresh. At most `max`, oldest first.
    */
-  unreleasedLeases(now = Date.now()): Lease[] {
+  unreleasedLeases(now = Date.now(), max = Infinity): Lease[] {
     const out: Lease[] = [];
     for (const [id, l] of this.unreleased) {
+      if (out.length >= max) break;
       if (now - (this.leftShared.get(l) ?? now) >= this.leaseTtlMs) this.unreleased.delete(id);
       else out.push(l);
     }
     return out;
+  }
+
+  get unreleasedCount(): number {
+    return this.unreleased.size;
   }
 
   removedFromRedis(ids: Iterable<string>): void {

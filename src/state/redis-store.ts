@@ -25,6 +25,7 @@ import { EventEmitter } from 'node:events';
 import { ReplyError, type RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
+import { storeSocketTimeoutMs } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { Coalesced } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
@@ -65,6 +66,11 @@ const RELEASE_FLUSH_MS = 5;
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
+/**
+ * At most this many releases Redis did not take are sent again per refresh (`retryReleases`): a
+ * refresh adds at most this many commands' worth to the connection, however long the list grew.
+ */
+const MAX_RETRIED_RELEASES_PER_RUN = 1024;
 /**
  * At most this many affinities are written back by one script call (WRITE_BACK_LUA): Redis runs
  * nothing else while a script runs, and a restore may write back a whole cache.
@@ -182,6 +188,8 @@ export class RedisStore implements RoutingStore {
   /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
   private readonly releaseWaiters = new Map<string, () => void>();
   private releaseTimer: NodeJS.Timeout | undefined;
+  /** The retry of releases Redis did not take, while one runs (`retryReleases`). */
+  private retrying: Promise<void> | undefined;
   /**
    * Numbers this store's reads and state writes in the order they are sent. One connection (one
    * cluster node for a pool: its keys share a slot) runs commands in that order, so a reply to a
@@ -197,6 +205,8 @@ export class RedisStore implements RoutingStore {
       // Fail fast instead of queueing while disconnected: the caller falls back to local state.
       enableOfflineQueue: false,
       commandTimeout: opts.timeoutMs,
+      // A connection silent that long while replies are due is replaced (see the function).
+      socketTimeout: storeSocketTimeoutMs(opts.timeoutMs, opts.leaseTtlMs),
       maxRetriesPerRequest: 0,
       // Reconnect forever with a capped backoff; the gate keeps serving meanwhile.
       retryStrategy: (times) => Math.min(50 * times, 1000),
@@ -716,7 +726,9 @@ export class RedisStore implements RoutingStore {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
     if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
-    if (this.ledger.unreleasedLeases().length > 0) void this.retryReleases();
+    if (this.retrying === undefined && this.ledger.unreleasedCount > 0) {
+      this.retrying = this.retryReleases().finally(() => (this.retrying = undefined));
+    }
     let behind: Set<string> | undefined;
     for (const [pool, view] of this.views) {
       if (this.configuredPools && !this.configuredPools.has(pool)) {
@@ -765,11 +777,18 @@ export class RedisStore implements RoutingStore {
     );
   }
 
+  /**
+   * Sends again the removals Redis did not take: one run at a time (a refresh while one is on its
+   * way starts none), at most MAX_RETRIED_RELEASES_PER_RUN of them, one ZREM per worker. Resending
+   * the whole list on every refresh while earlier runs still waited for their replies (a connection
+   * that went silent) piled up commands in the client as fast as the list grew, quadratically.
+   */
   private async retryReleases(): Promise<void> {
+    const leases = this.ledger.unreleasedLeases(Date.now(), MAX_RETRIED_RELEASES_PER_RUN);
     await Promise.all(
-      [...byPool(this.ledger.unreleasedLeases())].map(async ([pool, ls]) => {
+      [...byPool(leases)].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
-        for (const l of ls) p.zrem(this.poolKeys(pool).inflight(l.worker), l.id);
+        for (const [worker, ids] of idsByWorker(ls)) p.zrem(this.poolKeys(pool).inflight(worker), ...ids);
         const replies = await p.exec().catch(() => null);
         if (replies && !replies.some(([err]) => err)) this.ledger.removedFromRedis(ls.map((l) => l.id));
       }),

@@ -143,3 +143,12 @@ test('a lease whose removal Redis keeps refusing is dropped once Redis has lapse
   assert.deepEqual(l.unreleasedLeases(Date.now() + TTL), [], 'lapsed in Redis: nothing left to retry');
   assert.deepEqual(l.drainForClose(), [], 'and gone from the ledger');
 });
+
+test('the releases to retry come oldest first, at most as many as asked for', () => {
+  const l = new RedisLedger(10, TTL);
+  const all = ['a', 'b', 'c'].map((id) => lease(id));
+  for (const x of all) l.mustRemove(x);
+  assert.equal(l.unreleasedCount, 3);
+  assert.deepEqual(l.unreleasedLeases(Date.now(), 2), all.slice(0, 2));
+  assert.deepEqual(l.unreleasedLeases(), all);
+});

@@ -304,7 +304,7 @@ describe('redis store specifics', () => {
       { proxy: true },
     ));
 
-  test('a stall longer than the lease TTL that keeps the connection: the leases still held count again after the next renewal', () =>
+  test('a stall longer than the lease TTL: the leases still held count again within a renewal interval of its end', () =>
     withRedis(async ({ raw, store: open }) => {
       // Renewal runs every max(1 s, TTL / 3): 1 s with a 1.5 s TTL. No refresh of its own, so
       // nothing but the renewal and resync could put the lease back.
@@ -315,8 +315,10 @@ describe('redis store specifics', () => {
       assert.ok(held.ok && !held.degraded);
       const live = async () => raw.zcount(leases, `(${await redisNow(raw)}`, '+inf');
       assert.equal(await live(), 1);
-      // Redis blocked past the lease's TTL, the connection kept: the renewals sent meanwhile time
-      // out in the store and run once Redis is back, the lease already lapsed.
+      // Redis blocked past the lease's TTL: the renewals sent meanwhile time out in the store and
+      // run once Redis is back, the lease already lapsed. The silent connection is replaced (its
+      // socket timeout, 750 ms here) and the resync on reconnection re-adds the lease; a connection
+      // kept through the stall would have it re-added by the next renewal.
       const PAUSE_MS = 2000;
       assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
       await new Promise((r) => setTimeout(r, PAUSE_MS + 50));
@@ -1022,4 +1024,48 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
       await Promise.all([a.stop(), b.stop()]);
     }
   });
+});
+
+describe('redis store: a connection that goes silent (packets dropped, nothing closed)', () => {
+  test('is replaced within a few store timeouts, and the commands waiting on it stay bounded meanwhile', () =>
+    withRedis(
+      async ({ proxy, store: open }) => {
+        const workers = ['w1', 'w2'];
+        // timeout_ms 50: replaced after 250 ms of silence.
+        const store = await open({ timeoutMs: 50, refreshMs: 50 }, { viaProxy: true });
+        // ioredis's queue of commands written and waiting for their reply: what grew without bound.
+        const queued = () => (store as unknown as { redis: { commandQueue: { length: number } } }).redis.commandQueue.length;
+        let n = 0;
+        let maxQueued = 0;
+        let replacedAfter: number | undefined;
+        let silentSince = 0;
+        const before = proxy!.accepted;
+        // 200 requests a second, each released 20 ms after its decision.
+        const load = setInterval(() => {
+          for (let i = 0; i < 10; i++) {
+            void store.commit(commitRequest({ workers, worker: n++ % 2 ? 'w1' : 'w2' })).then((r) => {
+              if (r.ok) setTimeout(() => void store.release(r.lease), 20);
+            });
+          }
+        }, 50);
+        const watch = setInterval(() => {
+          maxQueued = Math.max(maxQueued, queued());
+          if (silentSince > 0 && replacedAfter === undefined && proxy!.accepted > before) replacedAfter = Date.now() - silentSince;
+        }, 5);
+        try {
+          await new Promise((r) => setTimeout(r, 300));
+          proxy!.setBlackhole(true);
+          silentSince = Date.now();
+          maxQueued = 0;
+          await new Promise((r) => setTimeout(r, 1500));
+          assert.ok(replacedAfter !== undefined && replacedAfter < 1000, `the silent connection was replaced within a second (after ${replacedAfter} ms)`);
+          assert.ok(maxQueued < 400, `at most a few timeouts' worth of commands waited on it (${maxQueued})`);
+        } finally {
+          clearInterval(load);
+          clearInterval(watch);
+          proxy!.setBlackhole(false);
+        }
+      },
+      { proxy: true },
+    ));
 });
