@@ -770,6 +770,26 @@ describe('redis store: what a commit counts and writes', () => {
       await store.release(second.lease);
     }));
 
+  test('a worker’s session set holds about its live affinities: a commit to the worker drops the lapsed ones', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // No refresh, no migration: only commits touch the session sets.
+      const store = await open({ refreshMs: 60_000 });
+      const sessions = 'kvgate-test:{p}:ws:w1';
+      const live = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:long', affinityTtlMs: 60_000 }));
+      assert.ok(live.ok && !live.degraded);
+      await store.release(live.lease);
+      // Fifty sessions at once, each affinity lapsing 300 ms later.
+      const short = await Promise.all(Array.from({ length: 50 }, (_, i) => store.commit(commitRequest({ workers, worker: 'w1', key: `s:short-${i}`, affinityTtlMs: 300 }))));
+      for (const r of short) assert.ok(r.ok && !r.degraded);
+      await Promise.all(short.map((r) => r.ok && store.release(r.lease)));
+      assert.equal(await raw.zcard(sessions), 51);
+      await new Promise((r) => setTimeout(r, 350)); // the 50 short affinities lapse
+      const next = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:next', affinityTtlMs: 60_000 }));
+      assert.ok(next.ok && !next.degraded);
+      await store.release(next.lease);
+      assert.deepEqual((await raw.zrange(sessions, '0', '-1')).sort(), ['s:long', 's:next'], 'only the live sessions are left');
+    }));
+
   test('a renewal keeps every lease it names, adding back one that lapsed or is gone, and says which', () =>
     withRedis(async ({ raw }) => {
       const { defineScripts } = await import('../../src/state/redis-commands.js');
