@@ -478,12 +478,31 @@ export class RedisStore implements RoutingStore {
     return this.poolKeys(pool).offload;
   }
 
+  /**
+   * Readiness. One server: PING. A cluster answers a keyless PING from any node, also while a
+   * pool's hash slot has no master and every decision there falls back: so a cluster is asked for
+   * each configured pool's marker key (EXISTS, a read on the master owning the pool's slot), all at
+   * once, within `store.timeout_ms` whatever the cluster client retries meanwhile.
+   */
   async ping(): Promise<void> {
-    try {
-      await this.redis.ping();
-    } catch (err) {
-      throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+    const pools = [...(this.configuredPools ?? this.views.keys())];
+    if (!this.redis.isCluster || pools.length === 0) {
+      try {
+        await this.redis.ping();
+      } catch (err) {
+        throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+      }
+      return;
     }
+    await Promise.all(
+      pools.map(async (pool) => {
+        try {
+          await this.withDeadline(this.redis.exists(this.poolKeys(pool).alive), () => undefined);
+        } catch (err) {
+          throw new KvgateError('store_unavailable', `redis cluster does not answer for pool ${pool}: ${(err as Error).message}`, { cause: err });
+        }
+      }),
+    );
   }
 
   retainPools(pools: readonly string[]): void {
