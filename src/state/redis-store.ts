@@ -445,11 +445,14 @@ export class RedisStore implements RoutingStore {
   }
 
   // Stored responses (Responses API): one plain key per response id, written once with its TTL.
-  // Kept in this process as well, so what this replica learned survives Redis being away.
+  // Kept in this process as well, so what this replica learned survives Redis being away. Both are
+  // awaited on a request's way, so both are bounded by `store.timeout_ms` as decisions are
+  // (`withDeadline`: ioredis's command timeout starts only once a node has the command, and a
+  // cluster client retries through a failover before that).
   async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number, scope?: RequestScope): Promise<void> {
     this.responses.record(pool, responseHash, worker, ttlMs);
     try {
-      await this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs);
+      await this.withDeadline(this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs));
     } catch (err) {
       this.logFailure('redis write of a response id failed; kept on this replica only', err, scope);
     }
@@ -457,7 +460,7 @@ export class RedisStore implements RoutingStore {
 
   async responseWorker(pool: string, responseHash: string, scope?: RequestScope): Promise<string | undefined> {
     try {
-      return (await this.redis.get(this.poolKeys(pool).response(responseHash))) ?? this.responses.worker(pool, responseHash);
+      return (await this.withDeadline(this.redis.get(this.poolKeys(pool).response(responseHash)))) ?? this.responses.worker(pool, responseHash);
     } catch (err) {
       this.logFailure('redis read of a response id failed; using this replica\'s own', err, scope);
       return this.responses.worker(pool, responseHash);
@@ -497,7 +500,7 @@ export class RedisStore implements RoutingStore {
     await Promise.all(
       pools.map(async (pool) => {
         try {
-          await this.withDeadline(this.redis.exists(this.poolKeys(pool).alive), () => undefined);
+          await this.withDeadline(this.redis.exists(this.poolKeys(pool).alive));
         } catch (err) {
           throw new KvgateError('store_unavailable', `redis cluster does not answer for pool ${pool}: ${(err as Error).message}`, { cause: err });
         }
@@ -585,15 +588,16 @@ export class RedisStore implements RoutingStore {
   }
 
   /**
-   * Bounds a decision's wait by `store.timeout_ms` whatever the client does meanwhile (a cluster
-   * client retries through a failover, a script may need EVAL after NOSCRIPT): past it the gate
-   * decides locally, well inside Envoy's message timeout.
+   * Bounds a wait on Redis (a decision's, a response id's, readiness's) by `store.timeout_ms`
+   * whatever the client does meanwhile (a cluster client retries through a failover, a script may
+   * need EVAL after NOSCRIPT): past it the gate answers locally, well inside Envoy's message
+   * timeout. `onLate` runs when the deadline passes first.
    */
-  private withDeadline<T>(p: Promise<T>, onLate: () => void): Promise<T> {
+  private withDeadline<T>(p: Promise<T>, onLate?: () => void): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        onLate();
+        onLate?.();
         reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`));
       }, this.opts.timeoutMs);
     });

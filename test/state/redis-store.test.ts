@@ -112,6 +112,30 @@ describe('redis store specifics', () => {
       assert.equal(await b.responseWorker('p', 'while-down'), undefined, 'never shared: the other replica routes it by its other keys');
     }));
 
+  test('a response id write or read the client holds on to returns within store.timeout_ms, answered by this replica', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ timeoutMs: 100 });
+      await store.recordResponse('p', 'known', 'w2', 60_000);
+      // What a cluster client does while it retries through a failover: the command reaches no
+      // node yet, so ioredis's command timeout has not started.
+      const client = store as unknown as { redis: { get: unknown; set: unknown } };
+      const held = () => new Promise<never>(() => {});
+      client.redis.get = held;
+      client.redis.set = held;
+      const timed = async <T>(p: Promise<T>): Promise<{ value: T | 'still waiting'; ms: number }> => {
+        const t0 = performance.now();
+        const value = await Promise.race([p, new Promise<'still waiting'>((r) => setTimeout(() => r('still waiting'), 1000))]);
+        return { value, ms: performance.now() - t0 };
+      };
+      const wrote = await timed(store.recordResponse('p', 'new', 'w1', 60_000));
+      assert.ok(wrote.value !== 'still waiting' && wrote.ms < 200, `the write gave up within the store timeout (${Math.round(wrote.ms)} ms)`);
+      for (const [hash, worker] of [['known', 'w2'], ['new', 'w1']] as const) {
+        const read = await timed(store.responseWorker('p', hash));
+        assert.equal(read.value, worker, 'this replica’s own record');
+        assert.ok(read.ms < 200, `the read gave up within the store timeout (${Math.round(read.ms)} ms)`);
+      }
+    }));
+
   test('two store instances on one Redis see each other’s affinities and loads', () =>
     withRedis(async ({ store }) => {
       const a = await store();
