@@ -12,7 +12,7 @@
  */
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { KvgateError } from '../errors.js';
-import { redact, STORE_SCHEME as SCHEME } from './store-spec.js';
+import { redact, splitCredentials, STORE_SCHEME as SCHEME } from './store-spec.js';
 
 /** PEM contents (already read) for TLS to Redis. */
 export interface StoreTls {
@@ -38,12 +38,10 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
   if (!m) throw new KvgateError('invalid_config', `not a redis store URL: ${redact(spec)}`);
   const tls = m[1] === 'rediss';
   const cluster = m[2] !== undefined;
-  // WHATWG URL takes one host only: parse the credentials and path with the first host, then
-  // read the host list ourselves.
-  const rest = spec.slice(m[0].length);
-  const at = rest.lastIndexOf('@', rest.search(/[/?#]|$/));
-  const auth = at >= 0 ? rest.slice(0, at) : '';
-  const hostsAndPath = at >= 0 ? rest.slice(at + 1) : rest;
+  // WHATWG URL takes one host only, and a password with '@', '/', '?' or '#' left unencoded
+  // would be cut short, or read as hosts: the credentials run to the last '@' (the split `redact`
+  // uses too, so an error shows no part of a password), then the host list and path follow.
+  const { auth = '', rest: hostsAndPath } = splitCredentials(spec);
   const pathStart = hostsAndPath.search(/[/?#]/);
   const hostList = pathStart >= 0 ? hostsAndPath.slice(0, pathStart) : hostsAndPath;
   const path = pathStart >= 0 ? hostsAndPath.slice(pathStart) : '';
@@ -54,8 +52,8 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
   const out: StoreEndpoint = { cluster, tls, nodes };
   if (auth) {
     const colon = auth.indexOf(':');
-    const user = decodeURIComponent(colon >= 0 ? auth.slice(0, colon) : auth);
-    const password = colon >= 0 ? decodeURIComponent(auth.slice(colon + 1)) : undefined;
+    const user = decodeCredential(colon >= 0 ? auth.slice(0, colon) : auth, spec);
+    const password = colon >= 0 ? decodeCredential(auth.slice(colon + 1), spec) : undefined;
     if (user) out.username = user;
     if (password !== undefined) out.password = password;
   }
@@ -67,6 +65,15 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
     throw new KvgateError('invalid_config', `${redact(spec)}: the path must be a database number`);
   }
   return out;
+}
+
+/** Percent-decodes a user name or password; a '%' not followed by two hex digits is refused. */
+function decodeCredential(raw: string, spec: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new KvgateError('invalid_config', `${redact(spec)}: a '%' in the user name or password must start a percent-encoded byte (write '%' itself as %25)`);
+  }
 }
 
 function parseHostPort(raw: string, spec: string): { host: string; port: number } {
