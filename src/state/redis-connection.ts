@@ -9,16 +9,21 @@
  * AUTH comes from the URL (a password alone for `requirepass`, user and password for an ACL user).
  * TLS trusts the system CAs unless a CA file is given (`--store-ca-file`), and presents a client
  * certificate when one is given (`--store-cert-file` / `--store-key-file`, for `tls-auth-clients`).
+ * It verifies the server's certificate against the host name the URL gives, or the one
+ * `--store-tls-servername` names; for a cluster see `connectRedis`.
  */
+import { isIP } from 'node:net';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { KvgateError } from '../errors.js';
 import { redact, splitCredentials, STORE_SCHEME as SCHEME } from './store-spec.js';
 
-/** PEM contents (already read) for TLS to Redis. */
+/** PEM contents (already read) for TLS to Redis, and the name to verify its certificates against. */
 export interface StoreTls {
   ca?: Buffer;
   cert?: Buffer;
   key?: Buffer;
+  servername?: string;
 }
 
 export interface StoreEndpoint {
@@ -88,6 +93,17 @@ function parseHostPort(raw: string, spec: string): { host: string; port: number 
 /**
  * Opens the client. `base` carries the fail-fast settings the store relies on (no offline queue,
  * command timeout); they apply to every node of a cluster too.
+ *
+ * A TLS cluster seeded by host name (a managed service's configuration endpoint, a Kubernetes
+ * service): the cluster client resolves the seeds to IP addresses and reaches the other nodes by
+ * the addresses CLUSTER SLOTS gives, usually IP addresses too, so a node certificate that names
+ * hosts only (as managed services' do) failed verification on every node. Unless `servername`
+ * names the host to verify, each node's certificate is verified against the address the client
+ * reached it by and, failing that, against the first seed's host name. (Not ioredis README's way,
+ * "Special Note: Aws Elasticache Clusters with TLS", of keeping the seeds unresolved: the seeds'
+ * connections are then replaced by the slot map's at the first refresh, and without an offline
+ * queue the cluster's ready check finds no node ready and starts over, for good. Nor a server name
+ * sent to every node: a node whose certificate names only itself would fail it.)
  */
 export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTls = {}): RedisClient {
   const ep = parseStoreUrl(spec);
@@ -95,6 +111,11 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
   if (hasFiles && !ep.tls) {
     throw new KvgateError('invalid_config', 'a store CA or client certificate needs a rediss:// or rediss+cluster:// store URL');
   }
+  if (tlsFiles.servername !== undefined && !ep.tls) {
+    throw new KvgateError('invalid_config', 'a store TLS server name needs a rediss:// or rediss+cluster:// store URL');
+  }
+  const servername = tlsFiles.servername;
+  const seedName = ep.cluster && ep.tls && servername === undefined ? ep.nodes.find((n) => isIP(n.host) === 0)?.host : undefined;
   if ((tlsFiles.cert === undefined) !== (tlsFiles.key === undefined)) {
     throw new KvgateError('invalid_config', 'a store client certificate needs both --store-cert-file and --store-key-file');
   }
@@ -103,6 +124,8 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
         ...(tlsFiles.ca !== undefined ? { ca: tlsFiles.ca } : {}),
         ...(tlsFiles.cert !== undefined ? { cert: tlsFiles.cert } : {}),
         ...(tlsFiles.key !== undefined ? { key: tlsFiles.key } : {}),
+        ...(servername !== undefined ? { servername } : {}),
+        ...(seedName !== undefined ? { checkServerIdentity: orHostName(seedName) } : {}),
       }
     : undefined;
   const auth = {
@@ -131,6 +154,14 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     redisOptions: { ...nodeOptions, ...auth, ...(tls ? { tls } : {}) },
   };
   return new Cluster(ep.nodes, options);
+}
+
+/** TLS identity check: the host the connection was made to, or else `name`. */
+function orHostName(name: string): (host: string, cert: PeerCertificate) => Error | undefined {
+  return (host, cert) => {
+    const err = checkServerIdentity(host, cert);
+    return err === undefined ? undefined : checkServerIdentity(name, cert) === undefined ? undefined : err;
+  };
 }
 
 /**

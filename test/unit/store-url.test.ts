@@ -26,6 +26,7 @@ test('what is not a store URL is a config error', () => {
   }
   assert.throws(() => connectRedis('redis://a:1', {}, { ca: Buffer.from('x') }), /needs a rediss/);
   assert.throws(() => connectRedis('rediss://a:1', {}, { cert: Buffer.from('x') }), /both --store-cert-file and --store-key-file/);
+  assert.throws(() => connectRedis('redis+cluster://a:1', {}, { servername: 'a' }), /server name needs a rediss/);
 });
 
 test('passwords are redacted wherever a store URL is shown', () => {
