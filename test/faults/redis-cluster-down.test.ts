@@ -35,6 +35,7 @@ describe('Redis Cluster: the pool’s hash slot without a master', () => {
   test('readiness fails within store.timeout_ms, though other nodes still answer PING', async () => {
     const t0 = performance.now();
     await assert.rejects(store.ping(), (e: Error & { code?: string }) => e.code === 'store_unavailable' && /default/.test(e.message));
-    assert.ok(performance.now() - t0 < TIMEOUT_MS + 100, `failed within the store timeout (${Math.round(performance.now() - t0)} ms)`);
+    // The store timeout and then some: a loaded machine runs timers late.
+    assert.ok(performance.now() - t0 < TIMEOUT_MS + 400, `failed within the store timeout (${Math.round(performance.now() - t0)} ms)`);
   });
 });

@@ -128,11 +128,12 @@ describe('redis store specifics', () => {
         return { value, ms: performance.now() - t0 };
       };
       const wrote = await timed(store.recordResponse('p', 'new', 'w1', 60_000));
-      assert.ok(wrote.value !== 'still waiting' && wrote.ms < 200, `the write gave up within the store timeout (${Math.round(wrote.ms)} ms)`);
+      // The store timeout and then some (a loaded machine runs timers late), far below the 1 s wait.
+      assert.ok(wrote.value !== 'still waiting' && wrote.ms < 500, `the write gave up within the store timeout (${Math.round(wrote.ms)} ms)`);
       for (const [hash, worker] of [['known', 'w2'], ['new', 'w1']] as const) {
         const read = await timed(store.responseWorker('p', hash));
         assert.equal(read.value, worker, 'this replica’s own record');
-        assert.ok(read.ms < 200, `the read gave up within the store timeout (${Math.round(read.ms)} ms)`);
+        assert.ok(read.ms < 500, `the read gave up within the store timeout (${Math.round(read.ms)} ms)`);
       }
     }));
 
@@ -797,7 +798,7 @@ describe('redis store: what a commit counts and writes', () => {
   test('a worker’s session set holds about its live affinities: a commit to the worker drops the lapsed ones', () =>
     withRedis(async ({ raw, store: open }) => {
       // No refresh, no migration: only commits touch the session sets.
-      const store = await open({ refreshMs: 60_000 });
+      const store = await open({ refreshMs: 60_000, timeoutMs: 2000 });
       const sessions = 'kvgate-test:{p}:ws:w1';
       const live = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:long', affinityTtlMs: 60_000 }));
       assert.ok(live.ok && !live.degraded);
@@ -985,7 +986,8 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
     withRedis(async ({ raw, store: open }) => {
       const master = await startRedis();
       try {
-        const store = await open({ timeoutMs: 100, refreshMs: 50 });
+        // A timeout no reply comes near, even on a loaded machine: only error replies fail commits.
+        const store = await open({ timeoutMs: 1000, refreshMs: 50 });
         const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
         assert.ok(warm.ok && !warm.degraded);
         await store.release(warm.lease);
@@ -1009,7 +1011,7 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
     withRedis(async ({ raw, store: open }) => {
       const master = await startRedis();
       try {
-        const store = await open({ timeoutMs: 100, refreshMs: 50, leaseTtlMs: 1000 });
+        const store = await open({ timeoutMs: 1000, refreshMs: 50, leaseTtlMs: 1000 });
         const held = [];
         for (let i = 0; i < 3; i++) {
           const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
