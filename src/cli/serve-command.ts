@@ -16,6 +16,7 @@ interface ServeOptions {
   storeCaFile?: string;
   storeCertFile?: string;
   storeKeyFile?: string;
+  storeTlsServername?: string;
   tlsCert?: string;
   tlsKey?: string;
   tlsClientCa?: string;
@@ -42,6 +43,11 @@ export function registerServeCommand(program: Command): void {
     .addOption(new Option('--store-ca-file <file>', 'PEM CA bundle to trust for rediss:// (default: the system CAs)').env('KVGATE_STORE_CA_FILE'))
     .addOption(new Option('--store-cert-file <file>', 'PEM client certificate for rediss:// (Redis tls-auth-clients)').env('KVGATE_STORE_CERT_FILE'))
     .addOption(new Option('--store-key-file <file>', 'PEM key of --store-cert-file').env('KVGATE_STORE_KEY_FILE'))
+    .addOption(
+      new Option('--store-tls-servername <name>', "host name Redis's certificates are verified against (default: the host each connection goes to; on a rediss+cluster:// URL, the first seed's host name too)").env(
+        'KVGATE_STORE_TLS_SERVERNAME',
+      ),
+    )
     .addOption(new Option('--tls-cert <file>', 'PEM certificate: serve ext_proc over TLS').env('KVGATE_TLS_CERT'))
     .addOption(new Option('--tls-key <file>', 'PEM key of --tls-cert').env('KVGATE_TLS_KEY'))
     .addOption(new Option('--tls-client-ca <file>', 'PEM CA: require client certificates it signed (mTLS)').env('KVGATE_TLS_CLIENT_CA'))
@@ -103,7 +109,7 @@ export function registerServeCommand(program: Command): void {
         config,
         logger,
         store: o.store,
-        storeTls: { caFile: o.storeCaFile, certFile: o.storeCertFile, keyFile: o.storeKeyFile },
+        storeTls: { caFile: o.storeCaFile, certFile: o.storeCertFile, keyFile: o.storeKeyFile, servername: o.storeTlsServername },
         tls: { certFile: o.tlsCert, keyFile: o.tlsKey, clientCaFile: o.tlsClientCa },
         grpcHost: o.grpcHost,
         grpcPort: o.grpcPort,

@@ -239,6 +239,8 @@ export const DEFAULTS = {
   storeTimeoutMs: 100,
   /** How often a Redis-backed gate refreshes its local view of worker loads and states. */
   storeRefreshMs: 250,
+  /** The Redis connection's silence limit, in `store.timeout_ms`s: see `storeSocketTimeoutMs`. */
+  storeSocketTimeouts: 5,
   /**
    * An ext_proc stream with no message for this long is ended and its lease released. Longer than
    * any gap Envoy leaves between messages of a live request (its upstream's time to first byte
@@ -399,3 +401,24 @@ export const DEFAULTS = {
    */
   traceExportBatchSize: 64,
 } as const;
+
+/**
+ * How long a Redis connection may receive nothing while replies are due before it is destroyed and
+ * replaced (ioredis's `socketTimeout`): `DEFAULTS.storeSocketTimeouts` times `store.timeout_ms`
+ * (500 ms by default), at least 250 ms, at most half the lease TTL.
+ *
+ * A connection whose packets are dropped without either side closing it (a partition, a dead NAT
+ * entry, a host gone without a reset) stays "ready" for the client: `store.timeout_ms` fails each
+ * command, but ioredis keeps every command it wrote queued for a reply that never comes, and the
+ * gate's next commands join them, so the queue and the heap grow for as long as it lasts (TCP
+ * keepalive notices after minutes). A healthy Redis answers in well under a millisecond, and every
+ * decision has long fallen back at a few timeouts, so silence that long means the connection is of
+ * no use: replacing it costs a reconnection and a resync, which run when Redis is back anyway. The
+ * floor keeps a pause of this process's own event loop (a GC, a starved CPU), during which replies
+ * wait unread, from passing for a dead connection when `store.timeout_ms` is tiny. Below the lease
+ * TTL, so that a silent connection is replaced, and the leases it renews re-added, before Redis
+ * lapses them.
+ */
+export function storeSocketTimeoutMs(timeoutMs: number, leaseTtlMs: number): number {
+  return Math.min(Math.max(DEFAULTS.storeSocketTimeouts * timeoutMs, 250), Math.floor(leaseTtlMs / 2));
+}

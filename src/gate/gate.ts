@@ -113,6 +113,8 @@ export class Gate {
     private readonly logger: Logger,
   ) {
     this.setup = { config, pools: new PoolTable(config) };
+    // The store learns the config's pools from the start (readiness on a cluster checks each one).
+    this.store.retainPools(this.setup.pools.all().map((p) => p.name));
   }
 
   get currentConfig(): Config {

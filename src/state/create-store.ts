@@ -13,11 +13,15 @@ import type { RedisStore } from './redis-store.js';
 import { isRedisSpec, redact } from './store-spec.js';
 import type { RoutingStore } from './store.js';
 
-/** PEM files for TLS to Redis (`--store-ca-file`, `--store-cert-file`, `--store-key-file`). */
+/**
+ * PEM files for TLS to Redis (`--store-ca-file`, `--store-cert-file`, `--store-key-file`), and the
+ * name its certificates are verified against (`--store-tls-servername`).
+ */
 export interface StoreTlsFiles {
   caFile?: string;
   certFile?: string;
   keyFile?: string;
+  servername?: string;
 }
 
 /**
@@ -26,8 +30,8 @@ export interface StoreTlsFiles {
  */
 export async function createStore(spec: string, config: Config, logger: Logger, tlsFiles: StoreTlsFiles = {}): Promise<RoutingStore | RedisStore> {
   if (spec === 'memory') {
-    if (tlsFiles.caFile || tlsFiles.certFile || tlsFiles.keyFile) {
-      throw new KvgateError('invalid_config', 'store TLS files need a rediss:// or rediss+cluster:// store');
+    if (tlsFiles.caFile || tlsFiles.certFile || tlsFiles.keyFile || tlsFiles.servername) {
+      throw new KvgateError('invalid_config', 'store TLS files and server name need a rediss:// or rediss+cluster:// store');
     }
     return new MemoryStore();
   }
@@ -56,6 +60,7 @@ function readTlsFiles(files: StoreTlsFiles): StoreTls {
   if (files.caFile) out.ca = readPem(files.caFile, '--store-ca-file');
   if (files.certFile) out.cert = readPem(files.certFile, '--store-cert-file');
   if (files.keyFile) out.key = readPem(files.keyFile, '--store-key-file');
+  if (files.servername) out.servername = files.servername;
   return out;
 }
 

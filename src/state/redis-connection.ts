@@ -9,16 +9,21 @@
  * AUTH comes from the URL (a password alone for `requirepass`, user and password for an ACL user).
  * TLS trusts the system CAs unless a CA file is given (`--store-ca-file`), and presents a client
  * certificate when one is given (`--store-cert-file` / `--store-key-file`, for `tls-auth-clients`).
+ * It verifies the server's certificate against the host name the URL gives, or the one
+ * `--store-tls-servername` names; for a cluster see `connectRedis`.
  */
+import { isIP } from 'node:net';
+import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { KvgateError } from '../errors.js';
-import { redact, STORE_SCHEME as SCHEME } from './store-spec.js';
+import { redact, splitCredentials, STORE_SCHEME as SCHEME } from './store-spec.js';
 
-/** PEM contents (already read) for TLS to Redis. */
+/** PEM contents (already read) for TLS to Redis, and the name to verify its certificates against. */
 export interface StoreTls {
   ca?: Buffer;
   cert?: Buffer;
   key?: Buffer;
+  servername?: string;
 }
 
 export interface StoreEndpoint {
@@ -38,12 +43,10 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
   if (!m) throw new KvgateError('invalid_config', `not a redis store URL: ${redact(spec)}`);
   const tls = m[1] === 'rediss';
   const cluster = m[2] !== undefined;
-  // WHATWG URL takes one host only: parse the credentials and path with the first host, then
-  // read the host list ourselves.
-  const rest = spec.slice(m[0].length);
-  const at = rest.lastIndexOf('@', rest.search(/[/?#]|$/));
-  const auth = at >= 0 ? rest.slice(0, at) : '';
-  const hostsAndPath = at >= 0 ? rest.slice(at + 1) : rest;
+  // WHATWG URL takes one host only, and a password with '@', '/', '?' or '#' left unencoded
+  // would be cut short, or read as hosts: the credentials run to the last '@' (the split `redact`
+  // uses too, so an error shows no part of a password), then the host list and path follow.
+  const { auth = '', rest: hostsAndPath } = splitCredentials(spec);
   const pathStart = hostsAndPath.search(/[/?#]/);
   const hostList = pathStart >= 0 ? hostsAndPath.slice(0, pathStart) : hostsAndPath;
   const path = pathStart >= 0 ? hostsAndPath.slice(pathStart) : '';
@@ -54,8 +57,8 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
   const out: StoreEndpoint = { cluster, tls, nodes };
   if (auth) {
     const colon = auth.indexOf(':');
-    const user = decodeURIComponent(colon >= 0 ? auth.slice(0, colon) : auth);
-    const password = colon >= 0 ? decodeURIComponent(auth.slice(colon + 1)) : undefined;
+    const user = decodeCredential(colon >= 0 ? auth.slice(0, colon) : auth, spec);
+    const password = colon >= 0 ? decodeCredential(auth.slice(colon + 1), spec) : undefined;
     if (user) out.username = user;
     if (password !== undefined) out.password = password;
   }
@@ -67,6 +70,15 @@ export function parseStoreUrl(spec: string): StoreEndpoint {
     throw new KvgateError('invalid_config', `${redact(spec)}: the path must be a database number`);
   }
   return out;
+}
+
+/** Percent-decodes a user name or password; a '%' not followed by two hex digits is refused. */
+function decodeCredential(raw: string, spec: string): string {
+  try {
+    return decodeURIComponent(raw);
+  } catch {
+    throw new KvgateError('invalid_config', `${redact(spec)}: a '%' in the user name or password must start a percent-encoded byte (write '%' itself as %25)`);
+  }
 }
 
 function parseHostPort(raw: string, spec: string): { host: string; port: number } {
@@ -81,6 +93,17 @@ function parseHostPort(raw: string, spec: string): { host: string; port: number 
 /**
  * Opens the client. `base` carries the fail-fast settings the store relies on (no offline queue,
  * command timeout); they apply to every node of a cluster too.
+ *
+ * A TLS cluster seeded by host name (a managed service's configuration endpoint, a Kubernetes
+ * service): the cluster client resolves the seeds to IP addresses and reaches the other nodes by
+ * the addresses CLUSTER SLOTS gives, usually IP addresses too, so a node certificate that names
+ * hosts only (as managed services' do) failed verification on every node. Unless `servername`
+ * names the host to verify, each node's certificate is verified against the address the client
+ * reached it by and, failing that, against the first seed's host name. (Not ioredis README's way,
+ * "Special Note: Aws Elasticache Clusters with TLS", of keeping the seeds unresolved: the seeds'
+ * connections are then replaced by the slot map's at the first refresh, and without an offline
+ * queue the cluster's ready check finds no node ready and starts over, for good. Nor a server name
+ * sent to every node: a node whose certificate names only itself would fail it.)
  */
 export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTls = {}): RedisClient {
   const ep = parseStoreUrl(spec);
@@ -88,6 +111,11 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
   if (hasFiles && !ep.tls) {
     throw new KvgateError('invalid_config', 'a store CA or client certificate needs a rediss:// or rediss+cluster:// store URL');
   }
+  if (tlsFiles.servername !== undefined && !ep.tls) {
+    throw new KvgateError('invalid_config', 'a store TLS server name needs a rediss:// or rediss+cluster:// store URL');
+  }
+  const servername = tlsFiles.servername;
+  const seedName = ep.cluster && ep.tls && servername === undefined ? ep.nodes.find((n) => isIP(n.host) === 0)?.host : undefined;
   if ((tlsFiles.cert === undefined) !== (tlsFiles.key === undefined)) {
     throw new KvgateError('invalid_config', 'a store client certificate needs both --store-cert-file and --store-key-file');
   }
@@ -96,6 +124,8 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
         ...(tlsFiles.ca !== undefined ? { ca: tlsFiles.ca } : {}),
         ...(tlsFiles.cert !== undefined ? { cert: tlsFiles.cert } : {}),
         ...(tlsFiles.key !== undefined ? { key: tlsFiles.key } : {}),
+        ...(servername !== undefined ? { servername } : {}),
+        ...(seedName !== undefined ? { checkServerIdentity: orHostName(seedName) } : {}),
       }
     : undefined;
   const auth = {
@@ -106,7 +136,9 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     const node = ep.nodes[0]!;
     return new Redis({ ...base, ...auth, host: node.host, port: node.port, ...(ep.db !== undefined ? { db: ep.db } : {}), ...(tls ? { tls } : {}) });
   }
-  const { retryStrategy, enableOfflineQueue, enableAutoPipelining, ...nodeOptions } = base;
+  // A cluster's replica answers a write with MOVED, not READONLY (`reconnectOnError` is for a
+  // single server's failover), and the cluster client reconnects its nodes itself.
+  const { retryStrategy, enableOfflineQueue, enableAutoPipelining, reconnectOnError: _single, ...nodeOptions } = base;
   const options: ClusterOptions = {
     enableOfflineQueue: enableOfflineQueue ?? false,
     // A cluster-level option: commands are pipelined per node.
@@ -122,6 +154,14 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     redisOptions: { ...nodeOptions, ...auth, ...(tls ? { tls } : {}) },
   };
   return new Cluster(ep.nodes, options);
+}
+
+/** TLS identity check: the host the connection was made to, or else `name`. */
+function orHostName(name: string): (host: string, cert: PeerCertificate) => Error | undefined {
+  return (host, cert) => {
+    const err = checkServerIdentity(host, cert);
+    return err === undefined ? undefined : checkServerIdentity(name, cert) === undefined ? undefined : err;
+  };
 }
 
 /**

@@ -10,9 +10,10 @@
  *   releasing   released, or written by a commit whose reply came too late (the replica decided
  *               locally); its removal from Redis rides on this replica's next command to the pool
  *               (a commit or read), or goes on its own when the store's short flush timer fires
- *   unreleased  released, but the removal failed; retried on each refresh
- * and leaves the ledger when released (local), removed from Redis (releasing, unreleased) or when
- * the store closes. A local lease becomes shared once a resync has re-added it to Redis; a
+ *   unreleased  released, but the removal failed; retried on each refresh, until Redis has
+ *               lapsed it on its own (a lease TTL after it left `shared`)
+ * and leaves the ledger when released (local), removed from Redis (releasing, unreleased), lapsed
+ * (unreleased) or when the store closes. A local lease becomes shared once a resync has re-added it to Redis; a
  * releasing one is taken out while a command carries its removal, and comes back as unreleased
  * if that command fails.
  */
@@ -34,8 +35,19 @@ export class RedisLedger {
   private readonly unreleased = new Map<string, Lease>();
   /** Keyed like the store's affinity cache (pool and key). */
   private readonly unsynced: LRUCache<string, UnsyncedAffinity>;
+  /**
+   * When each lease Redis may count though no request holds it left `shared` (released, taken
+   * back, added back by a renewal): Redis wrote its expiry last before then, so it lapses there one
+   * lease TTL later at the latest. By the lease object, which goes with the lease from state to
+   * state (the store hands back what `takeReleasing` gave it) and takes its entry with it when it goes.
+   */
+  private readonly leftShared = new WeakMap<Lease, number>();
 
-  constructor(maxUnsyncedAffinities: number) {
+  /** `leaseTtlMs`: Redis drops a lease no renewal reached for this long. */
+  constructor(
+    maxUnsyncedAffinities: number,
+    private readonly leaseTtlMs: number,
+  ) {
     this.unsynced = new LRUCache({ max: maxUnsyncedAffinities });
   }
 
@@ -60,6 +72,7 @@ export class RedisLedger {
     if (lease === undefined) return undefined;
     this.shared.delete(id);
     this.releasing.set(id, lease);
+    this.leftShared.set(lease, Date.now());
     return 'shared';
   }
 
@@ -97,6 +110,7 @@ export class RedisLedger {
   mustRemove(lease: Lease): void {
     if (this.shared.has(lease.id) || this.local.has(lease.id) || this.releasing.has(lease.id)) return;
     this.unreleased.set(lease.id, lease);
+    this.leftShared.set(lease, Date.now());
   }
 
   /**
@@ -105,11 +119,27 @@ export class RedisLedger {
    */
   takeBack(lease: Lease): void {
     this.releasing.set(lease.id, lease);
+    this.leftShared.set(lease, Date.now());
   }
 
-  /** Released leases Redis may still count, to remove again. */
-  unreleasedLeases(): Lease[] {
-    return [...this.unreleased.values()];
+  /**
+   * Released leases Redis may still count, to remove again. Those that left `shared` a lease TTL
+   * ago or more are dropped instead: Redis has lapsed them itself (no renewal names them), and
+   * while Redis refuses the removals (a demoted master answering READONLY, a long outage) the list
+   * would otherwise only grow, every entry resent on every refresh. At most `max`, oldest first.
+   */
+  unreleasedLeases(now = Date.now(), max = Infinity): Lease[] {
+    const out: Lease[] = [];
+    for (const [id, l] of this.unreleased) {
+      if (out.length >= max) break;
+      if (now - (this.leftShared.get(l) ?? now) >= this.leaseTtlMs) this.unreleased.delete(id);
+      else out.push(l);
+    }
+    return out;
+  }
+
+  get unreleasedCount(): number {
+    return this.unreleased.size;
   }
 
   removedFromRedis(ids: Iterable<string>): void {

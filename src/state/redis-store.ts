@@ -22,9 +22,10 @@
  */
 import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
-import type { RedisOptions } from 'ioredis';
+import { ReplyError, type RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
+import { storeSocketTimeoutMs } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { Coalesced } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
@@ -65,6 +66,11 @@ const RELEASE_FLUSH_MS = 5;
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
+/**
+ * At most this many releases Redis did not take are sent again per refresh (`retryReleases`): a
+ * refresh adds at most this many commands' worth to the connection, however long the list grew.
+ */
+const MAX_RETRIED_RELEASES_PER_RUN = 1024;
 /**
  * At most this many affinities are written back by one script call (WRITE_BACK_LUA): Redis runs
  * nothing else while a script runs, and a restore may write back a whole cache.
@@ -182,6 +188,8 @@ export class RedisStore implements RoutingStore {
   /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
   private readonly releaseWaiters = new Map<string, () => void>();
   private releaseTimer: NodeJS.Timeout | undefined;
+  /** The retry of releases Redis did not take, while one runs (`retryReleases`). */
+  private retrying: Promise<void> | undefined;
   /**
    * Numbers this store's reads and state writes in the order they are sent. One connection (one
    * cluster node for a pool: its keys share a slot) runs commands in that order, so a reply to a
@@ -197,6 +205,8 @@ export class RedisStore implements RoutingStore {
       // Fail fast instead of queueing while disconnected: the caller falls back to local state.
       enableOfflineQueue: false,
       commandTimeout: opts.timeoutMs,
+      // A connection silent that long while replies are due is replaced (see the function).
+      socketTimeout: storeSocketTimeoutMs(opts.timeoutMs, opts.leaseTtlMs),
       maxRetriesPerRequest: 0,
       // Reconnect forever with a capped backoff; the gate keeps serving meanwhile.
       retryStrategy: (times) => Math.min(50 * times, 1000),
@@ -209,6 +219,7 @@ export class RedisStore implements RoutingStore {
       // rows, alternating runs: decisions/s +19% at 2 KB and 32 KB, +4% at 400 KB, half-load
       // decision p50 lower at every size; the gate's CPU per request within noise.
       enableAutoPipelining: false,
+      reconnectOnError: reconnectOnReadonly(),
     };
     this.redis = connectRedis(opts.url, redisOptions, opts.tls);
     this.redis.on('error', (err: Error) => this.logFailure('redis connection error', err));
@@ -225,7 +236,7 @@ export class RedisStore implements RoutingStore {
     // Per-entry TTLs (`cacheAffinity`), read off the clock at each check: no timer (lru-cache's
     // default caches a reading for 1 ms with a timer per reading).
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize, ttlResolution: 0 });
-    this.ledger = new RedisLedger(opts.localAffinityCacheSize);
+    this.ledger = new RedisLedger(opts.localAffinityCacheSize, opts.leaseTtlMs);
     this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
     this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
@@ -303,8 +314,12 @@ export class RedisStore implements RoutingStore {
       // that fails too (the connection broke) is retried on each refresh, where a removal sent
       // once was lost with the connection. A resend that lands later writes nothing: it carries
       // the deadline (`notAfter`). A commit Redis refused as late, or one never sent (no
-      // connection), wrote nothing.
-      if (sent.value && !(err instanceof LateCommit)) {
+      // connection, or one the client refused unwritten), wrote nothing; so did one Redis
+      // answered with an error (READONLY from a demoted master, OOM, CLUSTERDOWN): the script did
+      // not run, or stopped at its first write, which comes before the lease's (DECIDE_LUA).
+      // Taken back, each of those was a removal sent for nothing, and while Redis kept refusing
+      // writes, one more kept for retry per request.
+      if (sent.value && !(err instanceof LateCommit) && !(err instanceof ReplyError) && !refusedUnwritten(err)) {
         this.ledger.takeBack({ id: member, pool, worker: req.worker, shared: true });
         this.scheduleReleaseFlush();
       }
@@ -430,11 +445,14 @@ export class RedisStore implements RoutingStore {
   }
 
   // Stored responses (Responses API): one plain key per response id, written once with its TTL.
-  // Kept in this process as well, so what this replica learned survives Redis being away.
+  // Kept in this process as well, so what this replica learned survives Redis being away. Both are
+  // awaited on a request's way, so both are bounded by `store.timeout_ms` as decisions are
+  // (`withDeadline`: ioredis's command timeout starts only once a node has the command, and a
+  // cluster client retries through a failover before that).
   async recordResponse(pool: string, responseHash: string, worker: string, ttlMs: number, scope?: RequestScope): Promise<void> {
     this.responses.record(pool, responseHash, worker, ttlMs);
     try {
-      await this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs);
+      await this.withDeadline(this.redis.set(this.poolKeys(pool).response(responseHash), worker, 'PX', ttlMs));
     } catch (err) {
       this.logFailure('redis write of a response id failed; kept on this replica only', err, scope);
     }
@@ -442,7 +460,7 @@ export class RedisStore implements RoutingStore {
 
   async responseWorker(pool: string, responseHash: string, scope?: RequestScope): Promise<string | undefined> {
     try {
-      return (await this.redis.get(this.poolKeys(pool).response(responseHash))) ?? this.responses.worker(pool, responseHash);
+      return (await this.withDeadline(this.redis.get(this.poolKeys(pool).response(responseHash)))) ?? this.responses.worker(pool, responseHash);
     } catch (err) {
       this.logFailure('redis read of a response id failed; using this replica\'s own', err, scope);
       return this.responses.worker(pool, responseHash);
@@ -463,12 +481,31 @@ export class RedisStore implements RoutingStore {
     return this.poolKeys(pool).offload;
   }
 
+  /**
+   * Readiness. One server: PING. A cluster answers a keyless PING from any node, also while a
+   * pool's hash slot has no master and every decision there falls back: so a cluster is asked for
+   * each configured pool's marker key (EXISTS, a read on the master owning the pool's slot), all at
+   * once, within `store.timeout_ms` whatever the cluster client retries meanwhile.
+   */
   async ping(): Promise<void> {
-    try {
-      await this.redis.ping();
-    } catch (err) {
-      throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+    const pools = [...(this.configuredPools ?? this.views.keys())];
+    if (!this.redis.isCluster || pools.length === 0) {
+      try {
+        await this.redis.ping();
+      } catch (err) {
+        throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+      }
+      return;
     }
+    await Promise.all(
+      pools.map(async (pool) => {
+        try {
+          await this.withDeadline(this.redis.exists(this.poolKeys(pool).alive));
+        } catch (err) {
+          throw new KvgateError('store_unavailable', `redis cluster does not answer for pool ${pool}: ${(err as Error).message}`, { cause: err });
+        }
+      }),
+    );
   }
 
   retainPools(pools: readonly string[]): void {
@@ -551,15 +588,16 @@ export class RedisStore implements RoutingStore {
   }
 
   /**
-   * Bounds a decision's wait by `store.timeout_ms` whatever the client does meanwhile (a cluster
-   * client retries through a failover, a script may need EVAL after NOSCRIPT): past it the gate
-   * decides locally, well inside Envoy's message timeout.
+   * Bounds a wait on Redis (a decision's, a response id's, readiness's) by `store.timeout_ms`
+   * whatever the client does meanwhile (a cluster client retries through a failover, a script may
+   * need EVAL after NOSCRIPT): past it the gate answers locally, well inside Envoy's message
+   * timeout. `onLate` runs when the deadline passes first.
    */
-  private withDeadline<T>(p: Promise<T>, onLate: () => void): Promise<T> {
+  private withDeadline<T>(p: Promise<T>, onLate?: () => void): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
     const deadline = new Promise<never>((_, reject) => {
       timer = setTimeout(() => {
-        onLate();
+        onLate?.();
         reject(new KvgateError('store_unavailable', `redis did not answer within ${this.opts.timeoutMs} ms`));
       }, this.opts.timeoutMs);
     });
@@ -711,7 +749,9 @@ export class RedisStore implements RoutingStore {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
     if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
-    if (this.ledger.unreleasedLeases().length > 0) void this.retryReleases();
+    if (this.retrying === undefined && this.ledger.unreleasedCount > 0) {
+      this.retrying = this.retryReleases().finally(() => (this.retrying = undefined));
+    }
     let behind: Set<string> | undefined;
     for (const [pool, view] of this.views) {
       if (this.configuredPools && !this.configuredPools.has(pool)) {
@@ -760,11 +800,18 @@ export class RedisStore implements RoutingStore {
     );
   }
 
+  /**
+   * Sends again the removals Redis did not take: one run at a time (a refresh while one is on its
+   * way starts none), at most MAX_RETRIED_RELEASES_PER_RUN of them, one ZREM per worker. Resending
+   * the whole list on every refresh while earlier runs still waited for their replies (a connection
+   * that went silent) piled up commands in the client as fast as the list grew, quadratically.
+   */
   private async retryReleases(): Promise<void> {
+    const leases = this.ledger.unreleasedLeases(Date.now(), MAX_RETRIED_RELEASES_PER_RUN);
     await Promise.all(
-      [...byPool(this.ledger.unreleasedLeases())].map(async ([pool, ls]) => {
+      [...byPool(leases)].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
-        for (const l of ls) p.zrem(this.poolKeys(pool).inflight(l.worker), l.id);
+        for (const [worker, ids] of idsByWorker(ls)) p.zrem(this.poolKeys(pool).inflight(worker), ...ids);
         const replies = await p.exec().catch(() => null);
         if (replies && !replies.some(([err]) => err)) this.ledger.removedFromRedis(ls.map((l) => l.id));
       }),
@@ -930,6 +977,40 @@ class LateCommit extends KvgateError {
   constructor() {
     super('store_unavailable', 'the commit reached redis after its deadline');
   }
+}
+
+/**
+ * The client refused the command without writing it: without the offline queue, ioredis rejects a
+ * command at once when it has no writable connection ("Stream isn't writeable and
+ * enableOfflineQueue options is false", or "Cluster isn't ready and …"). That includes the moment
+ * after a reconnection began (`reconnectOnError`), while the client's status still reads ready.
+ */
+function refusedUnwritten(err: unknown): boolean {
+  return err instanceof Error && err.message.endsWith('and enableOfflineQueue options is false');
+}
+
+/** At most one reconnection per this long for READONLY replies (`reconnectOnReadonly`). */
+const READONLY_RECONNECT_INTERVAL_MS = 1000;
+
+/**
+ * ioredis's `reconnectOnError` (its README, "Reconnect on Error"): a READONLY reply means the server
+ * this connection reached was demoted to a replica in a failover. The connection stays up, so
+ * without a reconnection every write would be refused for as long as the process runs, while the
+ * address (a DNS name, a virtual IP, a managed service's primary endpoint) already leads to the new
+ * master. The command that got the reply still fails (the caller decides locally). At most one
+ * reconnection a second: a URL that names a replica for good would otherwise be reconnected to on
+ * every refresh and every request. Redis Cluster needs none: a replica answers MOVED there, which
+ * the cluster client follows.
+ */
+function reconnectOnReadonly(): (err: Error) => boolean {
+  let last = -Infinity;
+  return (err) => {
+    if (!err.message.startsWith('READONLY')) return false;
+    const now = Date.now();
+    if (now - last < READONLY_RECONNECT_INTERVAL_MS) return false;
+    last = now;
+    return true;
+  };
 }
 
 /** `keepOwnStates`'s `issued` for a view no reply has filled yet: below every command's number. */

@@ -49,10 +49,16 @@ function leaf(dir: string, name: string, caName: string, ext: string): void {
     '-out', `${name}.crt`, '-days', '2', '-extfile', `${name}.ext`], dir);
 }
 
-export function makeCerts(): CertFiles {
+/**
+ * `serverNames`: the server certificate's subjectAltName (default: 127.0.0.1, localhost and kvgate);
+ * e.g. `DNS:localhost` alone for a server reached by IP whose certificate names only hosts, as a
+ * managed Redis Cluster's node certificates do.
+ */
+export function makeCerts(opts: { serverNames?: string } = {}): CertFiles {
   const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-certs-'));
   ca(dir, 'ca');
-  leaf(dir, 'server', 'ca', 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kvgate\n');
+  const names = opts.serverNames ?? 'IP:127.0.0.1,DNS:localhost,DNS:kvgate';
+  leaf(dir, 'server', 'ca', `basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth,clientAuth\nsubjectAltName=${names}\n`);
   leaf(dir, 'client', 'ca', 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n');
   ca(dir, 'rogue-ca');
   leaf(dir, 'rogue-client', 'rogue-ca', 'basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=clientAuth\n');

@@ -1,7 +1,9 @@
 /**
  * A TCP proxy on a free port that delays every chunk in both directions by an adjustable latency
  * (order kept): a slow Redis, as the gate sees it, without touching Redis itself. It can also cut
- * the network: drop every connection and refuse new ones while Redis keeps its data.
+ * the network: drop every connection and refuse new ones while Redis keeps its data; or black-hole
+ * it: keep every connection open and drop every byte (a partition that loses packets and closes
+ * nothing, so neither side notices).
  */
 import net from 'node:net';
 
@@ -13,6 +15,15 @@ export interface LatencyProxy {
   setLatency(ms: number): void;
   /** true: drop every connection now and refuse new ones; false: accept again. */
   setDown(down: boolean): void;
+  /**
+   * Where connections made from now on lead (open ones stay where they are): an address that moved
+   * to another server, as a DNS name or a virtual IP moves to the new master after a failover.
+   */
+  setTarget(port: number, host?: string): void;
+  /** true: drop every byte in both directions from now on, connections left open; false: deliver again. */
+  setBlackhole(on: boolean): void;
+  /** Connections accepted so far (a client that replaced its connection made a new one). */
+  readonly accepted: number;
   close(): Promise<void>;
 }
 
@@ -25,9 +36,11 @@ class DelayedPipe {
   constructor(
     private readonly to: net.Socket,
     private readonly latency: () => number,
+    private readonly blackholed: () => boolean,
   ) {}
 
   push(chunk: Buffer | undefined): void {
+    if (chunk !== undefined && this.blackholed()) return;
     const due = Math.max(Date.now() + this.latency(), this.lastDue);
     this.lastDue = due;
     this.queue.push({ due, chunk });
@@ -58,17 +71,21 @@ class DelayedPipe {
 export async function startLatencyProxy(targetPort: number, targetHost = '127.0.0.1'): Promise<LatencyProxy> {
   let latency = 0;
   let down = false;
+  let blackhole = false;
+  let accepted = 0;
+  let target = { port: targetPort, host: targetHost };
   const sockets = new Set<net.Socket>();
   const server = net.createServer((client) => {
     if (down) {
       client.destroy();
       return;
     }
-    const upstream = net.connect(targetPort, targetHost);
+    accepted++;
+    const upstream = net.connect(target.port, target.host);
     sockets.add(client);
     sockets.add(upstream);
-    const toUpstream = new DelayedPipe(upstream, () => latency);
-    const toClient = new DelayedPipe(client, () => latency);
+    const toUpstream = new DelayedPipe(upstream, () => latency, () => blackhole);
+    const toClient = new DelayedPipe(client, () => latency, () => blackhole);
     client.on('data', (c: Buffer) => toUpstream.push(c));
     upstream.on('data', (c: Buffer) => toClient.push(c));
     // A side that closes gracefully (FIN) has its data delivered first, then its FIN, a latency
@@ -108,6 +125,15 @@ export async function startLatencyProxy(targetPort: number, targetHost = '127.0.
     setDown(value) {
       down = value;
       if (down) for (const s of sockets) s.destroy();
+    },
+    setTarget(port, host = '127.0.0.1') {
+      target = { port, host };
+    },
+    setBlackhole(on) {
+      blackhole = on;
+    },
+    get accepted() {
+      return accepted;
     },
     close() {
       for (const s of sockets) s.destroy();

@@ -1,13 +1,15 @@
 /**
  * A real Redis Cluster for tests: redis-server processes with cluster-enabled on free ports (data
  * and bus ports both picked free), joined with `redis-cli --cluster create`, masters with one
- * replica each. Set up once per test file: it takes a few seconds.
+ * replica each. Set up once per test file: it takes a few seconds. With `tls`, every node speaks TLS
+ * only, on its data port and its cluster bus (clients need no certificate of their own).
  */
 import { execFile, spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { promisify } from 'node:util';
+import { readFileSync } from 'node:fs';
 import { Redis } from 'ioredis';
 import { freePort } from '../../src/util/free-port.js';
 import { redisServerBinary, waitForPort } from './redis-server.js';
@@ -41,7 +43,15 @@ async function distinctFreePorts(n: number): Promise<number[]> {
   return [...ports];
 }
 
-export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number } = {}): Promise<TestCluster> {
+/** PEM files for a TLS cluster; `servername` is a name the server certificate holds, for the helper's own clients. */
+export interface ClusterTls {
+  cert: string;
+  key: string;
+  ca: string;
+  servername: string;
+}
+
+export async function startRedisCluster(opts: { masters?: number; replicas?: number; nodeTimeoutMs?: number; tls?: ClusterTls } = {}): Promise<TestCluster> {
   const masters = opts.masters ?? 3;
   const replicas = opts.replicas ?? 1;
   const count = masters * (1 + replicas);
@@ -49,6 +59,12 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
   const ports = await distinctFreePorts(count * 2);
   const nodes: Array<ClusterNode & { proc: ChildProcess }> = [];
   const dirs: string[] = [];
+  const tls = opts.tls;
+  const portArgs = (port: number) =>
+    tls
+      ? ['--port', '0', '--tls-port', String(port), '--tls-cluster', 'yes', '--tls-replication', 'yes', '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', 'no']
+      : ['--port', String(port)];
+  const clientTls = tls ? { tls: { ca: readFileSync(tls.ca), servername: tls.servername } } : {};
   for (let i = 0; i < count; i++) {
     const port = ports[i]!;
     const busPort = ports[count + i]!;
@@ -57,7 +73,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
     const proc = spawn(
       bin,
       [
-        '--port', String(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1',
+        ...portArgs(port), '--cluster-port', String(busPort), '--bind', '127.0.0.1',
         '--cluster-enabled', 'yes', '--cluster-config-file', 'nodes.conf',
         // 3 s, not 1: on two busy cores a master stalled past 1 s was failed over in the middle of a
         // test that counts the calls on it (13 of 20 landed there once). A killed master is still
@@ -81,12 +97,13 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
           proc.kill('SIGKILL');
         });
       },
-      client: () => new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1 }),
+      client: () => new Redis({ port, host: '127.0.0.1', lazyConnect: false, maxRetriesPerRequest: 1, ...clientTls }),
     };
     nodes.push(node);
   }
   await Promise.all(nodes.map((n) => waitForPort(n.port, 5000)));
-  await run('redis-cli', ['--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], {
+  const cliTls = tls ? ['--tls', '--cacert', tls.ca, '--sni', tls.servername] : [];
+  await run('redis-cli', [...cliTls, '--cluster', 'create', ...nodes.map((n) => `127.0.0.1:${n.port}`), '--cluster-replicas', String(replicas), '--cluster-yes'], {
     timeout: 30_000,
   });
 
@@ -101,7 +118,7 @@ export async function startRedisCluster(opts: { masters?: number; replicas?: num
 
   const cluster: TestCluster = {
     nodes,
-    url: `redis+cluster://${nodes.slice(0, 2).map((n) => `127.0.0.1:${n.port}`).join(',')}`,
+    url: `${tls ? 'rediss' : 'redis'}+cluster://${nodes.slice(0, 2).map((n) => `127.0.0.1:${n.port}`).join(',')}`,
     async masterOf(slot) {
       for (const n of nodes.filter((x) => x.alive)) {
         const slots = (await query(n, (r) => r.call('CLUSTER', 'SLOTS'))) as Array<[number, number, [string, number, ...unknown[]]]>;

@@ -8,9 +8,11 @@ import { RedisLedger } from '../../src/state/redis-ledger.js';
 import type { Lease } from '../../src/state/store.js';
 
 const lease = (id: string, pool = 'p', worker = 'w1'): Lease => ({ id, pool, worker, shared: false });
+/** The lease TTL: Redis lapses a lease no renewal reached for this long. */
+const TTL = 30_000;
 
 test('a local lease counts locally until a resync shares it; released first, it is never shared', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const a = lease('a');
   const b = lease('b');
   l.addLocal(a);
@@ -30,7 +32,7 @@ test('a local lease counts locally until a resync shares it; released first, it 
 });
 
 test('a shared lease whose removal failed is retried until Redis confirms it, and is released only once', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const a = lease('a');
   l.addShared(a);
   assert.equal(l.release('a'), 'shared');
@@ -43,7 +45,7 @@ test('a shared lease whose removal failed is retried until Redis confirms it, an
 });
 
 test('a released shared lease waits for a command of its own pool that names its worker; a failed one is retried, in one state only', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const [a, b, c, d] = [lease('a'), lease('b', 'p', 'w2'), lease('c', 'other'), lease('d')];
   for (const x of [a, b, c, d]) l.addShared(x);
   for (const x of [a, b, c, d]) assert.equal(l.release(x.id), 'shared');
@@ -63,7 +65,7 @@ test('a released shared lease waits for a command of its own pool that names its
 });
 
 test('closing hands back every lease Redis may still count, and empties the ledger', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   l.addShared(lease('s'));
   l.addShared(lease('u'));
   l.release('u');
@@ -78,7 +80,7 @@ test('closing hands back every lease Redis may still count, and empties the ledg
 });
 
 test('a locally decided affinity is written back once, unless decided again meanwhile; expired ones are not', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const first = { pool: 'p', key: 's:x', worker: 'w1', expiresAt: Date.now() + 60_000 };
   l.decidedLocally('p\u0000s:x', first);
   l.decidedLocally('p\u0000s:old', { pool: 'p', key: 's:old', worker: 'w1', expiresAt: Date.now() - 1 });
@@ -93,7 +95,7 @@ test('a locally decided affinity is written back once, unless decided again mean
 });
 
 test('a lease a renewal added back after its release is removed again unless it is held or its removal is still to go', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const [held, pending, gone] = [lease('held'), lease('pending'), lease('gone')];
   for (const x of [held, pending, gone]) l.addShared(x);
   l.release('pending');
@@ -114,7 +116,7 @@ test('a lease a renewal added back after its release is removed again unless it 
 });
 
 test('a lease a timed-out commit may have written is removed like a released one, and retried if that fails', () => {
-  const l = new RedisLedger(10);
+  const l = new RedisLedger(10, TTL);
   const orphan = lease('orphan');
   l.takeBack(orphan);
   assert.deepEqual(l.sharedLeases(), [], 'nobody holds it: never renewed');
@@ -124,4 +126,29 @@ test('a lease a timed-out commit may have written is removed like a released one
   assert.deepEqual(l.unreleasedLeases(), [orphan]);
   l.removedFromRedis(['orphan']);
   assert.deepEqual(l.unreleasedLeases(), []);
+});
+
+test('a lease whose removal Redis keeps refusing is dropped once Redis has lapsed it: a lease TTL after it left the held leases', () => {
+  const l = new RedisLedger(10, TTL);
+  const [released, orphan, back] = [lease('released'), lease('orphan'), lease('back')];
+  l.addShared(released);
+  const t0 = Date.now();
+  l.release('released');
+  l.takeBack(orphan);
+  assert.deepEqual(l.takeReleasing(), [released, orphan]);
+  l.releaseFailed(released);
+  l.releaseFailed(orphan);
+  l.mustRemove(back);
+  assert.deepEqual(l.unreleasedLeases(t0 + TTL - 1000), [released, orphan, back], 'retried while Redis may still count them');
+  assert.deepEqual(l.unreleasedLeases(Date.now() + TTL), [], 'lapsed in Redis: nothing left to retry');
+  assert.deepEqual(l.drainForClose(), [], 'and gone from the ledger');
+});
+
+test('the releases to retry come oldest first, at most as many as asked for', () => {
+  const l = new RedisLedger(10, TTL);
+  const all = ['a', 'b', 'c'].map((id) => lease(id));
+  for (const x of all) l.mustRemove(x);
+  assert.equal(l.unreleasedCount, 3);
+  assert.deepEqual(l.unreleasedLeases(Date.now(), 2), all.slice(0, 2));
+  assert.deepEqual(l.unreleasedLeases(), all);
 });

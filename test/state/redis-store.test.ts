@@ -112,6 +112,31 @@ describe('redis store specifics', () => {
       assert.equal(await b.responseWorker('p', 'while-down'), undefined, 'never shared: the other replica routes it by its other keys');
     }));
 
+  test('a response id write or read the client holds on to returns within store.timeout_ms, answered by this replica', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ timeoutMs: 100 });
+      await store.recordResponse('p', 'known', 'w2', 60_000);
+      // What a cluster client does while it retries through a failover: the command reaches no
+      // node yet, so ioredis's command timeout has not started.
+      const client = store as unknown as { redis: { get: unknown; set: unknown } };
+      const held = () => new Promise<never>(() => {});
+      client.redis.get = held;
+      client.redis.set = held;
+      const timed = async <T>(p: Promise<T>): Promise<{ value: T | 'still waiting'; ms: number }> => {
+        const t0 = performance.now();
+        const value = await Promise.race([p, new Promise<'still waiting'>((r) => setTimeout(() => r('still waiting'), 1000))]);
+        return { value, ms: performance.now() - t0 };
+      };
+      const wrote = await timed(store.recordResponse('p', 'new', 'w1', 60_000));
+      // The store timeout and then some (a loaded machine runs timers late), far below the 1 s wait.
+      assert.ok(wrote.value !== 'still waiting' && wrote.ms < 500, `the write gave up within the store timeout (${Math.round(wrote.ms)} ms)`);
+      for (const [hash, worker] of [['known', 'w2'], ['new', 'w1']] as const) {
+        const read = await timed(store.responseWorker('p', hash));
+        assert.equal(read.value, worker, 'this replica’s own record');
+        assert.ok(read.ms < 500, `the read gave up within the store timeout (${Math.round(read.ms)} ms)`);
+      }
+    }));
+
   test('two store instances on one Redis see each other’s affinities and loads', () =>
     withRedis(async ({ store }) => {
       const a = await store();
@@ -304,7 +329,7 @@ describe('redis store specifics', () => {
       { proxy: true },
     ));
 
-  test('a stall longer than the lease TTL that keeps the connection: the leases still held count again after the next renewal', () =>
+  test('a stall longer than the lease TTL: the leases still held count again within a renewal interval of its end', () =>
     withRedis(async ({ raw, store: open }) => {
       // Renewal runs every max(1 s, TTL / 3): 1 s with a 1.5 s TTL. No refresh of its own, so
       // nothing but the renewal and resync could put the lease back.
@@ -315,8 +340,10 @@ describe('redis store specifics', () => {
       assert.ok(held.ok && !held.degraded);
       const live = async () => raw.zcount(leases, `(${await redisNow(raw)}`, '+inf');
       assert.equal(await live(), 1);
-      // Redis blocked past the lease's TTL, the connection kept: the renewals sent meanwhile time
-      // out in the store and run once Redis is back, the lease already lapsed.
+      // Redis blocked past the lease's TTL: the renewals sent meanwhile time out in the store and
+      // run once Redis is back, the lease already lapsed. The silent connection is replaced (its
+      // socket timeout, 750 ms here) and the resync on reconnection re-adds the lease; a connection
+      // kept through the stall would have it re-added by the next renewal.
       const PAUSE_MS = 2000;
       assert.equal(await raw.client('PAUSE', String(PAUSE_MS), 'ALL'), 'OK');
       await new Promise((r) => setTimeout(r, PAUSE_MS + 50));
@@ -768,6 +795,26 @@ describe('redis store: what a commit counts and writes', () => {
       await store.release(second.lease);
     }));
 
+  test('a worker’s session set holds about its live affinities: a commit to the worker drops the lapsed ones', () =>
+    withRedis(async ({ raw, store: open }) => {
+      // No refresh, no migration: only commits touch the session sets.
+      const store = await open({ refreshMs: 60_000, timeoutMs: 2000 });
+      const sessions = 'kvgate-test:{p}:ws:w1';
+      const live = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:long', affinityTtlMs: 60_000 }));
+      assert.ok(live.ok && !live.degraded);
+      await store.release(live.lease);
+      // Fifty sessions at once, each affinity lapsing 300 ms later.
+      const short = await Promise.all(Array.from({ length: 50 }, (_, i) => store.commit(commitRequest({ workers, worker: 'w1', key: `s:short-${i}`, affinityTtlMs: 300 }))));
+      for (const r of short) assert.ok(r.ok && !r.degraded);
+      await Promise.all(short.map((r) => r.ok && store.release(r.lease)));
+      assert.equal(await raw.zcard(sessions), 51);
+      await new Promise((r) => setTimeout(r, 350)); // the 50 short affinities lapse
+      const next = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:next', affinityTtlMs: 60_000 }));
+      assert.ok(next.ok && !next.degraded);
+      await store.release(next.lease);
+      assert.deepEqual((await raw.zrange(sessions, '0', '-1')).sort(), ['s:long', 's:next'], 'only the live sessions are left');
+    }));
+
   test('a renewal keeps every lease it names, adding back one that lapsed or is gone, and says which', () =>
     withRedis(async ({ raw }) => {
       const { defineScripts } = await import('../../src/state/redis-commands.js');
@@ -924,4 +971,147 @@ describe('redis store: the operator state a decision relied on is checked at com
       assert.equal(after.worker, 'w2', 'the commit saw the drain (w1 had no operator state when decided) and the decision was made again');
       assert.equal(after.attempts, 2);
     }));
+});
+
+describe('redis store: a master demoted to a replica (READONLY)', () => {
+  const workers = ['w1', 'w2'];
+
+  /** ZREMs a server ran or refused (READONLY among the refusals). */
+  async function zrems(r: Redis): Promise<number> {
+    const m = /^cmdstat_zrem:calls=(\d+).*?rejected_calls=(\d+)/m.exec(await r.info('commandstats'));
+    return m ? Number(m[1]) + Number(m[2]) : 0;
+  }
+
+  test('a commit refused with an error reply wrote nothing: no removal is sent for it, however many requests come', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const master = await startRedis();
+      try {
+        // A timeout no reply comes near, even on a loaded machine: only error replies fail commits.
+        const store = await open({ timeoutMs: 1000, refreshMs: 50 });
+        const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded);
+        await store.release(warm.lease);
+        // Demoted, and the address still leads here: every commit is answered READONLY.
+        assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
+        const before = await zrems(raw);
+        for (let i = 0; i < 100; i++) {
+          const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
+          assert.ok(r.ok && r.degraded, 'decided locally');
+          await store.release(r.lease);
+        }
+        // Several refreshes: a removal kept for retry would be sent on each.
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal((await zrems(raw)) - before, 0, 'no lease to take back: Redis wrote none');
+      } finally {
+        await master.stop();
+      }
+    }));
+
+  test('releases Redis refuses are retried only until Redis has lapsed their leases', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const master = await startRedis();
+      try {
+        const store = await open({ timeoutMs: 1000, refreshMs: 50, leaseTtlMs: 1000 });
+        const held = [];
+        for (let i = 0; i < 3; i++) {
+          const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
+          assert.ok(r.ok && !r.degraded);
+          held.push(r.lease);
+        }
+        assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
+        const releasedAt = Date.now();
+        for (const l of held) await store.release(l);
+        const before = await zrems(raw);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.ok((await zrems(raw)) > before, 'retried on the refreshes (the control)');
+        // Past the lease TTL since the release, Redis would have lapsed them: no more retries.
+        await new Promise((r) => setTimeout(r, releasedAt + 1000 + 100 - Date.now()));
+        const lapsed = await zrems(raw);
+        await new Promise((r) => setTimeout(r, 300));
+        assert.equal((await zrems(raw)) - lapsed, 0, 'no removal sent for a lease Redis has lapsed');
+      } finally {
+        await master.stop();
+      }
+    }));
+
+  test('the store reconnects, and commits again once its address leads to the new master', async () => {
+    const [a, b] = await Promise.all([startRedis(), startRedis()]);
+    const proxy = await startLatencyProxy(a.port);
+    const rawA = new Redis(a.url);
+    const rawB = new Redis(b.url);
+    const store = redisStore(`redis://${proxy.address}`, { timeoutMs: 100, refreshMs: 100 });
+    try {
+      assert.ok(await store.waitReady(3000));
+      const first = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:a' }));
+      assert.ok(first.ok && !first.degraded);
+      await store.release(first.lease);
+      // The failover: b is the master now, the address leads to it (a DNS name or virtual IP moved),
+      // and a, still holding the store's connection, replicates b and refuses writes.
+      proxy.setTarget(b.port);
+      assert.equal(await rawA.replicaof('127.0.0.1', String(b.port)), 'OK');
+      const until = Date.now() + 3000;
+      for (;;) {
+        const r = await store.commit(commitRequest({ workers, worker: 'w2' }));
+        assert.ok(r.ok);
+        if (!r.degraded) {
+          assert.deepEqual(await rawB.zrange('kvgate-test:{p}:f:w2', '0', '-1'), [r.lease.id], 'committed on the new master');
+          await store.release(r.lease);
+          break;
+        }
+        await store.release(r.lease);
+        assert.ok(Date.now() < until, 'commits reach the new master within seconds of the failover');
+        await new Promise((r) => setTimeout(r, 20));
+      }
+    } finally {
+      await store.close();
+      rawA.disconnect();
+      rawB.disconnect();
+      await proxy.close();
+      await Promise.all([a.stop(), b.stop()]);
+    }
+  });
+});
+
+describe('redis store: a connection that goes silent (packets dropped, nothing closed)', () => {
+  test('is replaced within a few store timeouts, and the commands waiting on it stay bounded meanwhile', () =>
+    withRedis(
+      async ({ proxy, store: open }) => {
+        const workers = ['w1', 'w2'];
+        // timeout_ms 50: replaced after 250 ms of silence.
+        const store = await open({ timeoutMs: 50, refreshMs: 50 }, { viaProxy: true });
+        // ioredis's queue of commands written and waiting for their reply: what grew without bound.
+        const queued = () => (store as unknown as { redis: { commandQueue: { length: number } } }).redis.commandQueue.length;
+        let n = 0;
+        let maxQueued = 0;
+        let replacedAfter: number | undefined;
+        let silentSince = 0;
+        const before = proxy!.accepted;
+        // 200 requests a second, each released 20 ms after its decision.
+        const load = setInterval(() => {
+          for (let i = 0; i < 10; i++) {
+            void store.commit(commitRequest({ workers, worker: n++ % 2 ? 'w1' : 'w2' })).then((r) => {
+              if (r.ok) setTimeout(() => void store.release(r.lease), 20);
+            });
+          }
+        }, 50);
+        const watch = setInterval(() => {
+          maxQueued = Math.max(maxQueued, queued());
+          if (silentSince > 0 && replacedAfter === undefined && proxy!.accepted > before) replacedAfter = Date.now() - silentSince;
+        }, 5);
+        try {
+          await new Promise((r) => setTimeout(r, 300));
+          proxy!.setBlackhole(true);
+          silentSince = Date.now();
+          maxQueued = 0;
+          await new Promise((r) => setTimeout(r, 1500));
+          assert.ok(replacedAfter !== undefined && replacedAfter < 1000, `the silent connection was replaced within a second (after ${replacedAfter} ms)`);
+          assert.ok(maxQueued < 400, `at most a few timeouts' worth of commands waited on it (${maxQueued})`);
+        } finally {
+          clearInterval(load);
+          clearInterval(watch);
+          proxy!.setBlackhole(false);
+        }
+      },
+      { proxy: true },
+    ));
 });

@@ -26,6 +26,7 @@ test('what is not a store URL is a config error', () => {
   }
   assert.throws(() => connectRedis('redis://a:1', {}, { ca: Buffer.from('x') }), /needs a rediss/);
   assert.throws(() => connectRedis('rediss://a:1', {}, { cert: Buffer.from('x') }), /both --store-cert-file and --store-key-file/);
+  assert.throws(() => connectRedis('redis+cluster://a:1', {}, { servername: 'a' }), /server name needs a rediss/);
 });
 
 test('passwords are redacted wherever a store URL is shown', () => {
@@ -40,4 +41,34 @@ test('passwords are redacted wherever a store URL is shown', () => {
   } catch (e) {
     assert.ok(!(e as Error).message.includes('secret'));
   }
+});
+
+test('a password with reserved characters left unencoded shows no part of itself, in redact() or in a parse error', () => {
+  const passwords = ['p@ssw0rd', 's3cr/et', 'ab#cdef', 'ab?cdef', 'zq:xcret', '100%sure', 'x@y/z?w#v'];
+  const urls = (pw: string) => [
+    `redis://:${pw}@host:6379`,
+    `rediss://user:${pw}@host:6379/2`,
+    `redis+cluster://user:${pw}@a:7000,b:7001`,
+    `redis://:${pw}@host:notaport`,
+    `redis://:${pw}@a:1,b:2`,
+    `http://:${pw}@host:6379`,
+    `:${pw}@host:6379`,
+  ];
+  for (const pw of passwords) {
+    // Every run of two or more characters between the reserved ones.
+    const fragments = pw.split(/[@/#?:%]/).filter((f) => f.length >= 2);
+    for (const url of urls(pw)) {
+      const shown = [redact(url)];
+      try {
+        const ep = parseStoreUrl(url);
+        assert.equal(ep.password, pw, `${redact(url)}: the password runs to the last @`);
+      } catch (e) {
+        assert.ok(e instanceof KvgateError && e.code === 'invalid_config', String(e));
+        shown.push(e.message);
+      }
+      for (const text of shown) for (const f of fragments) assert.ok(!text.includes(f), `"${f}" of the password shows in: ${text}`);
+    }
+  }
+  assert.equal(redact('redis://:p@ssw0rd@host:6379'), 'redis://:***@host:6379');
+  assert.equal(redact('redis://user:s3cr/et@host:6379/2'), 'redis://user:***@host:6379/2');
 });
