@@ -111,6 +111,11 @@ export class Gate {
     config: Config,
     readonly store: RoutingStore,
     private readonly logger: Logger,
+    /**
+     * A monotonic clock (ms; only differences matter): how long ago each worker's record was read,
+     * so that figures keep ageing while the store cannot be read (`ageSignals`).
+     */
+    private readonly clock: () => number = () => performance.now(),
   ) {
     this.setup = { config, pools: new PoolTable(config) };
   }
@@ -387,7 +392,7 @@ export class Gate {
   views(snap: Snapshot, pool: Pool = this.setup.pools.default, maxInflight?: number, defaultMaxInflight = this.setup.config.limits.max_inflight): WorkerView[] {
     return pool.workerIds.map((id) => {
       const w = pool.workers.get(id)!;
-      const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
+      const sig: Omit<WorkerSignalsSeen, 'readAt'> | undefined = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
       const view: WorkerView = {
         id,
         state: effectiveState(snap.states.get(id), sig?.verdict),
@@ -411,6 +416,7 @@ export class Gate {
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
     const t = this.thresholds();
+    const readAt = this.clock();
     const next = new Map<string, WorkerSignalsSeen>();
     const verdicts = new Map<string, HealthVerdict>();
     for (const w of this.setup.config.workers) {
@@ -418,8 +424,39 @@ export class Gate {
       const record = records.get(w.id);
       const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
       const adapters = adaptersOf(record);
-      next.set(w.id, adapters === undefined ? { record, verdict } : { record, verdict, adapters });
+      next.set(w.id, adapters === undefined ? { record, verdict, readAt } : { record, verdict, readAt, adapters });
       verdicts.set(w.id, verdict);
+    }
+    this.signals = next;
+    return verdicts;
+  }
+
+  /**
+   * The store could not be read: each worker's last record is judged again as older by the time
+   * since it was read, as the store would have aged it. Without this the verdicts of the last read
+   * stood for the whole outage: a worker that died meanwhile kept its traffic, and one that was
+   * down or pressured stayed so. Past `signals.stale_after_ms` a worker with no fresh figures is
+   * down ('stale'), as on figures the store reports stale. Returns every verdict, as `setSignals` does.
+   */
+  ageSignals(): Map<string, HealthVerdict> {
+    const t = this.thresholds();
+    const now = this.clock();
+    const next = new Map<string, WorkerSignalsSeen>();
+    const verdicts = new Map<string, HealthVerdict>();
+    for (const w of this.setup.config.workers) {
+      if (!w.metrics_url) continue;
+      const seen = this.signals.get(w.id);
+      let entry: WorkerSignalsSeen;
+      if (seen?.record !== undefined) {
+        // The record itself ages (what the admin API shows), and is read again as of now.
+        const record: SignalRecord = { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
+        const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
+        entry = seen.adapters === undefined ? { record, verdict, readAt: now } : { record, verdict, readAt: now, adapters: seen.adapters };
+      } else {
+        entry = { record: undefined, verdict: assessHealth(undefined, t, false), readAt: now };
+      }
+      next.set(w.id, entry);
+      verdicts.set(w.id, entry.verdict);
     }
     this.signals = next;
     return verdicts;
@@ -557,6 +594,8 @@ function pinnedProblem(worker: string, pool: Pool, eligible: ReadonlySet<string>
 interface WorkerSignalsSeen {
   record: SignalRecord | undefined;
   verdict: HealthVerdict;
+  /** When the record was read (the gate's monotonic clock): its `ageMs` was its age then. */
+  readAt: number;
   /** Adapters it runs or queues, merged once per scrape (not once per worker view, request and attempt). */
   adapters?: NonNullable<WorkerView['adapters']>;
 }
