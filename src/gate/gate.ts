@@ -138,10 +138,31 @@ export class Gate {
    * config it started with; leases taken before stay valid (a lease names its pool and worker).
    */
   reconfigure(config: Config): void {
-    const before = this.setup.pools;
+    const before = this.setup;
     this.setup = { config, pools: new PoolTable(config) };
     this.store.retainPools(this.setup.pools.all().map((p) => p.name));
-    void this.carryOperatorStates(before, this.setup.pools);
+    this.keepVerdictsOfNewlyScraped(before.config, config);
+    void this.carryOperatorStates(before.pools, this.setup.pools);
+  }
+
+  /**
+   * A worker that served without metrics and gains a `metrics_url` by this reload keeps the
+   * verdict it had (none from signals: healthy) until its first record is read, for at most
+   * `signals.stale_after_ms`: judged on no data it was down at once, and a serving fleet answered
+   * 503s and moved sessions until the first scrape came back. A worker new to the config has no
+   * verdict to keep: it is down until its figures arrive, as at startup.
+   */
+  private keepVerdictsOfNewlyScraped(before: Config, after: Config): void {
+    const now = this.clock();
+    const until = now + after.signals.stale_after_ms;
+    let next: Map<string, WorkerSignalsSeen> | undefined;
+    for (const w of after.workers) {
+      if (!w.metrics_url || this.signals.has(w.id)) continue;
+      const was = before.workers.find((x) => x.id === w.id);
+      if (!was || was.metrics_url) continue;
+      (next ??= new Map(this.signals)).set(w.id, { record: undefined, verdict: WITHOUT_METRICS, readAt: now, keptUntil: until });
+    }
+    if (next) this.signals = next;
   }
 
   /**
@@ -422,6 +443,12 @@ export class Gate {
     for (const w of this.setup.config.workers) {
       if (!w.metrics_url) continue;
       const record = records.get(w.id);
+      const kept = record === undefined ? this.keptVerdict(w.id, readAt) : undefined;
+      if (kept) {
+        next.set(w.id, kept);
+        verdicts.set(w.id, kept.verdict);
+        continue;
+      }
       const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
       const adapters = adaptersOf(record);
       next.set(w.id, adapters === undefined ? { record, verdict, readAt } : { record, verdict, readAt, adapters });
@@ -453,13 +480,19 @@ export class Gate {
         const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
         entry = seen.adapters === undefined ? { record, verdict, readAt: now } : { record, verdict, readAt: now, adapters: seen.adapters };
       } else {
-        entry = { record: undefined, verdict: assessHealth(undefined, t, false), readAt: now };
+        entry = this.keptVerdict(w.id, now) ?? { record: undefined, verdict: assessHealth(undefined, t, false), readAt: now };
       }
       next.set(w.id, entry);
       verdicts.set(w.id, entry.verdict);
     }
     this.signals = next;
     return verdicts;
+  }
+
+  /** The verdict a reload kept for a worker with no record yet (`keepVerdictsOfNewlyScraped`), while it lasts. */
+  private keptVerdict(worker: string, now: number): WorkerSignalsSeen | undefined {
+    const seen = this.signals.get(worker);
+    return seen?.keptUntil !== undefined && now < seen.keptUntil ? seen : undefined;
   }
 
   /** What the gate knows of a worker's reported signals (for the admin API). */
@@ -596,9 +629,17 @@ interface WorkerSignalsSeen {
   verdict: HealthVerdict;
   /** When the record was read (the gate's monotonic clock): its `ageMs` was its age then. */
   readAt: number;
+  /**
+   * Set for a worker a reload gave a `metrics_url` while it served: its verdict from before stands
+   * (no record yet) until then (the gate's clock).
+   */
+  keptUntil?: number;
   /** Adapters it runs or queues, merged once per scrape (not once per worker view, request and attempt). */
   adapters?: NonNullable<WorkerView['adapters']>;
 }
+
+/** The verdict of a worker judged by no signals (it had no metrics_url): healthy, as `effectiveState` reads none. */
+const WITHOUT_METRICS: HealthVerdict = { state: 'healthy', codes: [], reasons: [] };
 
 function adaptersOf(record: SignalRecord | undefined): WorkerSignalsSeen['adapters'] {
   const lora = record?.signals.lora;
