@@ -106,6 +106,8 @@ export class Gate {
   private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
   /** Prompt blocks of this gate's leases that their workers must still compute (the backlog scorer's input). */
   private readonly pending = new PendingPrefill();
+  /** Requests without a key routed so far: each one's tie-break seed, so that they spread over tied workers. */
+  private keyless = 0;
 
   constructor(
     config: Config,
@@ -271,6 +273,8 @@ export class Gate {
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
 
+    // A request without a key breaks ties on a seed of its own (the policy stays a function of its input).
+    const tieSeed = key === undefined ? `#${this.keyless++}` : undefined;
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
     let views: WorkerView[] = [];
@@ -285,6 +289,7 @@ export class Gate {
       // copied through V8's generic path on every decision. The policy reads both as absent.
       const decided = decide({
         keyHash: key?.hash,
+        tieSeed,
         session,
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,

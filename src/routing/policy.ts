@@ -10,7 +10,8 @@
  *    leading blocks the worker probably holds, minus its load and KV pressure. So a
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
- *    In `session` and `least_loaded` modes "best" is the least loaded.
+ *    In `session` and `least_loaded` modes, and for a request with no prompt, "best" is the
+ *    least loaded (in-flight or the engine's queue, whichever is larger, over the limit).
  * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
  *    session's worker at its limit is scored with the others, its load counted past the limit,
  *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
@@ -21,8 +22,9 @@
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.
  *
- * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
- * replica picks the same worker from the same view and unkeyed ties spread over workers.
+ * Ties go to the lower load, then the lower in-flight count, then by rendezvous hashing on the
+ * key (for a request without one, on the per-request tie seed the gate supplies), so every gate
+ * replica picks the same worker for a key from the same view and unkeyed ties spread over workers.
  *
  * Steps 2 and 3 run profiles of filters, weighted scorers and a picker (./profiles.ts, one file per
  * plugin under ./filters, ./scorers, ./pickers); steps 1 and 3's own-worker rule and the

@@ -67,6 +67,11 @@ export interface ScoreWeights {
 export interface DecisionInput {
   /** Hash of the routing key, or undefined for requests without one (also the tie-break seed). */
   keyHash: string | undefined;
+  /**
+   * The tie-break seed of a request without a key, drawn by the gate per request so that such
+   * requests spread over tied workers (absent: '', one worker wins every tie). Unused with a key.
+   */
+  tieSeed?: string;
   /** True when the key is a session id (only sessions are sticky). */
   session: boolean;
   /** The worker the session is affine to, if any. */

@@ -253,8 +253,8 @@ describe('routing policy', () => {
       // A session whose worker is full and out of room; the other worker is full with room: the
       // session's own worker is weighed past its limit, then the overflow filter, then the commit's
       // bound, each of which once computed the credit afresh. queueCredit reads `waiting` of each
-      // serving worker with room; in a session-mode decision nothing else reads it but the
-      // explanation (once a worker, as `running` is set).
+      // serving worker with room; in a session-mode decision the load term reads it once too (the
+      // engine's queue counts as load), and the explanation once a worker (as `running` is set).
       let reads = 0;
       const counted: WorkerView = {
         ...m('b', 10),
@@ -268,7 +268,7 @@ describe('routing policy', () => {
       assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
       // a has no room: no credit, the bound is 2 × 10.
       assert.deepEqual(d.kind === 'route' && d.preconditions.below, [{ worker: 'b', limit: 20 }]);
-      assert.equal(reads, 2, 'one read for the credit, one for the explanation');
+      assert.equal(reads, 3, 'one read for the credit, one for the load term, one for the explanation');
     });
 
     test('a worker without engine metrics has only the count: its limit stays hard', () => {
@@ -324,6 +324,37 @@ describe('routing policy', () => {
     assert.equal(pick('same'), pick('same'));
     const used = new Set(Array.from({ length: 64 }, (_, i) => pick(`k${i}`)));
     assert.equal(used.size, 4);
+  });
+
+  test('requests without a key spread over tied workers by the tie seed the gate gives each; with a key the key decides', () => {
+    const workers = [w('a', 0), w('b', 0), w('c', 0), w('d', 0)];
+    const pick = (p: Partial<DecisionInput>) => {
+      const d = decide(input({ session: false, affinity: undefined, workers, ...p }));
+      return d.kind === 'route' ? d.worker : 'shed';
+    };
+    const used = new Set(Array.from({ length: 64 }, (_, i) => pick({ keyHash: undefined, tieSeed: `#${i}` })));
+    assert.equal(used.size, 4, 'unkeyed requests do not all go to the empty key\'s winner');
+    assert.equal(pick({ keyHash: undefined, tieSeed: '#7' }), pick({ keyHash: undefined, tieSeed: '#7' }), 'the seed is an input: same seed, same pick');
+    assert.equal(pick({ keyHash: 'k', tieSeed: '#1' }), pick({ keyHash: 'k', tieSeed: '#2' }), 'a key, not the seed, breaks its ties');
+  });
+
+  test('by load alone the engine\'s queue counts as the score does, and ties go to the shorter queue before the hash', () => {
+    // A worker whose engine queues 30 (traffic that bypassed this gate, or work past its first token)
+    // is not idle because this gate holds nothing there.
+    const queued = { ...w('a', 0), waiting: 30, running: 120 };
+    for (const mode of ['least_loaded', 'session', 'both'] as const) {
+      for (let i = 0; i < 32; i++) {
+        const d = decide(input({ mode, session: false, keyHash: undefined, tieSeed: `#${i}`, totalBlocks: 0, workers: [queued, w('b', 2), w('c', 2)] }));
+        assert.ok(d.kind === 'route' && d.worker !== 'a', `${mode}: ${d.kind === 'route' ? d.worker : d.kind}`);
+      }
+    }
+    // Equal scores (both capped at a full limit): the shorter queue wins, whatever the key.
+    const deep = { ...w('x', 0), waiting: 50 };
+    const shallow = { ...w('y', 0), waiting: 12 };
+    for (let i = 0; i < 16; i++) {
+      const d = decide(input({ mode: 'least_loaded', keyHash: `k${i}`, workers: [deep, shallow] }));
+      assert.equal(d.kind === 'route' && d.worker, 'y');
+    }
   });
 
   test('an affinity to a worker no longer configured is a migration', () => {
