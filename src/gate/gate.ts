@@ -433,7 +433,7 @@ export class Gate {
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
       const operator = snap.states.get(id);
-      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict);
+      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;
       return view;
     });

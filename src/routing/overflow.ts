@@ -20,7 +20,9 @@
  * room, it does not count again the queue every engine has already reported: `queueCredit`).
  *
  * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
- * hard one, as before.
+ * hard one, as before. So does one whose page has no memory figure (no KV use, and no GPU memory
+ * where that is read; e.g. a Triton page with only scheduled and waiting counts): unknown is not
+ * room (health.ts `hasEngineRoom`).
  *
  * Where the work goes: a session whose worker is at its limit is not moved at once; that worker
  * competes with the others (policy.ts), scored with its load counted past the limit (scorers/load.ts

@@ -40,9 +40,10 @@ export interface WorkerView {
    */
   running?: number;
   /**
-   * The engine's last scrape says it has the memory for more work (KV and memory below pressure,
-   * not too hot), however long its queue. Only set for workers with engine metrics; past its
-   * in-flight limit only such a worker takes work (overflow.ts).
+   * The engine's last scrape says it has the memory for more work (it reports KV use, or GPU
+   * memory where configured, below pressure, and is not too hot), however long its queue. Only
+   * set for workers with engine metrics; past its in-flight limit only such a worker takes work
+   * (overflow.ts). A scrape with no memory figure gives false: unknown is not room.
    */
   engineRoom?: boolean;
   /**

@@ -301,12 +301,25 @@ describe('routing policy', () => {
     test('engine room: a queue alone leaves room; KV, memory or heat do not', () => {
       const t = { kvPressure: 0.85, memoryPressure: 0.9, maxQueue: 32, maxTempC: 85, staleAfterMs: 5000, failuresDown: 3 };
       const v = (signals: Record<string, number>) => assessHealth({ signals, ageMs: 0, failures: 0 }, t, false);
-      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.5 })), true);
+      const room = (signals: Record<string, number>) => hasEngineRoom(v(signals), signals, false);
+      assert.equal(room({ waiting: 40, kvUsage: 0.5 }), true);
       assert.equal(v({ waiting: 40, kvUsage: 0.5 }).state, 'pressured', 'still no new sessions below the limit');
-      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.9 })), false);
-      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2, gpuTempC: 90 })), false);
-      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2 })), true);
-      assert.equal(hasEngineRoom(assessHealth(undefined, t, false)), false);
+      assert.equal(room({ waiting: 40, kvUsage: 0.9 }), false);
+      assert.equal(room({ waiting: 0, kvUsage: 0.2, gpuTempC: 90 }), false);
+      assert.equal(room({ waiting: 0, kvUsage: 0.2 }), true);
+      assert.equal(hasEngineRoom(assessHealth(undefined, t, false), undefined, false), false);
+    });
+
+    test('engine room needs a memory figure: a page of running and waiting counts alone gives none', () => {
+      const t = { kvPressure: 0.85, memoryPressure: 0.9, maxQueue: 32, maxTempC: 85, staleAfterMs: 5000, failuresDown: 3 };
+      const counts = { running: 16, waiting: 0 };
+      const healthy = assessHealth({ signals: counts, ageMs: 0, failures: 0 }, t, false);
+      assert.equal(healthy.state, 'healthy', 'still healthy below the limit');
+      assert.equal(hasEngineRoom(healthy, counts, false), false, 'unknown is not room');
+      // GPU memory counts where the worker is configured to be judged by it.
+      const fb = { ...counts, fbUsedMiB: 30_000, fbFreeMiB: 50_000 };
+      assert.equal(hasEngineRoom(assessHealth({ signals: fb, ageMs: 0, failures: 0 }, t, true), fb, true), true);
+      assert.equal(hasEngineRoom(assessHealth({ signals: fb, ageMs: 0, failures: 0 }, t, false), fb, false), false, 'not where it is not read');
     });
   });
 
