@@ -85,12 +85,14 @@ export function decide(input: DecisionInput): Decision {
   // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
   // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
   // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
-  const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
+  // The same rule weighs the backlog (scorers/backlog.ts): only where a sticky session goes with the request.
+  const placing = sticky && !spilled;
+  const fleet = usePrefix && placing ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   const profile = usePrefix ? profiles.prefix : profiles.load;
   // The session's worker past its limit is scored as staying: no fair-share term, and the load counts past the limit.
   const staying = home !== undefined ? affine : undefined;
   const fctx: FilterContext = { input, home: staying };
-  const placed = runProfile(profile.place, workers, fctx, { input, fleet, overLimit: false, staying });
+  const placed = runProfile(profile.place, workers, fctx, { input, fleet, placing, overLimit: false, staying });
   const scores = placed.scores;
   let best: WorkerView | undefined = placed.best;
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
@@ -114,7 +116,7 @@ export function decide(input: DecisionInput): Decision {
     let over: WorkerView | undefined;
     if (ownOverLimit) over = affine;
     else {
-      const queued = runProfile(profile.overflow, workers, { input, queueCredit: credit }, { input, fleet, overLimit: true });
+      const queued = runProfile(profile.overflow, workers, { input, queueCredit: credit }, { input, fleet, placing, overLimit: true });
       over = queued.best;
       if (over) for (const [id, s] of queued.scores) scores.set(id, s);
     }
