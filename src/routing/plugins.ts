@@ -36,8 +36,8 @@ export interface ScoreContext {
   readonly fleet: FleetLoad | undefined;
   /**
    * The request places (or moves, or keeps past its limit) a session its mode follows: sticky, and
-   * not a spill-over. Its later turns go where it goes, so the work queued there is weighed
-   * (the backlog scorer). Absent: false.
+   * not a spill-over (scored as a one-off: ../policy.ts). Its later turns go where it goes, so the
+   * work queued there is weighed (the backlog scorer). Absent: false.
    */
   readonly placing?: boolean;
   /** Every candidate is at or past its limit: load terms keep counting past 1. */

@@ -450,6 +450,9 @@ describe('routing policy', () => {
       assert.equal(spills.kind === 'route' && spills.worker, 'home');
       const crowded = decide(input({ affinity: 'home', keyInflight: 4, totalBlocks: 20, workers: [w('home', 9, 10, 'healthy', 2), w('other', 0)] }));
       assert.equal(crowded.kind === 'route' && crowded.worker, 'other');
+      // Placed elsewhere, the spill moves the session (measured: keeping it home lost goodput; policy.ts).
+      assert.equal(crowded.kind === 'route' && crowded.outcome, 'migrated');
+      assert.equal(crowded.kind === 'route' && crowded.from, 'home');
     });
 
     test('modes: session ignores prefixes, prefix ignores sessions, least_loaded ignores both', () => {

@@ -14,8 +14,9 @@
  * all back; any other request is a one-off, placed best by what holds its prompt (weighing queued
  * prefill for those cost the Mooncake synthetic trace 3-4 points of hit rate; docs/DESIGN.md
  * "Queued prefill"). That includes a session's request in `prefix` mode, which never follows
- * sessions, and a session's spill-over (too many of its requests in flight at home), which does
- * not move the session. The decision says which (`placing`).
+ * sessions, and a session's spill-over (too many of its requests in flight at home), which is
+ * scored as a one-off though the session follows it where it lands (../policy.ts says why and what
+ * weighing the backlog there cost). The decision says which (`placing`).
  */
 import type { Scorer } from '../plugins.js';
 import { finite } from '../score.js';
