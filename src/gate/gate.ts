@@ -12,6 +12,7 @@ import { KvgateError } from '../errors.js';
 import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
+import { classLimit } from '../routing/filters/class-share.js';
 import { assessHealth, effectiveState, hasEngineRoom, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
 import { weightsByName } from '../routing/profiles.js';
@@ -605,13 +606,35 @@ export class Gate {
     const error =
       decision.reason !== 'overloaded'
         ? new KvgateError('no_healthy_workers', 'no worker is healthy', { details })
-        : cls.share < 1
-          ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
-          : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
+        : new KvgateError('overloaded', overloadMessage(views, cls, (id) => this.signals.get(id)?.verdict.codes), { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     debugLogger(this.logger, scope)?.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
+}
+
+/**
+ * Why every eligible worker that is up refused the request, in words: at its in-flight limit (or
+ * the share of it the request's class may use), or pressured, with the causes its signals gave
+ * (KV, memory, heat, queue). A fleet under KV pressure was reported as one at its in-flight limit.
+ */
+function overloadMessage(views: readonly WorkerView[], cls: ServiceClass, causes: (worker: string) => readonly string[] | undefined): string {
+  const share = cls.share < 1 ? cls.share : undefined;
+  const limit = share === undefined ? 'its in-flight limit' : `the share of its in-flight limit that class "${cls.name}" may use (${Math.round(share * 1000) / 10}%)`;
+  let full = 0;
+  let pressured = 0;
+  const why = new Set<string>();
+  for (const v of views) {
+    if (v.state !== 'healthy' && v.state !== 'pressured') continue;
+    if (v.inflight >= classLimit(v.maxInflight, share)) full++;
+    else if (v.state === 'pressured') {
+      pressured++;
+      for (const c of causes(v.id) ?? []) why.add(c);
+    }
+  }
+  if (pressured === 0) return `every eligible worker is at ${limit}`;
+  const p = `${pressured} pressured${why.size > 0 ? ` (${[...why].join(', ')})` : ''}`;
+  return full === 0 ? `every eligible worker is pressured and takes no new work: ${p}` : `every eligible worker is pressured or at ${limit}: ${p}, ${full} at the limit`;
 }
 
 /**

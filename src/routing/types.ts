@@ -186,7 +186,10 @@ export type Decision =
     }
   | {
       kind: 'shed';
-      /** overloaded: every eligible worker is at its limit; no_healthy_workers: none eligible at all. */
+      /**
+       * overloaded: every eligible worker that is up is at its limit, or pressured and not taking
+       * this work; no_healthy_workers: none eligible at all.
+       */
       reason: 'overloaded' | 'no_healthy_workers';
       preconditions: Preconditions;
       explanation: Explanation;
