@@ -12,12 +12,15 @@
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes, and for a request with no prompt, "best" is the
  *    least loaded (in-flight or the engine's queue, whichever is larger, over the limit).
- * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
- *    session's worker at its limit is scored with the others, its load counted past the limit,
- *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
- *    when every worker is at its limit, work queues on the session's worker (under the same
- *    per-session cap as below the limit), else the best
- *    score. The limit spreads work; the engines say when the fleet is full.
+ * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: in
+ *    `both` mode a session's worker at its limit is scored with the others, its load counted
+ *    past the limit, so it keeps the session while its queue costs less than the prefill a move
+ *    recomputes (in `session` mode, which weighs no prompts, the session moves at once to a
+ *    worker below its limit); and when no worker takes the request in step 2 (every one at its
+ *    limit, or pressured, or both), work queues on the session's worker (under the same
+ *    per-session cap as below the limit), else the best score among the workers with room, a
+ *    worker pressured by its queue alone included. The limit spreads work; the engines say when
+ *    the fleet is full.
  * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.

@@ -5,7 +5,9 @@
 
 /**
  * healthy: takes new and existing sessions.
- * pressured: keeps the sessions it holds, gets no new ones (KV or memory pressure, queue, heat).
+ * pressured: keeps the sessions it holds, gets no new ones (KV or memory pressure, queue, heat);
+ *   pressured by its queue alone, it still takes work when no worker takes it otherwise
+ *   (overflow.ts).
  * draining: set by an operator; gets nothing, its sessions move.
  * down: unreachable or stale; gets nothing, its sessions move.
  */

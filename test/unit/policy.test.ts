@@ -222,6 +222,26 @@ describe('routing policy', () => {
       assert.equal(e.kind === 'shed' && e.reason, 'overloaded');
     });
 
+    test('every worker pressured by its queue alone, below its limit: a new session still goes to one of them', () => {
+      // The README's worker states: pressured workers get no new sessions while another worker takes them.
+      const queued = (id: string, waiting: number): WorkerView => ({ ...m(id, 0, 'pressured'), waiting });
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [queued('a', 40), queued('b', 50)] }));
+      assert.equal(d.kind === 'route' && d.outcome, 'new');
+      assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
+      assert.equal(d.kind === 'route' && d.worker, 'a', 'the shorter queue');
+      const withHealthy = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [queued('a', 40), m('h', 9)] }));
+      assert.equal(withHealthy.kind === 'route' && withHealthy.worker, 'h', 'not while a healthy worker takes it');
+    });
+
+    test('in session mode a session whose worker is at its limit moves at once; it queues at home only when every worker is full', () => {
+      const moved = decide(input({ mode: 'session', keyHash: 'k', affinity: 'home', overflowFactor: 4, workers: [m('home', 10), m('other', 3)] }));
+      assert.equal(moved.kind === 'route' && moved.worker, 'other');
+      assert.equal(moved.kind === 'route' && moved.outcome, 'migrated');
+      const queued = decide(input({ mode: 'session', keyHash: 'k', affinity: 'home', overflowFactor: 4, workers: [m('home', 10), m('other', 10)] }));
+      assert.equal(queued.kind === 'route' && queued.worker, 'home');
+      assert.equal(queued.kind === 'route' && queued.outcome, 'affinity_hit');
+    });
+
     test('the hard bound holds while a scrape is on its way: at factor × limit the worker is full', () => {
       const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 40), m('b', 40)] }));
       assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
