@@ -5,7 +5,7 @@
  * `route()`.
  */
 import type { Logger } from 'pino';
-import type { Config } from '../config/schema.js';
+import type { Config, WorkerConfig } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
@@ -442,26 +442,10 @@ export class Gate {
 
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
-    const t = this.thresholds();
-    const readAt = this.clock();
-    const next = new Map<string, WorkerSignalsSeen>();
-    const verdicts = new Map<string, HealthVerdict>();
-    for (const w of this.setup.config.workers) {
-      if (!w.metrics_url) continue;
+    return this.judge(this.clock(), (w) => {
       const record = records.get(w.id);
-      const kept = record === undefined ? this.keptVerdict(w.id, readAt) : undefined;
-      if (kept) {
-        next.set(w.id, kept);
-        verdicts.set(w.id, kept.verdict);
-        continue;
-      }
-      const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
-      const adapters = adaptersOf(record);
-      next.set(w.id, adapters === undefined ? { record, verdict, readAt } : { record, verdict, readAt, adapters });
-      verdicts.set(w.id, verdict);
-    }
-    this.signals = next;
-    return verdicts;
+      return { record, adapters: adaptersOf(record) };
+    });
   }
 
   /**
@@ -472,24 +456,31 @@ export class Gate {
    * down ('stale'), as on figures the store reports stale. Returns every verdict, as `setSignals` does.
    */
   ageSignals(): Map<string, HealthVerdict> {
-    const t = this.thresholds();
     const now = this.clock();
+    return this.judge(now, (w) => {
+      const seen = this.signals.get(w.id);
+      // The record itself ages (what the admin API shows), and is read again as of now.
+      const record = seen?.record && { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
+      return { record, adapters: seen?.adapters };
+    });
+  }
+
+  /**
+   * Judges every worker with metrics on the record `recordOf` gives it, read at `readAt` (the
+   * gate's clock), keeps what the views read, and returns the verdicts. A worker with no record keeps the verdict a reload kept
+   * for it, while that lasts (`keepVerdictsOfNewlyScraped`).
+   */
+  private judge(readAt: number, recordOf: (w: WorkerConfig) => { record: SignalRecord | undefined; adapters: WorkerSignalsSeen['adapters'] }): Map<string, HealthVerdict> {
+    const t = this.thresholds();
     const next = new Map<string, WorkerSignalsSeen>();
     const verdicts = new Map<string, HealthVerdict>();
     for (const w of this.setup.config.workers) {
       if (!w.metrics_url) continue;
-      const seen = this.signals.get(w.id);
-      let entry: WorkerSignalsSeen;
-      if (seen?.record !== undefined) {
-        // The record itself ages (what the admin API shows), and is read again as of now.
-        const record: SignalRecord = { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
-        const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
-        entry = seen.adapters === undefined ? { record, verdict, readAt: now } : { record, verdict, readAt: now, adapters: seen.adapters };
-      } else {
-        entry = this.keptVerdict(w.id, now) ?? { record: undefined, verdict: assessHealth(undefined, t, false), readAt: now };
-      }
-      next.set(w.id, entry);
-      verdicts.set(w.id, entry.verdict);
+      const { record, adapters } = recordOf(w);
+      const kept = record === undefined ? this.keptVerdict(w.id, readAt) : undefined;
+      const verdict = kept?.verdict ?? assessHealth(record, t, w.memory_pressure_from_framebuffer);
+      next.set(w.id, kept ?? (adapters === undefined ? { record, verdict, readAt } : { record, verdict, readAt, adapters }));
+      verdicts.set(w.id, verdict);
     }
     this.signals = next;
     return verdicts;
