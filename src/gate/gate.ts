@@ -5,13 +5,14 @@
  * `route()`.
  */
 import type { Logger } from 'pino';
-import type { Config } from '../config/schema.js';
+import type { Config, WorkerConfig } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
 import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
+import { classLimit } from '../routing/filters/class-share.js';
 import { assessHealth, effectiveState, hasEngineRoom, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
 import { weightsByName } from '../routing/profiles.js';
@@ -106,11 +107,18 @@ export class Gate {
   private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
   /** Prompt blocks of this gate's leases that their workers must still compute (the backlog scorer's input). */
   private readonly pending = new PendingPrefill();
+  /** Requests without a key routed so far: each one's tie-break seed, so that they spread over tied workers. */
+  private keyless = 0;
 
   constructor(
     config: Config,
     readonly store: RoutingStore,
     private readonly logger: Logger,
+    /**
+     * A monotonic clock (ms; only differences matter): how long ago each worker's record was read,
+     * so that figures keep ageing while the store cannot be read (`ageSignals`).
+     */
+    private readonly clock: () => number = () => performance.now(),
   ) {
     this.setup = { config, pools: new PoolTable(config) };
     // The store learns the config's pools from the start (readiness on a cluster checks each one).
@@ -135,10 +143,31 @@ export class Gate {
    * config it started with; leases taken before stay valid (a lease names its pool and worker).
    */
   reconfigure(config: Config): void {
-    const before = this.setup.pools;
+    const before = this.setup;
     this.setup = { config, pools: new PoolTable(config) };
     this.store.retainPools(this.setup.pools.all().map((p) => p.name));
-    void this.carryOperatorStates(before, this.setup.pools);
+    this.keepVerdictsOfNewlyScraped(before.config, config);
+    void this.carryOperatorStates(before.pools, this.setup.pools);
+  }
+
+  /**
+   * A worker that served without metrics and gains a `metrics_url` by this reload keeps the
+   * verdict it had (none from signals: healthy) until its first record is read, for at most
+   * `signals.stale_after_ms`: judged on no data it was down at once, and a serving fleet answered
+   * 503s and moved sessions until the first scrape came back. A worker new to the config has no
+   * verdict to keep: it is down until its figures arrive, as at startup.
+   */
+  private keepVerdictsOfNewlyScraped(before: Config, after: Config): void {
+    const now = this.clock();
+    const until = now + after.signals.stale_after_ms;
+    let next: Map<string, WorkerSignalsSeen> | undefined;
+    for (const w of after.workers) {
+      if (!w.metrics_url || this.signals.has(w.id)) continue;
+      const was = before.workers.find((x) => x.id === w.id);
+      if (!was || was.metrics_url) continue;
+      (next ??= new Map(this.signals)).set(w.id, { record: undefined, verdict: WITHOUT_METRICS, readAt: now, keptUntil: until });
+    }
+    if (next) this.signals = next;
   }
 
   /**
@@ -247,6 +276,8 @@ export class Gate {
       if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
     }
 
+    // A request without a key breaks ties on a seed of its own (the policy stays a function of its input).
+    const tieSeed = key === undefined ? `#${this.keyless++}` : undefined;
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
     let views: WorkerView[] = [];
@@ -261,6 +292,7 @@ export class Gate {
       // copied through V8's generic path on every decision. The policy reads both as absent.
       const decided = decide({
         keyHash: key?.hash,
+        tieSeed,
         session,
         affinity: snap.affinity,
         keyInflight: snap.keyInflight,
@@ -389,7 +421,7 @@ export class Gate {
   views(snap: Snapshot, pool: Pool = this.setup.pools.default, maxInflight?: number, defaultMaxInflight = this.setup.config.limits.max_inflight): WorkerView[] {
     return pool.workerIds.map((id) => {
       const w = pool.workers.get(id)!;
-      const sig = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
+      const sig: Omit<WorkerSignalsSeen, 'readAt'> | undefined = w.metrics_url ? this.signals.get(id) ?? { record: undefined, verdict: assessHealth(undefined, this.thresholds(), false) } : undefined;
       const view: WorkerView = {
         id,
         state: effectiveState(snap.states.get(id), sig?.verdict),
@@ -404,7 +436,7 @@ export class Gate {
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
       const operator = snap.states.get(id);
-      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict);
+      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;
       return view;
     });
@@ -412,19 +444,54 @@ export class Gate {
 
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict> {
+    return this.judge(this.clock(), (w) => {
+      const record = records.get(w.id);
+      return { record, adapters: adaptersOf(record) };
+    });
+  }
+
+  /**
+   * The store could not be read: each worker's last record is judged again as older by the time
+   * since it was read, as the store would have aged it. Without this the verdicts of the last read
+   * stood for the whole outage: a worker that died meanwhile kept its traffic, and one that was
+   * down or pressured stayed so. Past `signals.stale_after_ms` a worker with no fresh figures is
+   * down ('stale'), as on figures the store reports stale. Returns every verdict, as `setSignals` does.
+   */
+  ageSignals(): Map<string, HealthVerdict> {
+    const now = this.clock();
+    return this.judge(now, (w) => {
+      const seen = this.signals.get(w.id);
+      // The record itself ages (what the admin API shows), and is read again as of now.
+      const record = seen?.record && { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
+      return { record, adapters: seen?.adapters };
+    });
+  }
+
+  /**
+   * Judges every worker with metrics on the record `recordOf` gives it, read at `readAt` (the
+   * gate's clock), keeps what the views read, and returns the verdicts. A worker with no record keeps the verdict a reload kept
+   * for it, while that lasts (`keepVerdictsOfNewlyScraped`).
+   */
+  private judge(readAt: number, recordOf: (w: WorkerConfig) => { record: SignalRecord | undefined; adapters: WorkerSignalsSeen['adapters'] }): Map<string, HealthVerdict> {
     const t = this.thresholds();
     const next = new Map<string, WorkerSignalsSeen>();
     const verdicts = new Map<string, HealthVerdict>();
     for (const w of this.setup.config.workers) {
       if (!w.metrics_url) continue;
-      const record = records.get(w.id);
-      const verdict = assessHealth(record, t, w.memory_pressure_from_framebuffer);
-      const adapters = adaptersOf(record);
-      next.set(w.id, adapters === undefined ? { record, verdict } : { record, verdict, adapters });
+      const { record, adapters } = recordOf(w);
+      const kept = record === undefined ? this.keptVerdict(w.id, readAt) : undefined;
+      const verdict = kept?.verdict ?? assessHealth(record, t, w.memory_pressure_from_framebuffer);
+      next.set(w.id, kept ?? (adapters === undefined ? { record, verdict, readAt } : { record, verdict, readAt, adapters }));
       verdicts.set(w.id, verdict);
     }
     this.signals = next;
     return verdicts;
+  }
+
+  /** The verdict a reload kept for a worker with no record yet (`keepVerdictsOfNewlyScraped`), while it lasts. */
+  private keptVerdict(worker: string, now: number): WorkerSignalsSeen | undefined {
+    const seen = this.signals.get(worker);
+    return seen?.keptUntil !== undefined && now < seen.keptUntil ? seen : undefined;
   }
 
   /** What the gate knows of a worker's reported signals (for the admin API). */
@@ -532,13 +599,35 @@ export class Gate {
     const error =
       decision.reason !== 'overloaded'
         ? new KvgateError('no_healthy_workers', 'no worker is healthy', { details })
-        : cls.share < 1
-          ? new KvgateError('overloaded', `every eligible worker is at the share of its in-flight limit that class "${cls.name}" may use (${Math.round(cls.share * 1000) / 10}%)`, { details })
-          : new KvgateError('overloaded', 'every eligible worker is at its in-flight limit', { details });
+        : new KvgateError('overloaded', overloadMessage(views, cls, (id) => this.signals.get(id)?.verdict.codes), { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     debugLogger(this.logger, scope)?.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
     return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
+}
+
+/**
+ * Why every eligible worker that is up refused the request, in words: at its in-flight limit (or
+ * the share of it the request's class may use), or pressured, with the causes its signals gave
+ * (KV, memory, heat, queue). A fleet under KV pressure was reported as one at its in-flight limit.
+ */
+function overloadMessage(views: readonly WorkerView[], cls: ServiceClass, causes: (worker: string) => readonly string[] | undefined): string {
+  const share = cls.share < 1 ? cls.share : undefined;
+  const limit = share === undefined ? 'its in-flight limit' : `the share of its in-flight limit that class "${cls.name}" may use (${Math.round(share * 1000) / 10}%)`;
+  let full = 0;
+  let pressured = 0;
+  const why = new Set<string>();
+  for (const v of views) {
+    if (v.state !== 'healthy' && v.state !== 'pressured') continue;
+    if (v.inflight >= classLimit(v.maxInflight, share)) full++;
+    else if (v.state === 'pressured') {
+      pressured++;
+      for (const c of causes(v.id) ?? []) why.add(c);
+    }
+  }
+  if (pressured === 0) return `every eligible worker is at ${limit}`;
+  const p = `${pressured} pressured${why.size > 0 ? ` (${[...why].join(', ')})` : ''}`;
+  return full === 0 ? `every eligible worker is pressured and takes no new work: ${p}` : `every eligible worker is pressured or at ${limit}: ${p}, ${full} at the limit`;
 }
 
 /**
@@ -559,9 +648,19 @@ function pinnedProblem(worker: string, pool: Pool, eligible: ReadonlySet<string>
 interface WorkerSignalsSeen {
   record: SignalRecord | undefined;
   verdict: HealthVerdict;
+  /** When the record was read (the gate's monotonic clock): its `ageMs` was its age then. */
+  readAt: number;
+  /**
+   * Set for a worker a reload gave a `metrics_url` while it served: its verdict from before stands
+   * (no record yet) until then (the gate's clock).
+   */
+  keptUntil?: number;
   /** Adapters it runs or queues, merged once per scrape (not once per worker view, request and attempt). */
   adapters?: NonNullable<WorkerView['adapters']>;
 }
+
+/** The verdict of a worker judged by no signals (it had no metrics_url): healthy, as `effectiveState` reads none. */
+const WITHOUT_METRICS: HealthVerdict = { state: 'healthy', codes: [], reasons: [] };
 
 function adaptersOf(record: SignalRecord | undefined): WorkerSignalsSeen['adapters'] {
   const lora = record?.signals.lora;

@@ -121,10 +121,19 @@ export function effectiveState(operator: WorkerState | undefined, fromSignals: H
 }
 
 /**
- * The engine has the memory for more work: healthy, or pressured by its queue alone. A long queue
- * is latency, which the score weighs; KV, memory or heat past their limits mean more work would
- * evict or throttle. What "full" means past the in-flight limit (overflow.ts).
+ * The engine has the memory for more work: its scrape reports its memory (KV use, or GPU
+ * framebuffer use where `useFramebuffer`), and it is healthy, or pressured by its queue alone. A
+ * long queue is latency, which the score weighs; KV, memory or heat past their limits mean more
+ * work would evict or throttle. What "full" means past the in-flight limit (overflow.ts). A page
+ * without a memory figure (a Triton page with only scheduled and waiting counts) says nothing
+ * about room: unknown is not room, and such a worker's limit stays hard, as without metrics.
  */
-export function hasEngineRoom(v: HealthVerdict): boolean {
-  return v.state === 'healthy' || (v.state === 'pressured' && v.codes.every((c) => c === 'queue'));
+export function hasEngineRoom(v: HealthVerdict, s: WorkerSignals | undefined, useFramebuffer: boolean): boolean {
+  return reportsMemory(s, useFramebuffer) && (v.state === 'healthy' || (v.state === 'pressured' && v.codes.every((c) => c === 'queue')));
+}
+
+/** The scrape has a figure for the engine's memory: KV use, or (where configured) GPU framebuffer use. */
+function reportsMemory(s: WorkerSignals | undefined, useFramebuffer: boolean): boolean {
+  if (s === undefined) return false;
+  return s.kvUsage !== undefined || (useFramebuffer && s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined && s.fbUsedMiB + s.fbFreeMiB > 0);
 }

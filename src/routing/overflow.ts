@@ -20,16 +20,22 @@
  * room, it does not count again the queue every engine has already reported: `queueCredit`).
  *
  * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
- * hard one, as before.
+ * hard one, as before. So does one whose page has no memory figure (no KV use, and no GPU memory
+ * where that is read; e.g. a Triton page with only scheduled and waiting counts): unknown is not
+ * room (health.ts `hasEngineRoom`).
  *
- * Where the work goes: a session whose worker is at its limit is not moved at once; that worker
- * competes with the others (policy.ts), scored with its load counted past the limit (scorers/load.ts
+ * Where the work goes: in `both` mode a session whose worker is at its limit is not moved at
+ * once; that worker competes with the others (policy.ts), scored with its load counted past the limit (scorers/load.ts
  * `overLimit`), so holding the whole conversation it keeps the session until its queue is about
  * one limit deeper than the best alternative's: the queue it would skip against the prefill a
  * move recomputes. (Keeping every session home while its engine had room, the first try, held
  * sessions behind deep queues while other workers idled: it lost goodput on held-out chat and
- * agent sweeps.) When every worker is at its limit, a session queues on its own worker if that
- * one has room, anything else on the best score with the load counted past the limit.
+ * agent sweeps.) `session` mode weighs no prompts, so it has no such contest: a session whose
+ * worker is at its limit moves to a worker below its limit at once. When no worker takes the
+ * request below the limits (every one at its limit, or pressured, or both), a session queues on
+ * its own worker if that one has room, anything else on the best score with the load counted
+ * past the limit, in every mode. So a worker pressured by its queue alone (KV room left) takes
+ * new sessions when no worker takes them otherwise: its queue is latency, not a lack of memory.
  */
 import { KEEPS } from './filters/takes-new-work.js';
 import { finite } from './score.js';

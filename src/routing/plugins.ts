@@ -34,6 +34,12 @@ export interface ScoreContext {
   readonly input: DecisionInput;
   /** The fleet's mean work, given only where a session is placed (the balance scorer). */
   readonly fleet: FleetLoad | undefined;
+  /**
+   * The request places (or moves, or keeps past its limit) a session its mode follows: sticky, and
+   * not a spill-over (scored as a one-off: ../policy.ts). Its later turns go where it goes, so the
+   * work queued there is weighed (the backlog scorer). Absent: false.
+   */
+  readonly placing?: boolean;
   /** Every candidate is at or past its limit: load terms keep counting past 1. */
   readonly overLimit: boolean;
   /**

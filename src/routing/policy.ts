@@ -10,19 +10,24 @@
  *    leading blocks the worker probably holds, minus its load and KV pressure. So a
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
- *    In `session` and `least_loaded` modes "best" is the least loaded.
- * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: a
- *    session's worker at its limit is scored with the others, its load counted past the limit,
- *    so it keeps the session while its queue costs less than the prefill a move recomputes; and
- *    when every worker is at its limit, work queues on the session's worker (under the same
- *    per-session cap as below the limit), else the best
- *    score. The limit spreads work; the engines say when the fleet is full.
+ *    In `session` and `least_loaded` modes, and for a request with no prompt, "best" is the
+ *    least loaded (in-flight or the engine's queue, whichever is larger, over the limit).
+ * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: in
+ *    `both` mode a session's worker at its limit is scored with the others, its load counted
+ *    past the limit, so it keeps the session while its queue costs less than the prefill a move
+ *    recomputes (in `session` mode, which weighs no prompts, the session moves at once to a
+ *    worker below its limit); and when no worker takes the request in step 2 (every one at its
+ *    limit, or pressured, or both), work queues on the session's worker (under the same
+ *    per-session cap as below the limit), else the best score among the workers with room, a
+ *    worker pressured by its queue alone included. The limit spreads work; the engines say when
+ *    the fleet is full.
  * 4. Otherwise shed at once: 'overloaded' when some worker is up but all are full,
  *    'no_healthy_workers' when none can take anything. Queueing behind a full worker only grows
  *    latency.
  *
- * Ties go to the lower in-flight count, then by rendezvous hashing on the key, so every gate
- * replica picks the same worker from the same view and unkeyed ties spread over workers.
+ * Ties go to the lower load, then the lower in-flight count, then by rendezvous hashing on the
+ * key (for a request without one, on the per-request tie seed the gate supplies), so every gate
+ * replica picks the same worker for a key from the same view and unkeyed ties spread over workers.
  *
  * Steps 2 and 3 run profiles of filters, weighted scorers and a picker (./profiles.ts, one file per
  * plugin under ./filters, ./scorers, ./pickers); steps 1 and 3's own-worker rule and the
@@ -79,16 +84,25 @@ export function decide(input: DecisionInput): Decision {
   const home = usePrefix ? ownOverLimit : undefined;
 
   // Fair share is weighed only where a session is placed (new, or moving off a full or dead
-  // worker): that commits its future turns to the worker, as they are sticky. A one-off request,
-  // sessionless or a session's spill-over, costs only its own wait, which the load term sees;
-  // spreading one-off requests of a hot prefix by fair share re-computed the prefix for nothing
-  // (`kvgate sim --workload system-prompt`: 1% of hit rate lost, no balance gained).
-  const fleet = usePrefix && sticky && !spilled ? fleetLoad(input.workers, input.balanceFloor) : undefined;
+  // worker): that commits its future turns to the worker, as they are sticky. A sessionless
+  // request costs only its own wait, which the load term sees; spreading one-off requests of a
+  // hot prefix by fair share re-computed the prefix for nothing (`kvgate sim --workload
+  // system-prompt`: 1% of hit rate lost, no balance gained). A session's spill-over is scored the
+  // same way, as a one-off: by what holds its prompt and the load, without fair share or backlog.
+  // Where it lands, though, the session follows it (the commit moves the affinity: outcome
+  // `migrated`, below). Committing a spill without moving the session was measured and lost:
+  // held-out agent seed 101 went from 1.35 to 1.275 of capacity in goodput (p99 TTFT at 1.35:
+  // 1.73 to 2.06 s), the mix kept its goodput and lost up to 0.1 point of hit rate. The spill
+  // carries the session's newest turn, so its worker holds the longest cached history for the
+  // next one. Weighing the backlog on spills too (scorers/backlog.ts) cost agent seed 101 the
+  // same 1.35 to 1.2, and the mix at 0.8 of capacity 3 points of hit rate and 65 more shed.
+  const placing = sticky && !spilled;
+  const fleet = usePrefix && placing ? fleetLoad(input.workers, input.balanceFloor) : undefined;
   const profile = usePrefix ? profiles.prefix : profiles.load;
   // The session's worker past its limit is scored as staying: no fair-share term, and the load counts past the limit.
   const staying = home !== undefined ? affine : undefined;
   const fctx: FilterContext = { input, home: staying };
-  const placed = runProfile(profile.place, workers, fctx, { input, fleet, overLimit: false, staying });
+  const placed = runProfile(profile.place, workers, fctx, { input, fleet, placing, overLimit: false, staying });
   const scores = placed.scores;
   let best: WorkerView | undefined = placed.best;
   // The deepest match among the workers weighed here: a replica that knows of a deeper one on one
@@ -112,7 +126,7 @@ export function decide(input: DecisionInput): Decision {
     let over: WorkerView | undefined;
     if (ownOverLimit) over = affine;
     else {
-      const queued = runProfile(profile.overflow, workers, { input, queueCredit: credit }, { input, fleet, overLimit: true });
+      const queued = runProfile(profile.overflow, workers, { input, queueCredit: credit }, { input, fleet, placing, overLimit: true });
       over = queued.best;
       if (over) for (const [id, s] of queued.scores) scores.set(id, s);
     }
@@ -147,7 +161,8 @@ export function decide(input: DecisionInput): Decision {
     affine && !KEEPS.includes(affine.state) ? [{ worker: best.id, in: keptIn }, { worker: affine.id, in: [affine.state] }] : [{ worker: best.id, in: keptIn }];
   // Literals with and without `prefix` rather than a conditional spread (V8's generic copy, every decision).
   const preconditions: Preconditions = prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };
-  // An affinity whose worker is gone from the config moves too: that is still a migration.
+  // An affinity whose worker is gone from the config moves too: that is still a migration. So is a
+  // spill-over placed elsewhere: the session follows it (above says why).
   const moved = affinity !== undefined && affinity !== best.id;
   const outcome: RouteOutcome = sticky
     ? moved

@@ -5,7 +5,9 @@
 
 /**
  * healthy: takes new and existing sessions.
- * pressured: keeps the sessions it holds, gets no new ones (KV or memory pressure, queue, heat).
+ * pressured: keeps the sessions it holds, gets no new ones (KV or memory pressure, queue, heat);
+ *   pressured by its queue alone, it still takes work when no worker takes it otherwise
+ *   (overflow.ts).
  * draining: set by an operator; gets nothing, its sessions move.
  * down: unreachable or stale; gets nothing, its sessions move.
  */
@@ -40,9 +42,10 @@ export interface WorkerView {
    */
   running?: number;
   /**
-   * The engine's last scrape says it has the memory for more work (KV and memory below pressure,
-   * not too hot), however long its queue. Only set for workers with engine metrics; past its
-   * in-flight limit only such a worker takes work (overflow.ts).
+   * The engine's last scrape says it has the memory for more work (it reports KV use, or GPU
+   * memory where configured, below pressure, and is not too hot), however long its queue. Only
+   * set for workers with engine metrics; past its in-flight limit only such a worker takes work
+   * (overflow.ts). A scrape with no memory figure gives false: unknown is not room.
    */
   engineRoom?: boolean;
   /**
@@ -67,6 +70,11 @@ export interface ScoreWeights {
 export interface DecisionInput {
   /** Hash of the routing key, or undefined for requests without one (also the tie-break seed). */
   keyHash: string | undefined;
+  /**
+   * The tie-break seed of a request without a key, drawn by the gate per request so that such
+   * requests spread over tied workers (absent: '', one worker wins every tie). Unused with a key.
+   */
+  tieSeed?: string;
   /** True when the key is a session id (only sessions are sticky). */
   session: boolean;
   /** The worker the session is affine to, if any. */
@@ -180,7 +188,10 @@ export type Decision =
     }
   | {
       kind: 'shed';
-      /** overloaded: every eligible worker is at its limit; no_healthy_workers: none eligible at all. */
+      /**
+       * overloaded: every eligible worker that is up is at its limit, or pressured and not taking
+       * this work; no_healthy_workers: none eligible at all.
+       */
       reason: 'overloaded' | 'no_healthy_workers';
       preconditions: Preconditions;
       explanation: Explanation;

@@ -258,17 +258,24 @@ export class SignalCollector<P extends FleetPool> {
         for (const [worker, rec] of r) if (fleet.poolOfWorker(worker)?.name === pools[i]!.name) records.set(worker, rec);
       });
     } catch (err) {
-      // Keep the last picture; it ages into "stale" on its own, so no worker stays healthy on old data.
+      // Keep the last picture, aged by the time since it was read: past stale_after_ms a worker
+      // with no fresh figures is down, so none keeps its traffic (or its verdict) on old data.
       this.warn('read', 'could not read worker signals', err);
+      // No migration on it: moving sessions needs the store this read could not reach.
+      this.judged(this.opts.gate.ageSignals(), false);
       return;
     }
-    const verdicts = this.opts.gate.setSignals(records);
+    this.judged(this.opts.gate.setSignals(records), true);
+  }
+
+  /** Logs each worker's change of state, and starts migration off a pressured worker this replica owns. */
+  private judged(verdicts: ReadonlyMap<string, HealthVerdict>, migrate: boolean): void {
     for (const [worker, v] of verdicts) {
       const before = this.previous.get(worker);
       if (before !== v.state) {
         this.opts.logger.info({ worker, from: before ?? 'unknown', to: v.state, reasons: v.reasons }, 'worker state changed');
       }
-      if (v.state === 'pressured' && this.owned.has(worker) && this.opts.gate.currentConfig.migration.enabled) {
+      if (migrate && v.state === 'pressured' && this.owned.has(worker) && this.opts.gate.currentConfig.migration.enabled) {
         this.migrator.pressured(worker, v.codes[0] ?? 'pressure', before !== 'pressured');
       }
     }

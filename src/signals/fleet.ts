@@ -25,6 +25,8 @@ export interface Fleet<P extends FleetPool = FleetPool> {
   };
   /** Takes the latest scrape of every worker; returns each worker's health as judged from it. */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict>;
+  /** The store could not be read: judges the last records again, aged by the time since they were read. */
+  ageSignals(): Map<string, HealthVerdict>;
   /** A pool's workers as the policy sees them, from a snapshot. */
   views(snap: Snapshot, pool: P): WorkerView[];
 }

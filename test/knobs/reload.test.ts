@@ -208,3 +208,46 @@ test('Redis: a pool a reload removed is no longer polled once nothing of this re
     await redis.stop();
   }
 });
+
+test('a reload that gives serving workers a metrics_url keeps them serving until their first figures, for at most stale_after_ms', async () => {
+  // Judged on no data at once, both were down from the reload to the first read of their scrapes:
+  // 503s, and sessions moved off workers that were fine.
+  const { Gate } = await import('../../src/gate/gate.js');
+  const { MemoryStore } = await import('../../src/state/memory-store.js');
+  const { initHashing } = await import('../../src/request/hashing.js');
+  const { silentLogger } = await import('../helpers/logger.js');
+  const { chatRequest } = await import('../helpers/requests.js');
+  await initHashing();
+  let now = 0;
+  const plain = parseConfig({ workers: [{ id: 'w1', cluster: 'c1' }, { id: 'w2', cluster: 'c2' }] }, 'test');
+  const scraped = parseConfig(
+    { signals: { stale_after_ms: 2000 }, workers: ['w1', 'w2', 'w3'].map((id) => ({ id, cluster: id.replace('w', 'c'), metrics_url: `http://127.0.0.1:9/${id}` })) },
+    'test',
+  );
+  const store = new MemoryStore();
+  const gate = new Gate(plain, store, silentLogger(), () => now);
+  const states = () => gate.views(store.cachedSnapshot({ pool: 'default', key: undefined, workers: ['w1', 'w2', 'w3'], blocks: [] })).map((v) => v.state);
+  const first = await gate.route(chatRequest('hello', { session: 'S' }));
+  assert.equal(first.kind, 'route');
+  if (first.kind !== 'route') return;
+  await gate.release(first.lease);
+
+  gate.reconfigure(scraped);
+  assert.deepEqual(states(), ['healthy', 'healthy', 'down'], 'served before: kept; new to the config: down until its figures come');
+  const again = await gate.route(chatRequest('hello again', { session: 'S' }));
+  assert.equal(again.kind === 'route' && again.outcome, 'affinity_hit');
+  if (again.kind === 'route') await gate.release(again.lease);
+
+  // The first record read judges a worker; the others keep their verdict meanwhile, failed reads too.
+  now = 500;
+  gate.setSignals(new Map([['w1', { signals: { running: 1, waiting: 0, kvUsage: 0.95 }, ageMs: 0, failures: 0 }]]));
+  assert.deepEqual(states(), ['pressured', 'healthy', 'down']);
+  now = 1900;
+  gate.ageSignals();
+  assert.equal(states()[1], 'healthy');
+  // No record stale_after_ms after the reload: judged on no data, down.
+  now = 2000;
+  gate.setSignals(new Map([['w1', { signals: { running: 1, waiting: 0, kvUsage: 0.2 }, ageMs: 0, failures: 0 }]]));
+  assert.deepEqual(states(), ['healthy', 'down', 'down']);
+  assert.deepEqual(gate.signalsOf('w2')?.verdict.codes, ['no_data']);
+});

@@ -114,3 +114,59 @@ test("a session whose worker went down by its signals alone moves in one attempt
   assert.equal(moved.degraded, false);
   await gate.release(moved.lease);
 });
+
+test('while the store cannot be read, the last figures age: past stale_after_ms a worker is down, as on stale figures', async () => {
+  // The verdicts were computed only when a read succeeded, so through a store outage a worker that
+  // crashed kept its traffic and a pressured one stayed pressured (`ageSignals`).
+  let now = 0;
+  const config = parseConfig({ signals: { stale_after_ms: 1000 }, workers: ['ok', 'hot'].map((id) => ({ id, cluster: id, metrics_url: `http://127.0.0.1:9/${id}` })) }, 'test');
+  const store = new MemoryStore();
+  const gate = new Gate(config, store, silentLogger(), () => now);
+  const states = () => gate.views(store.cachedSnapshot({ pool: 'default', key: undefined, workers: ['ok', 'hot'], blocks: [] })).map((v) => v.state);
+  gate.setSignals(new Map([['ok', { signals: { running: 1, waiting: 0, kvUsage: 0.2 }, ageMs: 100, failures: 0 }], ['hot', { signals: { running: 1, waiting: 0, kvUsage: 0.99 }, ageMs: 0, failures: 0 }]]));
+  assert.deepEqual(states(), ['healthy', 'pressured']);
+  now = 800; // the store does not answer: the collector ages what it last read
+  const early = gate.ageSignals();
+  assert.deepEqual([...early.values()].map((v) => v.state), ['healthy', 'pressured'], 'within stale_after_ms nothing changes');
+  assert.equal(gate.signalsOf('ok')?.record?.ageMs, 900, 'the record ages from the age it was read at');
+  now = 1050;
+  const late = gate.ageSignals();
+  assert.deepEqual([...late.values()].map((v) => v.codes), [['stale'], ['stale']]);
+  assert.deepEqual(states(), ['down', 'down']);
+  const view = gate.views(store.cachedSnapshot({ pool: 'default', key: undefined, workers: ['ok', 'hot'], blocks: [] }))[0]!;
+  assert.equal(view.engineRoom, false, 'stale figures give no room past the limit either');
+  // The next read that succeeds judges the store's figures again.
+  gate.setSignals(new Map([['ok', { signals: { running: 1, waiting: 0, kvUsage: 0.2 }, ageMs: 0, failures: 0 }], ['hot', { signals: { running: 1, waiting: 0, kvUsage: 0.2 }, ageMs: 0, failures: 0 }]]));
+  assert.deepEqual(states(), ['healthy', 'healthy']);
+});
+
+test('a collector whose store reads fail stops routing to a worker that died meanwhile', async () => {
+  const { initHashing } = await import('../../src/request/hashing.js');
+  await initHashing();
+  const metrics = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
+  const config = parseConfig({ signals: { stale_after_ms: 300 }, workers: [{ id: 'w1', cluster: 'c1', metrics_url: metrics.url }] }, 'test');
+  class FlakyStore extends MemoryStore {
+    down = false;
+    override readSignals(pool: string) {
+      return this.down ? Promise.reject(new Error('redis timeout')) : super.readSignals(pool);
+    }
+    override publishSignals(...args: Parameters<MemoryStore['publishSignals']>) {
+      return this.down ? Promise.reject(new Error('redis timeout')) : super.publishSignals(...args);
+    }
+  }
+  const store = new FlakyStore();
+  const gate = new Gate(config, store, silentLogger());
+  const collector = new SignalCollector<Pool>({ gate, store, logger: silentLogger() });
+  try {
+    await collector.start();
+    assert.equal(gate.signalsOf('w1')?.verdict.state, 'healthy');
+    store.down = true; // the store is unreachable and the worker dies
+    await metrics.close();
+    await waitFor(() => gate.signalsOf('w1')?.verdict.state === 'down', 3000, 'the worker down on its aged figures');
+    assert.deepEqual(gate.signalsOf('w1')?.verdict.codes, ['stale']);
+    const r = await gate.route(chatRequest('hello'));
+    assert.equal(r.kind, 'reject');
+  } finally {
+    collector.stop();
+  }
+});

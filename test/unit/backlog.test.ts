@@ -45,10 +45,10 @@ function input(workers: WorkerView[], backlog: number, extra: Partial<DecisionIn
 describe('backlog scorer', () => {
   test('queued prefill in units of this prompt, capped; absent counts as none', () => {
     const ws = [w('a'), w('b', { pendingPrefill: 20 }), w('c', { pendingPrefill: 40 }), w('d', { pendingPrefill: 10_000 })];
-    const ctx = { input: input(ws, 1), fleet: undefined, overLimit: false };
+    const ctx = { input: input(ws, 1), fleet: undefined, placing: true, overLimit: false };
     assert.deepEqual(backlogScorer.score(ws, ctx).map((x) => x + 0), [0, -0.5, -1, -BACKLOG_CAP]);
     // The prompt's whole size (past the hashing cap) is the unit, when the gate knows it.
-    const long = { input: input(ws, 1, { promptBlocks: 80 }), fleet: undefined, overLimit: false };
+    const long = { input: input(ws, 1, { promptBlocks: 80 }), fleet: undefined, placing: true, overLimit: false };
     assert.deepEqual(backlogScorer.score(ws, long).map((x) => x + 0), [0, -0.25, -0.5, -BACKLOG_CAP]);
   });
 
@@ -75,6 +75,20 @@ describe('backlog scorer', () => {
     assert.deepEqual(backlogScorer.score(ws, { input: oneOff, fleet: undefined, overLimit: false }).map((x) => x + 0), [0, 0]);
     assert.equal((decide(oneOff) as { worker: string }).worker, 'a', 'the prefix decides, as at weight 0');
     assert.equal((decide(input(ws, 1)) as { worker: string }).worker, 'b', 'a session being placed weighs the queue');
+  });
+
+  test('a session the mode does not follow, or its spill-over, is a one-off too: the busy holder keeps its prompt', () => {
+    // `prefix` mode never follows sessions: a session id there places nothing.
+    const ws = [w('a', { prefixBlocks: 40, pendingPrefill: 60 }), w('b', { pendingPrefill: 20 })];
+    const prefixMode = decide(input(ws, 1, { mode: 'prefix' }));
+    assert.equal(prefixMode.kind === 'route' && prefixMode.worker, 'a');
+    assert.equal(prefixMode.kind === 'route' && prefixMode.outcome, 'prefix_hit');
+    // A spill-over: the session has maxInflightPerSession requests running at home (c), so this one
+    // is scored, but the session stays at home.
+    const home = w('c', { inflight: 4 });
+    const spill = decide(input([...ws, home], 1, { affinity: 'c', keyInflight: 4 }));
+    assert.equal(spill.kind === 'route' && spill.explanation.spilled, true);
+    assert.equal(spill.kind === 'route' && spill.worker, 'a', 'the prefix decides, as for any one-off');
   });
 });
 

@@ -222,6 +222,26 @@ describe('routing policy', () => {
       assert.equal(e.kind === 'shed' && e.reason, 'overloaded');
     });
 
+    test('every worker pressured by its queue alone, below its limit: a new session still goes to one of them', () => {
+      // The README's worker states: pressured workers get no new sessions while another worker takes them.
+      const queued = (id: string, waiting: number): WorkerView => ({ ...m(id, 0, 'pressured'), waiting });
+      const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [queued('a', 40), queued('b', 50)] }));
+      assert.equal(d.kind === 'route' && d.outcome, 'new');
+      assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
+      assert.equal(d.kind === 'route' && d.worker, 'a', 'the shorter queue');
+      const withHealthy = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [queued('a', 40), m('h', 9)] }));
+      assert.equal(withHealthy.kind === 'route' && withHealthy.worker, 'h', 'not while a healthy worker takes it');
+    });
+
+    test('in session mode a session whose worker is at its limit moves at once; it queues at home only when every worker is full', () => {
+      const moved = decide(input({ mode: 'session', keyHash: 'k', affinity: 'home', overflowFactor: 4, workers: [m('home', 10), m('other', 3)] }));
+      assert.equal(moved.kind === 'route' && moved.worker, 'other');
+      assert.equal(moved.kind === 'route' && moved.outcome, 'migrated');
+      const queued = decide(input({ mode: 'session', keyHash: 'k', affinity: 'home', overflowFactor: 4, workers: [m('home', 10), m('other', 10)] }));
+      assert.equal(queued.kind === 'route' && queued.worker, 'home');
+      assert.equal(queued.kind === 'route' && queued.outcome, 'affinity_hit');
+    });
+
     test('the hard bound holds while a scrape is on its way: at factor × limit the worker is full', () => {
       const d = decide(input({ keyHash: 'k', overflowFactor: 4, workers: [m('a', 40), m('b', 40)] }));
       assert.equal(d.kind === 'shed' && d.reason, 'overloaded');
@@ -253,8 +273,8 @@ describe('routing policy', () => {
       // A session whose worker is full and out of room; the other worker is full with room: the
       // session's own worker is weighed past its limit, then the overflow filter, then the commit's
       // bound, each of which once computed the credit afresh. queueCredit reads `waiting` of each
-      // serving worker with room; in a session-mode decision nothing else reads it but the
-      // explanation (once a worker, as `running` is set).
+      // serving worker with room; in a session-mode decision the load term reads it once too (the
+      // engine's queue counts as load), and the explanation once a worker (as `running` is set).
       let reads = 0;
       const counted: WorkerView = {
         ...m('b', 10),
@@ -268,7 +288,7 @@ describe('routing policy', () => {
       assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
       // a has no room: no credit, the bound is 2 × 10.
       assert.deepEqual(d.kind === 'route' && d.preconditions.below, [{ worker: 'b', limit: 20 }]);
-      assert.equal(reads, 2, 'one read for the credit, one for the explanation');
+      assert.equal(reads, 3, 'one read for the credit, one for the load term, one for the explanation');
     });
 
     test('a worker without engine metrics has only the count: its limit stays hard', () => {
@@ -301,12 +321,25 @@ describe('routing policy', () => {
     test('engine room: a queue alone leaves room; KV, memory or heat do not', () => {
       const t = { kvPressure: 0.85, memoryPressure: 0.9, maxQueue: 32, maxTempC: 85, staleAfterMs: 5000, failuresDown: 3 };
       const v = (signals: Record<string, number>) => assessHealth({ signals, ageMs: 0, failures: 0 }, t, false);
-      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.5 })), true);
+      const room = (signals: Record<string, number>) => hasEngineRoom(v(signals), signals, false);
+      assert.equal(room({ waiting: 40, kvUsage: 0.5 }), true);
       assert.equal(v({ waiting: 40, kvUsage: 0.5 }).state, 'pressured', 'still no new sessions below the limit');
-      assert.equal(hasEngineRoom(v({ waiting: 40, kvUsage: 0.9 })), false);
-      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2, gpuTempC: 90 })), false);
-      assert.equal(hasEngineRoom(v({ waiting: 0, kvUsage: 0.2 })), true);
-      assert.equal(hasEngineRoom(assessHealth(undefined, t, false)), false);
+      assert.equal(room({ waiting: 40, kvUsage: 0.9 }), false);
+      assert.equal(room({ waiting: 0, kvUsage: 0.2, gpuTempC: 90 }), false);
+      assert.equal(room({ waiting: 0, kvUsage: 0.2 }), true);
+      assert.equal(hasEngineRoom(assessHealth(undefined, t, false), undefined, false), false);
+    });
+
+    test('engine room needs a memory figure: a page of running and waiting counts alone gives none', () => {
+      const t = { kvPressure: 0.85, memoryPressure: 0.9, maxQueue: 32, maxTempC: 85, staleAfterMs: 5000, failuresDown: 3 };
+      const counts = { running: 16, waiting: 0 };
+      const healthy = assessHealth({ signals: counts, ageMs: 0, failures: 0 }, t, false);
+      assert.equal(healthy.state, 'healthy', 'still healthy below the limit');
+      assert.equal(hasEngineRoom(healthy, counts, false), false, 'unknown is not room');
+      // GPU memory counts where the worker is configured to be judged by it.
+      const fb = { ...counts, fbUsedMiB: 30_000, fbFreeMiB: 50_000 };
+      assert.equal(hasEngineRoom(assessHealth({ signals: fb, ageMs: 0, failures: 0 }, t, true), fb, true), true);
+      assert.equal(hasEngineRoom(assessHealth({ signals: fb, ageMs: 0, failures: 0 }, t, false), fb, false), false, 'not where it is not read');
     });
   });
 
@@ -324,6 +357,37 @@ describe('routing policy', () => {
     assert.equal(pick('same'), pick('same'));
     const used = new Set(Array.from({ length: 64 }, (_, i) => pick(`k${i}`)));
     assert.equal(used.size, 4);
+  });
+
+  test('requests without a key spread over tied workers by the tie seed the gate gives each; with a key the key decides', () => {
+    const workers = [w('a', 0), w('b', 0), w('c', 0), w('d', 0)];
+    const pick = (p: Partial<DecisionInput>) => {
+      const d = decide(input({ session: false, affinity: undefined, workers, ...p }));
+      return d.kind === 'route' ? d.worker : 'shed';
+    };
+    const used = new Set(Array.from({ length: 64 }, (_, i) => pick({ keyHash: undefined, tieSeed: `#${i}` })));
+    assert.equal(used.size, 4, 'unkeyed requests do not all go to the empty key\'s winner');
+    assert.equal(pick({ keyHash: undefined, tieSeed: '#7' }), pick({ keyHash: undefined, tieSeed: '#7' }), 'the seed is an input: same seed, same pick');
+    assert.equal(pick({ keyHash: 'k', tieSeed: '#1' }), pick({ keyHash: 'k', tieSeed: '#2' }), 'a key, not the seed, breaks its ties');
+  });
+
+  test('by load alone the engine\'s queue counts as the score does, and ties go to the shorter queue before the hash', () => {
+    // A worker whose engine queues 30 (traffic that bypassed this gate, or work past its first token)
+    // is not idle because this gate holds nothing there.
+    const queued = { ...w('a', 0), waiting: 30, running: 120 };
+    for (const mode of ['least_loaded', 'session', 'both'] as const) {
+      for (let i = 0; i < 32; i++) {
+        const d = decide(input({ mode, session: false, keyHash: undefined, tieSeed: `#${i}`, totalBlocks: 0, workers: [queued, w('b', 2), w('c', 2)] }));
+        assert.ok(d.kind === 'route' && d.worker !== 'a', `${mode}: ${d.kind === 'route' ? d.worker : d.kind}`);
+      }
+    }
+    // Equal scores (both capped at a full limit): the shorter queue wins, whatever the key.
+    const deep = { ...w('x', 0), waiting: 50 };
+    const shallow = { ...w('y', 0), waiting: 12 };
+    for (let i = 0; i < 16; i++) {
+      const d = decide(input({ mode: 'least_loaded', keyHash: `k${i}`, workers: [deep, shallow] }));
+      assert.equal(d.kind === 'route' && d.worker, 'y');
+    }
   });
 
   test('an affinity to a worker no longer configured is a migration', () => {
@@ -406,6 +470,9 @@ describe('routing policy', () => {
       assert.equal(spills.kind === 'route' && spills.worker, 'home');
       const crowded = decide(input({ affinity: 'home', keyInflight: 4, totalBlocks: 20, workers: [w('home', 9, 10, 'healthy', 2), w('other', 0)] }));
       assert.equal(crowded.kind === 'route' && crowded.worker, 'other');
+      // Placed elsewhere, the spill moves the session (measured: keeping it home lost goodput; policy.ts).
+      assert.equal(crowded.kind === 'route' && crowded.outcome, 'migrated');
+      assert.equal(crowded.kind === 'route' && crowded.from, 'home');
     });
 
     test('modes: session ignores prefixes, prefix ignores sessions, least_loaded ignores both', () => {
