@@ -451,19 +451,24 @@ export class Gate {
   }
 
   /**
-   * The store could not be read: each worker's last record is judged again as older by the time
-   * since it was read, as the store would have aged it. Without this the verdicts of the last read
-   * stood for the whole outage: a worker that died meanwhile kept its traffic, and one that was
-   * down or pressured stayed so. Past `signals.stale_after_ms` a worker with no fresh figures is
-   * down ('stale'), as on figures the store reports stale. Returns every verdict, as `setSignals` does.
+   * The store could not be read: each worker is judged on this replica's own latest scrape of it
+   * (`own`, aged by this replica's clock) or on its last record from the store, aged by the time
+   * since it was read as the store would have aged it, whichever is younger. Without this the
+   * verdicts of the last read stood for the whole outage: a worker that died meanwhile kept its
+   * traffic, and one that was down or pressured stayed so. The collector scrapes every worker
+   * itself while the store is away, so figures stay fresh; a worker with none fresher than
+   * `signals.stale_after_ms` is down ('stale'), as on figures the store reports stale. Returns
+   * every verdict, as `setSignals` does.
    */
-  ageSignals(): Map<string, HealthVerdict> {
+  ageSignals(own: ReadonlyMap<string, SignalRecord> = new Map()): Map<string, HealthVerdict> {
     const now = this.clock();
     return this.judge(now, (w) => {
       const seen = this.signals.get(w.id);
       // The record itself ages (what the admin API shows), and is read again as of now.
-      const record = seen?.record && { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
-      return { record, adapters: seen?.adapters };
+      const aged = seen?.record && { ...seen.record, ageMs: seen.record.ageMs + Math.max(0, now - seen.readAt) };
+      const mine = own.get(w.id);
+      const record = mine !== undefined && (aged === undefined || mine.ageMs <= aged.ageMs) ? mine : aged;
+      return { record, adapters: record === mine ? adaptersOf(mine) : seen?.adapters };
     });
   }
 

@@ -11,6 +11,11 @@
  *
  * The owner of a worker also runs its preemptive migration (./migrator.ts) when it turns pressured,
  * so sessions move once, not once per replica.
+ *
+ * While the store cannot be reached (a heartbeat or a read fails), a replica cannot share: it
+ * scrapes every worker itself and judges each on its own latest scrape, as a single replica does,
+ * until the store answers again. Its workers keep serving on fresh figures through the outage; the
+ * cost is one scraper per replica on each worker meanwhile.
  */
 import { hostname } from 'node:os';
 import { randomBytes } from 'node:crypto';
@@ -34,6 +39,17 @@ export interface CollectorOptions<P extends FleetPool> {
   logger: Logger;
   /** This replica's id in the store's live-gate set. */
   gateId?: string;
+  /** A monotonic clock (ms) for the age of this replica's own scrapes; tests pass their own. */
+  clock?: () => number;
+}
+
+/** This replica's latest scrape of a worker, as the store keeps one (by this replica's clock). */
+interface OwnScrape {
+  signals: WorkerSignals;
+  /** When the last successful scrape finished; -Infinity if none has. */
+  at: number;
+  failures: number;
+  error?: string;
 }
 
 export class SignalCollector<P extends FleetPool> {
@@ -47,8 +63,14 @@ export class SignalCollector<P extends FleetPool> {
   private started = false;
   private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
+  /** This replica's own latest scrape of each worker: what it judges on while the store is away. */
+  private readonly ownScrapes = new Map<string, OwnScrape>();
+  private readonly clock: () => number;
+  /** The last read of the signals failed: this replica scrapes every worker until one succeeds. */
+  private readFailed = false;
 
   constructor(private readonly opts: CollectorOptions<P>) {
+    this.clock = opts.clock ?? (() => performance.now());
     this.gateId = opts.gateId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.migrator = new Migrator(opts.gate, opts.store, opts.logger);
   }
@@ -135,10 +157,20 @@ export class SignalCollector<P extends FleetPool> {
     try {
       live = await this.opts.store.heartbeat(pool, this.gateId, ttlMs);
     } catch (err) {
-      // Store down: keep scraping what we own and publish nothing new until it returns.
-      this.warn('heartbeat', 'signal collector heartbeat failed', err);
+      this.warn('heartbeat', 'signal collector heartbeat failed; scraping every worker until the store answers', err);
+      this.shareOut([this.gateId]);
       return;
     }
+    this.shareOut(this.readFailed ? [this.gateId] : live);
+  }
+
+  /**
+   * Takes the workers that rendezvous hashing gives this replica among the `live` ones. Alone
+   * (the store did not answer a heartbeat or a read) that is every worker: no replica can see
+   * another then, nor read what the others scrape, so this one's verdicts rest on scrapes of its
+   * own (read() judges on them) until the store answers and the workers are shared out again.
+   */
+  private shareOut(live: string[]): void {
     if (!live.includes(this.gateId)) live.push(this.gateId);
     const mine = new Set<string>();
     for (const w of this.workers) {
@@ -154,6 +186,8 @@ export class SignalCollector<P extends FleetPool> {
       if (best === this.gateId) mine.add(w.id);
     }
     for (const w of this.owned) if (!mine.has(w)) this.unschedule(w);
+    // Workers a reload removed leave no scrape behind.
+    for (const w of this.ownScrapes.keys()) if (!this.workers.some((x) => x.id === w)) this.ownScrapes.delete(w);
     const gained = [...mine].filter((w) => !this.owned.has(w));
     this.owned = mine;
     if (!this.stopped && this.loops.length > 0) for (const w of gained) this.schedule(w);
@@ -232,6 +266,14 @@ export class SignalCollector<P extends FleetPool> {
       update = { error: (err as Error).message || String(err) };
     }
     if ('error' in update) this.warn(`scrape:${worker}`, 'worker scrape failed', update.error, { worker });
+    // Kept as the store keeps it (memory-store.ts publishSignals): a failure keeps the last figures and counts.
+    const prev = this.ownScrapes.get(worker);
+    this.ownScrapes.set(
+      worker,
+      'signals' in update
+        ? { signals: update.signals, at: this.clock(), failures: 0 }
+        : { signals: prev?.signals ?? {}, at: prev?.at ?? -Infinity, failures: (prev?.failures ?? 0) + 1, error: update.error },
+    );
     try {
       // Under the worker's own pool, where that pool's routing state lives.
       const pool = this.opts.gate.pools.poolOfWorker(worker)?.name ?? this.opts.gate.pool;
@@ -261,11 +303,29 @@ export class SignalCollector<P extends FleetPool> {
       // Keep the last picture, aged by the time since it was read: past stale_after_ms a worker
       // with no fresh figures is down, so none keeps its traffic (or its verdict) on old data.
       this.warn('read', 'could not read worker signals', err);
-      // No migration on it: moving sessions needs the store this read could not reach.
-      this.judged(this.opts.gate.ageSignals(), false);
+      if (!this.readFailed) {
+        this.readFailed = true;
+        this.shareOut([this.gateId]);
+      }
+      // On this replica's own scrapes where it has them (it scrapes every worker while its
+      // heartbeat fails too), else on the last figures read, aged. No migration on them: moving
+      // sessions needs the store this read could not reach.
+      this.judged(this.opts.gate.ageSignals(this.ownRecords()), false);
       return;
     }
+    // Shared out again at the next heartbeat that succeeds.
+    this.readFailed = false;
     this.judged(this.opts.gate.setSignals(records), true);
+  }
+
+  /** This replica's own scrapes as records, aged by its clock as the store ages what it holds. */
+  private ownRecords(): Map<string, SignalRecord> {
+    const now = this.clock();
+    const out = new Map<string, SignalRecord>();
+    for (const [w, s] of this.ownScrapes) {
+      out.set(w, { signals: s.signals, ageMs: Math.max(0, now - s.at), failures: s.failures, ...(s.error !== undefined ? { error: s.error } : {}) });
+    }
+    return out;
   }
 
   /** Logs each worker's change of state, and starts migration off a pressured worker this replica owns. */

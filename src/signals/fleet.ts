@@ -25,8 +25,11 @@ export interface Fleet<P extends FleetPool = FleetPool> {
   };
   /** Takes the latest scrape of every worker; returns each worker's health as judged from it. */
   setSignals(records: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict>;
-  /** The store could not be read: judges the last records again, aged by the time since they were read. */
-  ageSignals(): Map<string, HealthVerdict>;
+  /**
+   * The store could not be read: judges each worker on this replica's own scrape (`own`) or on its
+   * last record aged by the time since it was read, whichever is younger.
+   */
+  ageSignals(own?: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict>;
   /** A pool's workers as the policy sees them, from a snapshot. */
   views(snap: Snapshot, pool: P): WorkerView[];
 }

@@ -162,11 +162,75 @@ test('a collector whose store reads fail stops routing to a worker that died mea
     assert.equal(gate.signalsOf('w1')?.verdict.state, 'healthy');
     store.down = true; // the store is unreachable and the worker dies
     await metrics.close();
-    await waitFor(() => gate.signalsOf('w1')?.verdict.state === 'down', 3000, 'the worker down on its aged figures');
-    assert.deepEqual(gate.signalsOf('w1')?.verdict.codes, ['stale']);
+    // Judged on this replica's own scrapes while the store is away: they fail.
+    await waitFor(() => gate.signalsOf('w1')?.verdict.state === 'down', 3000, 'the worker down on its own failed scrapes');
+    // Its scrapes fail, or stop succeeding for longer than stale_after_ms, whichever shows first.
+    assert.ok(['scrape_failed', 'stale'].includes(gate.signalsOf('w1')!.verdict.codes[0]!), String(gate.signalsOf('w1')?.verdict.codes));
     const r = await gate.route(chatRequest('hello'));
     assert.equal(r.kind, 'reject');
   } finally {
     collector.stop();
+  }
+});
+
+test('while the store cannot be reached, a replica scrapes every worker itself: live workers keep serving on fresh figures, a peer\'s included', async () => {
+  // Before, a store outage past stale_after_ms left every worker with metrics down (its figures
+  // aged and nothing replaced them), and workers another replica scraped were never scraped here.
+  const { initHashing } = await import('../../src/request/hashing.js');
+  const { rendezvousScore } = await import('../../src/routing/rendezvous.js');
+  await initHashing();
+  const m1 = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
+  const m2 = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
+  const config = parseConfig(
+    { signals: { stale_after_ms: 300, interval_ms: 25 }, workers: [{ id: 'w1', cluster: 'c1', metrics_url: m1.url }, { id: 'w2', cluster: 'c2', metrics_url: m2.url }] },
+    'test',
+  );
+  const gateId = 'this-gate';
+  // A peer that wins w2 by rendezvous hashing, so this replica does not scrape w2 while the store answers.
+  let peer = 'peer-0';
+  for (let i = 1; rendezvousScore(peer, 'w2') <= rendezvousScore(gateId, 'w2'); i++) peer = `peer-${i}`;
+  class FlakyStore extends MemoryStore {
+    down = false;
+    override readSignals(pool: string) {
+      return this.down ? Promise.reject(new Error('redis timeout')) : super.readSignals(pool);
+    }
+    override publishSignals(...args: Parameters<MemoryStore['publishSignals']>) {
+      return this.down ? Promise.reject(new Error('redis timeout')) : super.publishSignals(...args);
+    }
+    override heartbeat(_pool: string, id: string) {
+      return this.down ? Promise.reject(new Error('redis timeout')) : Promise.resolve([id, peer]);
+    }
+  }
+  const store = new FlakyStore();
+  // The peer's scrape of w2, as it would publish it.
+  const peerPublish = setInterval(() => void store.publishSignals('default', 'w2', { signals: { running: 1, waiting: 0, kvUsage: 0.2 } }).catch(() => {}), 25);
+  const gate = new Gate(config, store, silentLogger());
+  const collector = new SignalCollector<Pool>({ gate, store, logger: silentLogger(), gateId });
+  try {
+    await collector.start();
+    assert.deepEqual([...collector.ownedWorkers], ['w1'], 'w2 is the peer\'s');
+    await waitFor(() => gate.signalsOf('w2')?.verdict.state === 'healthy', 3000, 'w2 healthy on the peer\'s figures');
+    clearInterval(peerPublish);
+    store.down = true;
+    await waitFor(() => collector.ownedWorkers.size === 2, 3000, 'every worker scraped here');
+    // Well past stale_after_ms: both still serve, on this replica's own figures.
+    await new Promise((r) => setTimeout(r, 900));
+    assert.equal(gate.signalsOf('w1')?.verdict.state, 'healthy');
+    assert.equal(gate.signalsOf('w2')?.verdict.state, 'healthy');
+    assert.ok(gate.signalsOf('w2')!.record!.ageMs < 300, `w2's figures are fresh: ${gate.signalsOf('w2')!.record!.ageMs} ms`);
+    // ...and follow the workers: w2 fills its KV and is judged on it.
+    m2.set({ running: 1, waiting: 0, kv: 0.99 });
+    await waitFor(() => gate.signalsOf('w2')?.verdict.state === 'pressured', 3000, 'w2 pressured on its own page');
+    const r = await gate.route(chatRequest('hello'));
+    assert.equal(r.kind, 'route', 'requests are still routed through the outage');
+    // The store answers again: the workers are shared out again.
+    store.down = false;
+    await waitFor(() => collector.ownedWorkers.size === 1, 3000, 'w2 back to the peer');
+    assert.deepEqual([...collector.ownedWorkers], ['w1']);
+  } finally {
+    clearInterval(peerPublish);
+    collector.stop();
+    await m1.close();
+    await m2.close();
   }
 });
