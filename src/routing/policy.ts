@@ -11,7 +11,7 @@
  *    session whose worker is full follows its prefix (e.g. a shared system prompt) rather than
  *    landing anywhere, and a hot prefix spreads to a second worker once its first is loaded.
  *    In `session` and `least_loaded` modes, and for a request with no prompt, "best" is the
- *    least loaded (in-flight or the engine's queue, whichever is larger, over the limit).
+ *    least loaded: the fewest in flight, ties to the shorter reported queue.
  * 3. Past the limits (./overflow.ts), workers whose engines report room still take work: in
  *    `both` mode a session's worker at its limit is scored with the others, its load counted
  *    past the limit, so it keeps the session while its queue costs less than the prefill a move

@@ -9,8 +9,8 @@
  *             load counted past the limit; max-score
  *
  * Scorers: the registry (./scorers/index.ts) weighed by `weights[name]` when the request has a
- * prompt to match in a prompt-aware mode, else the load term alone (./scorers/load.ts, weight 1:
- * in-flight or the engine's queue, whichever is larger); the adapter scorer in both, weighed by `weights.adapter` like the rest. A request that names no adapter gets the same
+ * prompt to match in a prompt-aware mode, else the in-flight count alone (./scorers/inflight.ts,
+ * weight 1; the picker breaks its ties by the engine's queue); the adapter scorer in both, weighed by `weights.adapter` like the rest. A request that names no adapter gets the same
  * profiles without the adapter scorer: its term would be 0 for every worker, so, as for a weight of
  * 0, leaving it out changes no sum and saves a pass over the candidates.
  */
@@ -22,7 +22,7 @@ import { maxScorePicker } from './pickers/max-score.js';
 import type { Filter, Profile, WeightedScorer } from './plugins.js';
 import { adapterScorer } from './scorers/adapter.js';
 import { SCORERS } from './scorers/index.js';
-import { loadScorer } from './scorers/load.js';
+import { inflightScorer } from './scorers/inflight.js';
 import type { ScoreWeights } from './types.js';
 
 export const VISIBLE: readonly Filter[] = [adapterSlots];
@@ -53,9 +53,9 @@ export function weightsByName(section: Readonly<Record<string, unknown>>, names:
 export function buildProfiles(weights: ScoreWeights): Profiles {
   // A scorer of weight 0 adds nothing (every term is finite), so it is left out: no cost per candidate.
   const prefixScorers = SCORERS.map((scorer) => ({ scorer, weight: weights[scorer.name] ?? 0 })).filter(weighed);
-  // By load alone: the same load term as the prompt-aware score (in-flight or the engine's queue,
-  // whichever is larger), at weight 1 whatever `load_weight` is, since it is the whole choice.
-  const loadScorers = [{ scorer: loadScorer, weight: 1 }, { scorer: adapterScorer, weight: weights[adapterScorer.name] ?? 0 }].filter(weighed);
+  // By load alone: the gate's in-flight count (./scorers/inflight.ts says why not the load term),
+  // at weight 1 whatever `load_weight` is, since it is the whole choice; ties go to the shorter queue.
+  const loadScorers = [{ scorer: inflightScorer, weight: 1 }, { scorer: adapterScorer, weight: weights[adapterScorer.name] ?? 0 }].filter(weighed);
   const withAdapter = profileSet(prefixScorers, loadScorers);
   return { ...profileSet(prefixScorers.filter(notAdapter), loadScorers.filter(notAdapter)), adapter: withAdapter };
 }

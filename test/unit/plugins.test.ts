@@ -25,11 +25,11 @@ test('weights are looked up by scorer name as <name>_weight; other keys are not 
 test('profiles weigh each registered scorer by its name, in registry order, and leave out weight 0', () => {
   const p = buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3, adapter: 0.5 });
   assert.deepEqual(p.adapter.prefix.place.scorers.map((s) => [s.scorer.name, s.weight]), [['prefix', 2], ['load', 1], ['balance', 3], ['adapter', 0.5]]);
-  assert.deepEqual(p.adapter.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['load', 1], ['adapter', 0.5]]);
+  assert.deepEqual(p.adapter.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['inflight', 1], ['adapter', 0.5]]);
   // A request that names no adapter: the adapter term would be 0 everywhere, so it is left out.
   assert.deepEqual(p.prefix.place.scorers.map((s) => [s.scorer.name, s.weight]), [['prefix', 2], ['load', 1], ['balance', 3]]);
-  assert.deepEqual(p.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['load', 1]]);
-  assert.deepEqual(buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3, adapter: 0 }).adapter.load.place.scorers.map((s) => s.scorer.name), ['load']);
+  assert.deepEqual(p.load.place.scorers.map((s) => [s.scorer.name, s.weight]), [['inflight', 1]]);
+  assert.deepEqual(buildProfiles({ prefix: 2, load: 1, kv: 0, balance: 3, adapter: 0 }).adapter.load.place.scorers.map((s) => s.scorer.name), ['inflight']);
   assert.deepEqual(p.prefix.place.filters.map((f) => f.name), ['takes-new-work', 'class-share']);
   assert.deepEqual(p.prefix.overflow.filters.map((f) => f.name), ['overflow-room']);
 });

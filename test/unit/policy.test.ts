@@ -273,8 +273,7 @@ describe('routing policy', () => {
       // A session whose worker is full and out of room; the other worker is full with room: the
       // session's own worker is weighed past its limit, then the overflow filter, then the commit's
       // bound, each of which once computed the credit afresh. queueCredit reads `waiting` of each
-      // serving worker with room; in a session-mode decision the load term reads it once too (the
-      // engine's queue counts as load), and the explanation once a worker (as `running` is set).
+      // serving worker with room, and the explanation once a worker (as `running` is set).
       let reads = 0;
       const counted: WorkerView = {
         ...m('b', 10),
@@ -288,7 +287,7 @@ describe('routing policy', () => {
       assert.equal(d.kind === 'route' && d.explanation.rule, 'overflow');
       // a has no room: no credit, the bound is 2 × 10.
       assert.deepEqual(d.kind === 'route' && d.preconditions.below, [{ worker: 'b', limit: 20 }]);
-      assert.equal(reads, 3, 'one read for the credit, one for the load term, one for the explanation');
+      assert.equal(reads, 2, 'one read for the credit, one for the explanation');
     });
 
     test('a worker without engine metrics has only the count: its limit stays hard', () => {
@@ -371,17 +370,20 @@ describe('routing policy', () => {
     assert.equal(pick({ keyHash: 'k', tieSeed: '#1' }), pick({ keyHash: 'k', tieSeed: '#2' }), 'a key, not the seed, breaks its ties');
   });
 
-  test('by load alone the engine\'s queue counts as the score does, and ties go to the shorter queue before the hash', () => {
-    // A worker whose engine queues 30 (traffic that bypassed this gate, or work past its first token)
-    // is not idle because this gate holds nothing there.
+  test('by load alone the fewest in flight win, and ties go to the shorter reported queue before the hash', () => {
+    // A worker whose engine queues 30 (traffic that bypassed this gate, or work past its first
+    // token) loses every tie to idle ones, whatever the request's tie seed.
     const queued = { ...w('a', 0), waiting: 30, running: 120 };
     for (const mode of ['least_loaded', 'session', 'both'] as const) {
       for (let i = 0; i < 32; i++) {
-        const d = decide(input({ mode, session: false, keyHash: undefined, tieSeed: `#${i}`, totalBlocks: 0, workers: [queued, w('b', 2), w('c', 2)] }));
+        const d = decide(input({ mode, session: false, keyHash: undefined, tieSeed: `#${i}`, totalBlocks: 0, workers: [queued, w('b', 0), w('c', 0)] }));
         assert.ok(d.kind === 'route' && d.worker !== 'a', `${mode}: ${d.kind === 'route' ? d.worker : d.kind}`);
       }
+      // The gate's own count decides first: it is instant, the queue a scrape old.
+      const d = decide(input({ mode, session: false, keyHash: undefined, tieSeed: '#0', totalBlocks: 0, workers: [queued, w('b', 2)] }));
+      assert.equal(d.kind === 'route' && d.worker, 'a', mode);
     }
-    // Equal scores (both capped at a full limit): the shorter queue wins, whatever the key.
+    // Equal scores: the shorter queue wins, whatever the key.
     const deep = { ...w('x', 0), waiting: 50 };
     const shallow = { ...w('y', 0), waiting: 12 };
     for (let i = 0; i < 16; i++) {
