@@ -195,6 +195,15 @@ describe('health from signals', () => {
     assert.deepEqual(assessHealth(full, T, true).codes, ['memory_pressure']);
   });
 
+  test('each limit itself: queue at max_queue, 85 °C and metrics exactly stale_after old are fine; framebuffer exactly at memory_pressure is not', () => {
+    assert.equal(assessHealth(rec({ waiting: 32 }), T, false).state, 'healthy', 'waiting == max_queue is not a long queue');
+    assert.equal(assessHealth(rec({ gpuTempC: 85 }), T, false).state, 'healthy', 'exactly max_temp_c is not hot');
+    assert.equal(assessHealth(rec({ kvUsage: 0.1 }, 2000), T, false).state, 'healthy', 'ageMs == stale_after_ms is not stale');
+    const atLimit = rec({ fbUsedMiB: 85, fbFreeMiB: 15, kvUsage: 0.3 });
+    assert.equal(85 / (85 + 15), T.memoryPressure);
+    assert.deepEqual(assessHealth(atLimit, T, true).codes, ['memory_pressure'], 'used/total == memory_pressure is pressure');
+  });
+
   test('an operator’s state wins over the signals', () => {
     assert.equal(effectiveState('draining', { state: 'healthy', codes: [], reasons: [] }), 'draining');
     assert.equal(effectiveState(undefined, { state: 'pressured', codes: ['kv_pressure'], reasons: [] }), 'pressured');
