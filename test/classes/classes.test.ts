@@ -175,6 +175,8 @@ describe('classes: the pure pieces', () => {
     assert.equal(classLimit(16, 0.875), 14);
     assert.equal(classLimit(16, 0.5), 8);
     assert.equal(classLimit(10, 0.7), 7, 'binary fractions do not round 7 down to 6');
+    assert.equal(classLimit(100, 0.29), 29, '100 × 0.29 is 28.999… in binary: not 28');
+    assert.equal(classLimit(90, 0.7), 63, '90 × 0.7 is 62.999… in binary: not 62');
     assert.equal(classLimit(1, 0.5), 1);
     assert.equal(classLimit(16, 1), 16);
     assert.equal(classLimit(16, undefined), 16);
