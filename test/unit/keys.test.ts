@@ -54,6 +54,16 @@ describe('routing keys', () => {
     assert.match(u.key.hash, /^[0-9a-f]{32}$/);
   });
 
+  test('a session id is cut at 1024 chars before hashing: ids differing only past it share a key', () => {
+    const head = 's'.repeat(1024);
+    const a = understand(req({ 'x-session-id': head + 'a'.repeat(976) }), config);
+    const b = understand(req({ 'x-session-id': head + 'b'.repeat(976) }), config);
+    assert.equal(a.key?.kind, 'session');
+    assert.equal(a.key?.source, 'header');
+    assert.equal(a.key?.hash, b.key?.hash);
+    assert.equal(a.key?.hash, hashSessionId(head));
+  });
+
   test('without a session, requests sharing a long system prompt share a prefix key', () => {
     const a = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'hi' }] }), config);
     const b = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'something else' }] }), config);
