@@ -28,6 +28,14 @@ describe('config', () => {
     assert.equal(parseConfig({ limits: { stream_idle_s: 86_400 }, workers: w }).limits.stream_idle_s, 86_400, 'a day is allowed');
   });
 
+  test('bounds at their edge: kv_pressure 0 is refused (every worker would be pressured); a lease ttl_s of 2 is refused, 3 accepted', () => {
+    const w = [{ id: 'a', cluster: 'a' }];
+    assert.throws(() => parseConfig({ thresholds: { kv_pressure: 0 }, workers: w }), /thresholds\.kv_pressure/);
+    assert.equal(parseConfig({ thresholds: { kv_pressure: 0.01 }, workers: w }).thresholds.kv_pressure, 0.01);
+    assert.throws(() => parseConfig({ leases: { ttl_s: 2 }, workers: w }), /leases\.ttl_s/);
+    assert.equal(parseConfig({ leases: { ttl_s: 3 }, workers: w }).leases.ttl_s, 3);
+  });
+
   test('dcgm_url without metrics_url is refused: its figures would be scraped and never used', () => {
     assert.throws(() => parseConfig({ workers: [{ id: 'a', cluster: 'a', dcgm_url: 'http://n:9400/metrics' }] }), /workers\.0\.dcgm_url.*needs metrics_url/s);
     assert.ok(parseConfig({ workers: [{ id: 'a', cluster: 'a', metrics_url: 'http://n:8000/metrics', dcgm_url: 'http://n:9400/metrics' }] }));
