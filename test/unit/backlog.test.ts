@@ -52,6 +52,16 @@ describe('backlog scorer', () => {
     assert.deepEqual(backlogScorer.score(ws, long).map((x) => x + 0), [0, -0.25, -0.5, -BACKLOG_CAP]);
   });
 
+  test('the cap is 4 prompts: 10 prompts of queued prefill score exactly -4, times the weight in the decision', () => {
+    const ws = [w('a', { pendingPrefill: 400 }), w('b')];
+    const ctx = { input: input(ws, 1), fleet: undefined, placing: true, overLimit: false };
+    assert.deepEqual(backlogScorer.score(ws, ctx).map((x) => x + 0), [-4, 0]);
+    const d = decide(input(ws, 2, { weights: { prefix: 0, load: 0, kv: 0, balance: 0, backlog: 2 } }));
+    assert.equal(d.kind, 'route');
+    const a = d.kind === 'route' ? d.explanation.candidates.find((c) => c.worker === 'a') : undefined;
+    assert.equal(a?.score, -8, 'weight 2 × -4');
+  });
+
   test('a worker holding the whole prompt loses it once more than a prompt of prefill is queued there', () => {
     // a holds all 40 blocks but has 60 blocks of other prompts to compute first; b holds nothing and is idle.
     const busyHolder = [w('a', { prefixBlocks: 40, pendingPrefill: 60 }), w('b')];
