@@ -150,6 +150,36 @@ describe('through the gate', () => {
     assert.equal(view(r.worker).pendingPrefill, undefined);
   });
 
+  test('what the worker already holds is not pending: only the uncached blocks are tallied', async () => {
+    const gate = new Gate(config(1), new MemoryStore(), silentLogger());
+    const view = (id: string) => gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1', 'w2'], blocks: [] })).find((v) => v.id === id)!;
+    const head = Array.from({ length: 8 }, (_, i) => `held b${i} `.padEnd(256, 'x')).join('');
+    const first = routed(await gate.route(chatRequest(head, { session: 'held-1' })));
+    await gate.release(first.lease);
+    const tail = Array.from({ length: 2 }, (_, i) => `new b${i} `.padEnd(256, 'y')).join('');
+    const second = routed(await gate.route(chatRequest(head + tail, { session: 'held-1' })));
+    assert.equal(second.worker, first.worker);
+    const c = second.explanation.candidates.find((x) => x.worker === second.worker)!;
+    assert.ok(c.prefixBlocks >= 7, `holds ${c.prefixBlocks} blocks`);
+    const total = second.explanation.totalBlocks;
+    assert.ok(total >= 10 && total - c.prefixBlocks <= 3, `${total} blocks, ${c.prefixBlocks} held`);
+    assert.equal(view(second.worker).pendingPrefill, total - c.prefixBlocks, 'the held blocks are not counted');
+    await gate.release(second.lease);
+  });
+
+  test('a prompt past max_blocks with its size known is pending by its bytes, not capped at max_blocks', async () => {
+    const cfg = parseConfig(
+      { workers: [{ id: 'w1', cluster: 'gpu_1' }, { id: 'w2', cluster: 'gpu_2' }], prefix: { max_blocks: 4 }, scoring: { backlog_weight: 1, kv_weight: 0, balance_weight: 0 } },
+      'test',
+    );
+    const gate = new Gate(cfg, new MemoryStore(), silentLogger());
+    const view = (id: string) => gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1', 'w2'], blocks: [] })).find((v) => v.id === id)!;
+    const r = routed(await gate.route(req(20)));
+    const pending = view(r.worker).pendingPrefill!;
+    assert.ok(pending >= 20, `pending ${pending}: estimated from the body, not the 4 hashed blocks`);
+    await gate.release(r.lease);
+  });
+
   test('at weight 0 nothing is tallied: the request path does no backlog work', async () => {
     const gate = new Gate(config(0), new MemoryStore(), silentLogger());
     const r = routed(await gate.route(req(40)));
