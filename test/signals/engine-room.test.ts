@@ -14,11 +14,12 @@ import { chatRequest } from '../helpers/requests.js';
 
 before(() => initHashing());
 
-async function routeTen(page: string): Promise<string[]> {
+async function routeTen(page: string, operatorState?: 'pressured'): Promise<string[]> {
   const parsed = parseSignals(page, 'triton', {});
   const config = parseConfig({ limits: { max_inflight: 2 }, workers: [{ id: 'w1', cluster: 'c1', engine: 'triton', metrics_url: 'http://127.0.0.1:9/metrics' }] }, 'test');
   const gate = new Gate(config, new MemoryStore(), silentLogger());
   gate.setSignals(new Map([['w1', { signals: parsed.signals, ageMs: 0, failures: 0 }]]));
+  if (operatorState !== undefined) await gate.store.setWorkerState(gate.pool, 'w1', operatorState);
   const out: string[] = [];
   // Held, not released: each one counts against the limit.
   for (let i = 0; i < 10; i++) {
@@ -38,4 +39,14 @@ test('the same page with its KV figure: past the limit the worker keeps taking w
     'nv_trt_llm_request_metrics{request_type="scheduled"} 16\nnv_trt_llm_request_metrics{request_type="waiting"} 0\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"} 0.3\n',
   );
   assert.deepEqual(out, ['scored', 'scored', ...Array(6).fill('overflow'), 'shed:overloaded', 'shed:overloaded']);
+});
+
+test('an operator setting the worker pressured while its engine reports room: no overflow past the limit', async () => {
+  const out = await routeTen(
+    'nv_trt_llm_request_metrics{request_type="scheduled"} 16\nnv_trt_llm_request_metrics{request_type="waiting"} 0\nnv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"} 0.3\n',
+    'pressured',
+  );
+  assert.ok(!out.includes('overflow'), out.join(','));
+  assert.ok(out.filter((x) => !x.startsWith('shed:')).length <= 2, out.join(','));
+  assert.deepEqual(out.slice(2), Array(8).fill('shed:overloaded'));
 });
