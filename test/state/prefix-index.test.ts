@@ -391,6 +391,21 @@ describe('PrefixIndex releasing workers gone from the config', () => {
     assert.equal(ix.match(chain('b', 8)).size, 0);
   });
 
+  test('a removed worker is not released at exactly the TTL, only past it', () => {
+    let now = 0;
+    const ix = new PrefixIndex(1_000, () => now);
+    ix.configure(['w1', 'w2']);
+    ix.record('w1', chain('a', 4), 100);
+    ix.record('w2', chain('b', 4), 100);
+    ix.configure(['w2']);
+    now = 1_000; // exactly the TTL since w1's last record
+    ix.configure(['w2', 'w3']);
+    assert.deepEqual(ix.numberedWorkers(), { workers: 2, numbers: 2 }, 'w1 kept at the TTL itself');
+    now = 1_001;
+    ix.configure(['w2']);
+    assert.deepEqual(ix.numberedWorkers(), { workers: 1, numbers: 2 }, 'released past it');
+  });
+
   test('churn: 1,000 worker ids routed and dropped keep the per-worker storage bounded', () => {
     let now = 0;
     const ix = new PrefixIndex(2_000, () => now);
