@@ -63,6 +63,27 @@ describe('sample timestamps', () => {
     }
   });
 
+  test('DCGM samples exactly stale_after_ms old (by the exporter’s Date header) are still used', async () => {
+    const engine = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
+    const dcgm = http.createServer((_req, res) => {
+      const dateMs = Math.floor(Date.now() / 1000) * 1000;
+      res.writeHead(200, { 'content-type': 'text/plain', date: new Date(dateMs).toUTCString() }).end(`DCGM_FI_DEV_GPU_TEMP{gpu="0"} 95 ${dateMs - 2000}\n`);
+    });
+    await new Promise<void>((r) => dcgm.listen(0, '127.0.0.1', r));
+    let g: TestGate | undefined;
+    try {
+      g = await startTestGate({ signals: { stale_after_ms: 2000 }, workers: [{ id: 'w', cluster: 'worker_1', metrics_url: engine.url, dcgm_url: `http://127.0.0.1:${(dcgm.address() as AddressInfo).port}/metrics` }] });
+      const gate = g;
+      await waitFor(async () => (await listed(gate, 'w'))?.state === 'pressured', 3000, 'pressured: a 95 °C reading exactly stale_after_ms old counts');
+      assert.match((await listed(gate, 'w'))?.reasons?.join(';') ?? '', /95 °C/);
+    } finally {
+      await g?.close(100);
+      await engine.close();
+      dcgm.closeAllConnections();
+      await new Promise((r) => dcgm.close(r));
+    }
+  });
+
   test('a DCGM page stamped stale leaves out its GPU figures, not the engine’s', async () => {
     const engine = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
     const old = Date.now() - 60_000;
