@@ -92,3 +92,20 @@ describe('MemoryStore prefix index under worker churn', () => {
     assert.equal(snap.prefix.get('pod-999'), 12);
   });
 });
+
+describe('MemoryStore session lists under a small affinity capacity', () => {
+  test('routing many sessions keeps each worker’s session list bounded by the affinity capacity', () => {
+    const store = new MemoryStore({ maxAffinities: 10 });
+    const workers = ['w1', 'w2'];
+    for (let i = 0; i < 500; i++) {
+      const r = store.commitSync(commitRequest({ workers, worker: workers[i % 2]!, key: `session-${i}` }));
+      assert.ok(r.ok);
+      if (r.ok) void store.release(r.lease);
+    }
+    // Read in place: coldSessions would prune forgotten keys as it lists them and hide a leak.
+    const lists = (store as unknown as { sessions: Map<string, Map<string, Map<string, number>>> }).sessions.get('p');
+    const sizes = workers.map((w) => lists?.get(w)?.size ?? 0);
+    assert.ok(sizes.every((n) => n <= 10), `session list sizes ${sizes.join(', ')}`);
+    assert.equal(sizes[0]! + sizes[1]!, 10, 'the 10 most recent sessions are listed');
+  });
+});
