@@ -175,4 +175,26 @@ describe('ext_proc message dispatch', () => {
     assert.equal(s.held()?.path, '/v1/chat/completions', 'what later messages read (the path) is kept');
     assert.ok(s.routed[0]?.body, "the decision's own view is untouched");
   });
+
+  test('cancelled (cancelled and close, no end) while the decision is pending: the lease it then takes is released once, nothing is written', async () => {
+    const s = open();
+    s.call.emit('data', headers());
+    s.call.emit('data', body());
+    await tick();
+    assert.equal(s.pending.length, 1, 'the decision is pending');
+    // grpc-js on a cancelled call: 'cancelled', then 'close'; never 'end'.
+    s.call.emit('cancelled');
+    s.call.emit('close');
+    assert.equal(s.closed(), 1);
+    assert.deepEqual(s.released, [], 'nothing to release yet');
+    s.decide();
+    await tick();
+    await tick();
+    assert.deepEqual(s.released, ['lease-1'], 'the lease taken after the cancel is released, exactly once');
+    assert.deepEqual(s.out, ['request_headers'], 'no routing reply on the cancelled stream');
+    // Nothing later (a stray event) releases it again.
+    s.call.emit('close');
+    await tick();
+    assert.deepEqual(s.released, ['lease-1']);
+  });
 });

@@ -134,22 +134,6 @@ describe('ext_proc protocol', () => {
       await settled();
     });
   }
-
-  test('a request decided at the body stays in flight until its response headers', async () => {
-    const s = h.openRawStream();
-    s.write(headersMsg(REQ_HEADERS, false) as never);
-    await reply(s);
-    s.write(body('{"user":"inflight"}'));
-    const routed = await reply(s);
-    assert.ok(!isClosed(routed));
-    const total = async () => (await workers(g.admin)).reduce((n, w) => n + w.inflight, 0);
-    assert.equal(await total(), 1);
-    s.write(respHeaders());
-    await reply(s);
-    await waitFor(async () => (await total()) === 0, 2000, 'released at response headers');
-    s.end();
-    await settled();
-  });
 });
 
 /**
@@ -183,6 +167,24 @@ describe('cancel, with no idle sweep to hide a leak', () => {
     await slow.close(100);
     await proxy.close();
     await redis.stop();
+  });
+
+  test('a request decided at the body stays in flight until its response headers', async () => {
+    // On the gate with no idle sweep in reach (60 s): the short-swept gate's 1.5 s would release
+    // the lease within this test's old 2 s wait even with the response-headers release removed.
+    const s = qh.openRawStream();
+    s.write(headersMsg(REQ_HEADERS, false) as never);
+    await reply(s);
+    s.write(body('{"user":"inflight"}'));
+    const routed = await reply(s);
+    assert.ok(!isClosed(routed));
+    const total = async () => (await workers(quiet.admin)).reduce((n, w) => n + w.inflight, 0);
+    assert.equal(await total(), 1);
+    s.write(respHeaders());
+    await reply(s);
+    await waitFor(async () => (await total()) === 0, 300, 'released at response headers');
+    s.end();
+    await waitFor(() => quiet.extproc.openStreams === 0, 3000, 'no open streams');
   });
 
   for (const [when, msgs] of phases) {
