@@ -148,7 +148,7 @@ describe('gate replicas sharing one Redis', () => {
       for (const outs of after) {
         const where = new Set(outs.map(clusterOf));
         assert.equal(where.size, 1, 'every replica sends it to the same new worker');
-        assert.ok(!where.has('worker_1'));
+        assert.ok(!where.has('worker_1'), "!where.has('worker_1')");
       }
       // Sessions elsewhere did not move.
       for (const [s, w] of placed) if (w !== 'worker_1') assert.equal((await hs[1]!.request(chat({ session: s }))).cluster, w);
@@ -180,7 +180,7 @@ describe('gate replicas sharing one Redis', () => {
     const doomed = await startGateProcess(['--config', file, '--store', redis.url]);
     const hd = harness(doomed.target);
     const held = await Promise.all([holdRequest(hd, 'k1'), holdRequest(hd, 'k2'), holdRequest(hd, 'k3')]);
-    assert.ok(held.every((r) => r.cluster));
+    assert.ok(held.every((r) => r.cluster), "held.every((r) => r.cluster)");
     const total = async () => (await workers(`http://127.0.0.1:${b.adminPort}`)).reduce((n, w) => n + w.inflight, 0);
     assert.equal(await total(), 3);
     await doomed.kill();

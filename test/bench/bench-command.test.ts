@@ -36,7 +36,7 @@ describe('kvgate bench', () => {
   test('--json: the no-op ceiling and kvgate on memory and Redis, at saturation and half of it, all decided without errors', async () => {
     const report = JSON.parse(await bench([...TINY, '--redis', redis.url, '--json'])) as BenchReport;
     assert.equal(report.tool, 'kvgate bench');
-    assert.ok(report.machine.cpus > 0 && report.machine.node.startsWith('v'));
+    assert.ok(report.machine.cpus > 0 && report.machine.node.startsWith('v'), "report.machine.cpus > 0 && report.machine.node.startsWith('v')");
     assert.deepEqual(report.skipped, []);
     assert.deepEqual(
       report.runs.map((r) => `${r.target}/${r.size}/${r.load}`),
@@ -49,9 +49,9 @@ describe('kvgate bench', () => {
       assert.equal(r.shed, 0, `${what}: nothing shed`);
       assert.equal(r.routed, r.completed, `${what}: every answer carried the routing decision`);
       assert.ok(r.body_bytes > 1900 && r.body_bytes < 2300, `${what}: ~2 KB bodies (${r.body_bytes})`);
-      assert.ok(r.decisions_per_s > 0 && r.added.samples > 0 && r.decision.samples > 0);
-      assert.ok(r.added.p50_ms! <= r.added.p99_ms! && r.added.p99_ms! <= r.added.max_ms!);
-      assert.ok(r.rss_peak_mb > 0);
+      assert.ok(r.decisions_per_s > 0 && r.added.samples > 0 && r.decision.samples > 0, "r.decisions_per_s > 0 && r.added.samples > 0 && r.decision.samples > 0");
+      assert.ok(r.added.p50_ms! <= r.added.p99_ms! && r.added.p99_ms! <= r.added.max_ms!, "r.added.p50_ms! <= r.added.p99_ms! && r.added.p99_ms! <= r.added.max_ms!");
+      assert.ok(r.rss_peak_mb > 0, "r.rss_peak_mb > 0");
       if (r.target === 'noop') {
         assert.equal(r.gate, null);
         assert.equal(r.ratio_to_noop, null);

@@ -15,8 +15,8 @@ describe('benchmark docs and inputs', () => {
     assert.equal(once, 'intro\n<!-- bench:gate:start -->\nnew table\n<!-- bench:gate:end -->\noutro\n');
     assert.equal(replaceSection(once, 'gate', 'new table'), once, 'idempotent');
     const appended = replaceSection(doc, 'micro', 'rows');
-    assert.ok(appended.startsWith(doc.trimEnd()));
-    assert.ok(appended.endsWith('<!-- bench:micro:start -->\nrows\n<!-- bench:micro:end -->\n'));
+    assert.ok(appended.startsWith(doc.trimEnd()), "appended.startsWith(doc.trimEnd())");
+    assert.ok(appended.endsWith('<!-- bench:micro:start -->\nrows\n<!-- bench:micro:end -->\n'), "appended.endsWith('<!-- bench:micro:start -->\\nrows\\n<!-- bench:micro:end -->\\n')");
   });
 
   test('sizes parse with units and bodies come out near their size, a quarter with a session header', () => {

@@ -31,7 +31,7 @@ describe('gate-measuring scripts: shared pieces', () => {
     assert.deepEqual(xs, [5, 1, 4]);
     assert.equal(median([10, 2, 8, 4]), 6);
     assert.equal(median([7]), 7);
-    assert.ok(Number.isNaN(median([])));
+    assert.ok(Number.isNaN(median([])), "Number.isNaN(median([]))");
   });
 
   test('commandCalls: the calls of each command in INFO commandstats', () => {

@@ -17,8 +17,8 @@ describe('micro-benchmarks', () => {
       assert.equal(rows.filter((r) => r.baseline).length, 1, `${g} has one baseline`);
       for (const r of rows) {
         assert.ok(r.ns_per_op > 0 && Number.isFinite(r.ratio), `${g} / ${r.task}`);
-        if (g.startsWith('keying') || g.startsWith('hashing') || g.startsWith('route')) assert.ok(r.ns_per_kb !== null && r.ns_per_kb > 0);
-        if (g.startsWith('decide')) assert.ok(r.ns_per_candidate !== null && r.ns_per_candidate > 0);
+        if (g.startsWith('keying') || g.startsWith('hashing') || g.startsWith('route')) assert.ok(r.ns_per_kb !== null && r.ns_per_kb > 0, "r.ns_per_kb !== null && r.ns_per_kb > 0");
+        if (g.startsWith('decide')) assert.ok(r.ns_per_candidate !== null && r.ns_per_candidate > 0, "r.ns_per_candidate !== null && r.ns_per_candidate > 0");
       }
     }
   });

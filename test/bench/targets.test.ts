@@ -38,7 +38,7 @@ test('full duplex is held to 80% of buffered for the same store and size, only w
   ]);
   const small = find(checks, 'memory', '2k', 'full duplex');
   assert.equal(small?.met, true);
-  assert.ok(Math.abs((small?.value ?? 0) - 0.85) < 1e-9);
+  assert.ok(Math.abs((small?.value ?? 0) - 0.85) < 1e-9, "Math.abs((small?.value ?? 0) - 0.85) < 1e-9");
   assert.equal(find(checks, 'memory', '400k', 'full duplex')?.met, false);
   assert.equal(find(checks, 'memory', '32k', 'full duplex'), undefined, 'no buffered row to compare with');
   // Full-duplex rows never stand in for the buffered ratio targets.

@@ -233,7 +233,7 @@ describe('classes: the pure pieces', () => {
     const bad = serviceClass(H({ [DEFAULTS.classHeader]: 'x'.repeat(5000) }), cfg, undefined, false, obj);
     assert.equal(bad.name, 'standard');
     assert.equal(bad.ignored?.source, 'header');
-    assert.ok(bad.ignored!.value.length <= 65);
+    assert.ok(bad.ignored!.value.length <= 65, "bad.ignored!.value.length <= 65");
   });
 
   test('the class knob arrives as x-kvgate-class metadata; a malformed value is ignored with a problem', () => {

@@ -54,7 +54,7 @@ describe('production shape', () => {
     const { files, packages } = reach(['src/cli/main.ts'], (f) => !f.endsWith(path.join('cli', 'cli.ts')));
     const rel = [...files].map((f) => path.relative(ROOT, f));
     assert.ok(rel.includes('src/app.ts'), 'the walk reaches the app');
-    assert.ok(rel.includes('src/extproc/server.ts'));
+    assert.ok(rel.includes('src/extproc/server.ts'), "rel.includes('src/extproc/server.ts')");
     const notServing = rel.filter((f) => /^src\/(sim|bench|demo|fake-worker)\//.test(f) || /^src\/cli\/(sim|bench|demo|fake-worker|status|try)-command\.ts$/.test(f));
     assert.deepEqual(notServing, [], 'serve imports code it does not serve with');
     const dev = [...packages].filter(([name]) => !(name in pkg.dependencies)).map(([n, f]) => `${n} (${f})`);

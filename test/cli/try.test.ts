@@ -35,13 +35,13 @@ describe('kvgate try', () => {
     assert.equal(turns[0]!.decision?.explanation?.rule, 'scored');
     assert.equal(turns[0]!.decision?.explanation?.candidates?.length, 3);
     // The default system prompt spans several prefix blocks, so the index has something to match.
-    assert.ok((turns[0]!.decision?.explanation?.total_blocks ?? 0) >= 7);
+    assert.ok((turns[0]!.decision?.explanation?.total_blocks ?? 0) >= 7, "(turns[0]!.decision?.explanation?.total_blocks ?? 0) >= 7");
     for (const t of turns.slice(1)) {
       assert.equal(t.cluster, turns[0]!.cluster, 'the conversation stays');
       assert.equal(t.decision?.outcome, 'affinity_hit');
     }
     // Each turn's lease ended with the response headers kvgate try sent, as Envoy's would.
-    assert.ok((await workers(gate.admin)).every((w) => w.inflight === 0));
+    assert.ok((await workers(gate.admin)).every((w) => w.inflight === 0), "(await workers(gate.admin)).every((w) => w.inflight === 0)");
   });
 
   test('plain output: the cluster, the outcome in words, a row per candidate with the chosen one marked', async () => {

@@ -34,5 +34,5 @@ test('kvgate demo exports a kvgate.route span per request when OTEL_* is set', a
   const outcomes = routes.map((s) => s.attributes['kvgate.outcome']);
   assert.ok(outcomes.filter((o) => o === 'new').length >= 2, `a span for each session's placement: ${outcomes.join(', ')}`);
   assert.ok(outcomes.filter((o) => o === 'affinity_hit').length >= 2, `and for each follow-up: ${outcomes.join(', ')}`);
-  assert.ok(routes.every((s) => typeof s.attributes['kvgate.worker'] === 'string' || s.attributes['kvgate.outcome'] === 'unkeyed'));
+  assert.ok(routes.every((s) => typeof s.attributes['kvgate.worker'] === 'string' || s.attributes['kvgate.outcome'] === 'unkeyed'), "routes.every((s) => typeof s.attributes['kvgate.worker'] === 'string' || s.attributes['kvgate.outcome'] === 'unkeyed')");
 });

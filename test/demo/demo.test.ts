@@ -46,7 +46,7 @@ describe('kvgate demo', () => {
     const out = await demo(['--workers', '2', '--sessions', '2', '--turns', '1000', '--duration', '1.5', '--think-ms', '0', '--json']);
     const sum = JSON.parse(out) as DemoSummary;
     assert.ok(sum.requests >= 2 && sum.requests < 2000, `stopped at the deadline (${sum.requests} requests)`);
-    assert.ok(sum.sessions.every((s) => s.turns < 1000));
+    assert.ok(sum.sessions.every((s) => s.turns < 1000), "sum.sessions.every((s) => s.turns < 1000)");
     assert.equal(sum.errors, 0);
     assert.equal(sum.stayed, sum.follow_ups);
     assert.equal(sum.workers.length, 2);

@@ -135,9 +135,9 @@ describe('README examples', () => {
   const all = blocks(README);
 
   test('the README has examples of every kind this test checks', () => {
-    assert.ok(all.filter((b) => b.lang === 'yaml').length >= 3);
-    assert.ok(all.filter((b) => b.lang === 'sh').length >= 3);
-    assert.ok(all.filter((b) => /^kvgate \w/m.test(b.text) && b.lang === '').length >= 5);
+    assert.ok(all.filter((b) => b.lang === 'yaml').length >= 3, "all.filter((b) => b.lang === 'yaml').length >= 3");
+    assert.ok(all.filter((b) => b.lang === 'sh').length >= 3, "all.filter((b) => b.lang === 'sh').length >= 3");
+    assert.ok(all.filter((b) => /^kvgate \w/m.test(b.text) && b.lang === '').length >= 5, "all.filter((b) => /^kvgate \\w/m.test(b.text) && b.lang === '').length >= 5");
   });
 
   test('every YAML block: kvgate configs pass the config loader, the Envoy fragment matches its source', () => {

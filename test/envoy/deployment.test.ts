@@ -107,9 +107,9 @@ describe('deployment files', { concurrency: true }, () => {
   test('Istio: every EnvoyFilter patch value is the Envoy type its applyTo implies', async () => {
     const all = docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'));
     const [filter] = ofKind(all, 'EnvoyFilter');
-    assert.ok(filter);
+    assert.ok(filter, "filter");
     const patches = arr(obj(filter.spec, 'spec').configPatches, 'configPatches');
-    assert.ok(patches.length >= 3);
+    assert.ok(patches.length >= 3, "patches.length >= 3");
     for (const [i, raw] of patches.entries()) {
       const p = obj(raw, `configPatches[${i}]`);
       const type = APPLY_TO_TYPE[String(p.applyTo)];
@@ -134,7 +134,7 @@ describe('deployment files', { concurrency: true }, () => {
     // The patched route exists in the VirtualService, and the header it matches is kvgate's.
     const vs = ofKind(all, 'VirtualService')[0]!;
     const routes = arr(obj(vs.spec, 'spec').http, 'http').map((r) => obj(r, 'route'));
-    assert.ok(routes.some((r) => r.name === 'llm-affine' && JSON.stringify(r.match).includes('x-kvgate-cluster')));
+    assert.ok(routes.some((r) => r.name === 'llm-affine' && JSON.stringify(r.match).includes('x-kvgate-cluster')), "routes.some((r) => r.name === 'llm-affine' && JSON.stringify(r.match).includes('x-kvgate-cluster'))");
   });
 
   test('Istio: a typo inside a patch value is caught', async () => {
@@ -276,7 +276,7 @@ describe('deployment files', { concurrency: true }, () => {
     const drainS = parseDurationMs(proxyConfig.terminationDrainDuration, 'terminationDrainDuration') / 1000;
     assert.ok(drainS >= sleepS + Number(flag('shutdown-grace-s')), `Istio's sidecar drains ${drainS} s, kvgate needs ${sleepS} + ${flag('shutdown-grace-s')} s`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
-    assert.ok(redisSvc);
+    assert.ok(redisSvc, "redisSvc");
     // The store URL carries Redis's password from the Secret Redis requires it from: through the
     // environment (KVGATE_STORE), so no flag may override it and the manifest holds no password.
     assert.equal(flag('store'), undefined, '--store would override KVGATE_STORE');
@@ -290,7 +290,7 @@ describe('deployment files', { concurrency: true }, () => {
     // The admin API's state changes are behind a token taken from a Secret (optional: the pod starts without it).
     const adminRef = secretRef(kvEnv.get('KVGATE_ADMIN_TOKEN'));
     assert.equal(adminRef.optional, true);
-    assert.ok(typeof adminRef.name === 'string' && typeof adminRef.key === 'string');
+    assert.ok(typeof adminRef.name === 'string' && typeof adminRef.key === 'string', "typeof adminRef.name === 'string' && typeof adminRef.key === 'string'");
     const endpoint = parseStoreUrl(store.replace(`$(${passwordVar})`, '0123abcd'));
     assert.deepEqual(endpoint.nodes, [{ host: 'kvgate-redis', port: Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port) }]);
     assert.equal(endpoint.password, '0123abcd');
@@ -356,7 +356,7 @@ describe('deployment files', { concurrency: true }, () => {
         checked++;
       }
     }
-    assert.ok(checked > 0);
+    assert.ok(checked > 0, "checked > 0");
   });
 
   test('Kubernetes: kvgate survives a node, a drain and a rollout (PDB, spread, surge)', () => {
@@ -366,7 +366,7 @@ describe('deployment files', { concurrency: true }, () => {
     const labels = obj(obj(obj(spec.template, 'template').metadata, 'metadata').labels, 'labels');
     const selects = (sel: unknown) => Object.entries(obj(obj(sel, 'selector').matchLabels, 'matchLabels')).every(([k, v]) => labels[k] === v);
     const replicas = Number(spec.replicas);
-    assert.ok(replicas >= 2);
+    assert.ok(replicas >= 2, "replicas >= 2");
     // Drains take one replica at a time, and only the Deployment's pods count.
     const pdbs = ofKind(all, 'PodDisruptionBudget').filter((p) => selects(obj(p.spec, 'spec').selector));
     assert.equal(pdbs.length, 1, "a PodDisruptionBudget selects kvgate's pods");

@@ -21,7 +21,7 @@ test('envoy/endpoint-picker: kvgate.yaml and envoy.yaml agree', () => {
   // The host comes from the metadata only kvgate writes, never from a header a client could send.
   assert.deepEqual(envoy.originalDstClusters.get('original_destination_cluster'), { metadataKey: { key: LB_NAMESPACE, path: [DESTINATION_HEADER] } });
   assert.equal(envoy.originalDstHeaders.size, 0, 'no ORIGINAL_DST cluster reads a header');
-  assert.ok(envoy.extProc);
+  assert.ok(envoy.extProc, "envoy.extProc");
   assert.deepEqual(envoy.extProc.receivingNamespaces, [LB_NAMESPACE]);
   assert.deepEqual([...envoy.extProc.forwardingNamespaces].sort(), [LB_NAMESPACE, SUBSET_NAMESPACE].sort());
   assert.ok(

@@ -46,7 +46,7 @@ describe('other request shapes through the harness', () => {
     assert.equal(b.cluster, a.cluster);
     const r = last(g);
     assert.equal(r.key?.source, 'body_metadata_user_id');
-    assert.ok(r.explanation.candidates.find((c) => c.worker === r.worker)!.prefixBlocks >= 10);
+    assert.ok(r.explanation.candidates.find((c) => c.worker === r.worker)!.prefixBlocks >= 10, "r.explanation.candidates.find((c) => c.worker === r.worker)!.prefixBlocks >= 10");
   });
 
   test('a chat request with the same system prompt meets them too (one canonical prompt)', async () => {

@@ -79,7 +79,7 @@ describe('bad input gets a defined answer', () => {
     const out = await h.request(post(JSON.stringify({ model: 'm', prompt: 'x'.repeat(100 * 1024) }), '/v1/completions'));
     assert.equal(out.kind === 'local' && out.status, 413);
     assert.equal(out.kind === 'local' && out.details, 'kvgate_body_too_large');
-    assert.ok(logged('request rejected'));
+    assert.ok(logged('request rejected'), "logged('request rejected')");
   });
 
   test('a body over Envoy’s buffer is Envoy’s own 413; the gate never sees the body', async () => {
@@ -100,7 +100,7 @@ describe('bad input gets a defined answer', () => {
     const s = h.openRawStream();
     s.write(headersMsg({}, true) as never);
     const ev = await s.next(2000);
-    assert.ok(!isClosed(ev) && 'request_headers' in ev && routedCluster(ev));
+    assert.ok(!isClosed(ev) && 'request_headers' in ev && routedCluster(ev), "!isClosed(ev) && 'request_headers' in ev && routedCluster(ev)");
     s.end();
   });
 

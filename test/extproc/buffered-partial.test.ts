@@ -48,7 +48,7 @@ async function run(modes: object, extra: Record<string, string>, body: Buffer, e
   const n = g.results.length;
   s.write({ ...headersMsg({ ...HEADERS, ...extra }, false), protocol_config: modes } as never);
   const headersReply = await s.next(5000);
-  assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply));
+  assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply), "!isClosed(headersReply) && !isTimedOut(headersReply)");
   assert.equal(headersReply.response, 'request_headers');
   s.write({ request_body: { body, end_of_stream: eos } } as ProcessingRequest as never);
   const reply = await s.next(5000);
@@ -75,7 +75,7 @@ describe('BUFFERED_PARTIAL', () => {
     s.write({ ...headersMsg({ ...HEADERS, 'content-length': String(declared), 'x-session-id': 'cut-and-held' }, false), protocol_config: PARTIAL } as never);
     assert.equal(reply(await s.next(5000)).response, 'request_headers');
     s.write({ request_body: { body: FIRST_PART, end_of_stream: false } } as ProcessingRequest as never);
-    assert.ok(routedCluster(reply(await s.next(5000))));
+    assert.ok(routedCluster(reply(await s.next(5000))), "routedCluster(reply(await s.next(5000)))");
     await waitFor(() => g.results.length > n, 5000, 'a decision');
     const first = g.results[n]!;
     assert.equal(first.kind, 'route');
@@ -84,7 +84,7 @@ describe('BUFFERED_PARTIAL', () => {
     s2.write({ ...headersMsg(HEADERS, false), protocol_config: PARTIAL } as never);
     assert.equal(reply(await s2.next(5000)).response, 'request_headers');
     s2.write({ request_body: { body: WHOLE, end_of_stream: true } } as ProcessingRequest as never);
-    assert.ok(routedCluster(reply(await s2.next(5000))));
+    assert.ok(routedCluster(reply(await s2.next(5000))), "routedCluster(reply(await s2.next(5000)))");
     await waitFor(() => g.results.length > n + 1, 5000, 'a second decision');
     s2.close();
     const second = g.results[n + 1]!;
@@ -98,12 +98,12 @@ describe('BUFFERED_PARTIAL', () => {
   test('without a content-length, a declared BUFFERED_PARTIAL body without end_of_stream is taken as cut', async () => {
     const { reply } = await run(PARTIAL, {}, FIRST_PART, false);
     assert.equal(reply.immediate_response, undefined);
-    assert.ok(routedCluster(reply));
+    assert.ok(routedCluster(reply), "routedCluster(reply)");
   });
 
   test('the whole body without end_of_stream (trailers follow), as its content-length says, is read', async () => {
     const { reply, source } = await run(PARTIAL, { 'content-length': String(WHOLE.length) }, WHOLE, false);
-    assert.ok(routedCluster(reply));
+    assert.ok(routedCluster(reply), "routedCluster(reply)");
     assert.equal(source, 'body_user');
   });
 

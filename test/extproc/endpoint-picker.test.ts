@@ -138,7 +138,7 @@ describe('endpoint-picker mode', () => {
     // Full within the subset is a 429 as well, even when endpoints outside it have room.
     const { h: h2 } = await setup(1);
     const held = routedCluster((await holdRequest(h2, 'held')).reply, HEADER);
-    assert.ok(held);
+    assert.ok(held, "held");
     const hinted = await h2.request({ ...chat({ session: 'probe' }), metadata: subset(held) });
     assert.equal(hinted.kind === 'local' && hinted.status, 429);
   });
@@ -177,7 +177,7 @@ describe('endpoint-picker mode', () => {
     const { logger, lines } = recordingLogger('info');
     const { h, g } = await setup(8, logger);
     const chosen = endpointOf(await h.request(chat({ session: 'retry-me' }), served('unused')));
-    assert.ok(chosen);
+    assert.ok(chosen, "chosen");
     // The proxy retried elsewhere (or fell back): it reports another endpoint as having served.
     const other = [A, B, C].find((e) => e !== chosen)!;
     const first = await h.request(chat({ session: 'retry-me' }), served(other));

@@ -79,7 +79,7 @@ describe('full duplex edges', () => {
     ok.write(chunk(bodyOf(MAX_BODY), true));
     const routed = await next(ok);
     assert.equal(routed.immediate_response, undefined, `no immediate response at exactly the limit (${JSON.stringify(routed.immediate_response?.status)})`);
-    assert.ok(routedCluster(routed));
+    assert.ok(routedCluster(routed), "routedCluster(routed)");
 
     const over = open();
     over.write({ ...headersMsg(HEADERS, false), protocol_config: DUPLEX } as never);
@@ -96,7 +96,7 @@ describe('full duplex edges', () => {
     s.write({ request_trailers: { trailers: { headers: [] } } } as never);
     const headersReply = await next(s);
     assert.equal(headersReply.response, 'request_headers');
-    assert.ok(routedCluster(headersReply));
+    assert.ok(routedCluster(headersReply), "routedCluster(headersReply)");
     const rest: ReceivedProcessingResponse[] = [];
     for (;;) {
       const r = await next(s);

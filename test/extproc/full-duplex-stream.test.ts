@@ -51,12 +51,12 @@ describe('full duplex at the edges', () => {
     assert.notEqual(g.results[n]?.key?.source, 'body_user');
     // What was kept goes back, not ending the body; later chunks are echoed as they come.
     const kept = await s.next(5000);
-    assert.ok(!isClosed(kept) && !isTimedOut(kept));
+    assert.ok(!isClosed(kept) && !isTimedOut(kept), "!isClosed(kept) && !isTimedOut(kept)");
     assert.deepEqual(kept.request_body?.response?.body_mutation?.streamed_response?.body, first);
     assert.equal(kept.request_body?.response?.body_mutation?.streamed_response?.end_of_stream, false);
     s.write(chunk('hi"}]}', true));
     const last = await s.next(5000);
-    assert.ok(!isClosed(last) && !isTimedOut(last));
+    assert.ok(!isClosed(last) && !isTimedOut(last), "!isClosed(last) && !isTimedOut(last)");
     assert.equal(last.request_body?.response?.body_mutation?.streamed_response?.body.toString(), 'hi"}]}');
     assert.equal(last.request_body?.response?.body_mutation?.streamed_response?.end_of_stream, true);
     s.close();
@@ -97,10 +97,10 @@ describe('full duplex at the edges', () => {
     const body = Buffer.from(JSON.stringify({ user: 'one-chunk', messages: [{ role: 'user', content: 'é'.repeat(3000) }] }));
     const n = g.results.length;
     const { headersReply, echoed } = await duplex([body]);
-    assert.ok(routedCluster(headersReply));
+    assert.ok(routedCluster(headersReply), "routedCluster(headersReply)");
     assert.equal(g.results[n]?.key?.source, 'body_user');
     assert.equal(echoed.length, 1);
-    assert.ok(streamed(echoed[0]!)?.body.equals(body));
+    assert.ok(streamed(echoed[0]!)?.body.equals(body), "streamed(echoed[0]!)?.body.equals(body)");
   });
 
   test('a body cut inside UTF-8 characters and inside string escapes is decided as the whole body is', async () => {
@@ -119,7 +119,7 @@ describe('full duplex at the edges', () => {
     assert.equal(expected.key?.source, 'prompt_prefix');
     assert.equal(g.results[n]?.key?.hash, expected.key?.hash);
     // The bytes go back exactly, the last reply ending the body.
-    assert.ok(Buffer.concat(echoed.map((r) => streamed(r)!.body)).equals(body));
+    assert.ok(Buffer.concat(echoed.map((r) => streamed(r)!.body)).equals(body), "Buffer.concat(echoed.map((r) => streamed(r)!.body)).equals(body)");
     assert.ok(echoed.slice(0, -1).every((r) => streamed(r)?.end_of_stream === false));
   });
 
@@ -129,17 +129,17 @@ describe('full duplex at the edges', () => {
     const kept = ['{"user":"slow",', '"messages":[{"role":"user",', '"content":"'];
     for (const k of kept) s.write(chunk(k, false));
     const headersReply = await s.next(5000);
-    assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply));
+    assert.ok(!isClosed(headersReply) && !isTimedOut(headersReply), "!isClosed(headersReply) && !isTimedOut(headersReply)");
     assert.equal(headersReply.response, 'request_headers');
     for (const k of kept) {
       const r = await s.next(5000);
-      assert.ok(!isClosed(r) && !isTimedOut(r));
+      assert.ok(!isClosed(r) && !isTimedOut(r), "!isClosed(r) && !isTimedOut(r)");
       assert.equal(streamed(r)?.body.toString(), k);
       assert.equal(streamed(r)?.end_of_stream, false);
     }
     s.write(chunk('x"}]}', true));
     const last = await s.next(5000);
-    assert.ok(!isClosed(last) && !isTimedOut(last));
+    assert.ok(!isClosed(last) && !isTimedOut(last), "!isClosed(last) && !isTimedOut(last)");
     assert.equal(streamed(last)?.body.toString(), 'x"}]}');
     assert.equal(streamed(last)?.end_of_stream, true);
     s.close();

@@ -20,7 +20,7 @@ test('a debug line per decision, with the key hash and never the raw id or promp
     assert.equal(routed[0]!['level'], 20, 'debug');
     assert.equal(routed[0]!['key_hash'], hashSessionId('secret-session-123'));
     assert.equal(routed[0]!['outcome'], 'new');
-    assert.ok(routed[0]!['worker']);
+    assert.ok(routed[0]!['worker'], "routed[0]!['worker']");
     const all = JSON.stringify(lines);
     for (const secret of ['secret-session-123', 'alice@example.com', 'private prompt']) assert.ok(!all.includes(secret), `${secret} is not logged`);
   } finally {

@@ -54,8 +54,8 @@ describe('observability_mode', () => {
     const s = h.openRawStream();
     s.write(headersMsg(HEADERS, false) as never);
     const decided = await s.next(5000);
-    assert.ok(!isClosed(decided) && !isTimedOut(decided));
-    assert.ok(routedCluster(decided));
+    assert.ok(!isClosed(decided) && !isTimedOut(decided), "!isClosed(decided) && !isTimedOut(decided)");
+    assert.ok(routedCluster(decided), "routedCluster(decided)");
     s.close();
     await waitFor(() => g.extproc.openStreams === 0, 5000, 'no open streams');
   });

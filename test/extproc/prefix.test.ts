@@ -35,7 +35,7 @@ async function hold(h: EnvoyHarness, body: string): Promise<{ cluster: string; s
 
 function lastRoute(g: TestGate): Extract<GateResult, { kind: 'route' }> {
   const r = g.results.at(-1);
-  assert.ok(r && r.kind === 'route');
+  assert.ok(r && r.kind === 'route', "r && r.kind === 'route'");
   return r;
 }
 
@@ -133,7 +133,7 @@ describe('memory and Redis backends decide alike', () => {
       }
       assert.ok(shared.results.every((x) => x.kind !== 'route' || !x.degraded), 'every Redis decision went through Redis');
       assert.deepEqual(r, m);
-      assert.ok(new Set(m).size > 1);
+      assert.ok(new Set(m).size > 1, "new Set(m).size > 1");
     } finally {
       hm.close();
       hr.close();

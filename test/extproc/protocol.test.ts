@@ -54,10 +54,10 @@ describe('ext_proc protocol', () => {
     const s = h.openRawStream();
     s.write(headersMsg(REQ_HEADERS, false) as never);
     const first = await reply(s);
-    assert.ok(!isClosed(first) && first.request_headers);
+    assert.ok(!isClosed(first) && first.request_headers, "!isClosed(first) && first.request_headers");
     s.write(headersMsg(REQ_HEADERS, false) as never);
     const second = await reply(s);
-    assert.ok(isClosed(second));
+    assert.ok(isClosed(second), "isClosed(second)");
     assert.equal(second.status.code, GrpcStatus.INVALID_ARGUMENT);
     assert.match(second.status.details, /request headers after request headers/);
     await settled();
@@ -69,13 +69,13 @@ describe('ext_proc protocol', () => {
     await reply(s);
     s.write(body('{"user":"u"}', false));
     const routed = await reply(s);
-    assert.ok(!isClosed(routed) && routedCluster(routed));
+    assert.ok(!isClosed(routed) && routedCluster(routed), "!isClosed(routed) && routedCluster(routed)");
     s.write({ request_trailers: { trailers: { headers: [] } } } as never);
     const t = await reply(s);
-    assert.ok(!isClosed(t) && t.request_trailers);
+    assert.ok(!isClosed(t) && t.request_trailers, "!isClosed(t) && t.request_trailers");
     s.write(body('more'));
     const ev = await reply(s);
-    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT, "isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT");
     await settled();
   });
 
@@ -83,7 +83,7 @@ describe('ext_proc protocol', () => {
     const s = h.openRawStream();
     s.write({} as never);
     const ev = await reply(s);
-    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT, "isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT");
     await settled();
   });
 
@@ -95,7 +95,7 @@ describe('ext_proc protocol', () => {
     await reply(s);
     s.write(respHeaders());
     const ev = await reply(s);
-    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT);
+    assert.ok(isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT, "isClosed(ev) && ev.status.code === GrpcStatus.INVALID_ARGUMENT");
     await settled();
   });
 
@@ -105,10 +105,10 @@ describe('ext_proc protocol', () => {
     await reply(s);
     s.write(respHeaders());
     const r = await reply(s);
-    assert.ok(!isClosed(r) && r.response_headers);
+    assert.ok(!isClosed(r) && r.response_headers, "!isClosed(r) && r.response_headers");
     s.end();
     const end = await reply(s);
-    assert.ok(isClosed(end) && end.status.code === GrpcStatus.OK);
+    assert.ok(isClosed(end) && end.status.code === GrpcStatus.OK, "isClosed(end) && end.status.code === GrpcStatus.OK");
     await settled();
   });
 
@@ -117,11 +117,11 @@ describe('ext_proc protocol', () => {
       const s = h.openRawStream();
       for (const m of msgs) {
         s.write(m);
-        assert.ok(!isClosed(await reply(s)));
+        assert.ok(!isClosed(await reply(s)), "!isClosed(await reply(s))");
       }
       s.end();
       const ev = await reply(s);
-      assert.ok(isClosed(ev));
+      assert.ok(isClosed(ev), "isClosed(ev)");
       assert.equal(ev.status.code, GrpcStatus.OK);
       await settled();
     });
@@ -177,7 +177,7 @@ describe('cancel, with no idle sweep to hide a leak', () => {
     await reply(s);
     s.write(body('{"user":"inflight"}'));
     const routed = await reply(s);
-    assert.ok(!isClosed(routed));
+    assert.ok(!isClosed(routed), "!isClosed(routed)");
     const total = async () => (await workers(quiet.admin)).reduce((n, w) => n + w.inflight, 0);
     assert.equal(await total(), 1);
     s.write(respHeaders());
@@ -193,7 +193,7 @@ describe('cancel, with no idle sweep to hide a leak', () => {
       const s = qh.openRawStream();
       for (const m of msgs) {
         s.write(m);
-        assert.ok(!isClosed(await reply(s)));
+        assert.ok(!isClosed(await reply(s)), "!isClosed(await reply(s))");
       }
       s.cancel();
       await waitFor(() => quiet.extproc.openStreams === 0, 3000, 'no open streams');

@@ -41,7 +41,7 @@ const inflight = async () => (await workers(g.admin)).reduce((n, w) => n + w.inf
 async function routedPastHeaders(session: string): Promise<RawStream> {
   const s = h.openRawStream();
   s.write(headersMsg({ ...GET, 'x-session-id': session }, true) as never);
-  assert.ok(routedCluster(await reply(s)));
+  assert.ok(routedCluster(await reply(s)), "routedCluster(await reply(s))");
   s.write(respHeaders(false));
   await reply(s);
   // The release is asynchronous: give a wrong one time to land before checking it did not.
@@ -80,7 +80,7 @@ describe('routing.release_on: response_end', () => {
   test('released by response headers that carry end_of_stream', async () => {
     const s = h.openRawStream();
     s.write(headersMsg({ ...GET, 'x-session-id': 'headers-eos' }, true) as never);
-    assert.ok(routedCluster(await reply(s)));
+    assert.ok(routedCluster(await reply(s)), "routedCluster(await reply(s))");
     assert.equal(await inflight(), 1);
     s.write(respHeaders(true));
     await reply(s);

@@ -313,7 +313,7 @@ describe('stored responses in the logs', () => {
       await h.request(responsesRequest({ previous_response_id: id, input: 'again' }), json);
       await h.request({ method: 'GET', path: `/v1/responses/${id}`, headers: { host: 'llm.example' } }, { status: 200, body: '{}' });
       const text = JSON.stringify(lines);
-      assert.ok(lines.some((l) => l['msg'] === 'stored response learned' && l['response_hash'] === responseIdHash(id)));
+      assert.ok(lines.some((l) => l['msg'] === 'stored response learned' && l['response_hash'] === responseIdHash(id)), "lines.some((l) => l['msg'] === 'stored response learned' && l['response_hash'] === responseIdHash(id))");
       assert.equal(lines.filter((l) => String(l['msg']).startsWith('stored response: pinned')).length, 2);
       assert.ok(!text.includes('secret_9f8e7d6c5b4a'), 'the raw id never appears');
     } finally {

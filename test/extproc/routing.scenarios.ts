@@ -97,7 +97,7 @@ export function routingScenarios(backend: Backend): void {
       const home = first.cluster!;
       // Fill the home worker with two held requests of the same session.
       const held = [await holdRequest(h, 'mover'), await holdRequest(h, 'mover')];
-      assert.ok(held.every((r) => r.cluster === home));
+      assert.ok(held.every((r) => r.cluster === home), "held.every((r) => r.cluster === home)");
       // Make one other worker busier, so "least loaded" has one answer.
       const others = FLEET.workers.map((w) => w.id).filter((id) => id !== home);
       await setWorkerState(g.admin, others[1]!, 'draining');

@@ -40,10 +40,10 @@ describe('hand-encoded streamed_response', () => {
       fc.property(fc.uint8Array({ maxLength: 3000 }), fc.boolean(), fc.constantFrom('request_body', 'response_body') as fc.Arbitrary<'request_body' | 'response_body'>, (bytes, eos, dir) => {
         const m = streamed(dir, Buffer.from(bytes), eos);
         const wire = handEncoded(m);
-        assert.ok(wire.equals(protobufjs(m)));
+        assert.ok(wire.equals(protobufjs(m)), "wire.equals(protobufjs(m))");
         const back = plain.responseDeserialize(wire) as { response: string } & Record<string, { response?: { body_mutation?: { streamed_response?: { body: Buffer; end_of_stream: boolean } } } }>;
         assert.equal(back.response, dir);
-        assert.ok(back[dir]?.response?.body_mutation?.streamed_response?.body.equals(Buffer.from(bytes)));
+        assert.ok(back[dir]?.response?.body_mutation?.streamed_response?.body.equals(Buffer.from(bytes)), "back[dir]?.response?.body_mutation?.streamed_response?.body.equals(Buffer.from(bytes))");
         assert.equal(back[dir]?.response?.body_mutation?.streamed_response?.end_of_stream, eos);
       }),
       { numRuns: 300 },
@@ -54,10 +54,10 @@ describe('hand-encoded streamed_response', () => {
     const fields = (name: string) =>
       (extProcPackageDefinition()[`envoy.service.ext_proc.v3.${name}`] as unknown as { type: { field: Array<{ name: string; number: number }> } }).type.field.map((f) => `${f.name}=${f.number}`);
     assert.deepEqual(fields('StreamedBodyResponse'), ['body=1', 'end_of_stream=2']);
-    assert.ok(fields('BodyMutation').includes('streamed_response=3'));
-    assert.ok(fields('CommonResponse').includes('body_mutation=3'));
+    assert.ok(fields('BodyMutation').includes('streamed_response=3'), "fields('BodyMutation').includes('streamed_response=3')");
+    assert.ok(fields('CommonResponse').includes('body_mutation=3'), "fields('CommonResponse').includes('body_mutation=3')");
     assert.deepEqual(fields('BodyResponse'), ['response=1']);
-    assert.ok(fields('ProcessingResponse').includes('request_body=3') && fields('ProcessingResponse').includes('response_body=4'));
+    assert.ok(fields('ProcessingResponse').includes('request_body=3') && fields('ProcessingResponse').includes('response_body=4'), "fields('ProcessingResponse').includes('request_body=3') && fields('ProcessingResponse').includes('response_body=4')");
   });
 
   test('every other reply, and a streamed one with one more field, goes through protobufjs', () => {
@@ -103,14 +103,14 @@ describe('the echo through the gate', () => {
     const echoed: Buffer[] = [];
     for (;;) {
       const r = await s.next(5000);
-      assert.ok(!isClosed(r) && !isTimedOut(r));
+      assert.ok(!isClosed(r) && !isTimedOut(r), "!isClosed(r) && !isTimedOut(r)");
       const sr = r.request_body?.response?.body_mutation?.streamed_response;
       if (!sr) continue;
       echoed.push(sr.body);
       if (sr.end_of_stream) break;
     }
     s.close();
-    assert.ok(echoed.length >= 2);
-    assert.ok(Buffer.concat(echoed).equals(body));
+    assert.ok(echoed.length >= 2, "echoed.length >= 2");
+    assert.ok(Buffer.concat(echoed).equals(body), "Buffer.concat(echoed).equals(body)");
   });
 });

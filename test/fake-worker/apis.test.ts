@@ -69,7 +69,7 @@ describe('fake worker: Anthropic Messages', () => {
     await post(w.url, '/v1/messages', { max_tokens: 2, system: SYSTEM, messages: [{ role: 'user', content: 'shared' }] });
     const res = await post(w.url, '/v1/chat/completions', { max_tokens: 2, messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'shared' }] });
     const body = (await res.json()) as { usage: { prompt_tokens: number; prompt_tokens_details: { cached_tokens: number } } };
-    assert.ok(body.usage.prompt_tokens_details.cached_tokens >= body.usage.prompt_tokens - 20);
+    assert.ok(body.usage.prompt_tokens_details.cached_tokens >= body.usage.prompt_tokens - 20, "body.usage.prompt_tokens_details.cached_tokens >= body.usage.prompt_tokens - 20");
   });
 
   test('streamed: message_start, content_block_delta per token, message_stop', async () => {
@@ -91,7 +91,7 @@ describe('fake worker: Anthropic Messages', () => {
       const err = (await res.json()) as { type: string; error: { type: string; message: string } };
       assert.equal(err.type, 'error');
       assert.equal(err.error.type, 'invalid_request_error');
-      assert.ok(err.error.message.length > 0);
+      assert.ok(err.error.message.length > 0, "err.error.message.length > 0");
     }
     assert.equal((await fetch(`${w.url}/v1/messages`)).status, 405);
   });

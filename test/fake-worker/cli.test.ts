@@ -35,7 +35,7 @@ describe('kvgate fake-worker', () => {
       });
       const ready = JSON.parse(line) as { msg: string; port: number; url: string; id: string };
       assert.equal(ready.msg, 'fake-worker listening');
-      assert.ok(Number.isInteger(ready.port) && ready.port > 0);
+      assert.ok(Number.isInteger(ready.port) && ready.port > 0, "Number.isInteger(ready.port) && ready.port > 0");
       assert.equal(ready.id, 'cli-w');
       const url = `http://127.0.0.1:${ready.port}`;
       const res = await fetch(`${url}/v1/chat/completions`, { method: 'POST', body: JSON.stringify({ messages: [{ role: 'user', content: 'hi' }], max_tokens: 2 }) });

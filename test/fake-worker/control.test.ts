@@ -85,7 +85,7 @@ describe('fake worker test hooks', () => {
     await control(w.url, { metrics_delay_ms: 120 });
     const t = performance.now();
     assert.equal((await metricsText(w.url)).status, 200);
-    assert.ok(performance.now() - t >= 115);
+    assert.ok(performance.now() - t >= 115, "performance.now() - t >= 115");
     await control(w.url, { reset: true });
   });
 
@@ -101,9 +101,9 @@ describe('fake worker test hooks', () => {
     await control(w.url, { metrics: 'partial' });
     const { status, text } = await metricsText(w.url);
     assert.equal(status, 200);
-    assert.ok(!text.endsWith('\n'));
+    assert.ok(!text.endsWith('\n'), "!text.endsWith('\\n')");
     const full = (await w.metrics.text()).length;
-    assert.ok(text.length < full);
+    assert.ok(text.length < full, "text.length < full");
     await control(w.url, { reset: true });
   });
 

@@ -51,7 +51,7 @@ describe('fake worker: completions', () => {
     assert.equal(body.choices[0]!.finish_reason, 'length');
     assert.equal(body.usage.completion_tokens, 5);
     assert.equal(body.usage.total_tokens, body.usage.prompt_tokens + 5);
-    assert.ok(body.usage.prompt_tokens > 0);
+    assert.ok(body.usage.prompt_tokens > 0, "body.usage.prompt_tokens > 0");
   });
 
   test('without max_tokens it writes its default output and stops; a request naming no model gets the served one', async () => {
@@ -89,7 +89,7 @@ describe('fake worker: completions', () => {
     const data = sseData(await res.text());
     assert.equal(data.at(-1), '[DONE]');
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { object: string; choices: Array<{ delta: { role?: string; content?: string }; finish_reason: string | null }>; usage?: ChatCompletion['usage'] });
-    assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk'));
+    assert.ok(chunks.every((c) => c.object === 'chat.completion.chunk'), "chunks.every((c) => c.object === 'chat.completion.chunk')");
     assert.equal(chunks[0]!.choices[0]!.delta.role, 'assistant');
     const text = chunks.map((c) => c.choices[0]?.delta.content ?? '').join('');
     assert.equal(text.length, 4 * 4);
@@ -119,7 +119,7 @@ describe('fake worker: completions', () => {
     const data = sseData(await res.text());
     assert.equal(data.at(-1), '[DONE]');
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d) as { object: string; choices: Array<{ text: string; finish_reason: string | null }> });
-    assert.ok(chunks.every((c) => c.object === 'text_completion'));
+    assert.ok(chunks.every((c) => c.object === 'text_completion'), "chunks.every((c) => c.object === 'text_completion')");
     assert.equal(chunks.map((c) => c.choices[0]!.text).join('').length, 12);
     assert.equal(chunks.at(-1)!.choices[0]!.finish_reason, 'length');
   });
@@ -162,7 +162,7 @@ describe('fake worker: time, batch and queue', () => {
       const err = (await third.json()) as { error: { message: string; code: number } };
       assert.match(err.error.message, /waiting queue is full/);
       leaving.abort();
-      assert.ok((await first) instanceof Error);
+      assert.ok((await first) instanceof Error, "(await first) instanceof Error");
       const served = await second;
       assert.equal(served.status, 200, 'the waiting request runs once the first one is gone');
       await served.json();

@@ -71,7 +71,7 @@ describe('cancel mid-body', () => {
         s.write(headersMsg({ ...REQ, 'x-session-id': `mid-${i}` }, false) as never);
         assert.ok(routedCluster((await reply(s)) as never), 'decided on the headers');
         s.write(chunk('{"model": "m", "messages": [{"role": "user", "content": "'));
-        assert.ok(!isClosed(await reply(s)));
+        assert.ok(!isClosed(await reply(s)), "!isClosed(await reply(s))");
         assert.equal(await inflight(g), 1);
         s.cancel();
         await settled(g);
@@ -161,7 +161,7 @@ describe('very slow clients', () => {
     try {
       const s = h.openRawStream();
       s.write(headersMsg({ ...REQ, 'x-session-id': 'trickle' }, false) as never);
-      assert.ok(routedCluster((await reply(s)) as never));
+      assert.ok(routedCluster((await reply(s)) as never), "routedCluster((await reply(s)) as never)");
       for (let i = 0; i < 8; i++) {
         await sleep(150);
         s.write(chunk(`part ${i} `, i === 7));
@@ -169,10 +169,10 @@ describe('very slow clients', () => {
       }
       assert.equal(await inflight(g), 1, 'still in flight');
       s.write(respHeaders());
-      assert.ok(!isClosed(await reply(s)));
+      assert.ok(!isClosed(await reply(s)), "!isClosed(await reply(s))");
       s.end();
       const end = await reply(s);
-      assert.ok(isClosed(end) && end.status.code === GrpcStatus.OK);
+      assert.ok(isClosed(end) && end.status.code === GrpcStatus.OK, "isClosed(end) && end.status.code === GrpcStatus.OK");
       await settled(g);
     } finally {
       h.close();
@@ -190,7 +190,7 @@ describe('very slow clients', () => {
       await reply(s);
       assert.equal(await inflight(g), 1);
       const ev = await reply(s, 6000);
-      assert.ok(isClosed(ev));
+      assert.ok(isClosed(ev), "isClosed(ev)");
       assert.equal(ev.status.code, GrpcStatus.DEADLINE_EXCEEDED);
       await settled(g);
     } finally {

@@ -16,7 +16,7 @@ let store: RedisStore;
 before(async () => {
   cluster = await startRedisCluster({ masters: 3, replicas: 0 });
   store = new RedisStore({ url: cluster.url, keyPrefix: 'kvgate', timeoutMs: TIMEOUT_MS, refreshMs: 250, leaseTtlMs: 30_000, localAffinityCacheSize: 1000, logger: silentLogger() });
-  assert.ok(await store.waitReady(5000));
+  assert.ok(await store.waitReady(5000), "await store.waitReady(5000)");
   store.retainPools(['default']); // as the gate does at start
   // Healthy: the store answers for the pool.
   await store.ping();

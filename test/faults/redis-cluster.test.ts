@@ -152,7 +152,7 @@ describe('Redis Cluster', () => {
       assert.ok(g.results.some((r) => r.kind === 'route' && r.degraded), 'some decisions fell back while the slot had no master');
       // The promoted replica holds the placements.
       const keys = new Set(await kvgateKeys(promoted));
-      assert.ok([...keys].filter((k) => k.includes(':a:s:')).length >= 20);
+      assert.ok([...keys].filter((k) => k.includes(':a:s:')).length >= 20, "[...keys].filter((k) => k.includes(':a:s:')).length >= 20");
     } finally {
       await load?.stop();
       h.close();

@@ -220,7 +220,7 @@ describe('Redis AUTH and TLS', { concurrency: true }, () => {
       // In parallel: a gate that cannot reach Redis waits 3 s at startup before serving degraded.
       const [ok, bad] = await Promise.all([routesOnRedis(`redis://:pw-Secret-1@127.0.0.1:${redis.port}`), routesOnRedis(`redis://:wrong-Secret-2@127.0.0.1:${redis.port}`)]);
       assert.deepEqual([ok.degraded, ok.ready], [false, 200]);
-      assert.ok(!ok.logs.includes('pw-Secret-1'));
+      assert.ok(!ok.logs.includes('pw-Secret-1'), "!ok.logs.includes('pw-Secret-1')");
       assert.deepEqual([bad.degraded, bad.ready], [true, 503]);
       assert.ok(!bad.logs.includes('wrong-Secret-2'), 'the password is redacted');
     } finally {

@@ -57,17 +57,17 @@ describe('store scripts on a Redis Cluster', () => {
     });
     const store = new RedisStore({ url: cluster.url, keyPrefix: 'kvgate', timeoutMs: 2000, refreshMs: 60_000, leaseTtlMs: 30_000, localAffinityCacheSize: 1000, logger: silentLogger() });
     try {
-      assert.ok(await store.waitReady(5000));
+      assert.ok(await store.waitReady(5000), "await store.waitReady(5000)");
       const blocks = Array.from({ length: 24 }, (_, i) => `blk${i}`);
       const base = { pool: POOL, workers: WORKERS, blocks, capacityBlocks: 10 };
       // A session placed, then moved (its old worker's session list is written), with more blocks
       // than the worker's capacity (evictions), and an unkeyed commit, a read, renewals.
       const a = await store.commit(commitRequest({ ...base, key: 's:one', worker: 'w1' }));
-      assert.ok(a.ok);
+      assert.ok(a.ok, "a.ok");
       const b = await store.commit(commitRequest({ ...base, key: 's:one', worker: 'w2', preconditions: { affinity: 'w1' }, blocks: [...blocks, 'more1', 'more2'] }));
-      assert.ok(b.ok);
+      assert.ok(b.ok, "b.ok");
       const c = await store.commit(commitRequest({ ...base, worker: 'w3', preconditions: { prefix: { atMost: 26, over: WORKERS } } }));
-      assert.ok(c.ok);
+      assert.ok(c.ok, "c.ok");
       await store.snapshot({ pool: POOL, key: 's:one', workers: WORKERS, blocks });
       await store.coldSessions(POOL, 'w2', 10);
       await store.migrate(POOL, 'w2', [{ key: 's:one', to: 'w3' }, { key: 's:none', to: 'w1' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });

@@ -87,7 +87,7 @@ describe('body parsing', () => {
     fc.assert(
       fc.property(bodyBytes, (b) => {
         const r = parseJsonBody(b);
-        if (r.ok) assert.ok(r.value !== null && typeof r.value === 'object' && !Array.isArray(r.value));
+        if (r.ok) assert.ok(r.value !== null && typeof r.value === 'object' && !Array.isArray(r.value), "r.value !== null && typeof r.value === 'object' && !Array.isArray(r.value)");
         else assert.ok(['empty', 'not_utf8', 'not_json', 'not_object', 'too_complex'].includes(r.reason));
       }),
       { numRuns: 1000 },
@@ -180,7 +180,7 @@ describe('keying', () => {
         assert.ok((full?.length ?? 0) <= 2 * bytes + 16, `canonical ${full?.length} for ${bytes} bytes`);
         assert.equal(capped === undefined, full === undefined);
         if (full !== undefined && capped !== undefined) {
-          assert.ok(full.startsWith(capped));
+          assert.ok(full.startsWith(capped), "full.startsWith(capped)");
           assert.deepEqual(chain(capped), chain(full));
         }
       }),
@@ -199,7 +199,7 @@ describe('keying', () => {
     });
     assert.equal(r.status, 0, `child failed (${r.signal ?? r.status}): ${r.stderr.slice(-2000)}`);
     const { ratios } = JSON.parse(r.stdout.trim().split('\n').at(-1)!) as { ratios: Record<string, number> };
-    assert.ok(Object.keys(ratios).length >= 10);
+    assert.ok(Object.keys(ratios).length >= 10, "Object.keys(ratios).length >= 10");
     // The bound is for shapes that make the work superlinear: at 4 MB a quadratic path costs
     // thousands of times a plain prompt. 30× leaves room for a loaded machine's noise and the GC
     // that millions of tiny values cause in a 64 MB heap (seen at 10-14× under load) while

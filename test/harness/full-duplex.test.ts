@@ -209,7 +209,7 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     const h = new EnvoyHarness({ config: envoyYaml(), target: srv.target, processingModeOverride: { request_body_mode: 'NONE' }, extProcOverride: { sendsProtocolConfig: false } });
     try {
       asUpstream(await h.request({ method: 'GET', path: '/v1/models' }, { status: 200 }));
-      assert.ok(srv.received.length > 0 && srv.received.every((x) => x.protocol_config === null));
+      assert.ok(srv.received.length > 0 && srv.received.every((x) => x.protocol_config === null), "srv.received.length > 0 && srv.received.every((x) => x.protocol_config === null)");
     } finally {
       h.close();
       srv.close();
@@ -367,8 +367,8 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
       assert.ok(r?.kind === 'route' && r.explanation.totalBlocks >= Math.min(8, bytes / 256 - 1), `blocks ${r?.kind === 'route' ? r.explanation.totalBlocks : '-'}`);
       // The request body came back as streamed replies (kvgate re-cuts it into pieces of at most
       // 64 KiB, so there may be fewer replies than chunks); each response chunk got its own at once.
-      assert.ok(out.messages.some((m) => m.sent === 'request_body' && m.reply === 'request_body'));
-      assert.ok(out.messages.filter((m) => m.sent === 'response_body').every((m) => m.reply === 'response_body'));
+      assert.ok(out.messages.some((m) => m.sent === 'request_body' && m.reply === 'request_body'), "out.messages.some((m) => m.sent === 'request_body' && m.reply === 'request_body')");
+      assert.ok(out.messages.filter((m) => m.sent === 'response_body').every((m) => m.reply === 'response_body'), "out.messages.filter((m) => m.sent === 'response_body').every((m) => m.reply === 'response_body')");
       assert.equal(out.stats?.spuriousMsgsReceived, 0);
       // The same user sticks to the same endpoint.
       const again = asUpstream(await h.request(bigChat(bytes, { user: `user-${label}`, seed: label }), { status: 200, body: 'ok' }));
@@ -381,8 +381,8 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
     const req = bigChat(20 * 1024, { user: 'trailers', trailers: { 'x-req-trailer': 'r' } });
     const resp = bigResponse(20 * 1024, { 'x-resp-trailer': 's' });
     const out = asUpstream(await h.request(req, resp));
-    assert.ok(out.requestBody.equals(req.whole));
-    assert.ok(out.responseBody.equals(Buffer.concat(resp.chunks)));
+    assert.ok(out.requestBody.equals(req.whole), "out.requestBody.equals(req.whole)");
+    assert.ok(out.responseBody.equals(Buffer.concat(resp.chunks)), "out.responseBody.equals(Buffer.concat(resp.chunks))");
     assert.equal(out.requestTrailers?.get('x-req-trailer'), 'r');
     assert.equal(out.responseTrailers?.get('x-resp-trailer'), 's');
     assert.deepEqual(out.messages.filter((m) => m.sent.endsWith('trailers')).map((m) => m.reply), ['request_trailers', 'response_trailers']);
@@ -394,8 +394,8 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
     const req = bigChat(64 * 1024, { user: 'cluster-user' });
     const out = asUpstream(await h.request(req, bigResponse(8 * 1024)));
     assert.ok(['worker_1', 'worker_2'].includes(out.cluster), `cluster ${out.cluster}`);
-    assert.ok(out.routeCleared);
-    assert.ok(out.requestBody.equals(req.whole));
+    assert.ok(out.routeCleared, "out.routeCleared");
+    assert.ok(out.requestBody.equals(req.whole), "out.requestBody.equals(req.whole)");
     assert.equal(clusters.results.at(-1)?.key?.source, 'body_user');
   });
 
@@ -404,8 +404,8 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
     const body = Buffer.from(prompt(40, 'embeddings'));
     const chunks = [body.subarray(0, 4000), body.subarray(4000)];
     const out = asUpstream(await h.request({ method: 'POST', path: '/v1/embeddings', headers: { host: 'llm' }, chunks }, { status: 200, body: 'ok' }));
-    assert.ok(out.requestBody.equals(body));
-    assert.ok(out.endpoint);
+    assert.ok(out.requestBody.equals(body), "out.requestBody.equals(body)");
+    assert.ok(out.endpoint, "out.endpoint");
   });
 
   test('shedding is an immediate 429 in full duplex', async () => {
@@ -434,7 +434,7 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
     assert.equal(rejected.status, 400);
     assert.match(rejected.body.toString(), /invalid_request_error/);
     const forwarded = asUpstream(await istio(picker).request(req, { status: 200 }));
-    assert.ok(forwarded.requestBody.equals(bad));
+    assert.ok(forwarded.requestBody.equals(bad), "forwarded.requestBody.equals(bad)");
   });
 
   test('a body past limits.max_body_bytes is a 413 as soon as it crosses the limit', async () => {
@@ -491,9 +491,9 @@ describe('an Envoy running FULL_DUPLEX_STREAMED without protocol_config (before 
     const before = declared.results.length;
     const out = asUpstream(await olderIstio(declared).request(req, resp));
     assert.ok(out.endpoint && [A, B].includes(out.endpoint), `endpoint ${out.endpoint}`);
-    assert.ok(out.routeCleared);
-    assert.ok(out.requestBody.equals(req.whole));
-    assert.ok(out.responseBody.equals(Buffer.concat(resp.chunks)));
+    assert.ok(out.routeCleared, "out.routeCleared");
+    assert.ok(out.requestBody.equals(req.whole), "out.requestBody.equals(req.whole)");
+    assert.ok(out.responseBody.equals(Buffer.concat(resp.chunks)), "out.responseBody.equals(Buffer.concat(resp.chunks))");
     assert.equal(declared.results[before]?.key?.source, 'body_user');
     assert.equal(out.stats?.spuriousMsgsReceived, 0);
   });

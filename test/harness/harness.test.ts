@@ -161,7 +161,7 @@ describe('envoy-config', () => {
     );
     assert.deepEqual(envoy.earlyHeaderMutations, [{ kind: 'remove', name: 'x-kvgate-cluster' }]);
     const ep = envoy.extProc;
-    assert.ok(ep);
+    assert.ok(ep, "ep");
     assert.equal(ep.failureModeAllow, true);
     assert.equal(ep.messageTimeoutMs, 500);
     assert.equal(ep.grpcCluster, 'kvgate_ext_proc');
@@ -228,7 +228,7 @@ static_resources:
   - name: p
 `);
     const ep = cfg.extProc;
-    assert.ok(ep);
+    assert.ok(ep, "ep");
     assert.deepEqual(ep.processingMode, {
       request_header_mode: 'SEND',
       response_header_mode: 'SEND',
@@ -672,8 +672,8 @@ describe('failure handling', () => {
         assert.equal(o.cluster, 'kvgate_fallback');
         assert.equal(o.requestBody.toString(), POST.body);
         assert.equal(o.messages[0]?.reply, 'request_headers');
-        assert.ok(o.messages.slice(1).every((x) => x.reply === 'closed'));
-        assert.ok(!kinds(srv.received).includes('response_headers'));
+        assert.ok(o.messages.slice(1).every((x) => x.reply === 'closed'), "o.messages.slice(1).every((x) => x.reply === 'closed')");
+        assert.ok(!kinds(srv.received).includes('response_headers'), "!kinds(srv.received).includes('response_headers')");
       },
       failClosed, // a clean close is not a failure, even fail-closed
     );
@@ -727,7 +727,7 @@ describe('message order', () => {
       async (h, srv) => {
         const o = asLocal(await h.request(POST));
         assert.equal(o.status, 413);
-        assert.ok(!kinds(srv.received).includes('request_body'));
+        assert.ok(!kinds(srv.received).includes('request_body'), "!kinds(srv.received).includes('request_body')");
       },
       { config: small },
     );
@@ -948,7 +948,7 @@ describe('stream lifecycle', () => {
         assert.equal(srv.events[0], 'open');
         // The reset follows the half-close; the server may already have finished by then.
         const cancelled = srv.events.indexOf('cancelled');
-        assert.ok(cancelled === -1 || cancelled > srv.events.indexOf('half-close'));
+        assert.ok(cancelled === -1 || cancelled > srv.events.indexOf('half-close'), "cancelled === -1 || cancelled > srv.events.indexOf('half-close')");
         assert.deepEqual(srv.metadata[0]?.get('x-test'), ['yes']);
         assert.equal(srv.hosts[0], 'kvgate_ext_proc'); // Envoy's :authority: the ext_proc cluster name
       },
@@ -961,12 +961,12 @@ describe('stream lifecycle', () => {
       const s = h.openRawStream();
       s.write({ request_headers: { headers: new HeaderList().toProto(), end_of_stream: true } });
       const r = await s.next(1000);
-      assert.ok(!isClosed(r) && !isTimedOut(r));
+      assert.ok(!isClosed(r) && !isTimedOut(r), "!isClosed(r) && !isTimedOut(r)");
       assert.equal((r as ProcessingResponse).response, 'request_headers');
-      assert.ok(isTimedOut(await s.next(20)));
+      assert.ok(isTimedOut(await s.next(20)), "isTimedOut(await s.next(20))");
       s.end();
       const c = await s.next(1000);
-      assert.ok(isClosed(c));
+      assert.ok(isClosed(c), "isClosed(c)");
       assert.equal(c.status.code, grpc.status.OK);
       s.cancel();
     });

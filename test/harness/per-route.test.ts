@@ -236,7 +236,7 @@ describe('harness: per-route ext_proc config and forwarded metadata', () => {
     assert.throws(() => withOverride({ 'envoy.filters.http.cors': { '@type': 'x' } }), /per-route config for envoy.filters.http.cors/);
     assert.throws(() => withOverride({ 'envoy.filters.http.ext_proc': { '@type': PER_ROUTE, disabled: false } }), /disabled must be true/);
     assert.throws(() => withOverride(perRoute({ grpc_initial_metadata: md({ 'x-kvgate-pool': '%REQ(x-pool)%' }) })), /format commands/);
-    assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })));
+    assert.ok(withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) })), "withOverride(perRoute({ grpc_initial_metadata: md({ k: 'v' }) }))");
     // A filter disabled by default (HttpFilter.disabled): modelled for ext_proc, refused for any other.
     const withFilters = (filters: unknown[]) =>
       stringify({

@@ -108,18 +108,18 @@ describe('health', () => {
       // The request carries on: its body is routed, its response headers end it.
       s.write({ request_body: { body: Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] })), end_of_stream: true } } as never);
       const routed = await s.next(5000);
-      assert.ok(!isClosed(routed) && !isTimedOut(routed));
+      assert.ok(!isClosed(routed) && !isTimedOut(routed), "!isClosed(routed) && !isTimedOut(routed)");
       assert.match(routedCluster(routed) ?? '', /^worker_[12]$/);
       s.write({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] }, end_of_stream: false } } as never);
       const resp = await s.next(5000);
-      assert.ok(!isClosed(resp) && !isTimedOut(resp) && resp.response_headers);
+      assert.ok(!isClosed(resp) && !isTimedOut(resp) && resp.response_headers, "!isClosed(resp) && !isTimedOut(resp) && resp.response_headers");
       s.end();
       const closed = await s.next(5000);
       assert.ok(isClosed(closed) && closed.status.code === 0, 'the stream ends OK');
 
       const code = await new Promise<number | null>((resolve) => (gate.proc.exitCode !== null ? resolve(gate.proc.exitCode) : gate.proc.once('exit', resolve)));
       assert.equal(code, 0);
-      assert.ok(gate.lines.some((l) => l['msg'] === 'stopped'));
+      assert.ok(gate.lines.some((l) => l['msg'] === 'stopped'), "gate.lines.some((l) => l['msg'] === 'stopped')");
     } finally {
       h.close();
       await gate.kill();

@@ -25,7 +25,7 @@ test('envoy/pools: clusters, knobs and pinned pools agree with kvgate.yaml', () 
     if (reading.knobs.pool !== undefined) assert.ok(kv.pools.some((pool) => pool.name === reading.knobs.pool), `pool ${reading.knobs.pool} exists`);
   }
   const setMetadata = envoy.httpFilters.find((f) => f.kind === 'set_metadata');
-  assert.ok(setMetadata && setMetadata.kind === 'set_metadata');
+  assert.ok(setMetadata && setMetadata.kind === 'set_metadata', "setMetadata && setMetadata.kind === 'set_metadata'");
   for (const e of setMetadata.entries.filter((x) => x.namespace === 'kvgate')) assert.deepEqual(readKnobs({ context: e.value }).problems, []);
   // The routes with knobs are the ones matched before kvgate answers (no routing header yet).
   for (const vh of envoy.routeConfig.virtualHosts) {

@@ -167,7 +167,7 @@ describe('reload pieces', () => {
     assert.equal(config.limits.max_inflight, 3);
     assert.equal(config.limits.max_body_bytes, running.limits.max_body_bytes);
     assert.equal(config.store.refresh_ms, running.store.refresh_ms);
-    assert.ok(Object.isFrozen(config.limits));
+    assert.ok(Object.isFrozen(config.limits), "Object.isFrozen(config.limits)");
     assert.equal(carryRestartOnly(running, running).config, running);
   });
 

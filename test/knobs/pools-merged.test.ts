@@ -143,7 +143,7 @@ describe('pools in endpoint-picker mode', () => {
 
   test('served-endpoint feedback moves an affinity within the pool, never across pools', async () => {
     const home = endpointOf(await h.request(chat({ session: 'fb', model: MISTRAL })));
-    assert.ok(home === M1 || home === M2);
+    assert.ok(home === M1 || home === M2, "home === M1 || home === M2");
     const sibling = home === M1 ? M2 : M1;
     // Served by a worker of another pool: ignored, the affinity stays.
     await h.request(chat({ session: 'fb', model: MISTRAL, text: 'a' }), served(L1));

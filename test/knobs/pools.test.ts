@@ -69,9 +69,9 @@ for (const backend of backends) {
       for (let i = 0; i < 8; i++) {
         const model = i % 2 === 0 ? LLAMA : MISTRAL;
         const c = cluster(await h.request(chatOn(SHARED_HOST, { model, system: SYSTEM, text: `q${i}` })));
-        assert.ok((model === LLAMA ? LLAMA_CLUSTERS : MISTRAL_CLUSTERS).has(c));
+        assert.ok((model === LLAMA ? LLAMA_CLUSTERS : MISTRAL_CLUSTERS).has(c), "(model === LLAMA ? LLAMA_CLUSTERS : MISTRAL_CLUSTERS).has(c)");
       }
-      assert.ok(seen[LLAMA]!.size > 0 && seen[MISTRAL]!.size > 0);
+      assert.ok(seen[LLAMA]!.size > 0 && seen[MISTRAL]!.size > 0, "seen[LLAMA]!.size > 0 && seen[MISTRAL]!.size > 0");
       // Each pool keeps its own affinity: a session returning to a model finds the worker it had there.
       for (const r of g.results) assert.equal(r.kind, 'route');
       const repeats = g.results.filter((r) => r.kind === 'route' && r.outcome === 'affinity_hit');
@@ -108,7 +108,7 @@ for (const backend of backends) {
       for (let i = 0; i < 4; i++) assert.equal(cluster(await h.request(chatOn(SHARED_HOST, { model: MISTRAL, text: `d${i}` }))), 'mistral_2');
       const llama = new Set<string>();
       for (let i = 0; i < 6; i++) llama.add(cluster(await h.request(chatOn(SHARED_HOST, { model: LLAMA, text: `l${i}` }))));
-      assert.ok([...llama].every((c) => LLAMA_CLUSTERS.has(c)));
+      assert.ok([...llama].every((c) => LLAMA_CLUSTERS.has(c)), "[...llama].every((c) => LLAMA_CLUSTERS.has(c))");
     });
   });
 }

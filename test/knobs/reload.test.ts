@@ -95,7 +95,7 @@ describe('config reload', () => {
     const held = new HeldRequests(h, g);
     await held.hold(Array.from({ length: 8 }, (_, i) => chat({ session: `s${i}` })));
     const onW2 = g.results.filter((r) => r.kind === 'route' && r.worker === 'w2').length;
-    assert.ok(onW2 > 0);
+    assert.ok(onW2 > 0, "onW2 > 0");
 
     const storeTimeout = g.gate.currentConfig.store.timeout_ms;
     writeAtomically(file, stringify(fleet(4, { store: { timeout_ms: storeTimeout + 899 } }, ['w1'])));

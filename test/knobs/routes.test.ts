@@ -88,7 +88,7 @@ describe('per-route knobs through envoy/pools/envoy.yaml', () => {
     assert.equal((JSON.parse(chatShed.body.toString()) as { error: { code: string } }).error.code, 'overloaded');
 
     // Same GPUs, same moment: the batch route's threshold is the pool's 16, so it still fits.
-    assert.ok(LLAMA_CLUSTERS.has(routed(await h.request(completionOn(LLAMA_HOST)))));
+    assert.ok(LLAMA_CLUSTERS.has(routed(await h.request(completionOn(LLAMA_HOST)))), "LLAMA_CLUSTERS.has(routed(await h.request(completionOn(LLAMA_HOST))))");
     await held.hold(Array.from({ length: 16 }, (_, i) => completionOn(LLAMA_HOST, { prompt: `job ${i}` })));
     const batchShed = local(await h.request(completionOn(LLAMA_HOST)));
     assert.equal(batchShed.status, 503);
@@ -100,7 +100,7 @@ describe('per-route knobs through envoy/pools/envoy.yaml', () => {
 
     const outcomes = await held.release();
     assert.equal(outcomes.length, 32);
-    for (const o of outcomes) assert.ok(LLAMA_CLUSTERS.has(routed(o)));
+    for (const o of outcomes) assert.ok(LLAMA_CLUSTERS.has(routed(o)), "LLAMA_CLUSTERS.has(routed(o))");
   });
 
   test('the shared host picks the pool from the model and takes the listener’s defaults', async () => {
@@ -114,7 +114,7 @@ describe('per-route knobs through envoy/pools/envoy.yaml', () => {
     assert.equal(shed.headers.get('retry-after'), '5', 'the listener-wide retry_after_s from set_metadata');
     // The other pool is untouched by mistral's load.
     assert.ok(LLAMA_CLUSTERS.has(routed(await h.request(chatOn(SHARED_HOST, { model: LLAMA })))));
-    for (const o of await held.release()) assert.ok(MISTRAL_CLUSTERS.has(routed(o)));
+    for (const o of await held.release()) assert.ok(MISTRAL_CLUSTERS.has(routed(o)), "MISTRAL_CLUSTERS.has(routed(o))");
   });
 
   test('unknown and invalid knobs are ignored with one log line each; the next layer applies', async () => {
@@ -131,7 +131,7 @@ describe('per-route knobs through envoy/pools/envoy.yaml', () => {
       const out = await h.request({ ...chatOn(SHARED_HOST, { model: MISTRAL, text: `try ${i}` }), metadata: bad });
       assert.ok(MISTRAL_CLUSTERS.has(routed(out)), 'routed by the model: the unknown pool knob was ignored');
       const r = lastResult(g);
-      assert.ok(r.kind === 'route');
+      assert.ok(r.kind === 'route', "r.kind === 'route'");
       assert.equal(r.explanation.mode, 'both', 'the config default policy');
       assert.ok(r.explanation.candidates.every((c) => c.maxInflight === 32), 'the pool’s own limit');
     }

@@ -70,7 +70,7 @@ describe('proto/ with buf', { concurrency: true }, () => {
   test('the server loads ExternalProcessor/Process from proto/', () => {
     const svc = extProcServiceDefinition();
     assert.equal(svc.Process?.path, '/envoy.service.ext_proc.v3.ExternalProcessor/Process');
-    assert.ok(svc.Process?.requestStream && svc.Process?.responseStream);
+    assert.ok(svc.Process?.requestStream && svc.Process?.responseStream, "svc.Process?.requestStream && svc.Process?.responseStream");
   });
 });
 
@@ -272,7 +272,7 @@ describe('wire compatibility with the npm copy of the Envoy API', () => {
         checked++;
       }
     }
-    assert.ok(checked >= shared.length);
+    assert.ok(checked >= shared.length, "checked >= shared.length");
   });
 
   test('what only kvgate declares (protocol_config, streamed_response) is skipped by the older copy, and the rest survives', () => {

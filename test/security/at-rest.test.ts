@@ -100,7 +100,7 @@ test('no raw session id or prompt text in Redis (sent or stored), in any log lin
       }
     }
     // What is there instead: the hash.
-    assert.ok(stored.includes(hashSessionId(SESSIONS.header)));
+    assert.ok(stored.includes(hashSessionId(SESSIONS.header)), "stored.includes(hashSessionId(SESSIONS.header))");
     assert.ok(stored.includes(hashSessionId(SESSIONS.slow)), 'the degraded placement was written back, hashed');
   } finally {
     h.close();

@@ -69,7 +69,7 @@ describe('limits at their edges', () => {
     await s.next(5000);
     s.write({ request_body: { body: Buffer.alloc(grpcLimit + 1, 0x61), end_of_stream: true } } as ProcessingRequest);
     const ev = await s.next(5000);
-    assert.ok(!isTimedOut(ev) && isClosed(ev));
+    assert.ok(!isTimedOut(ev) && isClosed(ev), "!isTimedOut(ev) && isClosed(ev)");
     assert.equal(ev.status.code, GrpcStatus.RESOURCE_EXHAUSTED);
     // Just under it, the body reaches the gate, which answers 413 itself.
     const under = await h.request(post(Buffer.alloc(grpcLimit - 1024, 0x61)));

@@ -24,7 +24,7 @@ test('two Migrators on one store, both told a worker turned pressured: one round
   await store.setWorkerState(gate.pool, 'w2', 'draining');
   for (let i = 0; i < 8; i++) {
     const r = await gate.route(chatRequest(`turn of session ${i}`, { session: `mig-${i}` }));
-    assert.ok(r.kind === 'route' && r.worker === 'w1');
+    assert.ok(r.kind === 'route' && r.worker === 'w1', "r.kind === 'route' && r.worker === 'w1'");
     if (r.kind === 'route') await gate.release(r.lease);
   }
   await store.setWorkerState(gate.pool, 'w2', undefined);
@@ -35,5 +35,5 @@ test('two Migrators on one store, both told a worker turned pressured: one round
   await a.pressured('w1', 'kv_pressure', true);
   await b.pressured('w1', 'kv_pressure', true);
   assert.equal(events.length, 4, 'half of the 8 sessions, once');
-  assert.ok(events.every((e) => e.from === 'w1' && e.to === 'w2'));
+  assert.ok(events.every((e) => e.from === 'w1' && e.to === 'w2'), "events.every((e) => e.from === 'w1' && e.to === 'w2')");
 });

@@ -156,7 +156,7 @@ describe('metrics parsing', () => {
       '',
     ].join('\n');
     const s = parseSignals(text, 'vllm').signals;
-    assert.ok(s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined);
+    assert.ok(s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined, "s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined");
     assert.ok(s.fbUsedMiB / (s.fbUsedMiB + s.fbFreeMiB) >= 0.875, `${s.fbUsedMiB} used, ${s.fbFreeMiB} free`);
     assert.deepEqual(assessHealth({ signals: s, ageMs: 10, failures: 0 }, T, true).codes, ['memory_pressure']);
   });

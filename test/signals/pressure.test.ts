@@ -92,7 +92,7 @@ describe('worker load and health', () => {
         assert.equal(e['from'], 'w1');
         assert.ok(['w2', 'w3'].includes(e['to']!));
         assert.equal(e['reason'], 'kv_pressure');
-        assert.ok(Number(e['time']) > 0);
+        assert.ok(Number(e['time']) > 0, "Number(e['time']) > 0");
       }
       for (const s of cold) assert.notEqual(clusterOf(await hb.request(chat({ session: s, text: 'moved?' }))), 'worker_1', `${s} moved`);
     } finally {
@@ -133,7 +133,7 @@ describe('worker load and health', () => {
     const t0 = Date.now();
     const out = await ha.request(chat({ session: 'nobody-home' }));
     assert.equal(out.kind === 'local' && out.status, 429);
-    assert.ok(Date.now() - t0 < 1000);
+    assert.ok(Date.now() - t0 < 1000, "Date.now() - t0 < 1000");
     for (const s of m) await s.control({ kv_usage: 0.1 });
     await waitFor(async () => (await workers(a.admin)).every((w) => w.state === 'healthy'), 3000, 'all healthy again');
   });
@@ -142,7 +142,7 @@ describe('worker load and health', () => {
     const ws = (await (await fetch(`${a.admin}/workers`)).json()) as { workers: Array<{ id: string; signals: { kv_usage: number; age_ms: number } }> };
     for (const w of ws.workers) {
       assert.equal(typeof w.signals.kv_usage, 'number');
-      assert.ok(w.signals.age_ms >= 0 && w.signals.age_ms < 2000);
+      assert.ok(w.signals.age_ms >= 0 && w.signals.age_ms < 2000, "w.signals.age_ms >= 0 && w.signals.age_ms < 2000");
     }
   });
 });

@@ -59,7 +59,7 @@ test('signal ages come from the store’s clock: a replica whose clock is an hou
   const store = new RedisStore(opts);
   const realNow = Date.now;
   try {
-    assert.ok(await store.waitReady(3000));
+    assert.ok(await store.waitReady(3000), "await store.waitReady(3000)");
     Date.now = () => realNow() + 3_600_000; // this process believes it is an hour later
     await store.publishSignals('p', 'w', { signals: { kvUsage: 0.3 } });
     const rec = (await store.readSignals('p')).get('w');

@@ -147,7 +147,7 @@ describe('baseline policies', () => {
     p.firstToken(a);
     p.completed(a);
     const fresh = p.costs(req([1, 2, 3, 4]));
-    assert.ok(fresh[w]!.cost < fresh[1 - w]!.cost);
+    assert.ok(fresh[w]!.cost < fresh[1 - w]!.cost, "fresh[w]!.cost < fresh[1 - w]!.cost");
     p.route(req([50]), 121); // expiry runs at routing time
     const later = p.costs(req([1, 2, 3, 4]));
     assert.equal(later[w]!.uncached, 400);

@@ -33,7 +33,7 @@ describe('kvgate sim: a priority mix under overload', () => {
       s.add(classes[i]!);
       bySession.set(r.sessionId, s);
     });
-    assert.ok(bySession.size > 10);
+    assert.ok(bySession.size > 10, "bySession.size > 10");
     for (const s of bySession.values()) assert.equal(s.size, 1);
     const share = classes.filter((c) => c === 'standard').length / classes.length;
     assert.ok(share > 0.35 && share < 0.65, `standard share ${share}`);

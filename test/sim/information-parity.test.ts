@@ -40,7 +40,7 @@ describe('every policy that reads engine metrics gets them as a real router does
   test('observations arrive only at read times, each carrying the age of the scrape it holds', async () => {
     const p = new Recorder();
     await simulate(longJob(), p, { fleet, cost: HAND_COST, signals: { scrapeIntervalMs: 200, readIntervalMs: 300 } });
-    assert.ok(p.seen.length > 10);
+    assert.ok(p.seen.length > 10, "p.seen.length > 10");
     for (const [i, s] of p.seen.entries()) {
       assert.ok(Math.abs(s.t - i * 0.3) < 1e-9, `read ${i} at ${s.t}`);
       // The latest scrape at a read at t was taken at floor(t / 0.2) × 0.2, or (a read at the
@@ -94,6 +94,6 @@ describe('every policy that reads engine metrics gets them as a real router does
     };
     await simulate(longJob(), p, { fleet, cost: HAND_COST, signals: { scrapeIntervalMs: 200, readIntervalMs: 300 } });
     assert.ok(ages.some((a) => Math.abs(a - 100) < 1e-6), `a read 100 ms after its scrape: ${ages.slice(0, 6).join(', ')}`);
-    assert.ok(ages.every((a) => a >= 0 && a < 200 + 1e-6));
+    assert.ok(ages.every((a) => a >= 0 && a < 200 + 1e-6), "ages.every((a) => a >= 0 && a < 200 + 1e-6)");
   });
 });

@@ -123,7 +123,7 @@ describe('the kvgate policy runs the real Gate', () => {
     const w = handWorkload([{ at: 0, prompt: 300, out: 600, blocks: [1, 2, 3], session: 'big' }]);
     const run = await simulate(w, p, { fleet: HAND_FLEET, cost: HAND_COST });
     const at = run.outcomes[0]!.worker;
-    assert.ok(seen.length > 2);
+    assert.ok(seen.length > 2, "seen.length > 2");
     assert.ok(seen.every((s, i) => i === 0 || Math.abs(s.t - seen[i - 1]!.t - 0.1) < 1e-9), 'every 100 ms');
     assert.ok(seen.some((s) => (s.kv[at] ?? 0) >= 0.85), 'the pinned KV crossed 85% in a scrape');
   });
@@ -134,7 +134,7 @@ describe('the kvgate policy runs the real Gate', () => {
     const run = await simulate(w, p, { fleet: { ...HAND_FLEET, workers: 4, cacheTokens: 400_000 }, cost: HAND_COST });
     const decided = [...p.outcomes.values()].reduce((a, b) => a + b, 0);
     assert.equal(decided, 150);
-    assert.ok(run.outcomes.every((o) => o.worker >= 0));
-    assert.ok((p.outcomes.get('affinity_hit') ?? 0) > 0);
+    assert.ok(run.outcomes.every((o) => o.worker >= 0), "run.outcomes.every((o) => o.worker >= 0)");
+    assert.ok((p.outcomes.get('affinity_hit') ?? 0) > 0, "(p.outcomes.get('affinity_hit') ?? 0) > 0");
   });
 });

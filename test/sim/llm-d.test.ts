@@ -14,7 +14,7 @@ function req(blocks: number[], session?: string): SimRequest {
 const range = (from: number, n: number) => Array.from({ length: n }, (_, i) => from + i);
 const idle = (n: number): WorkerObservation[] => Array.from({ length: n }, () => ({ running: 0, waiting: 0, kvUsage: 0 }));
 function worker(c: RouteChoice): number {
-  assert.ok('worker' in c);
+  assert.ok('worker' in c, "'worker' in c");
   return c.worker;
 }
 
@@ -61,8 +61,8 @@ describe("llm-d's default scheduling profile, scorer by scorer", () => {
     p.observe(obs);
     const s = p.scores(req(range(0, 16)));
     const other = (first + 1) % 3;
-    assert.ok(Math.abs(s[first]! - (2 * 0 + 2 * 0.7 + 3 * 1)) < 1e-12);
-    assert.ok(Math.abs(s[other]! - (2 * 1 + 2 * 1 + 3 * 0)) < 1e-12);
+    assert.ok(Math.abs(s[first]! - (2 * 0 + 2 * 0.7 + 3 * 1)) < 1e-12, "Math.abs(s[first]! - (2 * 0 + 2 * 0.7 + 3 * 1)) < 1e-12");
+    assert.ok(Math.abs(s[other]! - (2 * 1 + 2 * 1 + 3 * 0)) < 1e-12, "Math.abs(s[other]! - (2 * 1 + 2 * 1 + 3 * 0)) < 1e-12");
     assert.equal(worker(p.route(req(range(0, 16)))), first);
     // Half the prompt matched against a queue of 10: 2·0 + 2·0.7 + 3·0.5 = 2.9 < 4 elsewhere.
     obs[first] = { running: 4, waiting: 10, kvUsage: 0.3 };

@@ -82,7 +82,7 @@ describe("kvgate's preemptive migration runs in the simulator, on the simulated 
   test("a moved session's next turn goes to its new worker, which recomputes what it does not hold; its own KV left the old worker, the shared prompt stayed", async () => {
     const { run: r, w } = await run(workload(true));
     const moved = r.sessionMoves.filter((m) => m.sessionId !== 'hog');
-    assert.ok(moved.length >= 2);
+    assert.ok(moved.length >= 2, "moved.length >= 2");
     for (const m of moved) {
       const first = r.outcomes[turn(w, m.sessionId, 0)]!;
       const next = r.outcomes[turn(w, m.sessionId, 1)]!;

@@ -38,7 +38,7 @@ describe('scaling a session trace up by re-salted copies', () => {
     const shared = sharedBlocks(w);
     assert.equal(shared.size, 6);
     for (const r of w.requests) assert.deepEqual(r.blocks.slice(0, 6).every((b) => shared.has(b)), true);
-    assert.ok(w.requests.every((r) => r.blocks.slice(6).every((b) => !shared.has(b))));
+    assert.ok(w.requests.every((r) => r.blocks.slice(6).every((b) => !shared.has(b))), "w.requests.every((r) => r.blocks.slice(6).every((b) => !shared.has(b)))");
   });
 
   test('a copy keeps the shared blocks, gets private blocks of its own, and its turns still extend one another', () => {
@@ -55,7 +55,7 @@ describe('scaling a session trace up by re-salted copies', () => {
     const privateOf = (ts: SimRequest[]) => new Set(ts.flatMap((t) => t.blocks.slice(6)));
     const [po, p1, p2] = [orig!, one!, two!].map(privateOf);
     assert.equal(p1!.size, po!.size);
-    for (const b of p1!) assert.ok(!po!.has(b) && !p2!.has(b));
+    for (const b of p1!) assert.ok(!po!.has(b) && !p2!.has(b), "!po!.has(b) && !p2!.has(b)");
     // A copy's second turn starts with its first turn's blocks: it hits its own cache.
     assert.deepEqual(one![1]!.blocks.slice(0, one![0]!.blocks.length), one![0]!.blocks);
     // And the text the router sees is salted the same way (kvgate hashes the text itself).
@@ -95,12 +95,12 @@ describe('scaling a session trace up by re-salted copies', () => {
     const prompt = w.requests.reduce((n, r) => n + r.promptTokens, 0) / w.requests.length;
     const out = 8;
     const service = DEFAULT_COST_MODEL.prefillOverheadS + (prompt * (1 - hit) + out) / DEFAULT_COST_MODEL.prefillTokensPerS;
-    assert.ok(Math.abs(c.computeRps - 4 / service) < 1e-9);
+    assert.ok(Math.abs(c.computeRps - 4 / service) < 1e-9, "Math.abs(c.computeRps - 4 / service) < 1e-9");
     assert.equal(c.capacityRps, Math.min(c.computeRps, c.memoryRps));
     // A cache too small for the requests running at once makes memory the limit.
     const tiny = measureCapacity(w, { ...fleet, cacheTokens: 2000 }, DEFAULT_COST_MODEL);
-    assert.ok(tiny.memoryRps < tiny.computeRps && tiny.capacityRps === tiny.memoryRps);
+    assert.ok(tiny.memoryRps < tiny.computeRps && tiny.capacityRps === tiny.memoryRps, "tiny.memoryRps < tiny.computeRps && tiny.capacityRps === tiny.memoryRps");
     assert.ok(hit > 0.3, 'the instructions and earlier turns are reused');
-    assert.ok(Math.abs(c.naturalRps - 5 / 4.5) < 1e-9);
+    assert.ok(Math.abs(c.naturalRps - 5 / 4.5) < 1e-9, "Math.abs(c.naturalRps - 5 / 4.5) < 1e-9");
   });
 });

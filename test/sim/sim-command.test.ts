@@ -41,7 +41,7 @@ describe('kvgate sim', () => {
       for (const k of ['policy', 'hit_rate', 'ttft_p50_s', 'ttft_p99_s', 'throughput_tok_s', 'imbalance', 'migrations', 'shed']) {
         assert.ok(k in r, `${String(r['policy'])} lacks ${k}`);
       }
-      assert.ok((r['hit_rate'] as number) >= 0 && (r['hit_rate'] as number) <= 1);
+      assert.ok((r['hit_rate'] as number) >= 0 && (r['hit_rate'] as number) <= 1, "(r['hit_rate'] as number) >= 0 && (r['hit_rate'] as number) <= 1");
     }
     assert.equal(typeof rows[0]!['ttft_p99_s'], 'number');
   });

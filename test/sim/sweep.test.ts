@@ -88,7 +88,7 @@ describe('kvgate sim --sweep', () => {
     assert.equal(g.load, 1.35);
     assert.equal(g.missedAt, 1.4);
     assert.deepEqual(g.probes.map((p) => p.meetsSlo), [true, true]);
-    assert.ok(Math.abs(g.probes[0]!.ttftP99OfferedS! - 1.3 / 1.37) < 1e-12);
+    assert.ok(Math.abs(g.probes[0]!.ttftP99OfferedS! - 1.3 / 1.37) < 1e-12, "Math.abs(g.probes[0]!.ttftP99OfferedS! - 1.3 / 1.37) < 1e-12");
   });
 
   test('goodput search: a policy within the SLO at the grid\'s top load is run higher until it misses, then bisected', async () => {
@@ -99,7 +99,7 @@ describe('kvgate sim --sweep', () => {
     assert.deepEqual(ran, [2, 2.5, 2.25, 2.375, 2.313, 2.282]);
     assert.equal(g.load, 2.282);
     assert.equal(g.missedAt, 2.313);
-    assert.ok(g.missedAt - g.load <= 0.05 + 1e-9);
+    assert.ok(g.missedAt - g.load <= 0.05 + 1e-9, "g.missedAt - g.load <= 0.05 + 1e-9");
   });
 
   test('goodput search: stops at the highest load searched, still a lower bound (no load missed)', async () => {
@@ -160,8 +160,8 @@ describe('kvgate sim --sweep', () => {
       const grid = goodputs(r.rows, [g.policy], r.capacity.capacityRps)[0]!;
       assert.ok(g.load >= grid.load, `${g.policy}: ${g.load} below the grid's ${grid.load}`);
       assert.ok(g.probes.length > 0, `${g.policy}: searched nothing`);
-      if (g.missedAt !== null) assert.ok(g.missedAt - g.load <= 0.05 + 1e-9 && g.missedAt > g.load);
-      assert.ok(Math.abs(g.rps - g.load * r.capacity.capacityRps) < 1e-9);
+      if (g.missedAt !== null) assert.ok(g.missedAt - g.load <= 0.05 + 1e-9 && g.missedAt > g.load, "g.missedAt - g.load <= 0.05 + 1e-9 && g.missedAt > g.load");
+      assert.ok(Math.abs(g.rps - g.load * r.capacity.capacityRps) < 1e-9, "Math.abs(g.rps - g.load * r.capacity.capacityRps) < 1e-9");
     }
     // A probe at a grid load gives the grid's row: one policy's run does not depend on the others'.
     const probe = r.goodput.find((g) => g.policy === 'round-robin')!.probes[0]!;
@@ -183,11 +183,11 @@ describe('kvgate sim --sweep', () => {
     const rows = JSON.parse(await sim(['--trace', dir, '--sweep', '--json', '--requests', '40', '--workers', '2'])) as Array<Record<string, unknown>>;
     const loads = [...new Set(rows.map((x) => x['load']))];
     assert.deepEqual(loads, [...DEFAULT_LOADS]);
-    assert.ok(rows.every((x) => typeof x['goodput_load'] === 'number' && typeof x['ttft_p99_s'] === 'number' && Array.isArray(x['goodput_probes']) && 'goodput_missed_at' in x));
-    assert.ok(!rows.some((x) => x['policy'] === 'pooled-bound'));
-    assert.ok(rows.some((x) => x['policy'] === 'llm-d-session'));
+    assert.ok(rows.every((x) => typeof x['goodput_load'] === 'number' && typeof x['ttft_p99_s'] === 'number' && Array.isArray(x['goodput_probes']) && 'goodput_missed_at' in x), "rows.every((x) => typeof x['goodput_load'] === 'number' && typeof x['ttft_p99_s'] === 'number' && Array.isArray(x['goodput_probes']) && 'goodput_missed_at' in x)");
+    assert.ok(!rows.some((x) => x['policy'] === 'pooled-bound'), "!rows.some((x) => x['policy'] === 'pooled-bound')");
+    assert.ok(rows.some((x) => x['policy'] === 'llm-d-session'), "rows.some((x) => x['policy'] === 'llm-d-session')");
     // Three sessions cannot make load 1.2: copies of them do.
-    assert.ok((rows.find((x) => x['load'] === 1.2)!['copies'] as number) > 1);
+    assert.ok((rows.find((x) => x['load'] === 1.2)!['copies'] as number) > 1, "(rows.find((x) => x['load'] === 1.2)!['copies'] as number) > 1");
   });
 
   test('--report draws TTFT against load per policy', async () => {

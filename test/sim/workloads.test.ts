@@ -37,7 +37,7 @@ describe('workloads', () => {
     assert.deepEqual(w.requests.map((r) => r.blocks.length), [2, 1, 3]);
     assert.equal(w.requests[0]!.blocks[0], w.requests[2]!.blocks[0]);
     assert.equal(w.requests[0]!.blocks[1], w.requests[2]!.blocks[1]);
-    assert.ok(w.requests.every((r) => r.sessionId === undefined));
+    assert.ok(w.requests.every((r) => r.sessionId === undefined), "w.requests.every((r) => r.sessionId === undefined)");
     // Equal id prefixes give equal text prefixes, ~2 KB per block, cut to the prompt length.
     const [t0, , t2] = w.requests.map((r) => r.text());
     assert.equal(t0!.length, 1100 * 4);
@@ -71,7 +71,7 @@ describe('workloads', () => {
     assert.equal(second.outputTokens, 2); // "done!" ≈ 2 tokens
     // The second turn extends the first: its block chain starts with the first's.
     const first = w.requests[0]!;
-    assert.ok(first.blocks.length >= 2);
+    assert.ok(first.blocks.length >= 2, "first.blocks.length >= 2");
     assert.deepEqual(second.blocks.slice(0, first.blocks.length), first.blocks);
     assert.deepEqual([...continuationParents(w)], [-1, -1, 0]);
   });
@@ -127,10 +127,10 @@ describe('workloads', () => {
 
   test('synthetic sessions: chat and agent turns extend their previous turn; rag and system prompts have no session', () => {
     const chat = syntheticWorkload('chat', { requests: 200, seed: 1 });
-    assert.ok(chat.requests.every((r) => r.sessionId?.startsWith('chat-')));
+    assert.ok(chat.requests.every((r) => r.sessionId?.startsWith('chat-')), "chat.requests.every((r) => r.sessionId?.startsWith('chat-'))");
     const parents = continuationParents(chat);
     const continued = chat.requests.filter((r) => parents[r.index]! >= 0);
-    assert.ok(continued.length > 50);
+    assert.ok(continued.length > 50, "continued.length > 50");
     for (const r of continued) assert.equal(chat.requests[parents[r.index]!]!.sessionId, r.sessionId);
     assert.ok(syntheticWorkload('rag', { requests: 50, seed: 1 }).requests.every((r) => r.sessionId === undefined));
     assert.ok(syntheticWorkload('system-prompt', { requests: 50, seed: 1 }).requests.every((r) => r.sessionId === undefined));
@@ -144,6 +144,6 @@ describe('workloads', () => {
     assert.equal(m.blockTokens, 512);
     const a = loadTrace(join(shared, 'agent-sessions/taubench'), { maxRequests: 100 });
     assert.equal(a.requests.length, 100);
-    assert.ok(a.requests.every((r) => r.sessionId !== undefined));
+    assert.ok(a.requests.every((r) => r.sessionId !== undefined), "a.requests.every((r) => r.sessionId !== undefined)");
   });
 });

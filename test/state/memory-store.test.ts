@@ -49,7 +49,7 @@ describe('MemoryStore commit check against the snapshot rule', () => {
         }
         for (const [w, n] of s.prefixes) {
           const r = store.commitSync({ ...base, key: undefined, blocks: chainOf(n), worker: w, preconditions: NO_PRECONDITIONS });
-          assert.ok(r.ok);
+          assert.ok(r.ok, "r.ok");
           if (r.ok) void store.release(r.lease);
         }
         for (const [w, st] of s.states) void store.setWorkerState('p', w, st);
@@ -79,7 +79,7 @@ describe('MemoryStore prefix index under worker churn', () => {
       // A rollout step: pod i joins as pod i-2 leaves (each reload makes a new list).
       const workers = [`pod-${i - 1}`, `pod-${i}`];
       const r = store.commitSync(commitRequest({ workers, blocks: prompt(`sys${i % 7}`), worker: `pod-${i}`, prefixTtlMs: ttl }));
-      assert.ok(r.ok);
+      assert.ok(r.ok, "r.ok");
       if (r.ok) void store.release(r.lease);
       // Half the removed pods' blocks lapse before the next step; the others' are still live then.
       now += i % 2 === 0 ? ttl + 1 : 10;
@@ -99,7 +99,7 @@ describe('MemoryStore session lists under a small affinity capacity', () => {
     const workers = ['w1', 'w2'];
     for (let i = 0; i < 500; i++) {
       const r = store.commitSync(commitRequest({ workers, worker: workers[i % 2]!, key: `session-${i}` }));
-      assert.ok(r.ok);
+      assert.ok(r.ok, "r.ok");
       if (r.ok) void store.release(r.lease);
     }
     // Read in place: coldSessions would prune forgotten keys as it lists them and hide a leak.

@@ -214,7 +214,7 @@ describe('key expiry only ever extends', () => {
     const long = await decide(redis, keys, { workers, key: undefined, blocks: older }, { ...commitOn('w1', undefined), prefixTtlMs: HOUR, capacityBlocks: 100 });
     assert.equal(long.ok, true);
     // A new key gets an expiry (a key without one must not be read as lasting longer).
-    assert.ok((await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000);
+    assert.ok((await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000, "(await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000");
     const short = await decide(redis, keys, { workers, key: undefined, blocks: prompt('new') }, { ...commitOn('w1', undefined), prefixTtlMs: 100, capacityBlocks: 100 });
     assert.equal(short.ok, true);
     assert.ok((await redis.pttl(keys.holdings('w1'))) > HOUR - 60_000, 'holdings key expiry cut short');

@@ -88,7 +88,7 @@ async function withRedis(fn: (env: RedisEnv) => Promise<void>, opts: { proxy?: b
 storeContract('redis', async () => {
   const redis = await startRedis();
   const store = redisStore(redis.url);
-  assert.ok(await store.waitReady(3000));
+  assert.ok(await store.waitReady(3000), "await store.waitReady(3000)");
   return {
     store,
     cleanup: async () => {
@@ -143,7 +143,7 @@ describe('redis store specifics', () => {
       const b = await store();
       const workers = ['w1', 'w2'];
       const res = await a.commit(commitRequest({ workers, worker: 'w2', key: 's:shared' }));
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
       const seen = await b.snapshot({ pool: 'p', key: 's:shared', workers, blocks: [] });
       assert.equal(seen.affinity, 'w2');
       assert.equal(seen.inflight.get('w2'), 1);
@@ -151,7 +151,7 @@ describe('redis store specifics', () => {
       // commit and hands back the truth instead of overwriting a's placement; the same commit for a
       // key nobody placed goes through (the control: nothing else made it fail).
       const fresh = await b.commit(commitRequest({ workers, worker: 'w1', key: 's:other' }));
-      assert.ok(fresh.ok);
+      assert.ok(fresh.ok, "fresh.ok");
       const race = await b.commit(commitRequest({ workers, worker: 'w1', key: 's:shared' }));
       assert.equal(race.ok, false);
       assert.equal(race.snapshot.affinity, 'w2');
@@ -163,7 +163,7 @@ describe('redis store specifics', () => {
       const workers = ['w1', 'w2'];
       const q = { pool: 'p', key: undefined, workers, blocks: [] };
       const commit = (key: string, affinity?: string) => a.commit(commitRequest({ workers, worker: 'w1', key, preconditions: { affinity } }));
-      assert.ok((await commit('s:placed')).ok);
+      assert.ok((await commit('s:placed')).ok, "(await commit('s:placed')).ok");
       assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 1);
       // Sent in this order, run by Redis in this order, answered in this order: when the failing
       // one's reply comes, the other two are still on their way.
@@ -174,7 +174,7 @@ describe('redis store specifics', () => {
       assert.equal(lost.ok, false);
       // A failed commit's state answers for Redis: commits that may yet fail do not fill a worker there.
       if (!lost.ok) assert.equal(lost.snapshot.inflight.get('w1'), 1);
-      for (const r of await Promise.all(sent)) assert.ok(r.ok);
+      for (const r of await Promise.all(sent)) assert.ok(r.ok, "r.ok");
       assert.equal(a.cachedSnapshot(q).inflight.get('w1'), 3, 'each held commit counted once, through Redis’s reply');
       assert.equal(a.cachedSnapshot(q).inflight.get('w2'), 0);
     }));
@@ -202,7 +202,7 @@ describe('redis store specifics', () => {
       const held = await first;
       assert.ok(held.ok && held.degraded, 'checked locally below 1 on w1: the second commit, still on its way, is not counted');
       const other = await second;
-      assert.ok(other.ok && other.degraded);
+      assert.ok(other.ok && other.degraded, "other.ok && other.degraded");
       assert.ok(Date.now() - pausedAt < PAUSE_MS, `all of it happened while Redis was paused (${Date.now() - pausedAt} ms)`);
       await new Promise((r) => setTimeout(r, PAUSE_MS - (Date.now() - pausedAt) + 50));
       for (const l of [held, other]) if (l.ok) await store.release(l.lease);
@@ -217,7 +217,7 @@ describe('redis store specifics', () => {
       const busy = async (s: RoutingStore) => {
         for (const worker of ['w2', 'w3']) {
           const r = await s.commit(commitRequest({ pool: 'default', workers, worker }));
-          assert.ok(r.ok);
+          assert.ok(r.ok, "r.ok");
         }
       };
       const burst = async (s: RoutingStore) => {
@@ -240,11 +240,11 @@ describe('redis store specifics', () => {
       const store = await open({ timeoutMs: 100 });
       const workers = ['w1', 'w2'];
       const first = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:d' }));
-      assert.ok(first.ok);
+      assert.ok(first.ok, "first.ok");
       await redis.kill();
       const t0 = Date.now();
       const res = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:d', preconditions: { affinity: 'w1', below: [{ worker: 'w1', limit: 10 }] } }));
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
       assert.equal(res.degraded, true);
       assert.equal(res.lease.shared, false);
       assert.ok(Date.now() - t0 < 1000, 'falls back quickly');
@@ -291,7 +291,7 @@ describe('redis store specifics', () => {
         // so ioredis resends the script as EVAL; it reaches Redis at 240 ms, after the 200 ms
         // deadline at which the gate decided locally.
         const late = await store.commit(commitRequest({ workers, key: 's:late', worker: 'w2' }));
-        assert.ok(late.ok);
+        assert.ok(late.ok, "late.ok");
         assert.equal(late.degraded, true, 'decided locally past the deadline');
         await new Promise((r) => setTimeout(r, 900));
         assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0, 'no lease nobody holds (it would count against w2 until its TTL)');
@@ -322,7 +322,7 @@ describe('redis store specifics', () => {
         assert.ok(second.ok && !second.degraded, 'committed in Redis');
         assert.ok(tookMs < 330, `the second commit took ${Math.round(tookMs)} ms: it waited for the first one's reply`);
         const firstResult = await first;
-        assert.ok(firstResult.ok);
+        assert.ok(firstResult.ok, "firstResult.ok");
         await store.release(firstResult.lease);
         await store.release(second.lease);
       },
@@ -337,7 +337,7 @@ describe('redis store specifics', () => {
       const workers = ['w1', 'w2'];
       const leases = 'kvgate-test:{p}:f:w1';
       const held = await store.commit(commitRequest({ workers, key: 's:long', worker: 'w1' }));
-      assert.ok(held.ok && !held.degraded);
+      assert.ok(held.ok && !held.degraded, "held.ok && !held.degraded");
       const live = async () => raw.zcount(leases, `(${await redisNow(raw)}`, '+inf');
       assert.equal(await live(), 1);
       // Redis blocked past the lease's TTL: the renewals sent meanwhile time out in the store and
@@ -401,7 +401,7 @@ describe('redis store specifics', () => {
       assert.equal((await store.snapshot(q('s:brief'))).affinity, undefined, 'a lapsed one is not: the worker may have dropped its cache');
       // Placed anew while degraded: the commit expects no affinity, as Redis would have had none.
       const placed = await store.commit(commitRequest({ workers, key: 's:brief', worker: 'w2', affinityTtlMs: 60_000 }));
-      assert.ok(placed.ok && placed.degraded);
+      assert.ok(placed.ok && placed.degraded, "placed.ok && placed.degraded");
       await store.release(placed.lease);
     }));
 
@@ -414,7 +414,7 @@ describe('redis store specifics', () => {
         proxy!.setDown(true);
         // Decided on local state; Redis keeps its data.
         const during = await store.commit(commitRequest({ workers, key: 's:during', worker: 'w1' }));
-        assert.ok(during.ok && during.degraded);
+        assert.ok(during.ok && during.degraded, "during.ok && during.degraded");
         proxy!.setDown(false);
         const until = Date.now() + 5000;
         while ((await raw.get('kvgate-test:{p}:a:s:during')) !== 'w1') {
@@ -460,7 +460,7 @@ describe('redis store specifics', () => {
       assert.equal(entries.length, 1);
       const fields = Object.fromEntries(chunk(entries[0]![1]));
       assert.deepEqual({ ...fields, time: undefined }, { session: 'abc', from: 'w1', to: 'w2', reason: 'kv_pressure', time: undefined });
-      assert.ok(Number(fields['time']) > 1e12);
+      assert.ok(Number(fields['time']) > 1e12, "Number(fields['time']) > 1e12");
       assert.equal(store.offloadStreamKey('p'), 'kvgate-test:{p}:offload');
     }));
 
@@ -481,7 +481,7 @@ describe('redis store: releases ride on the next command', () => {
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
       const res = await store.commit(commitRequest({ workers, key: 's:alone', worker: 'w1' }));
-      assert.ok(res.ok && !res.degraded);
+      assert.ok(res.ok && !res.degraded, "res.ok && !res.degraded");
       assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1);
       // No refresh (60 s) and no other command: only the flush timer can send it, and the 30 s
       // lease TTL is far off.
@@ -497,7 +497,7 @@ describe('redis store: releases ride on the next command', () => {
       let mon: Awaited<ReturnType<typeof monitor.monitor>> | undefined;
       try {
         const first = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1' }));
-        assert.ok(first.ok && !first.degraded);
+        assert.ok(first.ok && !first.degraded, "first.ok && !first.degraded");
         mon = await monitor.monitor();
         mon.on('monitor', (_t: string, args: string[], source: string) => lines.push({ source, cmd: args[0]!.toLowerCase() }));
         await new Promise((r) => setTimeout(r, 50));
@@ -524,13 +524,13 @@ describe('redis store: releases ride on the next command', () => {
       async ({ raw, proxy, store: open }) => {
         const store = await open({ timeoutMs: 100, refreshMs: 100 }, { viaProxy: true });
         const first = await store.commit(commitRequest({ workers, key: 's:lost', worker: 'w1' }));
-        assert.ok(first.ok && !first.degraded);
+        assert.ok(first.ok && !first.degraded, "first.ok && !first.degraded");
         proxy!.setDown(true);
         await new Promise((r) => setTimeout(r, 50));
         // The release rides on this commit, which cannot reach Redis (it is decided locally).
         const released = store.release(first.lease);
         const during = await store.commit(commitRequest({ workers, key: 's:other', worker: 'w2' }));
-        assert.ok(during.ok && during.degraded);
+        assert.ok(during.ok && during.degraded, "during.ok && during.degraded");
         await released;
         assert.equal(await raw.zcard('kvgate-test:{p}:f:w1'), 1, 'Redis still counts it (30 s lease TTL)');
         proxy!.setDown(false);
@@ -578,7 +578,7 @@ describe('redis store: releases ride on the next command', () => {
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
       const res = await store.commit(commitRequest({ workers, key: 's:closing', worker: 'w2' }));
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
       const released = store.release(res.lease);
       await store.close();
       await released;
@@ -590,7 +590,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
   const workers = ['w1', 'w2', 'w3'];
   const commitOn = async (store: RedisStore, worker: string, blocks: readonly string[], extra: { prefixTtlMs?: number; capacityBlocks?: number } = {}) => {
     const res = await store.commit(commitRequest({ workers, blocks, worker, capacityBlocks: 1000, ...extra }));
-    assert.ok(res.ok && !res.degraded);
+    assert.ok(res.ok && !res.degraded, "res.ok && !res.degraded");
     await store.release(res.lease);
   };
   const depths = async (store: RedisStore, blocks: readonly string[]) => (await store.snapshot({ pool: 'p', key: undefined, workers, blocks })).prefix;
@@ -689,14 +689,14 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       // Sent together, run back to back: the long prompt is the newer by well under a millisecond
       // or two, and the 5 blocks past capacity are the short one's deepest (as in process).
       const [a, b] = await Promise.all([commit(short), commit(long)]);
-      assert.ok(a.ok && b.ok && !a.degraded && !b.degraded);
+      assert.ok(a.ok && b.ok && !a.degraded && !b.degraded, "a.ok && b.ok && !a.degraded && !b.degraded");
       const held = new Set((await raw.hkeys('kvgate-test:{p}:bh:w1')).filter((f) => f !== HOLDINGS_ENCODING_FIELD));
       assert.deepEqual(short.filter((s) => !held.has(s)), short.slice(5), 'the older prompt lost its deepest blocks');
       assert.equal(long.filter((s) => !held.has(s)).length, 0, 'the newer prompt is whole');
       const memory = new MemoryStore();
       for (const blocks of [short, long]) {
         const r = await memory.commit(commitRequest({ workers, blocks, worker: 'w1', capacityBlocks: 3005 }));
-        assert.ok(r.ok);
+        assert.ok(r.ok, "r.ok");
       }
       for (const blocks of [short, long]) {
         const q = { pool: 'p', key: undefined, workers, blocks };
@@ -756,7 +756,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
               const blocks = prompt(...c.prompt);
               const r = commitRequest({ pool, workers, blocks, worker: c.worker, capacityBlocks });
               const [a, b] = [await memory.commit(r), await redis.commit(r)];
-              assert.ok(a.ok && b.ok && !b.degraded);
+              assert.ok(a.ok && b.ok && !b.degraded, "a.ok && b.ok && !b.degraded");
               await Promise.all([memory.release(a.lease), redis.release(b.lease)]);
             }
             for (const qp of [...commits.map((c) => c.prompt), ...queries]) {
@@ -801,16 +801,16 @@ describe('redis store: what a commit counts and writes', () => {
       const store = await open({ refreshMs: 60_000, timeoutMs: 2000 });
       const sessions = 'kvgate-test:{p}:ws:w1';
       const live = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:long', affinityTtlMs: 60_000 }));
-      assert.ok(live.ok && !live.degraded);
+      assert.ok(live.ok && !live.degraded, "live.ok && !live.degraded");
       await store.release(live.lease);
       // Fifty sessions at once, each affinity lapsing 300 ms later.
       const short = await Promise.all(Array.from({ length: 50 }, (_, i) => store.commit(commitRequest({ workers, worker: 'w1', key: `s:short-${i}`, affinityTtlMs: 300 }))));
-      for (const r of short) assert.ok(r.ok && !r.degraded);
+      for (const r of short) assert.ok(r.ok && !r.degraded, "r.ok && !r.degraded");
       await Promise.all(short.map((r) => r.ok && store.release(r.lease)));
       assert.equal(await raw.zcard(sessions), 51);
       await new Promise((r) => setTimeout(r, 350)); // the 50 short affinities lapse
       const next = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:next', affinityTtlMs: 60_000 }));
-      assert.ok(next.ok && !next.degraded);
+      assert.ok(next.ok && !next.degraded, "next.ok && !next.degraded");
       await store.release(next.lease);
       assert.deepEqual((await raw.zrange(sessions, '0', '-1')).sort(), ['s:long', 's:next'], 'only the live sessions are left');
     }));
@@ -834,7 +834,7 @@ describe('redis store: what a commit counts and writes', () => {
       const blocks = Array.from({ length: 40 }, (_, i) => `exact${i}`);
       const before = await redisNow(raw);
       const res = await store.commit(commitRequest({ workers, key: 's:x', blocks, worker: 'w1', affinityTtlMs: 3_600_000, prefixTtlMs: 1_800_000, capacityBlocks: 1000 }));
-      assert.ok(res.ok && !res.degraded);
+      assert.ok(res.ok && !res.degraded, "res.ok && !res.degraded");
       const after = await redisNow(raw);
       const integer = /^\d+$/;
       const within = (v: string | null, offset: number, what: string) => {
@@ -853,7 +853,7 @@ describe('redis store: what a commit counts and writes', () => {
         assert.match(String(v), integer);
         assert.equal(first - Number(v), i, `block ${i + 1} scores ${i} below the first`);
       });
-      assert.ok(first >= before * 1000 + 100_000 - 1 && first <= after * 1000 + 100_000 - 1);
+      assert.ok(first >= before * 1000 + 100_000 - 1 && first <= after * 1000 + 100_000 - 1, "first >= before * 1000 + 100_000 - 1 && first <= after * 1000 + 100_000 - 1");
       if (res.ok) await store.release(res.lease);
     }));
 });
@@ -989,7 +989,7 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
         // A timeout no reply comes near, even on a loaded machine: only error replies fail commits.
         const store = await open({ timeoutMs: 1000, refreshMs: 50 });
         const warm = await store.commit(commitRequest({ workers, worker: 'w1' }));
-        assert.ok(warm.ok && !warm.degraded);
+        assert.ok(warm.ok && !warm.degraded, "warm.ok && !warm.degraded");
         await store.release(warm.lease);
         // Demoted, and the address still leads here: every commit is answered READONLY.
         assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
@@ -1015,7 +1015,7 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
         const held = [];
         for (let i = 0; i < 3; i++) {
           const r = await store.commit(commitRequest({ workers, worker: 'w1' }));
-          assert.ok(r.ok && !r.degraded);
+          assert.ok(r.ok && !r.degraded, "r.ok && !r.degraded");
           held.push(r.lease);
         }
         assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
@@ -1041,9 +1041,9 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
     const rawB = new Redis(b.url);
     const store = redisStore(`redis://${proxy.address}`, { timeoutMs: 100, refreshMs: 100 });
     try {
-      assert.ok(await store.waitReady(3000));
+      assert.ok(await store.waitReady(3000), "await store.waitReady(3000)");
       const first = await store.commit(commitRequest({ workers, worker: 'w1', key: 's:a' }));
-      assert.ok(first.ok && !first.degraded);
+      assert.ok(first.ok && !first.degraded, "first.ok && !first.degraded");
       await store.release(first.lease);
       // The failover: b is the master now, the address leads to it (a DNS name or virtual IP moved),
       // and a, still holding the store's connection, replicates b and refuses writes.
@@ -1052,7 +1052,7 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
       const until = Date.now() + 3000;
       for (;;) {
         const r = await store.commit(commitRequest({ workers, worker: 'w2' }));
-        assert.ok(r.ok);
+        assert.ok(r.ok, "r.ok");
         if (!r.degraded) {
           assert.deepEqual(await rawB.zrange('kvgate-test:{p}:f:w2', '0', '-1'), [r.lease.id], 'committed on the new master');
           await store.release(r.lease);

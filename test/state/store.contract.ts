@@ -51,7 +51,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
     test('a commit records affinity and takes one in-flight lease; release gives it back', async () => {
       const p = pool();
       const res = await store.commit(req(p, 's:abc', 'w2', { below: [{ worker: 'w2', limit: 10 }] }));
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
       assert.equal(res.lease.worker, 'w2');
       assert.equal(res.degraded, false);
       const s = await store.snapshot(q(p, 's:abc'));
@@ -98,13 +98,13 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal(res.ok, false);
       assert.equal(res.snapshot.states.get('w2'), 'draining');
       const ok = await store.commit(req(p, 's:st', 'w1', { states: [{ worker: 'w1', in: ['healthy'] }, { worker: 'w2', in: ['draining'] }] }));
-      assert.ok(ok.ok);
+      assert.ok(ok.ok, "ok.ok");
     });
 
     test('unkeyed commits take leases without touching affinity', async () => {
       const p = pool();
       const res = await store.commit(req(p, undefined, 'w3'));
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
       const s = await store.snapshot(q(p, undefined));
       assert.equal(s.inflight.get('w3'), 1);
       assert.equal(s.affinity, undefined);
@@ -243,15 +243,15 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const s = await store.snapshot({ pool: p, key: undefined, workers: remaining, blocks });
       assert.equal(s.prefix.get('w3'), undefined, 'a removed worker is not a holder to the new config');
       const res = await store.commit({ ...req(p, undefined, 'w1', { prefix: { atMost: 0, over: remaining } }, 60_000, blocks), workers: remaining });
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
     });
 
     test('a session’s requests in flight on its worker are counted', async () => {
       const p = pool();
       const a = await store.commit(req(p, 's:busy', 'w2'));
-      assert.ok(a.ok);
+      assert.ok(a.ok, "a.ok");
       const b = await store.commit(req(p, 's:busy', 'w2', { affinity: 'w2' }));
-      assert.ok(b.ok);
+      assert.ok(b.ok, "b.ok");
       assert.ok((await store.commit(req(p, 's:other', 'w2'))).ok);
       assert.equal((await store.snapshot(q(p, 's:busy'))).keyInflight, 2);
       await store.release(a.lease);
@@ -264,7 +264,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const leases = [];
       for (let i = 0; i < 3; i++) {
         const r = await store.commit(req(p, 's:turns', 'w1', i === 0 ? {} : { affinity: 'w1' }));
-        assert.ok(r.ok);
+        assert.ok(r.ok, "r.ok");
         leases.push(r.lease);
       }
       assert.equal(store.cachedSnapshot(q(p, 's:turns')).keyInflight, 3);
@@ -280,9 +280,9 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const p = pool();
       await store.publishSignals(p, 'w1', { signals: { kvUsage: 0.5, running: 3 } });
       let r = (await store.readSignals(p)).get('w1');
-      assert.ok(r);
+      assert.ok(r, "r");
       assert.deepEqual(r.signals, { kvUsage: 0.5, running: 3 });
-      assert.ok(r.ageMs >= 0 && r.ageMs < 1000);
+      assert.ok(r.ageMs >= 0 && r.ageMs < 1000, "r.ageMs >= 0 && r.ageMs < 1000");
       assert.equal(r.failures, 0);
       await store.publishSignals(p, 'w1', { error: 'timeout' });
       await store.publishSignals(p, 'w1', { error: 'timeout' });
@@ -306,12 +306,12 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const r = (await store.readSignals(p)).get('w2');
       assert.equal(r?.failures, 1);
       assert.deepEqual(r?.signals, idle);
-      assert.ok(Array.isArray(r?.signals.lora?.waiting) && Array.isArray(r?.signals.lora?.running));
+      assert.ok(Array.isArray(r?.signals.lora?.waiting) && Array.isArray(r?.signals.lora?.running), "Array.isArray(r?.signals.lora?.waiting) && Array.isArray(r?.signals.lora?.running)");
     });
 
     test('a gate that heartbeats is listed as live', async () => {
       const live = await store.heartbeat(pool(), 'gate-a', 5000);
-      assert.ok(live.includes('gate-a'));
+      assert.ok(live.includes('gate-a'), "live.includes('gate-a')");
     });
 
     test('a worker’s sessions are listed coldest first', async () => {
@@ -365,7 +365,7 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       const events = await store.migrate(p, 'w1', [{ key: 's:x', to: 'w2' }, { key: 's:y', to: 'w3' }, { key: 's:z', to: 'w3' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
       off();
       assert.deepEqual(events.map((e) => [e.session, e.from, e.to, e.reason]), [['x', 'w1', 'w2', 'kv_pressure'], ['y', 'w1', 'w3', 'kv_pressure']]);
-      assert.ok(events.every((e) => e.time > 0));
+      assert.ok(events.every((e) => e.time > 0), "events.every((e) => e.time > 0)");
       assert.equal(seen.length, 2);
       assert.equal((await store.snapshot(q(p, 's:x'))).affinity, 'w2');
       assert.equal((await store.snapshot(q(p, 's:z'))).affinity, 'w2', 'not on w1: untouched');

@@ -39,7 +39,7 @@ test('calls are timed by operation; a throw and a degraded commit count as error
   const usage = newStoreUsage();
   const scope = scopeOf(usage);
   const ok = await store.commit(req, scope);
-  assert.ok(ok.ok);
+  assert.ok(ok.ok, "ok.ok");
   await store.release(ok.lease);
   mode = 'degraded';
   const degraded = await store.commit(req, scope);
@@ -79,7 +79,7 @@ test('each request counts its own calls, after awaits and interleaved with other
       await store.snapshot(q, a);
       await store.snapshot(q, a);
       const res = await store.commit(req, a);
-      assert.ok(res.ok);
+      assert.ok(res.ok, "res.ok");
     })(),
     (async () => {
       await new Promise((r) => setTimeout(r, 1));
@@ -104,7 +104,7 @@ test('the wrapped store gets the request scope of each call it makes on a reques
   const scope = scopeOf();
   await store.snapshot({ pool: 'p', key: undefined, workers: ['w1'], blocks: [] }, scope);
   const res = await store.commit(req, scope);
-  assert.ok(res.ok);
+  assert.ok(res.ok, "res.ok");
   await store.release(res.lease);
   await store.recordResponse('p', 'h', 'w1', 1000, scope);
   await store.responseWorker('p', 'h', scope);

@@ -60,7 +60,7 @@ describe('/metrics', () => {
       m = await scrape(g.admin);
       assert.equal(m.value('kvgate_worker_inflight', { worker: home }), 2);
       assert.equal(m.value('kvgate_worker_max_inflight', { worker: home }), 2);
-      assert.ok(m.value('kvgate_extproc_streams_open')! >= 2);
+      assert.ok(m.value('kvgate_extproc_streams_open')! >= 2, "m.value('kvgate_extproc_streams_open')! >= 2");
       const moved = await h.request(chat({ session: 'alice' }));
       assert.equal(moved.cluster, other === 'w1' ? 'worker_1' : 'worker_2');
       m = await scrape(g.admin);
@@ -97,7 +97,7 @@ describe('/metrics', () => {
       // Every decision has a latency; every routed one took one store commit.
       const latency = m.histogram('kvgate_decision_duration_seconds', { outcome: 'affinity_hit' });
       assert.equal(latency?.count, 5);
-      assert.ok(latency.sum > 0 && latency.sum < 5);
+      assert.ok(latency.sum > 0 && latency.sum < 5, "latency.sum > 0 && latency.sum < 5");
       assert.equal(latency.buckets['+Inf'], 5);
       const commits = m.histogram('kvgate_store_duration_seconds', { operation: 'commit' });
       assert.equal(commits?.count, 7);
@@ -117,7 +117,7 @@ describe('/metrics', () => {
       const s = h.openRawStream();
       s.write({} as never); // a message with no phase: protocol violation
       const ev = await s.next(3000);
-      assert.ok(isClosed(ev));
+      assert.ok(isClosed(ev), "isClosed(ev)");
       await waitFor(async () => (await scrape(g.admin)).value('kvgate_extproc_stream_errors_total', { reason: 'protocol_violation' }) === 1, 3000, 'the error counted');
       const m = await scrape(g.admin);
       assert.equal(m.value('kvgate_extproc_streams_open'), 0);

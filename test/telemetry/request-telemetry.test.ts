@@ -52,10 +52,10 @@ describe('request telemetry', () => {
     assert.equal(counts['abandoned'], 1);
     assert.equal(counts['new'] ?? 0, 0, 'the route Envoy never applied is not counted as one');
     const [span] = exporter.getFinishedSpans();
-    assert.ok(span);
+    assert.ok(span, "span");
     assert.equal(span.status.code, SpanStatusCode.ERROR);
     assert.equal(span.attributes['kvgate.outcome'], 'abandoned');
-    assert.ok(span.events.some((e) => e.name === 'stream ended before a decision'));
+    assert.ok(span.events.some((e) => e.name === 'stream ended before a decision'), "span.events.some((e) => e.name === 'stream ended before a decision')");
 
     // A fallback after the end is abandoned too, once.
     const t2 = new RequestTelemetry(m, new Map());

@@ -82,7 +82,7 @@ describe('tracing over OTLP', () => {
       await waitFor(() => spansOf(envoyTrace).length >= 2 && spansOf(clientTrace).length >= 1, 5000, 'spans at the receiver');
 
       const [first, second] = spansOf(envoyTrace).sort((a, b) => String(a.attributes['kvgate.outcome']).localeCompare(String(b.attributes['kvgate.outcome'])));
-      assert.ok(first && second);
+      assert.ok(first && second, "first && second");
       for (const s of [first, second]) {
         assert.equal(s.name, 'kvgate.route');
         assert.equal(s.parentSpanId, envoySpan, 'parent is the span in the ext_proc call metadata');
@@ -145,7 +145,7 @@ describe('tracing over OTLP', () => {
       await waitFor(() => spansOf(traceId).length >= 1, 5000, 'the degraded span');
       const [s] = spansOf(traceId);
       assert.equal(s!.attributes['kvgate.degraded'], true);
-      assert.ok(Number(s!.attributes['kvgate.store.errors']) >= 1);
+      assert.ok(Number(s!.attributes['kvgate.store.errors']) >= 1, "Number(s!.attributes['kvgate.store.errors']) >= 1");
       const ev = s!.events.find((e) => e.name === 'store_error');
       assert.ok(ev, `a store_error event (events: ${JSON.stringify(s!.events)})`);
       assert.equal(ev.attributes['kvgate.store.operation'], 'commit');
@@ -235,7 +235,7 @@ describe('tracing over OTLP', () => {
       await waitFor(() => receiver.raw.some((r) => r.transport === 'http' && r.body.includes(id)), 5000, 'a protobuf export');
       const exp = receiver.raw.find((r) => r.body.includes(id))!;
       assert.equal(exp.contentType, 'application/x-protobuf');
-      assert.ok(exp.body.includes(Buffer.from('kvgate.route')));
+      assert.ok(exp.body.includes(Buffer.from('kvgate.route')), "exp.body.includes(Buffer.from('kvgate.route'))");
       assert.ok(exp.body.includes(Buffer.from(hashSessionId('proto'))), 'the key hash attribute');
     } finally {
       h.close();

@@ -136,7 +136,7 @@ test('invalid across a chunk boundary, or incomplete at the end of the stream, i
 
 test('a body past the reused buffer is joined whole, and the buffer still serves the next small one', () => {
   const big = Buffer.from(`{"content":"${'é'.repeat(REUSED_JOIN_BYTES / 2)}${'x'.repeat(100)}"}`);
-  assert.ok(big.length > REUSED_JOIN_BYTES);
+  assert.ok(big.length > REUSED_JOIN_BYTES, "big.length > REUSED_JOIN_BYTES");
   const cutAt = [big.length >> 2, big.length >> 1, big.length - 3];
   assert.deepEqual(joined(cut(big, cutAt)), whole(big));
   const near = Buffer.from(`{"c":"${'y'.repeat(REUSED_JOIN_BYTES - 8)}"}`);
@@ -149,7 +149,7 @@ test('a body past the reused buffer is joined whole, and the buffer still serves
 test('a large body is parsed piecewise from the reused buffer: its values are its own, not views of the next body', () => {
   const turn = (c: string) => `${c.repeat(40_000)}\n`;
   const large = Buffer.from(JSON.stringify({ model: 'm', messages: [0, 1, 2, 3, 4].map((i) => ({ role: 'user', content: turn('abcde'[i]!) })) }));
-  assert.ok(large.length >= PIECEWISE_MIN_BYTES && large.length <= REUSED_JOIN_BYTES);
+  assert.ok(large.length >= PIECEWISE_MIN_BYTES && large.length <= REUSED_JOIN_BYTES, "large.length >= PIECEWISE_MIN_BYTES && large.length <= REUSED_JOIN_BYTES");
   const first = joinAndParse(cut(large, [1000, 90_000]));
   const kept = JSON.stringify(first.parsed);
   assert.deepEqual(first, whole(large));

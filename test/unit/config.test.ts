@@ -12,7 +12,7 @@ describe('config', () => {
     assert.equal(c.routing.header, DEFAULTS.routingHeader);
     assert.equal(c.keys.session_header, 'x-session-id');
     assert.equal(c.limits.max_inflight, DEFAULTS.maxInflight);
-    assert.ok(Object.isFrozen(c.routing));
+    assert.ok(Object.isFrozen(c.routing), "Object.isFrozen(c.routing)");
   });
 
   test('settings that become timers are bounded: past 2^31-1 ms Node would fire them at once', () => {

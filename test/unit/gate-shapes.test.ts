@@ -66,7 +66,7 @@ describe('the gate per-request objects', () => {
     assert.equal(r.explanation.totalBlocks, 10, 'a prompt of many blocks');
     assert.equal(c.blocks.length, 10);
     assert.equal(c.worker, r.worker);
-    assert.ok(c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0);
+    assert.ok(c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0, "c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0");
     assert.deepEqual(Object.keys(c).sort(), ['affinityTtlMs', 'blocks', 'capacityBlocks', 'key', 'pool', 'preconditions', 'prefixTtlMs', 'worker', 'workers']);
     // The preconditions as the policy made them, the prefix bound included (the commit checks it).
     assert.deepEqual(Object.keys(c.preconditions), ['affinity', 'below', 'atOrAbove', 'states', 'prefix']);

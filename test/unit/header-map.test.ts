@@ -118,7 +118,7 @@ describe('knobs from call metadata', () => {
           else md.add(k, v);
         }
         const entries = knobMetadataEntries(md);
-        assert.ok(entries.every(([k]) => k.startsWith('x-kvgate-')));
+        assert.ok(entries.every(([k]) => k.startsWith('x-kvgate-')), "entries.every(([k]) => k.startsWith('x-kvgate-'))");
         assert.deepEqual(readKnobs({ metadata: entries, ...(context ? { context } : {}) }), readKnobs({ metadata: allEntries(md), ...(context ? { context } : {}) }));
       }),
       { numRuns: 300 },

@@ -50,7 +50,7 @@ describe('routing keys', () => {
 
   test('session ids are hashed: the raw id never appears in the key', () => {
     const u = understand(req({ 'x-session-id': 'my-secret-session' }), config);
-    assert.ok(u.key && !u.key.hash.includes('secret'));
+    assert.ok(u.key && !u.key.hash.includes('secret'), "u.key && !u.key.hash.includes('secret')");
     assert.match(u.key.hash, /^[0-9a-f]{32}$/);
   });
 
@@ -88,7 +88,7 @@ describe('routing keys', () => {
   test('a completions prompt list of several prompts is a batch: keyed on its first prompt', () => {
     const blocks = (prompt: unknown) => understand(req({}, { model: 'm', prompt }, '/v1/completions'), config).blocks;
     const ids = Array.from({ length: 2000 }, (_, i) => i % 500);
-    assert.ok(blocks(ids).length >= 10);
+    assert.ok(blocks(ids).length >= 10, "blocks(ids).length >= 10");
     assert.deepEqual(blocks([ids]), blocks(ids), 'one token-id list in a list is that one prompt');
     assert.deepEqual(blocks([ids, [1, 2, 3]]), blocks(ids));
     assert.deepEqual(blocks([SYSTEM, LONG_USER]), blocks(SYSTEM));
@@ -125,21 +125,21 @@ describe('routing keys', () => {
   test('prompts of unexpected types never throw and give no key', () => {
     for (const body of [{ messages: 'nope' }, { messages: [null, 3, 'x'] }, { prompt: 42 }, { prompt: { a: 1 } }, { user: 7 }, { metadata: [] }]) {
       const u = understand(req({}, body), config);
-      assert.ok(u.key === undefined || u.key.kind === 'prefix');
+      assert.ok(u.key === undefined || u.key.kind === 'prefix', "u.key === undefined || u.key.kind === 'prefix'");
     }
   });
 
   test('deeply nested JSON is handled without throwing', () => {
     const deep = '['.repeat(100_000) + ']'.repeat(100_000);
     const u = understand(req({}, `{"messages": ${deep}}`), config);
-    assert.ok(u.key === undefined || u.key.kind === 'prefix');
+    assert.ok(u.key === undefined || u.key.kind === 'prefix', "u.key === undefined || u.key.kind === 'prefix'");
   });
 
   test('the prompt block chain: whole blocks only, chained, seeded with model and cache_salt', () => {
     const body = (extra: object = {}) => ({ model: 'm', messages: [{ role: 'system', content: SYSTEM }], ...extra });
     const a = understand(req({}, body()), config);
     assert.equal(a.blocks.length, Math.floor(a.blocks.length), 'whole blocks');
-    assert.ok(a.blocks.length >= 10);
+    assert.ok(a.blocks.length >= 10, "a.blocks.length >= 10");
     const longer = understand(req({}, { ...body(), messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'more '.repeat(200) }] }), config);
     assert.deepEqual(longer.blocks.slice(0, a.blocks.length - 1), a.blocks.slice(0, -1), 'a longer prompt extends the chain');
     const salted = understand(req({}, body({ cache_salt: 'tenant-7' })), config);
@@ -224,7 +224,7 @@ describe('Anthropic Messages API (/v1/messages)', () => {
   test('renders like the same conversation over chat completions (the engine sees the same tokens)', () => {
     const m = understand(msgs({ model: 'm', system: SYSTEM, messages: [{ role: 'user', content: [{ type: 'text', text: LONG_USER }] }] }), config);
     const chat = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: LONG_USER }] }), config);
-    assert.ok(m.blocks.length >= 18);
+    assert.ok(m.blocks.length >= 18, "m.blocks.length >= 18");
     assert.deepEqual(m.blocks, chat.blocks);
   });
 
@@ -256,7 +256,7 @@ describe('Anthropic Messages API (/v1/messages)', () => {
   test('session key from metadata.user_id, after the session header; chat-only fields are not read', () => {
     const u = understand(msgs({ ...base(SYSTEM), metadata: { user_id: 'user-42' } }), config);
     assert.deepEqual(u.key, { kind: 'session', source: 'body_metadata_user_id', hash: hashSessionId('user-42') });
-    assert.ok(u.blocks.length >= 10);
+    assert.ok(u.blocks.length >= 10, "u.blocks.length >= 10");
     assert.equal(understand(req({ 'x-session-id': 'h' }, { ...base(SYSTEM), metadata: { user_id: 'user-42' } }, '/v1/messages'), config).key?.source, 'header');
     // `user` and `prompt_cache_key` are OpenAI fields; a Messages body carrying them is keyed by its prompt.
     assert.equal(understand(msgs({ ...base(SYSTEM), user: 'u', prompt_cache_key: 'k' }), config).key?.source, 'prompt_prefix');
@@ -275,7 +275,7 @@ describe('Anthropic Messages API (/v1/messages)', () => {
     assert.equal(understand(msgs(odd), config).key?.hash, understand(msgs(odd), config).key?.hash);
     for (const body of [{ messages: 'nope' }, { messages: [null, 3, 'x', { role: 9, content: {} }] }, { system: [[[]]] }, { tools: 'x' }, { metadata: 'x' }]) {
       const u = understand(msgs(body), config);
-      assert.ok(u.key === undefined || u.key.kind === 'prefix');
+      assert.ok(u.key === undefined || u.key.kind === 'prefix', "u.key === undefined || u.key.kind === 'prefix'");
     }
   });
 
@@ -292,7 +292,7 @@ describe('OpenAI Responses API (/v1/responses)', () => {
   test('instructions and a string input render like chat; a shared long instruction shares a key', () => {
     const a = understand(resp({ model: 'm', instructions: SYSTEM, input: LONG_USER }), config);
     const chat = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: LONG_USER }] }), config);
-    assert.ok(a.blocks.length >= 18);
+    assert.ok(a.blocks.length >= 18, "a.blocks.length >= 18");
     assert.deepEqual(a.blocks, chat.blocks);
     const b = understand(resp({ model: 'm', instructions: SYSTEM, input: 'another question' }), config);
     assert.equal(a.key?.hash, b.key?.hash);
@@ -308,7 +308,7 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     ];
     const a = understand(resp({ model: 'm', input: items('a') }), config);
     const b = understand(resp({ model: 'm', input: items('b') }), config);
-    assert.ok(a.blocks.length >= 13);
+    assert.ok(a.blocks.length >= 13, "a.blocks.length >= 13");
     assert.deepEqual(a.blocks.slice(0, 11), b.blocks.slice(0, 11));
     assert.notEqual(a.blocks.at(-1), b.blocks.at(-1), 'a function output is part of the prompt');
     const chatLike = understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }] }), config);
@@ -371,7 +371,7 @@ describe('OpenAI Responses API (/v1/responses)', () => {
     }
     for (const body of [{ input: [null, 3, 'x', [], { type: 9 }] }, { instructions: ['x'] }, { tools: {} }, { conversation: [] }]) {
       const u = understand(resp(body), config);
-      assert.ok(u.key === undefined || u.key.kind === 'prefix');
+      assert.ok(u.key === undefined || u.key.kind === 'prefix', "u.key === undefined || u.key.kind === 'prefix'");
     }
   });
 });
@@ -476,7 +476,7 @@ describe('Anthropic cache_control marks are never hashed', () => {
       ],
     });
     const plain = msgs(body({}));
-    assert.ok(plain.blocks.length >= 10);
+    assert.ok(plain.blocks.length >= 10, "plain.blocks.length >= 10");
     assert.deepEqual(msgs(body(cc)).blocks, plain.blocks);
   });
 

@@ -170,7 +170,7 @@ test('the cases one by one: each answered piecewise, exactly as the whole body p
     assertSame(parseJsonBody(bytes), want, what);
   }
   const proto = parsePiecewise(around(`"__proto__":${long('p')}`), 0);
-  assert.ok(proto?.ok);
+  assert.ok(proto?.ok, "proto?.ok");
   assert.equal(Object.getOwnPropertyDescriptor(proto.value, '__proto__')?.value, 'p'.repeat(LONG_LITERAL_BYTES));
 });
 
@@ -182,7 +182,7 @@ test('a body that spells a placeholder goes the whole-body way; an unterminated 
     assert.equal(parsePiecewise(bytes, 0), undefined, what);
     assertSame(parseJsonBody(bytes), oracle(bytes), what);
   }
-  assert.ok(oracle(last).ok);
+  assert.ok(oracle(last).ok, "oracle(last).ok");
   const open = Buffer.from(`{"a":${long('v')},"b":"${'z'.repeat(PIECEWISE_MIN_BYTES)}`);
   assert.deepEqual(parsePiecewise(open, 0), { ok: false, reason: 'not_json' });
   assert.deepEqual(oracle(open), { ok: false, reason: 'not_json' });

@@ -39,7 +39,7 @@ test('passwords are redacted wherever a store URL is shown', () => {
     parseStoreUrl('redis://:secret@a:1,b:2');
     assert.fail('should throw');
   } catch (e) {
-    assert.ok(!(e as Error).message.includes('secret'));
+    assert.ok(!(e as Error).message.includes('secret'), "!(e as Error).message.includes('secret')");
   }
 });
 
