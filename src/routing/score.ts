@@ -40,6 +40,14 @@ export interface FleetLoad {
 }
 
 /** What a worker is busy with: the engine's running and queued requests, or the gate's count if larger. */
+/**
+ * How busy a worker is against its in-flight limit: the gate's own in-flight count (instant) or
+ * the queue its engine last reported (a scrape old), whichever is larger.
+ */
+export function busy(w: WorkerView): number {
+  return Math.max(w.inflight, finite(w.waiting));
+}
+
 export function work(w: WorkerView): number {
   const engine = finite(w.running) + finite(w.waiting);
   return Math.max(w.inflight, engine);

@@ -24,6 +24,7 @@ import type { WorkerConfig } from '../config/schema.js';
 import type { HealthVerdict, SignalRecord } from '../routing/health.js';
 import { rendezvousScore } from '../routing/rendezvous.js';
 import type { RoutingStore } from '../state/store.js';
+import { keepScrape, scrapeRecord, type KeptScrape } from '../state/scrape-record.js';
 import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
 import type { WorkerSignals } from '../routing/health.js';
@@ -43,15 +44,6 @@ export interface CollectorOptions<P extends FleetPool> {
   clock?: () => number;
 }
 
-/** This replica's latest scrape of a worker, as the store keeps one (by this replica's clock). */
-interface OwnScrape {
-  signals: WorkerSignals;
-  /** When the last successful scrape finished; -Infinity if none has. */
-  at: number;
-  failures: number;
-  error?: string;
-}
-
 export class SignalCollector<P extends FleetPool> {
   readonly gateId: string;
   private owned = new Set<string>();
@@ -64,7 +56,7 @@ export class SignalCollector<P extends FleetPool> {
   private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
   /** This replica's own latest scrape of each worker: what it judges on while the store is away. */
-  private readonly ownScrapes = new Map<string, OwnScrape>();
+  private readonly ownScrapes = new Map<string, KeptScrape>();
   private readonly clock: () => number;
   /** The last read of the signals failed: this replica scrapes every worker until one succeeds. */
   private readFailed = false;
@@ -173,7 +165,9 @@ export class SignalCollector<P extends FleetPool> {
   private shareOut(live: string[]): void {
     if (!live.includes(this.gateId)) live.push(this.gateId);
     const mine = new Set<string>();
+    const configured = new Set<string>();
     for (const w of this.workers) {
+      configured.add(w.id);
       let best = this.gateId;
       let bestScore = -1;
       for (const g of live) {
@@ -187,7 +181,7 @@ export class SignalCollector<P extends FleetPool> {
     }
     for (const w of this.owned) if (!mine.has(w)) this.unschedule(w);
     // Workers a reload removed leave no scrape behind.
-    for (const w of this.ownScrapes.keys()) if (!this.workers.some((x) => x.id === w)) this.ownScrapes.delete(w);
+    for (const w of this.ownScrapes.keys()) if (!configured.has(w)) this.ownScrapes.delete(w);
     const gained = [...mine].filter((w) => !this.owned.has(w));
     this.owned = mine;
     if (!this.stopped && this.loops.length > 0) for (const w of gained) this.schedule(w);
@@ -266,14 +260,8 @@ export class SignalCollector<P extends FleetPool> {
       update = { error: (err as Error).message || String(err) };
     }
     if ('error' in update) this.warn(`scrape:${worker}`, 'worker scrape failed', update.error, { worker });
-    // Kept as the store keeps it (memory-store.ts publishSignals): a failure keeps the last figures and counts.
-    const prev = this.ownScrapes.get(worker);
-    this.ownScrapes.set(
-      worker,
-      'signals' in update
-        ? { signals: update.signals, at: this.clock(), failures: 0 }
-        : { signals: prev?.signals ?? {}, at: prev?.at ?? -Infinity, failures: (prev?.failures ?? 0) + 1, error: update.error },
-    );
+    // Kept as the store keeps it: a failure keeps the last figures and counts.
+    this.ownScrapes.set(worker, keepScrape(this.ownScrapes.get(worker), update, this.clock()));
     try {
       // Under the worker's own pool, where that pool's routing state lives.
       const pool = this.opts.gate.pools.poolOfWorker(worker)?.name ?? this.opts.gate.pool;
@@ -322,9 +310,7 @@ export class SignalCollector<P extends FleetPool> {
   private ownRecords(): Map<string, SignalRecord> {
     const now = this.clock();
     const out = new Map<string, SignalRecord>();
-    for (const [w, s] of this.ownScrapes) {
-      out.set(w, { signals: s.signals, ageMs: Math.max(0, now - s.at), failures: s.failures, ...(s.error !== undefined ? { error: s.error } : {}) });
-    }
+    for (const [w, kept] of this.ownScrapes) out.set(w, scrapeRecord(kept, now));
     return out;
   }
 

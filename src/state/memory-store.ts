@@ -7,6 +7,7 @@ import { randomUUID } from 'node:crypto';
 import { EventEmitter } from 'node:events';
 import { LRUCache } from 'lru-cache';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
+import { keepScrape, scrapeRecord, type KeptScrape } from './scrape-record.js';
 import type { WorkerState } from '../routing/types.js';
 import { lruClock } from './lru-clock.js';
 import { PrefixIndex } from './prefix-index.js';
@@ -45,7 +46,7 @@ export class MemoryStore implements RoutingStore {
   private readonly indexes = new Map<string, PrefixIndex>();
   /** pool → worker → session key → last routed (ms): which sessions are coldest */
   private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
-  private readonly signals = new Map<string, Map<string, { signals: WorkerSignals; t: number; failures: number; error?: string }>>();
+  private readonly signals = new Map<string, Map<string, KeptScrape>>();
   private readonly events = new EventEmitter();
   private readonly locks = new Map<string, number>();
   private readonly responses: ResponseDirectory;
@@ -158,18 +159,14 @@ export class MemoryStore implements RoutingStore {
   publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
     let m = this.signals.get(pool);
     if (!m) this.signals.set(pool, (m = new Map()));
-    const prev = m.get(worker);
-    if ('signals' in update) m.set(worker, { signals: update.signals, t: this.now(), failures: 0 });
-    else m.set(worker, { signals: prev?.signals ?? {}, t: prev?.t ?? -Infinity, failures: (prev?.failures ?? 0) + 1, error: update.error });
+    m.set(worker, keepScrape(m.get(worker), update, this.now()));
     return Promise.resolve();
   }
 
   readSignals(pool: string): Promise<Map<string, SignalRecord>> {
     const now = this.now();
     const out = new Map<string, SignalRecord>();
-    for (const [w, r] of this.signals.get(pool) ?? []) {
-      out.set(w, { signals: r.signals, ageMs: now - r.t, failures: r.failures, ...(r.error !== undefined ? { error: r.error } : {}) });
-    }
+    for (const [w, r] of this.signals.get(pool) ?? []) out.set(w, scrapeRecord(r, now));
     return Promise.resolve(out);
   }
 

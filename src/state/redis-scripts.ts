@@ -229,12 +229,14 @@ if spec.mode == 'commit' then
       local affTtlS = string.format('%d', spec.affinityTtlMs)
       redis.call('SET', KEYS[1], chosen, 'PX', affTtlS)
       -- The worker's session list, scored by when the affinity lapses: preemptive migration
-      -- moves the coldest first. Each commit to the worker drops the sessions that lapsed (as
+      -- moves the coldest first. A session joining the list drops those that lapsed (as
       -- COLD_SESSIONS_LUA does when it reads the list): otherwise a worker taking new sessions
-      -- kept every one it ever had, its key's expiry pushed on by each commit. A sorted set's
-      -- range removal costs a lookup and the members it removes, each removed once.
-      if aff and aff ~= chosen then redis.call('ZREM', KEYS[K_EXPECTED_SESSIONS], spec.leaseKey) end
-      redis.call('ZREMRANGEBYSCORE', KEYS[K_CHOSEN_SESSIONS], '-inf', nowS)
+      -- kept every one it ever had, its key's expiry pushed on by each commit. Only joins grow
+      -- the list, so a commit that keeps its session where it was does no pruning.
+      if aff ~= chosen then
+        if aff then redis.call('ZREM', KEYS[K_EXPECTED_SESSIONS], spec.leaseKey) end
+        redis.call('ZREMRANGEBYSCORE', KEYS[K_CHOSEN_SESSIONS], '-inf', nowS)
+      end
       redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], string.format('%d', now + spec.affinityTtlMs), spec.leaseKey)
       extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
       if aff ~= chosen then keyInflight = 0 end

@@ -148,7 +148,7 @@ export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
-  /** The running config's pools (retainPools); undefined until a reload says, meaning every pool seen. */
+  /** The running config's pools (retainPools: the gate says at start and at each reload); undefined, for a store used without a gate, means every pool seen. */
   private configuredPools: ReadonlySet<string> | undefined;
   private readonly keys = new Map<string, PoolKeys>();
   /**

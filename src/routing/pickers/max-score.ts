@@ -8,7 +8,7 @@
  */
 import type { Picker } from '../plugins.js';
 import { rendezvousScore } from '../rendezvous.js';
-import { finite } from '../score.js';
+import { busy } from '../score.js';
 import type { WorkerView } from '../types.js';
 
 export const maxScorePicker: Picker = {
@@ -24,8 +24,8 @@ export const maxScorePicker: Picker = {
 };
 
 function breaksTie(w: WorkerView, best: WorkerView, key: string): boolean {
-  const load = Math.max(w.inflight, finite(w.waiting));
-  const bestLoad = Math.max(best.inflight, finite(best.waiting));
+  const load = busy(w);
+  const bestLoad = busy(best);
   if (load !== bestLoad) return load < bestLoad;
   if (w.inflight !== best.inflight) return w.inflight < best.inflight;
   return rendezvousScore(key, w.id) > rendezvousScore(key, best.id);

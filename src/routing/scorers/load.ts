@@ -5,7 +5,7 @@
  * shortest queue still tells.
  */
 import type { Scorer } from '../plugins.js';
-import { finite } from '../score.js';
+import { busy } from '../score.js';
 
 export const loadScorer: Scorer = {
   name: 'load',
@@ -13,9 +13,9 @@ export const loadScorer: Scorer = {
     const out = new Array<number>(candidates.length);
     for (let i = 0; i < candidates.length; i++) {
       const w = candidates[i]!;
-      const busy = Math.max(w.inflight, finite(w.waiting));
+      const b = busy(w);
       const past = overLimit || w === staying;
-      out[i] = -(w.maxInflight > 0 ? (past ? busy / w.maxInflight : Math.min(1, busy / w.maxInflight)) : 1);
+      out[i] = -(w.maxInflight > 0 ? (past ? b / w.maxInflight : Math.min(1, b / w.maxInflight)) : 1);
     }
     return out;
   },
