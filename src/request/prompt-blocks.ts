@@ -116,58 +116,57 @@ class HashedParts {
     return this.end(label.length + 1 + text.length);
   }
 
-  /** A part `role SEP content extras` with content rendered as contentText renders it, extras as turnExtras. */
-  turn(role: string, content: unknown, extras = '', join = PART_JOIN): boolean {
+  /**
+   * A part `role SEP content extras` with content rendered as contentText renders it, extras as
+   * turnExtras renders them from `message`; not rendered once every block is hashed.
+   */
+  turn(role: string, content: unknown, message?: Record<string, unknown>, join = PART_JOIN): boolean {
     this.begin();
     this.h.feed(role);
     this.h.feed(SEP);
     const chars = feedContent(this.h, content, join);
+    const extras = message === undefined || this.h.done ? '' : turnExtras(message);
     this.h.feed(extras);
     return this.end(role.length + 1 + chars + extras.length);
   }
 
   /** Tool definitions, when the field is a non-empty list; true when the text is long enough. */
-  tools(json: string | undefined): boolean {
+  tools(tools: Tools): boolean {
+    const json = tools.json();
     return json !== undefined && this.labelled('tools', json);
   }
 
   /** Chat-shaped turns, the tools after the leading instruction turns, as prompt.ts's `Parts.turns`. */
-  turns(messages: readonly unknown[], toolsJson: string | undefined): void {
-    let toolsDue = true;
-    for (const m of messages) {
-      if (m === null || typeof m !== 'object') continue;
-      const msg = m as Record<string, unknown>;
-      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
-      if (toolsDue && !isInstructionRole(role)) {
-        toolsDue = false;
-        if (this.tools(toolsJson)) return;
-      }
-      if (this.turn(role, msg['content'], turnExtras(msg))) return;
-    }
-    if (toolsDue) this.tools(toolsJson);
+  turns(messages: readonly unknown[], tools: Tools): void {
+    this.inOrder(messages, tools, false);
   }
 
   /**
    * Responses input items, the tools after the leading instruction items, as prompt.ts's
    * `responsesPrompt`: an item with a role is a turn, any other its type and its JSON.
    */
-  items(input: readonly unknown[], toolsJson: string | undefined): void {
+  items(input: readonly unknown[], tools: Tools): void {
+    this.inOrder(input, tools, true);
+  }
+
+  /** The one loop of `turns` and `items`: they differ in arrays (skipped as items) and role-less entries. */
+  private inOrder(list: readonly unknown[], tools: Tools, responses: boolean): void {
     let toolsDue = true;
-    for (const item of input) {
-      if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
-      const it = item as Record<string, unknown>;
-      const role = it['role'];
+    for (const x of list) {
+      if (x === null || typeof x !== 'object' || (responses && Array.isArray(x))) continue;
+      const m = x as Record<string, unknown>;
+      const role = m['role'];
       if (toolsDue && !isInstructionRole(role)) {
         toolsDue = false;
-        if (this.tools(toolsJson)) return;
+        if (this.tools(tools)) return;
       }
       const full =
-        typeof role === 'string'
-          ? this.turn(role, it['content'], turnExtras(it))
-          : this.labelled(typeof it['type'] === 'string' ? it['type'] : '', stableJson(withoutCacheControl(it)));
+        typeof role === 'string' || !responses
+          ? this.turn(typeof role === 'string' ? role : '', m['content'], m)
+          : this.labelled(typeof m['type'] === 'string' ? m['type'] : '', stableJson(withoutCacheControl(m)));
       if (full) return;
     }
-    if (toolsDue) this.tools(toolsJson);
+    if (toolsDue) this.tools(tools);
   }
 
   result(seed: bigint): PromptBlocks | undefined {
@@ -185,17 +184,19 @@ class HashedParts {
 export function promptBlocks(api: PromptApi, body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint): PromptBlocks | undefined {
   const maxChars = blockChars * maxBlocks;
   const parts = new HashedParts(new BlockHasher(blockChars, maxBlocks, seed), maxChars);
-  const toolsJson = toolsPartJson(body['tools']);
+  // The tools' JSON only once a part needs it: the instructions before it often fill every block.
+  const tools = lazyTools(body['tools']);
   if (api === 'openai') {
     const messages = body['messages'];
-    if (Array.isArray(messages)) parts.turns(messages, toolsJson);
+    if (Array.isArray(messages)) parts.turns(messages, tools);
     else {
       const prompt = firstPrompt(body['prompt']);
       // canonicalPrompt returns no text for a prompt of another type, unless the tools part alone
       // already reached maxChars (it returns before looking at the prompt). Decided before hashing.
       const badPrompt = prompt !== undefined && typeof prompt !== 'string' && !Array.isArray(prompt);
+      const toolsJson = tools.json();
       if (badPrompt && (toolsJson === undefined || 'tools'.length + 1 + toolsJson.length + 1 < maxChars)) return undefined;
-      if (!parts.tools(toolsJson)) {
+      if (!parts.tools(tools)) {
         if (typeof prompt === 'string') {
           // A single string is one part whatever its length.
           parts.begin();
@@ -208,20 +209,30 @@ export function promptBlocks(api: PromptApi, body: Record<string, unknown>, bloc
   } else if (api === 'messages') {
     const system = body['system'];
     const hasSystem = (typeof system === 'string' && system.length > 0) || Array.isArray(system);
-    if (!(hasSystem && parts.turn('system', system, '', SYSTEM_JOIN))) {
+    if (!(hasSystem && parts.turn('system', system, undefined, SYSTEM_JOIN))) {
       const messages = body['messages'];
-      if (Array.isArray(messages)) parts.turns(messages, toolsJson);
-      else parts.tools(toolsJson);
+      if (Array.isArray(messages)) parts.turns(messages, tools);
+      else parts.tools(tools);
     }
   } else {
     const instructions = body['instructions'];
     if (!(typeof instructions === 'string' && instructions.length > 0 && parts.labelled('system', instructions))) {
       const input = body['input'];
-      if (Array.isArray(input)) parts.items(input, toolsJson);
-      else if (!parts.tools(toolsJson) && typeof input === 'string') parts.labelled('user', input);
+      if (Array.isArray(input)) parts.items(input, tools);
+      else if (!parts.tools(tools) && typeof input === 'string') parts.labelled('user', input);
     }
   }
   return parts.result(seed);
+}
+
+/** A body's tools, rendered as prompt.ts's toolsJson renders them on first use, then kept. */
+interface Tools {
+  json(): string | undefined;
+}
+
+function lazyTools(field: unknown): Tools {
+  let json: string | undefined | null = null;
+  return { json: () => (json === null ? (json = toolsPartJson(field)) : json) };
 }
 
 /** Feeds message content as prompt.ts's contentText renders it, parts joined with `join`; returns its length. */
