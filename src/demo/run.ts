@@ -14,6 +14,7 @@ import { startFakeWorker, type FakeWorker } from '../fake-worker/server.js';
 import { createLogger } from '../telemetry/logger.js';
 import { demoSessions, type DemoSession, type Turn } from './conversations.js';
 import { EnvoyLikeClient } from './envoy-client.js';
+import { deadline, type Deadline } from '../util/deadline.js';
 
 /** The demo fleet's workers: a slow prefill, so a cache hit visibly shortens time to first token. */
 const DEMO_WORKER = {
@@ -148,6 +149,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
   const workers: Upstream[] = [];
   let gate: RunningKvgate | undefined;
   let client: EnvoyLikeClient | undefined;
+  let stop: Deadline | undefined;
   const routingHeader = opts.routingHeader ?? ROUTING_HEADER;
   try {
     if (opts.target !== undefined) {
@@ -197,14 +199,15 @@ export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
       unrouted: 0,
     };
     opts.onStart?.(state);
-    const deadline = state.startedAt + opts.durationS * 1000;
-    // Turns still running at the deadline get a grace period, then every request is cut off.
-    const hardStop = AbortSignal.any([AbortSignal.timeout(opts.durationS * 1000 + STOP_GRACE_MS), ...(opts.signal ? [opts.signal] : [])]);
+    const endAt = state.startedAt + opts.durationS * 1000;
+    // Turns still running at the end get a grace period, then every request is cut off.
+    // (Not AbortSignal.any over AbortSignal.timeout: on Node 20 a GC can lose that timeout; ../util/deadline.ts.)
+    const hardStop = (stop = deadline(opts.durationS * 1000 + STOP_GRACE_MS, opts.signal ? [opts.signal] : [])).signal;
     const driver = new Driver(client!, state, hardStop, opts.onEvent);
     await Promise.all(
       state.sessions.map(async (s, i) => {
         if (!(await pause(SESSION_STAGGER_MS * i, hardStop))) return;
-        while (s.turns < opts.turns && performance.now() < deadline && !opts.signal?.aborted && !hardStop.aborted) {
+        while (s.turns < opts.turns && performance.now() < endAt && !opts.signal?.aborted && !hardStop.aborted) {
           const outcome = await driver.turn(s);
           const wait = outcome === 'done' ? opts.thinkMs * (0.5 + Math.random()) : outcome === 'shed' ? 500 : 200;
           if (!(await pause(wait, hardStop))) return;
@@ -213,6 +216,7 @@ export async function runDemo(opts: DemoOptions): Promise<DemoSummary> {
     );
     return summarize(state);
   } finally {
+    stop?.clear();
     client?.close();
     await gate?.close(1000);
     await Promise.all(workers.map((w) => w.close()));

@@ -29,6 +29,7 @@ import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
 import type { WorkerSignals } from '../routing/health.js';
 import { parseSignals } from './parse.js';
+import { deadline, type Deadline } from '../util/deadline.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;
@@ -346,8 +347,17 @@ export class SignalCollector<P extends FleetPool> {
  * small gzip body that expands to 64 MiB, or an endless chunked one, cost that much memory first.
  */
 export async function fetchPage(url: string, timeoutMs: number): Promise<{ text: string; dateMs?: number }> {
-  const cut = new AbortController();
-  const signal = AbortSignal.any([cut.signal, AbortSignal.timeout(timeoutMs)]);
+  // Not AbortSignal.any over AbortSignal.timeout: on Node 20 a GC can lose that timeout (../util/deadline.ts).
+  const limit = deadline(timeoutMs);
+  try {
+    return await readPage(url, timeoutMs, limit);
+  } finally {
+    limit.clear();
+  }
+}
+
+async function readPage(url: string, timeoutMs: number, limit: Deadline): Promise<{ text: string; dateMs?: number }> {
+  const signal = limit.signal;
   let res: Response;
   try {
     res = await fetch(url, { signal, headers: { accept: 'text/plain' } });
@@ -375,7 +385,7 @@ export async function fetchPage(url: string, timeoutMs: number): Promise<{ text:
       if (done) break;
       bytes += value.byteLength;
       if (bytes > MAX_METRICS_BYTES) {
-        cut.abort();
+        limit.abort();
         await reader.cancel().catch(() => undefined);
         throw new PageTooLarge();
       }
