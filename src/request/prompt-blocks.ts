@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { firstPrompt, isInstructionRole, PART_JOIN, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { firstPrompt, isInstructionRole, PART_JOIN, partJson, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -124,7 +124,7 @@ class HashedParts {
     this.begin();
     this.h.feed(role);
     this.h.feed(SEP);
-    const chars = feedContent(this.h, content, join);
+    const chars = feedContent(this.h, content, join, role === 'user');
     const extras = message === undefined || this.h.done ? '' : turnExtras(message);
     this.h.feed(extras);
     return this.end(role.length + 1 + chars + extras.length);
@@ -235,8 +235,11 @@ function lazyTools(field: unknown): Tools {
   return { json: () => (json === null ? (json = toolsPartJson(field)) : json) };
 }
 
-/** Feeds message content as prompt.ts's contentText renders it, parts joined with `join`; returns its length. */
-function feedContent(h: BlockHasher, content: unknown, join: string): number {
+/**
+ * Feeds message content as prompt.ts's contentText renders it, parts joined with `join`, a part
+ * without text as partJson writes it for a user turn or another; returns its length.
+ */
+function feedContent(h: BlockHasher, content: unknown, join: string, userTurn: boolean): number {
   if (typeof content === 'string') {
     h.feed(content);
     return content.length;
@@ -259,7 +262,7 @@ function feedContent(h: BlockHasher, content: unknown, join: string): number {
     if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
     else {
       const p = part as Record<string, unknown>;
-      s = typeof p['text'] === 'string' ? p['text'] : stableJson(withoutCacheControl(p));
+      s = typeof p['text'] === 'string' ? p['text'] : partJson(p, userTurn);
     }
     h.feed(s);
     chars += s.length;

@@ -114,7 +114,7 @@ export function responsesPrompt(body: Record<string, unknown>, maxChars = Infini
     }
     const full =
       typeof role === 'string'
-        ? parts.add(`${role}${SEP}${contentText(it['content'])}${turnExtras(it)}`)
+        ? parts.add(`${role}${SEP}${contentText(it['content'], PART_JOIN, role === 'user')}${turnExtras(it)}`)
         : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
     if (full) return parts.text();
   }
@@ -164,7 +164,7 @@ class Parts {
         toolsDue = false;
         if (this.tools(tools)) return;
       }
-      if (this.add(`${role}${SEP}${contentText(msg['content'])}${turnExtras(msg)}`)) return;
+      if (this.add(`${role}${SEP}${contentText(msg['content'], PART_JOIN, role === 'user')}${turnExtras(msg)}`)) return;
     }
     if (toolsDue) this.tools(tools);
   }
@@ -204,10 +204,10 @@ export const SYSTEM_JOIN = '';
 /**
  * Message content: a string, or an array of parts (OpenAI content parts, Anthropic content blocks,
  * Responses input parts) joined with `join`, of which text parts count by their text, others
- * (images, tool calls and results) by their JSON. Anthropic's `cache_control` marks where the
- * client wants a cache breakpoint, not what the model reads, so it never changes the text.
+ * (images, tool calls and results) by their JSON (partJson). Anthropic's `cache_control` marks
+ * where the client wants a cache breakpoint, not what the model reads, so it never changes the text.
  */
-function contentText(content: unknown, join = PART_JOIN): string {
+function contentText(content: unknown, join = PART_JOIN, userTurn = false): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
   return content
@@ -215,9 +215,41 @@ function contentText(content: unknown, join = PART_JOIN): string {
       if (part === null || typeof part !== 'object') return typeof part === 'string' ? part : '';
       const p = part as Record<string, unknown>;
       if (typeof p['text'] === 'string') return p['text'];
-      return stableJson(withoutCacheControl(p));
+      return partJson(p, userTurn);
     })
     .join(join);
+}
+
+/**
+ * A content part without text, as hashed: its JSON without cache marks (withoutCacheControl). In
+ * a user turn, a `tool_result` whose `content` is a list of text blocks and nothing else counts as
+ * if that content were their texts joined with a newline: vLLM's Messages endpoint makes the same
+ * tool message of either (`_convert_user_tool_result` in vllm/entrypoints/anthropic/serving.py
+ * takes a string as it is and joins the text blocks' texts with "\n"), so `content: "A"` and
+ * `content: [{type: "text", text: "A"}]` are one prompt to the engine and share their blocks. The
+ * string form is the one kept, so its hashes are what they were. Anywhere else the list stays: vLLM
+ * sends a result's images on as a turn of their own, and writes an assistant turn's tool_result as
+ * the Python text of its content, in which a list is not its texts.
+ */
+export function partJson(p: Record<string, unknown>, userTurn: boolean): string {
+  const block = withoutCacheControl(p);
+  const text = userTurn && p['type'] === 'tool_result' ? textBlocksText(p['content']) : undefined;
+  // `content` is already a key of the block, so the spread keeps the keys' order and the JSON's.
+  return stableJson(text === undefined ? block : { ...block, content: text });
+}
+
+/** The texts of a list of text blocks joined with a newline; undefined for anything else. */
+function textBlocksText(content: unknown): string | undefined {
+  if (!Array.isArray(content)) return undefined;
+  let s = '';
+  for (let i = 0; i < content.length; i++) {
+    const b: unknown = content[i];
+    if (b === null || typeof b !== 'object') return undefined;
+    const t = (b as Record<string, unknown>)['text'];
+    if ((b as Record<string, unknown>)['type'] !== 'text' || typeof t !== 'string') return undefined;
+    s += i > 0 ? `\n${t}` : t;
+  }
+  return s;
 }
 
 /**

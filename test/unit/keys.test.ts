@@ -511,6 +511,21 @@ describe('text parts are joined as vLLM joins them', () => {
     const sys = (system: unknown) => understand(req({}, { model: 'm', system, messages: [] }, '/v1/messages'), config).blocks;
     assert.deepEqual(sys(parts), sys(A + B));
   });
+
+  test("a user turn's tool_result: a content string and text blocks with that text (joined with a newline) are one prompt", () => {
+    // vLLM's Messages endpoint makes one tool message of either, so the engine renders the same tokens.
+    const result = (role: string, content: unknown) =>
+      understand(req({}, { model: 'm', messages: [{ role, content: [{ type: 'tool_result', tool_use_id: 't1', content }] }] }, '/v1/messages'), config).blocks;
+    const str = result('user', A);
+    assert.ok(str.length >= 3, `${str.length} blocks: the result must fill whole blocks`);
+    assert.deepEqual(result('user', [{ type: 'text', text: A }]), str, 'one text block');
+    assert.deepEqual(result('user', [{ type: 'text', text: A.slice(0, 500), cache_control: { type: 'ephemeral' } }, { type: 'text', text: A.slice(500) }]), result('user', `${A.slice(0, 500)}\n${A.slice(500)}`), 'text blocks, one marked');
+    assert.deepEqual(result('user', []), result('user', ''), 'no blocks is an empty result');
+    // Anything but text blocks still counts by its JSON: vLLM sends an image on as a turn of its own.
+    assert.notDeepEqual(result('user', [{ type: 'text', text: A }, { type: 'image', source: { type: 'url', url: 'u' } }]), str, 'an image');
+    // vLLM writes an assistant turn's tool_result as the Python text of its content: a list is not its text.
+    assert.notDeepEqual(result('assistant', [{ type: 'text', text: A }]), result('assistant', A), 'in an assistant turn');
+  });
 });
 
 describe('tools follow the system prompt (chat completions)', () => {
