@@ -71,7 +71,7 @@ export function understand(req: RequestInfo, cfg: Config): Understanding {
   const prompt = readPrompt(req, cfg);
   const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths) : undefined;
   if (byPath !== undefined) prompt.storedResponse = byPath;
-  const fromHeader = req.headers.get(k.session_header);
+  const fromHeader = headerValue(req.headers.get(k.session_header));
   if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header'));
 
   const cookieHeader = req.headers.get('cookie');
@@ -262,6 +262,28 @@ function sessionKey(id: string, source: KeySource): RoutingKey {
   return { kind: 'session', source, hash: hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS)) };
 }
 
+/**
+ * A header's value without the spaces and tabs around it, which HTTP says are not part of it
+ * (RFC 9110, section 5.5). Envoy's HTTP/1 codec strips them before kvgate sees the header; its
+ * HTTP/2 codec passes them on. A client that pads its session id must get one key whichever
+ * protocol (or proxy before Envoy) carried it; a blank value is no session id. Body ids are not
+ * trimmed: a JSON string carries no transport's padding, it is exactly the value the client chose.
+ */
+function headerValue(v: string | undefined): string | undefined {
+  if (v === undefined || v.length === 0) return v;
+  let start = 0;
+  let end = v.length;
+  while (start < end && isOws(v.charCodeAt(start))) start++;
+  while (end > start && isOws(v.charCodeAt(end - 1))) end--;
+  return start === 0 && end === v.length ? v : v.slice(start, end);
+}
+
+/** HTTP's optional whitespace: space and horizontal tab. */
+function isOws(c: number): boolean {
+  return c === 0x20 || c === 0x09;
+}
+
+/** The named cookie's value; the cookie parser already drops the spaces and tabs around it. */
 function safeCookie(header: string, name: string): string | undefined {
   try {
     return parseCookies(header)[name] || undefined;

@@ -44,6 +44,20 @@ describe('routing keys', () => {
     assert.equal(c.key?.source, 'body_user');
   });
 
+  test('a session header is its value without surrounding spaces and tabs; a blank one is no session', () => {
+    // Envoy's HTTP/1 codec strips them, its HTTP/2 codec passes them on: the same client must get one key either way.
+    const abc = { kind: 'session', source: 'header', hash: hashSessionId('abc') };
+    assert.deepEqual(understand(req({ 'x-session-id': ' \tabc\t ' }), config).key, abc);
+    assert.deepEqual(understand(req({ 'x-session-id': 'a b' }), config).key?.hash, hashSessionId('a b'), 'inner spaces are the id');
+    assert.equal(understand(req({ 'x-session-id': ' \t ', cookie: 'kvgate-session=zzz' }), config).key?.source, 'cookie');
+    assert.equal(understand(req({ cookie: 'kvgate-session= zzz\t' }), config).key?.hash, hashSessionId('zzz'), 'the cookie parser trims alike');
+  });
+
+  test('body ids are exact: a JSON string is the value the client chose', () => {
+    assert.equal(understand(req({}, { user: ' u1 ' }), config).key?.hash, hashSessionId(' u1 '));
+    assert.equal(understand(req({}, { metadata: { session_id: 's1\n' } }), config).key?.hash, hashSessionId('s1\n'));
+  });
+
   test('body fields are not read on other paths', () => {
     assert.equal(understand(req({}, { user: 'u1' }, '/v1/embeddings'), config).key, undefined);
   });
