@@ -176,12 +176,26 @@ class Parts {
 
 /**
  * What a turn carries besides its content that chat templates render: an assistant turn's
- * `tool_calls` (their JSON), a tool turn's `tool_call_id`, a turn's `name`, each only when of the
- * right type, as `SEP label SEP value` after the content. Two agent conversations that differ only
- * in a call's arguments are different prompts. '' for a turn without them, so its text is unchanged.
+ * `reasoning` (see below) and `tool_calls` (their JSON), a tool turn's `tool_call_id`, a turn's
+ * `name`, each only when of the right type, as `SEP label SEP value` after the content. Two agent
+ * conversations that differ only in a call's arguments are different prompts. '' for a turn
+ * without them, so its text is unchanged.
+ *
+ * Earlier turns' reasoning: vLLM reads an assistant message's `reasoning` (a string) and hands it
+ * to the chat template as both `reasoning` and `reasoning_content` (`_parse_chat_message_content`
+ * in vllm/entrypoints/chat_utils.py). Many templates drop it (DeepSeek-R1's, Llama's), but those
+ * made for interleaved thinking render it inside their think tags, at least for the assistant
+ * turns since the last user turn, where an agent's tool loop runs (Qwen3's, GLM-4.5's, MiniMax-M2's,
+ * Kimi K2's). So it counts: where it is rendered, requests that differ in it are different prompts;
+ * where it is dropped, a client sends the same reasoning back with each request of a conversation,
+ * which then shares its blocks as before. `reasoning_content` on a message is not read: vLLM no
+ * longer reads it (it was renamed `reasoning`), so it never reaches the template. A Messages
+ * `thinking` block and a Responses `reasoning` item already count, by their JSON.
  */
 export function turnExtras(msg: Record<string, unknown>): string {
   let s = '';
+  const reasoning = msg['reasoning'];
+  if (msg['role'] === 'assistant' && typeof reasoning === 'string' && reasoning.length > 0) s += `${SEP}reasoning${SEP}${reasoning}`;
   const calls = msg['tool_calls'];
   if (Array.isArray(calls) && calls.length > 0) s += `${SEP}tool_calls${SEP}${stableJson(calls)}`;
   const id = msg['tool_call_id'];

@@ -463,6 +463,30 @@ describe('tool calls are part of the prompt', () => {
   });
 });
 
+describe("an assistant turn's reasoning (chat completions)", () => {
+  const chat = (assistant: Record<string, unknown>) =>
+    understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: 'Find the bug' }, { role: 'assistant', content: 'Found it.', ...assistant }, { role: 'user', content: LONG_USER }] }), config).blocks;
+  const THOUGHT = 'The loop bound is off by one, so the last element is never read. '.repeat(8);
+
+  test('`reasoning` counts: vLLM hands it to the chat template, which renders it in interleaved thinking', () => {
+    const plain = chat({});
+    const thought = chat({ reasoning: THOUGHT });
+    assert.ok(plain.length >= 18 && thought.length > plain.length, `${plain.length} and ${thought.length} blocks: the turns after it must fill blocks`);
+    assert.notEqual(thought.at(-1), plain.at(-1), 'the reasoning is part of the prompt');
+    assert.notEqual(chat({ reasoning: THOUGHT.replace('one', 'two') }).at(-1), thought.at(-1), 'other reasoning, another prompt');
+    assert.deepEqual(thought.slice(0, 11), plain.slice(0, 11), 'the system prompt is still shared');
+  });
+
+  test('only a non-empty string on an assistant turn; `reasoning_content` is not read, as vLLM does not read it', () => {
+    const plain = chat({});
+    for (const other of [{ reasoning: '' }, { reasoning: 7 }, { reasoning: null }, { reasoning_content: THOUGHT }]) {
+      assert.deepEqual(chat(other), plain, JSON.stringify(other).slice(0, 40));
+    }
+    const user = (extra: object) => understand(req({}, { model: 'm', messages: [{ role: 'system', content: SYSTEM }, { role: 'user', content: LONG_USER, ...extra }] }), config).blocks;
+    assert.deepEqual(user({ reasoning: THOUGHT }), user({}), 'on a user turn');
+  });
+});
+
 describe('Anthropic cache_control marks are never hashed', () => {
   const msgs = (body: object) => understand(req({}, body, '/v1/messages'), config);
   const cc = { cache_control: { type: 'ephemeral' } };

@@ -65,7 +65,7 @@ const message = fc.oneof(
   {
     weight: 4,
     arbitrary: fc.record(
-      { role: fc.oneof(fc.constantFrom('system', 'developer', 'user', 'assistant', 'tool'), anyJson), content, tool_calls: toolCalls, tool_call_id: fc.oneof(text, anyJson), name: fc.oneof(text, anyJson) },
+      { role: fc.oneof(fc.constantFrom('system', 'developer', 'user', 'assistant', 'tool'), anyJson), content, reasoning: fc.oneof(text, anyJson), tool_calls: toolCalls, tool_call_id: fc.oneof(text, anyJson), name: fc.oneof(text, anyJson) },
       { requiredKeys: [] },
     ),
   },
