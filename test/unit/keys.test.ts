@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { chainedBlockHashes, hashSessionId, initHashing, seedFor } from '../../src/request/hashing.js';
-import { canonicalPrompt } from '../../src/request/prompt.js';
+import { canonicalPrompt, messagesPrompt, responsesPrompt } from '../../src/request/prompt.js';
 import { responseIdHash, understand } from '../../src/request/keys.js';
 import type { RequestInfo } from '../../src/request/request.js';
 
@@ -20,6 +20,8 @@ function req(headers: Record<string, string>, body?: unknown, path = '/v1/chat/c
 }
 
 const SYSTEM = 'You are a meticulous coding assistant. '.repeat(80); // ~3 KB: several whole blocks
+/** The first block of each case of the seed test, as the seed was hashed when it was written. */
+const PINNED_FIRST_BLOCKS = ['525f2c380d199ce9', '1549f4c7e8686e1c', '0c2f0d78608ad44d'];
 
 describe('routing keys', () => {
   test('the session header wins over cookie and body', () => {
@@ -623,6 +625,26 @@ describe('fields that change the rendered prompt seed the chain', () => {
     assert.deepEqual(chat({}), expected(''));
     assert.deepEqual(chat({ reasoning_effort: null, chat_template: null, chat_template_kwargs: null, documents: null, temperature: 0.2, stream: true }), expected(''));
     assert.deepEqual(chat({ cache_salt: 's' }), expected('s'));
+  });
+
+  test('the seed is the hash of the model, cache_salt and the fields as one JSON text, fields in a fixed order', () => {
+    // Pinned: any other way of hashing them must give these seeds, or every prefix key moves.
+    const documents = Array.from({ length: 40 }, (_, i) => ({ title: `doc ${i} é😀`, text: `Paragraph ${i}: "quoted", \\ and \ud800 alone. `.repeat(20), meta: { n: i, tags: ['a', null, true] } }));
+    const cases: Array<[string, object, object, (b: Record<string, unknown>) => string | undefined]> = [
+      ['/v1/chat/completions', { documents, chat_template_kwargs: { enable_thinking: false }, reasoning_effort: 'high', chat_template: 't' }, { reasoning_effort: 'high', chat_template: 't', chat_template_kwargs: { enable_thinking: false }, documents }, canonicalPrompt],
+      ['/v1/responses', { reasoning: { effort: 'low', summary: 'auto' } }, { 'reasoning.effort': 'low' }, responsesPrompt],
+      ['/v1/messages', { output_config: { effort: 'high' }, chat_template_kwargs: { a: [1, 2] } }, { chat_template_kwargs: { a: [1, 2] }, 'output_config.effort': 'high' }, messagesPrompt],
+    ];
+    const { block_chars: chars, max_blocks: blocks } = config.prefix;
+    const firsts: string[] = [];
+    for (const [path, fields, seeded, render] of cases) {
+      const body = { model: 'm', cache_salt: 's', ...(path.endsWith('responses') ? { instructions: SYSTEM } : path.endsWith('messages') ? { system: SYSTEM } : { messages: [{ role: 'system', content: SYSTEM }] }), ...fields };
+      const got = understand(req({}, body, path), config).blocks;
+      const seed = seedFor(`m\u0000s\u0000${JSON.stringify(seeded)}`);
+      assert.deepEqual(got, chainedBlockHashes(render(body)!, chars, blocks, seed).map((h) => h.toString(16).padStart(16, '0')), path);
+      firsts.push(got[0]!);
+    }
+    assert.deepEqual(firsts, PINNED_FIRST_BLOCKS);
   });
 
   test('Responses: reasoning.effort; Messages: chat_template_kwargs and output_config.effort', () => {
