@@ -225,6 +225,13 @@ const CHAT_PROMPT_OPTIONS = ['reasoning_effort', 'chat_template', 'chat_template
  * `output_config.effort` (vLLM's Messages endpoint passes both on). It joins the model and
  * `cache_salt` in the chain's seed, so that two requests alike but for one of them never share a
  * block; a field that is absent or null leaves the seed, and every hash, as without it.
+ *
+ * The JSON is built as a string, not fed to a streaming hasher field by field: measured with 400
+ * KB of RAG `documents`, the seed costs about 1 ms either way. Two thirds of it is JSON.stringify,
+ * which any way of hashing the same text pays; most of the rest is flattening its result (V8
+ * builds a large JSON as a rope of pieces), which the hasher's encoding pays once whether the
+ * JSON stands alone or is joined to the model and salt first. Streaming added only its own
+ * overhead (10 KB of documents: 23 -> 31 us).
  */
 function promptOptions(body: Record<string, unknown>, api: PromptApi): string | undefined {
   let o: Record<string, unknown> | undefined;
