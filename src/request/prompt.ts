@@ -99,26 +99,8 @@ export function responsesPrompt(body: Record<string, unknown>, maxChars = Infini
   const instructions = body['instructions'];
   if (typeof instructions === 'string' && instructions.length > 0 && parts.add(`system${SEP}${instructions}`)) return parts.text();
   const input = body['input'];
-  if (!Array.isArray(input)) {
-    if (!parts.tools(body['tools']) && typeof input === 'string') parts.add(`user${SEP}${input}`);
-    return parts.text();
-  }
-  let toolsDue = true;
-  for (const item of input) {
-    if (item === null || typeof item !== 'object' || Array.isArray(item)) continue;
-    const it = item as Record<string, unknown>;
-    const role = it['role'];
-    if (toolsDue && !isInstructionRole(role)) {
-      toolsDue = false;
-      if (parts.tools(body['tools'])) return parts.text();
-    }
-    const full =
-      typeof role === 'string'
-        ? parts.add(`${role}${SEP}${contentText(it['content'], PART_JOIN, role === 'user')}${turnExtras(it)}`)
-        : parts.add(`${typeof it['type'] === 'string' ? it['type'] : ''}${SEP}${stableJson(withoutCacheControl(it))}`);
-    if (full) return parts.text();
-  }
-  if (toolsDue) parts.tools(body['tools']);
+  if (Array.isArray(input)) parts.items(input, body['tools']);
+  else if (!parts.tools(body['tools']) && typeof input === 'string') parts.add(`user${SEP}${input}`);
   return parts.text();
 }
 
@@ -150,21 +132,39 @@ class Parts {
   }
 
   /**
-   * Chat-shaped turns: objects with `role` and `content`; anything else in the list is skipped.
-   * The tools go after the turns that open the list with instructions (isInstructionRole), before
-   * the first other turn (or after them all).
+   * Chat-shaped turns: each object in the list is a turn, its `role` ('' when not a string) and
+   * `content`; other values are skipped. The tools go after the turns that open the list with
+   * instructions (isInstructionRole), before the first other turn (or after them all).
    */
   turns(messages: readonly unknown[], tools: unknown): void {
+    this.inOrder(messages, tools, false);
+  }
+
+  /**
+   * Responses input items, the tools placed as in `turns`: an item with a string `role` is a
+   * turn, any other object its type and its JSON; arrays and other values are skipped.
+   */
+  items(input: readonly unknown[], tools: unknown): void {
+    this.inOrder(input, tools, true);
+  }
+
+  /** The one loop of `turns` and `items`: they differ only in arrays (skipped as items) and role-less entries. */
+  private inOrder(list: readonly unknown[], tools: unknown, responses: boolean): void {
     let toolsDue = true;
-    for (const m of messages) {
-      if (m === null || typeof m !== 'object') continue;
-      const msg = m as Record<string, unknown>;
-      const role = typeof msg['role'] === 'string' ? msg['role'] : '';
+    for (const x of list) {
+      if (x === null || typeof x !== 'object' || (responses && Array.isArray(x))) continue;
+      const m = x as Record<string, unknown>;
+      const role = m['role'];
       if (toolsDue && !isInstructionRole(role)) {
         toolsDue = false;
         if (this.tools(tools)) return;
       }
-      if (this.add(`${role}${SEP}${contentText(msg['content'], PART_JOIN, role === 'user')}${turnExtras(msg)}`)) return;
+      let part: string;
+      if (typeof role === 'string' || !responses) {
+        const r = typeof role === 'string' ? role : '';
+        part = `${r}${SEP}${contentText(m['content'], PART_JOIN, r === 'user')}${turnExtras(m)}`;
+      } else part = `${typeof m['type'] === 'string' ? m['type'] : ''}${SEP}${stableJson(withoutCacheControl(m))}`;
+      if (this.add(part)) return;
     }
     if (toolsDue) this.tools(tools);
   }
