@@ -12,7 +12,7 @@
  * It verifies the server's certificate against the host name the URL gives, or the one
  * `--store-tls-servername` names; for a cluster see `connectRedis`.
  */
-import { isIP } from 'node:net';
+import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
 import { KvgateError } from '../errors.js';
@@ -173,6 +173,7 @@ function orHostName(name: string): (host: string, cert: PeerCertificate) => Erro
  * there is cleared as it is set.
  */
 export function closeRedis(client: RedisClient): void {
+  keepLateSocketErrors(client);
   client.disconnect();
   if (client instanceof Cluster) {
     Object.defineProperty(client, 'slotsTimer', {
@@ -184,3 +185,23 @@ export function closeRedis(client: RedisClient): void {
     });
   }
 }
+
+/**
+ * Gives every socket `disconnect()` is about to end an error listener that stays. ioredis listens
+ * once for a socket's error; a TLS socket ended mid-handshake can emit two: the handshake's own
+ * failure (say, a server certificate that fails verification), then the alert the server sends
+ * back for our early close (ERR_SSL_TLSV1_ALERT_DECODE_ERROR), which, unheard, crashed the process
+ * as an uncaught exception. The first already reached the client's error handler, and nobody
+ * wants a closed client's errors, so the later ones are dropped. The socket is the connector's:
+ * the client's own `stream` is assigned one step later, so a socket made just before the close is
+ * only there.
+ */
+function keepLateSocketErrors(client: RedisClient): void {
+  const nodes = client instanceof Cluster ? client.nodes('all') : [client];
+  for (const node of nodes) {
+    const stream = (node as unknown as { connector?: { stream?: Socket } }).connector?.stream;
+    stream?.on('error', ignoreError);
+  }
+}
+
+function ignoreError(): void {}
