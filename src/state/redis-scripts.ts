@@ -413,8 +413,12 @@ for i, mv in ipairs(spec.moves) do
     redis.call('SET', ak, mv.to, 'PX', ttl)
     redis.call('ZREM', KEYS[2], mv.key)
     -- Scored by when the affinity lapses, which the move does not change: the session keeps its
-    -- recency (it was moved, not used; the memory store's migrate says why that is right).
-    redis.call('ZADD', toSessions, string.format('%d', now + ttl), mv.key)
+    -- recency (it was moved, not used; the memory store's migrate says why that is right). Joining
+    -- the target's list, it drops the target's lapsed sessions, as a commit's join does
+    -- (DECIDE_LUA): a worker that only ever received migrated sessions kept every one of them.
+    if redis.call('ZADD', toSessions, string.format('%d', now + ttl), mv.key) == 1 then
+      redis.call('ZREMRANGEBYSCORE', toSessions, '-inf', string.format('%d', now))
+    end
     -- The target's other sessions may lapse later than this one.
     extendExpiry(toSessions, ttl)
     local session = mv.key
@@ -466,7 +470,12 @@ for i = 1, #KEYS / 2 do
   local left = -2
   if held then left = redis.call('PTTL', ak) end
   if held == worker and left > 0 then
-    redis.call('ZADD', sessions, string.format('%d', now + left), key)
+    -- A session joining the list (ZADD counts it as added) drops those that lapsed, as a
+    -- commit's join does (DECIDE_LUA): otherwise the lapsed ones stayed, the key's expiry pushed
+    -- on by every write-back (a restore writes back a whole cache).
+    if redis.call('ZADD', sessions, string.format('%d', now + left), key) == 1 then
+      redis.call('ZREMRANGEBYSCORE', sessions, '-inf', string.format('%d', now))
+    end
     extendExpiry(sessions, left)
   end
   out[2 * i - 1] = held or ''

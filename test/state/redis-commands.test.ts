@@ -2,7 +2,7 @@ import assert from 'node:assert/strict';
 import { after, before, describe, test } from 'node:test';
 import fc from 'fast-check';
 import { Redis } from 'ioredis';
-import { decide, decideKeys, defineScripts, heartbeat, migrate, packBlocks, PoolKeys, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
+import { decide, decideKeys, defineScripts, heartbeat, migrate, packBlocks, PoolKeys, readWriteBack, writeBackCall, type DecideCommit, type DecideQuery } from '../../src/state/redis-commands.js';
 import { NO_PRECONDITIONS } from '../helpers/commits.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
@@ -261,5 +261,34 @@ describe('key expiry only ever extends', () => {
     await heartbeat(redis, keys, 'fast-gate', 100);
     assert.ok((await redis.pttl(keys.gates)) > 4 * HOUR - 60_000, 'heartbeat cut the gates set short');
     assert.deepEqual((await heartbeat(redis, keys, 'fast-gate', 100)).sort(), ['fast-gate', 'slow-gate']);
+  });
+});
+
+describe("a session joining a worker's session set drops the set's lapsed sessions (as a commit's join does)", () => {
+  const HOUR = 3_600_000;
+
+  /** w's session set: two sessions that lapsed a second ago and one live for an hour. */
+  async function withLapsed(keys: PoolKeys, w: string): Promise<void> {
+    const now = Date.now();
+    await redis.zadd(keys.sessions(w), now - 1000, 's:gone-1', now - 1000, 's:gone-2', now + HOUR, 's:live');
+    await redis.pexpire(keys.sessions(w), HOUR);
+  }
+
+  test('a write-back', async () => {
+    const keys = new PoolKeys('t', 'write-back-prune');
+    await withLapsed(keys, 'w1');
+    const [n, args] = writeBackCall(keys, [{ key: 's:back', worker: 'w1', ttlMs: HOUR }]);
+    assert.deepEqual(readWriteBack(await redis.kvgateWriteBack(n, args)).map((r) => r?.worker), ['w1']);
+    assert.deepEqual((await redis.zrange(keys.sessions('w1'), '0', '-1')).sort(), ['s:back', 's:live'], 'only the live sessions are left');
+  });
+
+  test('a migration, onto its target', async () => {
+    const keys = new PoolKeys('t', 'migrate-prune');
+    await withLapsed(keys, 'w2');
+    await redis.set(keys.affinity('s:moving'), 'w1', 'PX', HOUR);
+    await redis.zadd(keys.sessions('w1'), Date.now() + HOUR, 's:moving');
+    const moved = await migrate(redis, keys, 'w1', [{ key: 's:moving', to: 'w2' }], 'test', { defaultTtlMs: HOUR, streamMaxLen: 10 });
+    assert.deepEqual(moved.moved.map((m) => m.to), ['w2']);
+    assert.deepEqual((await redis.zrange(keys.sessions('w2'), '0', '-1')).sort(), ['s:live', 's:moving'], 'only the live sessions are left');
   });
 });
