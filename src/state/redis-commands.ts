@@ -18,6 +18,7 @@
  *   <prefix>:{<pool>}:alive        written once per pool; gone after a reconnect = Redis lost its data
  *   <prefix>:{<pool>}:lock:<name>  a lapsing lock (SET NX PX)
  *   <prefix>:{<pool>}:r:<hash>     the worker that produced a stored response (Responses API; PX = TTL)
+ *   <prefix>:readiness-probe       never written: one server's readiness check DELs it (RedisStore.ping)
  *
  * Prompt blocks were once a hash per block (`b:<block>`: worker → lapse time) beside the recency
  * set (then `bw:<worker>`). Now the holdings are a hash per worker: a decision passes n worker keys

@@ -199,8 +199,11 @@ export class RedisStore implements RoutingStore {
   /** By pool (`OwnStates`). */
   private readonly ownStates = new Map<string, OwnStates>();
   private closed = false;
+  /** The key one server's readiness deletes (`ping`): no pool's, and never written. */
+  private readonly readinessProbeKey: string;
 
   constructor(private readonly opts: RedisStoreOptions) {
+    this.readinessProbeKey = `${opts.keyPrefix}:readiness-probe`;
     const redisOptions: RedisOptions = {
       // Fail fast instead of queueing while disconnected: the caller falls back to local state.
       enableOfflineQueue: false,
@@ -482,18 +485,30 @@ export class RedisStore implements RoutingStore {
   }
 
   /**
-   * Readiness. One server: PING. A cluster answers a keyless PING from any node, also while a
+   * Readiness. One server: a write that writes nothing, DEL of a key that never exists
+   * (`readinessProbeKey`). A PING is answered by a server demoted to a replica too (REPLICAOF, a
+   * failover whose address still leads to the old master), and readiness stayed green while every
+   * commit failed with READONLY; the DEL is refused there, and wherever else Redis refuses writes
+   * (NOREPLICAS under `min-replicas-to-write`). Chosen over ROLE or INFO: those are @dangerous
+   * commands (ROLE @admin too) an ACL user limited to kvgate's keys may not have, where this needs
+   * only the key and the writes the store makes anyway; like PING it costs one round trip, and a
+   * DEL that deletes nothing is neither replicated nor written to the AOF. With no pools known yet
+   * a cluster is PINGed as before. A cluster answers a keyless PING from any node, also while a
    * pool's hash slot has no master and every decision there falls back: so a cluster is asked for
    * each configured pool's marker key (EXISTS, a read on the master owning the pool's slot), all at
-   * once, within `store.timeout_ms` whatever the cluster client retries meanwhile.
+   * once, within `store.timeout_ms` whatever the cluster client retries meanwhile (its replicas
+   * answer MOVED, which the cluster client follows: no replica is ever asked).
    */
   async ping(): Promise<void> {
     const pools = [...(this.configuredPools ?? this.views.keys())];
     if (!this.redis.isCluster || pools.length === 0) {
       try {
-        await this.redis.ping();
+        if (this.redis.isCluster) await this.redis.ping();
+        else await this.redis.del(this.readinessProbeKey);
       } catch (err) {
-        throw new KvgateError('store_unavailable', `redis is unreachable: ${(err as Error).message}`, { cause: err });
+        // An error reply (READONLY): Redis answers but takes no writes, so no commit can hold.
+        const why = err instanceof ReplyError ? 'redis refuses writes' : 'redis is unreachable';
+        throw new KvgateError('store_unavailable', `${why}: ${(err as Error).message}`, { cause: err });
       }
       return;
     }

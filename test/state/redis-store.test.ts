@@ -4,6 +4,7 @@ import { describe, test } from 'node:test';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../../src/config/load.js';
 import { Gate } from '../../src/gate/gate.js';
+import { Readiness } from '../../src/health/readiness.js';
 import type { RequestInfo } from '../../src/request/request.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
@@ -1029,6 +1030,31 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
         const lapsed = await zrems(raw);
         await new Promise((r) => setTimeout(r, 300));
         assert.equal((await zrems(raw)) - lapsed, 0, 'no removal sent for a lease Redis has lapsed');
+      } finally {
+        await master.stop();
+      }
+    }));
+
+  test('readiness fails while the server is a replica: it answers PING, but every write is refused', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const master = await startRedis();
+      try {
+        const store = await open({ timeoutMs: 1000 });
+        const readiness = new Readiness({ store, readyWhenUnreachable: false, intervalMs: 60_000, logger: silentLogger(), onChange: () => undefined });
+        assert.equal((await readiness.check()).status, 'ready');
+        assert.equal(await raw.replicaof('127.0.0.1', String(master.port)), 'OK');
+        assert.equal(await raw.ping(), 'PONG', 'the replica still answers PING');
+        await assert.rejects(store.ping(), /READONLY/);
+        const report = await readiness.check();
+        assert.deepEqual([report.ready, report.status], [false, 'not_ready']);
+        // Promoted back: ready again (after the reconnection READONLY asked for, if it is under way).
+        assert.equal(await raw.replicaof('NO', 'ONE'), 'OK');
+        const until = Date.now() + 3000;
+        while ((await readiness.check()).status !== 'ready') {
+          assert.ok(Date.now() < until, 'ready again within seconds of the promotion');
+          await new Promise((r) => setTimeout(r, 50));
+        }
+        assert.deepEqual(await raw.keys('*'), [], 'the readiness probe leaves no key behind');
       } finally {
         await master.stop();
       }
