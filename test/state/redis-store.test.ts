@@ -236,6 +236,34 @@ describe('redis store specifics', () => {
       assert.deepEqual(placed, expected);
     }));
 
+  test('a gate whose view says every worker is full reads Redis before shedding: another replica freed one', () =>
+    withRedis(async ({ store: open }) => {
+      await initHashing();
+      const workers = ['w1', 'w2'];
+      // One request per worker, no overflow past it: two leases fill the pool.
+      const config = parseConfig({ workers: workers.map((id) => ({ id, cluster: id, max_inflight: 1 })), limits: { overflow_factor: 1 } }, 'test');
+      // No refresh: this replica learns what others did only from its own reads and commits.
+      const a = await open({ refreshMs: 60_000, timeoutMs: 5000 });
+      const b = await open({ refreshMs: 60_000 });
+      const gate = new Gate(config, a, silentLogger());
+      const held = [];
+      for (const worker of workers) {
+        const r = await b.commit(commitRequest({ pool: 'default', workers, worker }));
+        assert.ok(r.ok && !r.degraded, 'the other replica fills the worker in Redis');
+        held.push(r.lease);
+      }
+      const q = { pool: 'default', key: undefined, workers, blocks: [] };
+      await a.snapshot(q);
+      // The control: with both held, the gate sheds (its re-read finds them full too).
+      const full = await gate.route(sessionRequest('full'));
+      assert.equal(full.kind, 'reject', 'shed while both workers are full');
+      for (const l of held) await b.release(l);
+      assert.deepEqual([...a.cachedSnapshot(q).inflight.values()], [1, 1], 'this replica’s view still says full');
+      const routed = await gate.route(sessionRequest('room'));
+      assert.equal(routed.kind, 'route', 'routed: the re-read before shedding found the room');
+      if (routed.kind === 'route') await gate.release(routed.lease);
+    }));
+
   test('with Redis down, commits succeed on local state (degraded) and never throw', () =>
     withRedis(async ({ redis, store: open }) => {
       const store = await open({ timeoutMs: 100 });
