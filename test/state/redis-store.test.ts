@@ -1126,6 +1126,44 @@ describe('redis store: a master demoted to a replica (READONLY)', () => {
   });
 });
 
+describe('redis store: releases Redis refuses, retried on a slow connection', () => {
+  test('one retry run at a time, however many refreshes come while it is on its way', () =>
+    withRedis(
+      async ({ raw, proxy }) => {
+        const workers = ['w1', 'w2'];
+        // A user that may do all but ZREM: every removal is refused (NOPERM), nothing else is, and
+        // unlike READONLY no reconnection cuts a run short.
+        assert.equal(await raw.call('ACL', 'SETUSER', 'noremove', 'on', '>pw', '~*', '&*', '+@all', '-zrem'), 'OK');
+        const store = redisStore(`redis://noremove:pw@${proxy!.address}`, { timeoutMs: 2000, refreshMs: 50 });
+        try {
+          assert.ok(await store.waitReady(3000), 'the store reached Redis');
+          const held = [];
+          for (const worker of workers) {
+            const r = await store.commit(commitRequest({ workers, worker }));
+            assert.ok(r.ok && !r.degraded, 'committed on Redis');
+            held.push(r.lease);
+          }
+          // Each retry run now waits 0.6 s for its replies, a dozen refreshes.
+          proxy!.setLatency(300);
+          await Promise.all(held.map((l) => store.release(l)));
+          const zrems = async () => {
+            const m = /^cmdstat_zrem:calls=(\d+).*?rejected_calls=(\d+)/m.exec(await raw.info('commandstats'));
+            return m ? Number(m[1]) + Number(m[2]) : 0;
+          };
+          const before = await zrems();
+          await new Promise((r) => setTimeout(r, 2000));
+          const sent = (await zrems()) - before;
+          // One ZREM per worker a run: about four runs in 2 s, where a run per refresh sent forty.
+          assert.ok(sent > 0, 'the refused removals are retried (the control)');
+          assert.ok(sent <= 2 * 6, `one run at a time (${sent} removals in 2 s)`);
+        } finally {
+          await store.close();
+        }
+      },
+      { proxy: true },
+    ));
+});
+
 describe('redis store: a connection that goes silent (packets dropped, nothing closed)', () => {
   test('is replaced within a few store timeouts, and the commands waiting on it stay bounded meanwhile', () =>
     withRedis(
