@@ -67,8 +67,8 @@ const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
 /**
- * At most this many releases Redis did not take are sent again per refresh (`retryReleases`): a
- * refresh adds at most this many commands' worth to the connection, however long the list grew.
+ * At most this many releases Redis did not take are sent again per run (`retryReleases`, one run
+ * at a time): at most this many removals wait on the connection, however long the list grew.
  */
 const MAX_RETRIED_RELEASES_PER_RUN = 1024;
 /**
@@ -188,8 +188,14 @@ export class RedisStore implements RoutingStore {
   /** Callers of `release` waiting for Redis to have taken their lease out (by lease id). */
   private readonly releaseWaiters = new Map<string, () => void>();
   private releaseTimer: NodeJS.Timeout | undefined;
-  /** The retry of releases Redis did not take, while one runs (`retryReleases`). */
-  private retrying: Promise<void> | undefined;
+  /**
+   * Retries of releases Redis did not take (`retryReleases`): one run at a time; refreshes while it
+   * is on its way ask for one more run after it, not for runs beside it.
+   */
+  private readonly releaseRetries = new Coalesced(
+    () => this.retryReleases(),
+    () => !this.closed && this.ledger.unreleasedCount > 0,
+  );
   /**
    * Numbers this store's reads and state writes in the order they are sent. One connection (one
    * cluster node for a pool: its keys share a slot) runs commands in that order, so a reply to a
@@ -764,9 +770,7 @@ export class RedisStore implements RoutingStore {
     if (this.closed || this.redis.status !== 'ready') return;
     // Redis answered slowly without disconnecting: what was decided locally still needs writing back.
     if (this.ledger.behind || this.connections !== this.leasesRestoredAt) void this.resync();
-    if (this.retrying === undefined && this.ledger.unreleasedCount > 0) {
-      this.retrying = this.retryReleases().finally(() => (this.retrying = undefined));
-    }
+    if (this.ledger.unreleasedCount > 0) void this.releaseRetries.trigger();
     let behind: Set<string> | undefined;
     for (const [pool, view] of this.views) {
       if (this.configuredPools && !this.configuredPools.has(pool)) {
@@ -816,8 +820,8 @@ export class RedisStore implements RoutingStore {
   }
 
   /**
-   * Sends again the removals Redis did not take: one run at a time (a refresh while one is on its
-   * way starts none), at most MAX_RETRIED_RELEASES_PER_RUN of them, one ZREM per worker. Resending
+   * Sends again the removals Redis did not take: one run at a time (`releaseRetries`), at most
+   * MAX_RETRIED_RELEASES_PER_RUN of them, one ZREM per worker. Resending
    * the whole list on every refresh while earlier runs still waited for their replies (a connection
    * that went silent) piled up commands in the client as fast as the list grew, quadratically.
    */
