@@ -104,12 +104,10 @@ export function assessHealth(rec: SignalRecord | undefined, t: HealthThresholds,
     codes.push('temperature');
     reasons.push(`${s.gpuTempC} °C`);
   }
-  if (useFramebuffer && s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined) {
-    const total = s.fbUsedMiB + s.fbFreeMiB;
-    if (total > 0 && s.fbUsedMiB / total >= t.memoryPressure) {
-      codes.push('memory_pressure');
-      reasons.push(`gpu memory ${((s.fbUsedMiB / total) * 100).toFixed(0)}%`);
-    }
+  const fb = framebufferUse(s, useFramebuffer);
+  if (fb !== undefined && fb >= t.memoryPressure) {
+    codes.push('memory_pressure');
+    reasons.push(`gpu memory ${(fb * 100).toFixed(0)}%`);
   }
   return codes.length > 0 ? { state: 'pressured', codes, reasons } : { state: 'healthy', codes: [], reasons: [] };
 }
@@ -135,5 +133,16 @@ export function hasEngineRoom(v: HealthVerdict, s: WorkerSignals | undefined, us
 /** The scrape has a figure for the engine's memory: KV use, or (where configured) GPU framebuffer use. */
 function reportsMemory(s: WorkerSignals | undefined, useFramebuffer: boolean): boolean {
   if (s === undefined) return false;
-  return s.kvUsage !== undefined || (useFramebuffer && s.fbUsedMiB !== undefined && s.fbFreeMiB !== undefined && s.fbUsedMiB + s.fbFreeMiB > 0);
+  return s.kvUsage !== undefined || framebufferUse(s, useFramebuffer) !== undefined;
+}
+
+/**
+ * GPU framebuffer use, used / (used + free), where the worker is judged by it and the scrape has
+ * both figures with a positive total; else undefined. One rule for the pressure verdict and for
+ * engine room, so a figure one of them reads the other cannot ignore.
+ */
+function framebufferUse(s: WorkerSignals, useFramebuffer: boolean): number | undefined {
+  if (!useFramebuffer || s.fbUsedMiB === undefined || s.fbFreeMiB === undefined) return undefined;
+  const total = s.fbUsedMiB + s.fbFreeMiB;
+  return total > 0 ? s.fbUsedMiB / total : undefined;
 }
