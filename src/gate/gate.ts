@@ -116,9 +116,10 @@ export class Gate {
     private readonly logger: Logger,
     /**
      * A monotonic clock (ms; only differences matter): how long ago each worker's record was read,
-     * so that figures keep ageing while the store cannot be read (`ageSignals`).
+     * so that figures keep ageing while the store cannot be read (`ageSignals`). Public: the
+     * collector times this replica's own scrapes by it (signals/fleet.ts).
      */
-    private readonly clock: () => number = () => performance.now(),
+    readonly clock: () => number = () => performance.now(),
   ) {
     this.setup = { config, pools: new PoolTable(config) };
     // The store learns the config's pools from the start (readiness on a cluster checks each one).

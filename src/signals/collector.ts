@@ -41,8 +41,6 @@ export interface CollectorOptions<P extends FleetPool> {
   logger: Logger;
   /** This replica's id in the store's live-gate set. */
   gateId?: string;
-  /** A monotonic clock (ms) for the age of this replica's own scrapes; tests pass their own. */
-  clock?: () => number;
 }
 
 export class SignalCollector<P extends FleetPool> {
@@ -58,12 +56,10 @@ export class SignalCollector<P extends FleetPool> {
   private lastWarn = new Map<string, number>();
   /** This replica's own latest scrape of each worker: what it judges on while the store is away. */
   private readonly ownScrapes = new Map<string, KeptScrape>();
-  private readonly clock: () => number;
   /** The last read of the signals failed: this replica scrapes every worker until one succeeds. */
   private readFailed = false;
 
   constructor(private readonly opts: CollectorOptions<P>) {
-    this.clock = opts.clock ?? (() => performance.now());
     this.gateId = opts.gateId ?? `${hostname()}-${process.pid}-${randomBytes(3).toString('hex')}`;
     this.migrator = new Migrator(opts.gate, opts.store, opts.logger);
   }
@@ -262,7 +258,7 @@ export class SignalCollector<P extends FleetPool> {
     }
     if ('error' in update) this.warn(`scrape:${worker}`, 'worker scrape failed', update.error, { worker });
     // Kept as the store keeps it: a failure keeps the last figures and counts.
-    this.ownScrapes.set(worker, keepScrape(this.ownScrapes.get(worker), update, this.clock()));
+    this.ownScrapes.set(worker, keepScrape(this.ownScrapes.get(worker), update, this.opts.gate.clock()));
     try {
       // Under the worker's own pool, where that pool's routing state lives.
       const pool = this.opts.gate.pools.poolOfWorker(worker)?.name ?? this.opts.gate.pool;
@@ -307,9 +303,12 @@ export class SignalCollector<P extends FleetPool> {
     this.judged(this.opts.gate.setSignals(records), true);
   }
 
-  /** This replica's own scrapes as records, aged by its clock as the store ages what it holds. */
+  /**
+   * This replica's own scrapes as records, aged as the store ages what it holds, by the gate's
+   * clock: the gate weighs them against its last records aged by that same clock (`ageSignals`).
+   */
   private ownRecords(): Map<string, SignalRecord> {
-    const now = this.clock();
+    const now = this.opts.gate.clock();
     const out = new Map<string, SignalRecord>();
     for (const [w, kept] of this.ownScrapes) out.set(w, scrapeRecord(kept, now));
     return out;

@@ -32,4 +32,9 @@ export interface Fleet<P extends FleetPool = FleetPool> {
   ageSignals(own?: ReadonlyMap<string, SignalRecord>): Map<string, HealthVerdict>;
   /** A pool's workers as the policy sees them, from a snapshot. */
   views(snap: Snapshot, pool: P): WorkerView[];
+  /**
+   * The gate's monotonic clock (ms; only differences matter). The collector times its own scrapes
+   * by it, so that their ages and those of the records the gate ages (`ageSignals`) compare.
+   */
+  readonly clock: () => number;
 }
