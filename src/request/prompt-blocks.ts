@@ -12,7 +12,7 @@
  */
 import { xxh } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
-import { firstPrompt, isInstructionRole, PART_JOIN, partJson, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
+import { firstPrompt, isInstructionRole, PART_JOIN, partText, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
 export interface PromptBlocks {
   /** Chained hashes of the leading whole blocks (at most maxBlocks). */
@@ -84,9 +84,11 @@ class HashedParts {
   private parts = 0;
   private length = 0;
 
+  /** `chat`: the turns are OpenAI chat messages, their parts read as prompt.ts's `Parts` reads them (partText). */
   constructor(
     readonly h: BlockHasher,
     private readonly maxChars: number,
+    private readonly chat: boolean,
   ) {}
 
   /** Starts a part: a separator before every part but the first. */
@@ -124,7 +126,7 @@ class HashedParts {
     this.begin();
     this.h.feed(role);
     this.h.feed(SEP);
-    const chars = feedContent(this.h, content, join, role === 'user');
+    const chars = feedContent(this.h, content, join, role === 'user', this.chat);
     const extras = message === undefined || this.h.done ? '' : turnExtras(message);
     this.h.feed(extras);
     return this.end(role.length + 1 + chars + extras.length);
@@ -183,7 +185,8 @@ class HashedParts {
  */
 export function promptBlocks(api: PromptApi, body: Record<string, unknown>, blockChars: number, maxBlocks: number, seed: bigint): PromptBlocks | undefined {
   const maxChars = blockChars * maxBlocks;
-  const parts = new HashedParts(new BlockHasher(blockChars, maxBlocks, seed), maxChars);
+  // Chat content parts are read as canonicalPrompt reads them, the other APIs' as theirs.
+  const parts = new HashedParts(new BlockHasher(blockChars, maxBlocks, seed), maxChars, api === 'openai');
   // The tools' JSON only once a part needs it: the instructions before it often fill every block.
   const tools = lazyTools(body['tools']);
   if (api === 'openai') {
@@ -236,10 +239,10 @@ function lazyTools(field: unknown): Tools {
 }
 
 /**
- * Feeds message content as prompt.ts's contentText renders it, parts joined with `join`, a part
- * without text as partJson writes it for a user turn or another; returns its length.
+ * Feeds message content as prompt.ts's contentText renders it, parts joined with `join`, each part
+ * as partText reads it for a user turn or another, in a chat message or not; returns its length.
  */
-function feedContent(h: BlockHasher, content: unknown, join: string, userTurn: boolean): number {
+function feedContent(h: BlockHasher, content: unknown, join: string, userTurn: boolean, chat: boolean): number {
   if (typeof content === 'string') {
     h.feed(content);
     return content.length;
@@ -260,10 +263,7 @@ function feedContent(h: BlockHasher, content: unknown, join: string, userTurn: b
     const part: unknown = content[i];
     let s: string;
     if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
-    else {
-      const p = part as Record<string, unknown>;
-      s = typeof p['text'] === 'string' ? p['text'] : partJson(p, userTurn);
-    }
+    else s = partText(part as Record<string, unknown>, userTurn, chat);
     h.feed(s);
     chars += s.length;
   }

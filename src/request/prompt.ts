@@ -42,7 +42,7 @@ export const SEP = '\u001e';
  * million tiny messages or token ids then costs what its prefix costs, not a string per element.
  */
 export function canonicalPrompt(body: Record<string, unknown>, maxChars = Infinity): string | undefined {
-  const parts = new Parts(maxChars);
+  const parts = new Parts(maxChars, true);
   const messages = body['messages'];
   if (Array.isArray(messages)) {
     parts.turns(messages, body['tools']);
@@ -112,11 +112,18 @@ export function isInstructionRole(role: unknown): boolean {
   return role === 'system' || role === 'developer';
 }
 
-/** Parts joined by SEP, that stop accepting once `maxChars` characters are in (keys read only a prefix). */
+/**
+ * Parts joined by SEP, that stop accepting once `maxChars` characters are in (keys read only a
+ * prefix). `chat`: the turns are OpenAI chat messages, whose content parts are read as chatPartText
+ * reads them; Messages blocks and Responses parts are other APIs' parts, read as they always were.
+ */
 class Parts {
   private readonly parts: string[] = [];
   private length = 0;
-  constructor(private readonly maxChars: number) {}
+  constructor(
+    private readonly maxChars: number,
+    private readonly chat = false,
+  ) {}
 
   /** Adds a part; true when the text is now long enough. */
   add(part: string): boolean {
@@ -162,7 +169,7 @@ class Parts {
       let part: string;
       if (typeof role === 'string' || !responses) {
         const r = typeof role === 'string' ? role : '';
-        part = `${r}${SEP}${contentText(m['content'], PART_JOIN, r === 'user')}${turnExtras(m)}`;
+        part = `${r}${SEP}${contentText(m['content'], PART_JOIN, r === 'user', this.chat)}${turnExtras(m)}`;
       } else part = `${typeof m['type'] === 'string' ? m['type'] : ''}${SEP}${stableJson(withoutCacheControl(m))}`;
       if (this.add(part)) return;
     }
@@ -190,7 +197,8 @@ class Parts {
  * where it is dropped, a client sends the same reasoning back with each request of a conversation,
  * which then shares its blocks as before. `reasoning_content` on a message is not read: vLLM no
  * longer reads it (it was renamed `reasoning`), so it never reaches the template. A Messages
- * `thinking` block and a Responses `reasoning` item already count, by their JSON.
+ * `thinking` block and a Responses `reasoning` item already count, by their JSON; a chat `thinking`
+ * content part counts by its text, as vLLM reads it (chatPartText).
  */
 export function turnExtras(msg: Record<string, unknown>): string {
   let s = '';
@@ -217,21 +225,57 @@ export const SYSTEM_JOIN = '';
 
 /**
  * Message content: a string, or an array of parts (OpenAI content parts, Anthropic content blocks,
- * Responses input parts) joined with `join`, of which text parts count by their text, others
- * (images, tool calls and results) by their JSON (partJson). Anthropic's `cache_control` marks
- * where the client wants a cache breakpoint, not what the model reads, so it never changes the text.
+ * Responses input parts) joined with `join`, each as partText reads it: text parts by their text,
+ * others (images, tool calls and results) by their JSON (partJson). Anthropic's `cache_control`
+ * marks where the client wants a cache breakpoint, not what the model reads, so it never changes
+ * the text. `chat`: the parts of an OpenAI chat message (see chatPartText).
  */
-function contentText(content: unknown, join = PART_JOIN, userTurn = false): string {
+function contentText(content: unknown, join = PART_JOIN, userTurn = false, chat = false): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
   return content
     .map((part) => {
       if (part === null || typeof part !== 'object') return typeof part === 'string' ? part : '';
-      const p = part as Record<string, unknown>;
-      if (typeof p['text'] === 'string') return p['text'];
-      return partJson(p, userTurn);
+      return partText(part as Record<string, unknown>, userTurn, chat);
     })
     .join(join);
+}
+
+/**
+ * One content part as hashed, shared by both renderers: in a chat message, the text chatPartText
+ * finds; else a string `text` (`text`, `input_text`, `output_text` parts and Messages text
+ * blocks); else its JSON (partJson).
+ */
+export function partText(p: Record<string, unknown>, userTurn: boolean, chat: boolean): string {
+  if (chat) {
+    const t = chatPartText(p);
+    if (t !== undefined) return t;
+  }
+  const text = p['text'];
+  return typeof text === 'string' ? text : partJson(p, userTurn);
+}
+
+/**
+ * The text of an OpenAI chat content part that vLLM reads as text from a field other than `text`:
+ * a `thinking` part's `thinking` and a `refusal` part's `refusal`. vLLM's chat parser
+ * (`_parse_chat_message_content_part` and its parser map in vllm/entrypoints/chat_utils.py) takes
+ * the text of `text`, `input_text`, `output_text`, `refusal` and `thinking` parts alike, in any
+ * role, and joins it with the message's other texts (or hands the template a text part of it), so
+ * `[text A, thinking B]` is the prompt "A\nB" to the engine and must share its blocks; hashed by
+ * its JSON it shared none. The type's own field counts even where the part also has a `text`, as
+ * in vLLM. Undefined (the part read as before) when that field is not a string: vLLM drops a
+ * refusal without one and has no text for a thinking part without one, so there is no text to
+ * match.
+ *
+ * Only chat: vLLM's Messages endpoint moves a `thinking` block to the turn's `reasoning` instead
+ * (`_convert_anthropic_to_openai_request` in vllm/entrypoints/anthropic/serving.py), so a Messages
+ * block keeps its JSON. Responses message parts keep theirs too: vLLM turns Responses items into
+ * chat messages on a path of its own, which this reading was not checked against.
+ */
+function chatPartText(p: Record<string, unknown>): string | undefined {
+  const type = p['type'];
+  const t = type === 'thinking' ? p['thinking'] : type === 'refusal' ? p['refusal'] : undefined;
+  return typeof t === 'string' ? t : undefined;
 }
 
 /**

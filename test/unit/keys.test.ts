@@ -568,6 +568,40 @@ describe('text parts are joined as vLLM joins them', () => {
   });
 });
 
+describe('chat content parts vLLM reads as text', () => {
+  // vLLM's chat parser takes the text of a `thinking` part from `thinking` and of a `refusal`
+  // part from `refusal`, and joins it with the turn's other texts like a text part's.
+  const A = SYSTEM.slice(0, 1000);
+  const B = SYSTEM.slice(1000, 2600);
+  const chat = (content: unknown, path = '/v1/chat/completions') =>
+    understand(req({}, { model: 'm', messages: [{ role: 'user', content: 'Fix the bug' }, { role: 'assistant', content }, { role: 'user', content: LONG_USER }] }, path), config).blocks;
+
+  test('an assistant turn with a `thinking` or a `refusal` part is that text joined with a newline', () => {
+    const joined = chat(`${A}\n${B}`);
+    // The part's text ends past block 10 and the user turn after it fills more: a JSON-hashed part differs from there on.
+    assert.ok(joined.length >= 16, `${joined.length} blocks: the turns after the part must fill blocks`);
+    assert.deepEqual(chat([{ type: 'text', text: A }, { type: 'thinking', thinking: B, closed: true }]), joined, 'a thinking part');
+    assert.deepEqual(chat([{ type: 'text', text: A }, { type: 'refusal', refusal: B }]), joined, 'a refusal part');
+    assert.deepEqual(chat([{ type: 'thinking', thinking: A }, { type: 'output_text', text: B }]), joined, 'a thinking part, then output_text');
+    // vLLM reads the type's own field, not `text`.
+    assert.deepEqual(chat([{ type: 'text', text: A }, { type: 'thinking', thinking: B, text: 'other' }]), joined, 'a thinking part with a text too');
+    assert.notDeepEqual(chat([{ type: 'text', text: A }, { type: 'thinking', thinking: B.replace('meticulous', 'careless') }]), joined, 'other thinking, another prompt');
+  });
+
+  test('without a string in its own field a part counts as before; Messages and Responses parts are unchanged', () => {
+    const asJson = (part: object) => `assistant\u001e${JSON.stringify(part)}`;
+    for (const part of [{ type: 'thinking', thinking: 7 }, { type: 'thinking' }, { type: 'refusal', refusal: null }, { type: 'reasoning', thinking: 'x' }]) {
+      assert.equal(canonicalPrompt({ messages: [{ role: 'assistant', content: [part] }] }), asJson(part), JSON.stringify(part));
+    }
+    assert.equal(canonicalPrompt({ messages: [{ role: 'assistant', content: [{ type: 'thinking', text: 'x' }] }] }), 'assistant\u001ex', 'a thinking part with only a text');
+    // vLLM's Messages endpoint moves a thinking block to the turn's reasoning: kvgate keeps its JSON there.
+    const block = { type: 'thinking', thinking: 'x', signature: 's' };
+    assert.equal(messagesPrompt({ messages: [{ role: 'assistant', content: [block] }] }), asJson(block), 'a Messages thinking block');
+    const refusal = { type: 'refusal', refusal: 'x' };
+    assert.equal(responsesPrompt({ input: [{ role: 'assistant', content: [refusal] }] }), asJson(refusal), 'a Responses refusal part');
+  });
+});
+
 describe('tools follow the system prompt (chat completions)', () => {
   const tools = (name: string) => [{ type: 'function', function: { name, description: 'd'.repeat(600), parameters: { type: 'object' } } }];
   const chat = (messages: object[], t?: unknown) => understand(req({}, { model: 'm', ...(t ? { tools: t } : {}), messages }), config).blocks;

@@ -41,8 +41,14 @@ const resultBlock = fc.oneof(
   fc.record({ type: fc.constant('document'), source: fc.record({ type: fc.constant('content'), content: fc.array(fc.oneof(textBlock, anyJson), { maxLength: 2 }) }), cache_control: mark }, { requiredKeys: ['type', 'source'] }),
   anyJson,
 );
+/** Parts whose text a chat message reads from another field (`thinking`, `refusal`), either field possibly of the wrong type or beside a `text`. */
+const textLikePart = fc.record(
+  { type: fc.constantFrom('thinking', 'refusal', 'reasoning'), thinking: fc.oneof(text, anyJson), refusal: fc.oneof(text, anyJson), text },
+  { requiredKeys: ['type'] },
+);
 const block = fc.oneof(
   textBlock,
+  textLikePart,
   fc.record({ type: fc.constant('image'), source: fc.record({ data: text }), cache_control: mark }, { requiredKeys: ['type'] }),
   fc.record({ type: fc.constant('tool_use'), id: text, name: text, input: anyJson, cache_control: mark }, { requiredKeys: ['type', 'input'] }),
   fc.record({ type: fc.constant('tool_result'), tool_use_id: text, content: fc.oneof(text, fc.array(resultBlock, { maxLength: 3 })), cache_control: mark }, { requiredKeys: ['type', 'content'] }),
@@ -151,7 +157,7 @@ describe('promptBlocks gives exactly the reference hashes', () => {
         fc.record(
           {
             role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
-            content: fc.oneof(long, fc.array(fc.record({ type: fc.constant('text'), text: long }), { maxLength: 3 })),
+            content: fc.oneof(long, fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text: long }), fc.record({ type: fc.constant('thinking'), thinking: long }), fc.record({ type: fc.constant('refusal'), refusal: long })), { maxLength: 3 })),
             tool_calls: fc.array(fc.record({ id: text, type: fc.constant('function'), function: fc.record({ name: text, arguments: long }) }), { minLength: 1, maxLength: 2 }),
             tool_call_id: text,
           },
