@@ -271,6 +271,17 @@ export function partText(p: Record<string, unknown>, userTurn: boolean, chat: bo
  * (`_convert_anthropic_to_openai_request` in vllm/entrypoints/anthropic/serving.py), so a Messages
  * block keeps its JSON. Responses message parts keep theirs too: vLLM turns Responses items into
  * chat messages on a path of its own, which this reading was not checked against.
+ *
+ * SGLang differs. Its chat request schema (the content part union in its OpenAI protocol.py)
+ * rejects `refusal`, `input_text` and `output_text` parts, and takes `thinking` (or `reasoning`)
+ * parts in assistant turns only, with exactly one of `thinking` and `text`. Then
+ * `process_content_for_template_format` (python/sglang/srt/parser/jinja_template_utils.py, in the
+ * version read) keeps only `text` parts, joined with a space, for a template that takes content as
+ * a string, so a thinking part is not in that prompt at all; for a template that iterates over the
+ * parts it hands the part on, for the template to render or skip. kvgate follows vLLM: on such
+ * an SGLang, requests that differ only in a thinking part are one prompt that kvgate keys apart
+ * from that part on (as it did when it hashed the part's JSON), which a conversation rarely meets,
+ * as its client sends the same part back with each request.
  */
 function chatPartText(p: Record<string, unknown>): string | undefined {
   const type = p['type'];
