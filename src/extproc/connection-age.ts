@@ -160,19 +160,35 @@ type Later = (ms: number, fn: () => void) => () => void;
 
 function retire(session: http2.ServerHttp2Session, opts: ConnectionAgeOptions, later: Later): void {
   if (session.closed || session.destroyed) return;
-  // The notice is written beside nghttp2 and must not overtake kvgate's SETTINGS: a connection
-  // whose peer has not acknowledged them yet (one accepted a moment ago, as during a shutdown) is
-  // retired once it has.
-  if (session.pendingSettingsAck) {
-    session.once('localSettings', () => retire(session, opts, later));
-    return;
-  }
   // close() sends the final GOAWAY (the last stream seen) and ends the connection once its streams have.
   const finalGoaway = () => {
     if (session.closed || session.destroyed) return;
     session.close();
     session.once('close', later(opts.graceMs, () => session.destroy()));
   };
+  // The notice is written beside nghttp2 and must not overtake kvgate's SETTINGS: a connection
+  // whose peer has not acknowledged them yet (one accepted a moment ago, as during a shutdown) is
+  // retired once it has. Not later than a notice period, though: a peer that never acknowledges
+  // (one that connected and went silent, or whose network died at once) was otherwise never
+  // retired. grpc-js closes no idle connection by default, so it stayed open for as long as the
+  // gate ran, and a stopping gate waited its whole grace period for it. Without a single stream
+  // it loses nothing by being cut at once (nghttp2's graceful close did not end such a
+  // connection: it waits to write to a peer that reads nothing); with streams, they get the
+  // final GOAWAY and the grace period as any retired connection's do.
+  if (session.pendingSettingsAck) {
+    const onAck = () => {
+      giveUp();
+      retire(session, opts, later);
+    };
+    const giveUp = later(opts.noticeMs, () => {
+      session.off('localSettings', onAck);
+      if (session.state.lastProcStreamID === 0) session.destroy();
+      else finalGoaway();
+    });
+    session.once('localSettings', onAck);
+    session.once('close', giveUp);
+    return;
+  }
   const notice = sendShutdownNotice(session);
   if (!notice) {
     try {

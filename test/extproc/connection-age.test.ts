@@ -15,6 +15,7 @@
  */
 import assert from 'node:assert/strict';
 import * as http2 from 'node:http2';
+import * as net from 'node:net';
 import { describe, test } from 'node:test';
 import { DEFAULTS } from '../../src/config/defaults.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
@@ -234,7 +235,76 @@ describe('connection retirement', () => {
       await g.close(100);
     }
   });
+
+  test('a connection whose peer never acknowledges the SETTINGS is still retired, within the notice period', async () => {
+    // Retirement waits for the acknowledgement before writing the notice; it waited for ever on a
+    // peer that connected and went silent, and grpc-js closes no idle connection by default.
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 100 });
+    const silent = await rawConnection(g.grpcPort, []);
+    const noAck = await rawConnection(g.grpcPort, [CLIENT_PREFACE, EMPTY_SETTINGS]);
+    try {
+      // Age (100 ms ± 10%) and a notice period; the bound only says when the test gives up.
+      const bound = 110 + DEFAULTS.goawayNoticeMs + 3000;
+      for (const [name, c] of [['silent', silent], ['preface without acknowledgement', noAck]] as const) {
+        assert.ok((await within(c.closed, bound)) !== undefined, `the ${name} connection is still open ${bound} ms after it was accepted`);
+      }
+    } finally {
+      silent.socket.destroy();
+      noAck.socket.destroy();
+      await g.close(100);
+    }
+  });
+
+  test('a stopping gate does not wait its whole grace period for a connection whose peer never acknowledges the SETTINGS', async () => {
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000 });
+    const silent = await rawConnection(g.grpcPort, []);
+    const graceMs = 8000;
+    try {
+      // Accepted before the stop begins (Node's 'session' event has fired by the first byte back);
+      // then it reads no more, as a peer gone quiet does.
+      await silent.firstByte;
+      silent.socket.pause();
+      const t0 = Date.now();
+      await g.close(graceMs);
+      const took = Date.now() - t0;
+      // The notice period and the quiet time, not the grace: nothing can finish on that connection.
+      assert.ok(took < DEFAULTS.goawayNoticeMs + DEFAULTS.shutdownQuietMs + 3000, `the stop took ${took} ms of its ${graceMs} ms grace`);
+    } finally {
+      silent.socket.destroy();
+    }
+  });
 });
+
+/** `p`'s value, or undefined once `ms` have passed without one. */
+async function within<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([p, new Promise<undefined>((resolve) => (timer = setTimeout(resolve, ms, undefined)))]);
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+/** HTTP/2's client connection preface, and an empty SETTINGS frame (RFC 9113 §3.4, §6.5). */
+const CLIENT_PREFACE = Buffer.from('PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n');
+const EMPTY_SETTINGS = Buffer.from([0, 0, 0, 0x04, 0, 0, 0, 0, 0]);
+
+/**
+ * A plain TCP connection to the gate that writes `bytes` and then nothing, never acknowledging the
+ * server's SETTINGS. It reads what comes (so it sees the server close it): `closed` resolves with
+ * the milliseconds from connect to close, `firstByte` once the server has written anything.
+ */
+async function rawConnection(port: number, bytes: Buffer[]): Promise<{ socket: net.Socket; closed: Promise<number>; firstByte: Promise<void> }> {
+  const socket = net.connect(port, '127.0.0.1');
+  socket.on('error', () => {});
+  await new Promise((resolve) => socket.once('connect', resolve));
+  const t0 = Date.now();
+  const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(Date.now() - t0)));
+  const firstByte = new Promise<void>((resolve) => socket.once('data', () => resolve()));
+  socket.resume();
+  for (const b of bytes) socket.write(b);
+  return { socket, closed, firstByte };
+}
 
 /**
  * Opens one stream whose body is still to come (BUFFERED) on `session`, behaving as Envoy's client
