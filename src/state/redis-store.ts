@@ -390,8 +390,8 @@ export class RedisStore implements RoutingStore {
     const cleared = state === undefined || state === 'healthy';
     const issued = ++this.issued;
     try {
-      if (cleared) await this.redis.hdel(key, worker);
-      else await this.redis.hset(key, worker, state);
+      // Bounded as a decision is (`withDeadline`): an operator's PUT waits on it.
+      await this.withDeadline(cleared ? this.redis.hdel(key, worker) : this.redis.hset(key, worker, state));
     } catch (err) {
       throw new KvgateError('store_unavailable', `cannot record state of ${worker}: ${(err as Error).message}`, { cause: err });
     }
@@ -407,12 +407,19 @@ export class RedisStore implements RoutingStore {
     if (view) putState(view.states, worker, written);
   }
 
+  // The collector's and the migrator's calls (publishSignals to tryLock) are bounded by
+  // `store.timeout_ms` too (`withDeadline`), though no request waits on them: their loops do. A
+  // worker's scrape loop awaits its publish before it schedules the next scrape, and a migration
+  // round holds its worker until it ends; a call the client held on to (a cluster client retrying
+  // through a failover, before ioredis's command timeout starts) stopped that worker's scrapes, or
+  // its migrations, for as long as it was held, and the heartbeat and read loops, which do not
+  // wait for their previous run, piled up calls meanwhile.
   async publishSignals(pool: string, worker: string, update: { signals: WorkerSignals } | { error: string }): Promise<void> {
-    await cmd.publishSignals(this.redis, this.poolKeys(pool), worker, 'signals' in update ? { signalsJson: JSON.stringify(update.signals) } : update);
+    await this.withDeadline(cmd.publishSignals(this.redis, this.poolKeys(pool), worker, 'signals' in update ? { signalsJson: JSON.stringify(update.signals) } : update));
   }
 
   async readSignals(pool: string): Promise<Map<string, SignalRecord>> {
-    const { now, records } = await cmd.readSignals(this.redis, this.poolKeys(pool));
+    const { now, records } = await this.withDeadline(cmd.readSignals(this.redis, this.poolKeys(pool)));
     const out = new Map<string, SignalRecord>();
     for (const [worker, json] of records) {
       try {
@@ -435,16 +442,17 @@ export class RedisStore implements RoutingStore {
   }
 
   heartbeat(pool: string, gateId: string, ttlMs: number): Promise<string[]> {
-    return cmd.heartbeat(this.redis, this.poolKeys(pool), gateId, ttlMs);
+    return this.withDeadline(cmd.heartbeat(this.redis, this.poolKeys(pool), gateId, ttlMs));
   }
 
   coldSessions(pool: string, worker: string, limit: number): Promise<{ keys: string[]; total: number }> {
-    return cmd.coldSessions(this.redis, this.poolKeys(pool), worker, limit);
+    return this.withDeadline(cmd.coldSessions(this.redis, this.poolKeys(pool), worker, limit));
   }
 
   async migrate(pool: string, from: string, moves: ReadonlyArray<{ key: string; to: string }>, reason: string, opts: { affinityTtlMs: number; streamMaxLen: number }): Promise<OffloadEvent[]> {
     if (moves.length === 0) return [];
-    const { now, moved } = await cmd.migrate(this.redis, this.poolKeys(pool), from, moves, reason, { defaultTtlMs: opts.affinityTtlMs, streamMaxLen: opts.streamMaxLen });
+    // Past the deadline the moves may still land: the sessions' next decisions read them from Redis.
+    const { now, moved } = await this.withDeadline(cmd.migrate(this.redis, this.poolKeys(pool), from, moves, reason, { defaultTtlMs: opts.affinityTtlMs, streamMaxLen: opts.streamMaxLen }));
     return moved.map(({ key, to, ttlMs }) => {
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
       this.cacheAffinity(this.affinityCacheKey(pool, key), to, 0, ttlMs);
@@ -477,7 +485,7 @@ export class RedisStore implements RoutingStore {
   }
 
   async tryLock(pool: string, name: string, ttlMs: number): Promise<boolean> {
-    return (await this.redis.set(this.poolKeys(pool).lock(name), '1', 'PX', ttlMs, 'NX')) === 'OK';
+    return (await this.withDeadline(this.redis.set(this.poolKeys(pool).lock(name), '1', 'PX', ttlMs, 'NX'))) === 'OK';
   }
 
   onOffload(listener: (e: OffloadEvent) => void): () => void {
@@ -509,8 +517,9 @@ export class RedisStore implements RoutingStore {
     const pools = [...(this.configuredPools ?? this.views.keys())];
     if (!this.redis.isCluster || pools.length === 0) {
       try {
-        if (this.redis.isCluster) await this.redis.ping();
-        else await this.redis.del(this.readinessProbeKey);
+        // Bounded as every call here: readiness shares one ping among its callers, so a ping held
+        // for ever would freeze the reported state.
+        await this.withDeadline<unknown>(this.redis.isCluster ? this.redis.ping() : this.redis.del(this.readinessProbeKey));
       } catch (err) {
         // An error reply (READONLY): Redis answers but takes no writes, so no commit can hold.
         const why = err instanceof ReplyError ? 'redis refuses writes' : 'redis is unreachable';
@@ -609,10 +618,10 @@ export class RedisStore implements RoutingStore {
   }
 
   /**
-   * Bounds a wait on Redis (a decision's, a response id's, readiness's) by `store.timeout_ms`
-   * whatever the client does meanwhile (a cluster client retries through a failover, a script may
-   * need EVAL after NOSCRIPT): past it the gate answers locally, well inside Envoy's message
-   * timeout. `onLate` runs when the deadline passes first.
+   * Bounds a wait on Redis (a decision's, a response id's, readiness's, a background loop's) by
+   * `store.timeout_ms` whatever the client does meanwhile (a cluster client retries through a
+   * failover, a script may need EVAL after NOSCRIPT): past it the gate answers locally, well inside
+   * Envoy's message timeout, and a loop goes on. `onLate` runs when the deadline passes first.
    */
   private withDeadline<T>(p: Promise<T>, onLate?: () => void): Promise<T> {
     let timer: NodeJS.Timeout | undefined;

@@ -138,6 +138,38 @@ describe('redis store specifics', () => {
       }
     }));
 
+  test('the background loops’ calls (signals, heartbeat, migration, operator states, readiness) the client holds on to return within store.timeout_ms', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ timeoutMs: 100 });
+      // What a cluster client does while it retries through a failover: no node has the command
+      // yet, so ioredis's command timeout has not started. Every command is held here, for good.
+      (store as unknown as { redis: { sendCommand: unknown } }).redis.sendCommand = () => new Promise<never>(() => {});
+      const calls: Array<[string, () => Promise<unknown>]> = [
+        ['publishSignals', () => store.publishSignals('p', 'w1', { signals: { running: 1 } })],
+        ['readSignals', () => store.readSignals('p')],
+        ['heartbeat', () => store.heartbeat('p', 'g1', 3000)],
+        ['coldSessions', () => store.coldSessions('p', 'w1', 10)],
+        ['migrate', () => store.migrate('p', 'w1', [{ key: 's:a', to: 'w2' }], 'test', { affinityTtlMs: 60_000, streamMaxLen: 100 })],
+        ['tryLock', () => store.tryLock('p', 'lock', 1000)],
+        ['setWorkerState', () => store.setWorkerState('p', 'w1', 'draining')],
+        ['ping', () => store.ping()],
+      ];
+      const outcomes = await Promise.all(
+        calls.map(async ([name, call]) => {
+          const t0 = performance.now();
+          let timer: NodeJS.Timeout | undefined;
+          const outcome = await Promise.race([
+            call().then(() => 'answered', () => 'failed'),
+            new Promise<string>((r) => (timer = setTimeout(() => r('still waiting'), 1000))),
+          ]).finally(() => clearTimeout(timer));
+          return { name, outcome, ms: Math.round(performance.now() - t0) };
+        }),
+      );
+      // The store timeout and then some (a loaded machine runs timers late), far below the 1 s
+      // wait. A loop that awaits the call (a worker's scrape loop, a migration round) goes on.
+      for (const o of outcomes) assert.ok(o.outcome === 'failed' && o.ms < 500, `${o.name} gave up within the store timeout: ${JSON.stringify(o)}`);
+    }));
+
   test('two store instances on one Redis see each other’s affinities and loads', () =>
     withRedis(async ({ store }) => {
       const a = await store();
