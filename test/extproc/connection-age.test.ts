@@ -255,6 +255,23 @@ describe('connection retirement', () => {
     }
   });
 
+  test('a peer that never acknowledges the SETTINGS but opened a stream gets the final GOAWAY, and its stream keeps its grace period', async () => {
+    // Cutting the connection at once is only for a peer with no stream to lose.
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 100 });
+    const headers = headersFrame(1, { ':method': 'POST', ':scheme': 'http', ':path': PROCESS_PATH, ':authority': 'kvgate', 'content-type': 'application/grpc', te: 'trailers' });
+    const c = await rawConnection(g.grpcPort, [CLIENT_PREFACE, EMPTY_SETTINGS, headers]);
+    try {
+      const goaway = await within(c.frameOfType(GOAWAY), 110 + DEFAULTS.goawayNoticeMs + 3000);
+      assert.ok(goaway !== undefined, 'the final GOAWAY came');
+      assert.equal(goaway.readUInt32BE(9) & 0x7fffffff, 1, 'it counts the open stream');
+      // The stream has the grace period (limits.stream_idle_s) to end: the connection stays.
+      assert.equal(await within(c.closed, 500), undefined, 'the connection with an open stream was cut');
+    } finally {
+      c.socket.destroy();
+      await g.close(100);
+    }
+  });
+
   test('a stopping gate does not wait its whole grace period for a connection whose peer never acknowledges the SETTINGS', async () => {
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1' }] }, { connectionAgeMs: 60_000 });
     const silent = await rawConnection(g.grpcPort, []);
@@ -292,18 +309,59 @@ const EMPTY_SETTINGS = Buffer.from([0, 0, 0, 0x04, 0, 0, 0, 0, 0]);
 /**
  * A plain TCP connection to the gate that writes `bytes` and then nothing, never acknowledging the
  * server's SETTINGS. It reads what comes (so it sees the server close it): `closed` resolves with
- * the milliseconds from connect to close, `firstByte` once the server has written anything.
+ * the milliseconds from connect to close, `firstByte` once the server has written anything,
+ * `frameOfType` with the first whole frame of an HTTP/2 frame type the server sends.
  */
-async function rawConnection(port: number, bytes: Buffer[]): Promise<{ socket: net.Socket; closed: Promise<number>; firstByte: Promise<void> }> {
+async function rawConnection(
+  port: number,
+  bytes: Buffer[],
+): Promise<{ socket: net.Socket; closed: Promise<number>; firstByte: Promise<void>; frameOfType(type: number): Promise<Buffer> }> {
   const socket = net.connect(port, '127.0.0.1');
   socket.on('error', () => {});
   await new Promise((resolve) => socket.once('connect', resolve));
   const t0 = Date.now();
   const closed = new Promise<number>((resolve) => socket.once('close', () => resolve(Date.now() - t0)));
   const firstByte = new Promise<void>((resolve) => socket.once('data', () => resolve()));
-  socket.resume();
+  let received = Buffer.alloc(0);
+  const frames: Buffer[] = [];
+  const waiting: Array<{ type: number; resolve: (f: Buffer) => void }> = [];
+  socket.on('data', (d: Buffer) => {
+    received = Buffer.concat([received, d]);
+    // Whole frames: a 9-byte header (24-bit length, type, flags, stream id), then the payload.
+    while (received.length >= 9 && received.length >= 9 + received.readUIntBE(0, 3)) {
+      const frame = received.subarray(0, 9 + received.readUIntBE(0, 3));
+      received = received.subarray(frame.length);
+      frames.push(frame);
+      for (const w of waiting.filter((x) => x.type === frame[3])) w.resolve(frame);
+    }
+  });
   for (const b of bytes) socket.write(b);
-  return { socket, closed, firstByte };
+  const frameOfType = (type: number) =>
+    new Promise<Buffer>((resolve) => {
+      const seen = frames.find((f) => f[3] === type);
+      if (seen) resolve(seen);
+      else waiting.push({ type, resolve });
+    });
+  return { socket, closed, firstByte, frameOfType };
+}
+
+/** HTTP/2's GOAWAY frame type. */
+const GOAWAY = 0x07;
+
+/**
+ * A HEADERS frame opening stream `id` (END_HEADERS, not END_STREAM), each field an HPACK literal
+ * without indexing, its name and value as plain octets (RFC 7541 §6.2.2; all shorter than 127).
+ */
+function headersFrame(id: number, fields: Record<string, string>): Buffer {
+  const block = Buffer.concat(
+    Object.entries(fields).flatMap(([name, value]) => [Buffer.from([0x00, name.length]), Buffer.from(name), Buffer.from([value.length]), Buffer.from(value)]),
+  );
+  const head = Buffer.alloc(9);
+  head.writeUIntBE(block.length, 0, 3);
+  head[3] = 0x01; // HEADERS
+  head[4] = 0x04; // END_HEADERS
+  head.writeUInt32BE(id, 5);
+  return Buffer.concat([head, block]);
 }
 
 /**
