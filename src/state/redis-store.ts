@@ -554,7 +554,7 @@ export class RedisStore implements RoutingStore {
         [...byPool(leases)].map(([pool, ls]) => {
           const p = this.redis.pipeline();
           for (const l of ls) p.zrem(this.poolKeys(pool).inflight(l.worker), l.id);
-          return p.exec().catch(() => undefined);
+          return this.withDeadline(p.exec()).catch(() => undefined);
         }),
       );
     }
@@ -622,6 +622,10 @@ export class RedisStore implements RoutingStore {
    * `store.timeout_ms` whatever the client does meanwhile (a cluster client retries through a
    * failover, a script may need EVAL after NOSCRIPT): past it the gate answers locally, well inside
    * Envoy's message timeout, and a loop goes on. `onLate` runs when the deadline passes first.
+   * Every wait goes through it, pipelines included: resyncs run one at a time and decisions wait
+   * for the one after a reconnect, release retries one run at a time, and a stopping gate awaits
+   * its lease removals, so one pipeline the client held (2.4 s at a 200 ms timeout, against a
+   * cluster whose master had stalled) held all of them as long.
    */
   private withDeadline<T>(p: Promise<T>, onLate?: () => void): Promise<T> {
     let timer: NodeJS.Timeout | undefined;
@@ -742,7 +746,7 @@ export class RedisStore implements RoutingStore {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(ls)) p.zrem(this.poolKeys(pool).inflight(worker), ...ids);
         try {
-          const replies = await p.exec();
+          const replies = await this.withDeadline(p.exec());
           const failed = replies?.find(([err]) => err);
           if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
           this.settleReleases(ls.map((l) => l.id));
@@ -812,7 +816,7 @@ export class RedisStore implements RoutingStore {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(ls)) p.kvgateRenew(this.poolKeys(pool).inflight(worker), this.opts.leaseTtlMs, ...ids);
         try {
-          const replies = await p.exec();
+          const replies = await this.withDeadline(p.exec());
           const back = new Set<string>();
           for (const [err, members] of replies ?? []) if (!err && Array.isArray(members)) for (const m of members) back.add(String(m));
           if (back.size === 0) return;
@@ -840,7 +844,7 @@ export class RedisStore implements RoutingStore {
       [...byPool(leases)].map(async ([pool, ls]) => {
         const p = this.redis.pipeline();
         for (const [worker, ids] of idsByWorker(ls)) p.zrem(this.poolKeys(pool).inflight(worker), ...ids);
-        const replies = await p.exec().catch(() => null);
+        const replies = await this.withDeadline(p.exec()).catch(() => null);
         if (replies && !replies.some(([err]) => err)) this.ledger.removedFromRedis(ls.map((l) => l.id));
       }),
     );
@@ -881,7 +885,7 @@ export class RedisStore implements RoutingStore {
       p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
     }
     for (const [worker, ids] of idsByWorker([...local, ...live])) p.kvgateRestoreLeases(keys.inflight(worker), this.opts.leaseTtlMs, ...ids);
-    const replies = await p.exec();
+    const replies = await this.withDeadline(p.exec());
     const failed = replies?.find(([err]) => err);
     if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
     if (replies[0]![1] === 0) await this.restoreLostData(pool, statePairs);
@@ -899,7 +903,7 @@ export class RedisStore implements RoutingStore {
     if (gone.length > 0) {
       const z = this.redis.pipeline();
       for (const l of gone) z.zrem(keys.inflight(l.worker), l.id);
-      await z.exec().catch(() => undefined);
+      await this.withDeadline(z.exec()).catch(() => undefined);
     }
   }
 
@@ -927,11 +931,11 @@ export class RedisStore implements RoutingStore {
       if (i === 0) for (let j = 0; j + 1 < statePairs.length; j += 2) p.hsetnx(keys.states, statePairs[j]!, statePairs[j + 1]!);
       const chunk = entries.slice(i, i + WRITE_BACKS_PER_CALL);
       if (chunk.length > 0) p.kvgateWriteBack(...cmd.writeBackCall(keys, chunk));
-      const replies = await p.exec();
+      const replies = await this.withDeadline(p.exec());
       const failed = replies?.find(([err]) => err);
       if (!replies || failed) throw failed?.[0] ?? new Error('pipeline aborted');
     }
-    await this.redis.set(keys.alive, '1');
+    await this.withDeadline(this.redis.set(keys.alive, '1'));
     if (entries.length > 0 || statePairs.length > 0) {
       this.opts.logger.warn({ pool, states: statePairs.length / 2, affinities: entries.length }, 'redis had lost its data; restored the worker states and affinities this replica knew');
     }

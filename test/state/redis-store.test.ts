@@ -170,6 +170,42 @@ describe('redis store specifics', () => {
       for (const o of outcomes) assert.ok(o.outcome === 'failed' && o.ms < 500, `${o.name} gave up within the store timeout: ${JSON.stringify(o)}`);
     }));
 
+  test('a lease release, a resync and a stopping store’s lease removals the client holds on to end within store.timeout_ms', () =>
+    withRedis(async ({ store: open }) => {
+      const store = await open({ timeoutMs: 100 });
+      const workers = ['w1', 'w2'];
+      const leases = [];
+      for (const key of ['s:a', 's:b']) {
+        const res = await store.commit(commitRequest({ workers, worker: 'w1', key }));
+        assert.ok(res.ok && !res.degraded, `committed in Redis: ${JSON.stringify(res)}`);
+        leases.push(res.lease);
+      }
+      // Every command held for good, as a cluster client holds one it retries before any node has it.
+      (store as unknown as { redis: { sendCommand: unknown } }).redis.sendCommand = () => new Promise<never>(() => {});
+      const timed = async (name: string, p: Promise<unknown>) => {
+        const t0 = performance.now();
+        let timer: NodeJS.Timeout | undefined;
+        const outcome = await Promise.race([p.then(() => 'ended', () => 'ended'), new Promise<string>((r) => (timer = setTimeout(() => r('still waiting'), 1000)))]).finally(() =>
+          clearTimeout(timer),
+        );
+        return { name, outcome, ms: Math.round(performance.now() - t0) };
+      };
+      // The release's removal goes out on its own after a few ms (the flush) and is held there (it
+      // is then kept for the retry run, one at a time); a resync (one at a time, and what decisions
+      // wait for after a reconnect), the renewal of the lease still held and the close's removal of
+      // it are held likewise.
+      const loops = store as unknown as { resync(): Promise<void>; retryReleases(): Promise<void>; renewLeases(): Promise<void> };
+      const outcomes = [
+        await timed('release', store.release(leases[0]!)),
+        await timed('retry of the release', loops.retryReleases()),
+        await timed('resync', loops.resync()),
+        await timed('renewal', loops.renewLeases()),
+        await timed('close', store.close()),
+      ];
+      // The store timeout and then some (a loaded machine runs timers late), far below the 1 s wait.
+      for (const o of outcomes) assert.ok(o.outcome === 'ended' && o.ms < 500, `${o.name} ended within the store timeout: ${JSON.stringify(o)}`);
+    }));
+
   test('two store instances on one Redis see each other’s affinities and loads', () =>
     withRedis(async ({ store }) => {
       const a = await store();
