@@ -149,7 +149,11 @@ export function retireConnections(server: grpc.Server, opts: ConnectionAgeOption
       // why). A connection accepted after that is closed by the server's shutdown at once.
       const start = Date.now();
       const deadline = start + opts.noticeMs + opts.quietMs;
-      const pending = () => [...open.keys()].some((s) => !s.closed && !s.destroyed);
+      // Pending: not closing yet, or destroyed (a silent peer's, by retire()) but not yet gone: its
+      // 'close' comes a tick later. Ended before that, the server's tryShutdown asks it to close,
+      // which Node ignores on a destroyed session without calling back (Http2Session.close), and
+      // the stop waited out its whole grace for it. A gracefully closing one is left to tryShutdown.
+      const pending = () => [...open.keys()].some((s) => s.destroyed || !s.closed);
       const settled = () => !pending() && Date.now() - Math.max(lastChange, start) >= opts.quietMs;
       while (!settled() && Date.now() < deadline) await new Promise((r) => setTimeout(r, 5));
     },
