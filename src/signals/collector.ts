@@ -29,6 +29,7 @@ import type { Fleet, FleetPool } from './fleet.js';
 import { Migrator } from './migrator.js';
 import type { WorkerSignals } from '../routing/health.js';
 import { parseSignals } from './parse.js';
+import { skipWhileRunning } from '../util/coalesced.js';
 import { deadline, type Deadline } from '../util/deadline.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
@@ -54,6 +55,8 @@ export class SignalCollector<P extends FleetPool> {
   private started = false;
   private running = { heartbeatMs: 0, readMs: 0 };
   private lastWarn = new Map<string, number>();
+  private readonly heartbeatTick = skipWhileRunning(() => this.heartbeat());
+  private readonly readTick = skipWhileRunning(() => this.read());
   /** This replica's own latest scrape of each worker: what it judges on while the store is away. */
   private readonly ownScrapes = new Map<string, KeptScrape>();
   /** The last read of the signals failed: this replica scrapes every worker until one succeeds. */
@@ -73,9 +76,9 @@ export class SignalCollector<P extends FleetPool> {
   async start(): Promise<void> {
     if (this.workers.length === 0 || this.started) return;
     this.started = true;
-    await this.heartbeat(this.cadence().heartbeatMs * 3);
+    await this.heartbeatTick();
     await Promise.all([...this.owned].map((w) => this.scrape(w)));
-    await this.read();
+    await this.readTick();
     // Stopped while the first round ran (shutdown, or a reload's start racing one): no loops.
     if (this.stopped) return;
     this.startLoops();
@@ -116,8 +119,9 @@ export class SignalCollector<P extends FleetPool> {
     for (const t of this.loops) clearInterval(t);
     this.loops.length = 0;
     this.running = { heartbeatMs, readMs };
-    this.loops.push(setInterval(() => void this.heartbeat(heartbeatMs * 3), heartbeatMs).unref());
-    this.loops.push(setInterval(() => void this.read(), readMs).unref());
+    // One heartbeat and one read at a time: a tick while the last still waits on a slow store is skipped.
+    this.loops.push(setInterval(() => void this.heartbeatTick(), heartbeatMs).unref());
+    this.loops.push(setInterval(() => void this.readTick(), readMs).unref());
   }
 
   stop(): void {
@@ -138,7 +142,9 @@ export class SignalCollector<P extends FleetPool> {
     return this.owned;
   }
 
-  private async heartbeat(ttlMs: number): Promise<void> {
+  private async heartbeat(): Promise<void> {
+    // A heartbeat lasts three intervals: one late or lost heartbeat does not drop this replica.
+    const ttlMs = this.cadence().heartbeatMs * 3;
     // Heartbeats say which replicas are alive, not anything about a pool: they live under the
     // default pool's keys, and every replica shares the worker set of all pools by rendezvous.
     const pool = this.opts.gate.pool;

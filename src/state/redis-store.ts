@@ -27,7 +27,7 @@ import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
 import { storeSocketTimeoutMs } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
-import { Coalesced } from '../util/coalesced.js';
+import { Coalesced, skipWhileRunning } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
@@ -246,8 +246,12 @@ export class RedisStore implements RoutingStore {
     // default caches a reading for 1 ms with a timer per reading).
     this.affinityCache = new LRUCache({ max: opts.localAffinityCacheSize, ttlResolution: 0 });
     this.ledger = new RedisLedger(opts.localAffinityCacheSize, opts.leaseTtlMs);
-    this.timers.push(setInterval(() => void this.refreshAll(), opts.refreshMs).unref());
-    this.timers.push(setInterval(() => void this.renewLeases(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
+    // One refresh and one renewal at a time: a tick while the last still waits on a slow Redis is
+    // skipped (store.timeout_ms may exceed store.refresh_ms).
+    const refresh = skipWhileRunning(() => this.refreshAll());
+    const renew = skipWhileRunning(() => this.renewLeases());
+    this.timers.push(setInterval(() => void refresh(), opts.refreshMs).unref());
+    this.timers.push(setInterval(() => void renew(), Math.max(1000, opts.leaseTtlMs / 3)).unref());
   }
 
   /** The last state Redis returned, this replica's local leases, and its commits still on their way. */

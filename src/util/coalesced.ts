@@ -30,3 +30,17 @@ export class Coalesced {
     return run;
   }
 }
+
+/**
+ * A periodic job whose tick does nothing while its previous run is still going: the caller gets
+ * that run's promise. A timer that started a run per tick regardless piled up calls against a
+ * slow store (one per tick for as long as each takes: tens at once at a short interval), and
+ * their replies could land out of order, an older read overwriting a newer one.
+ */
+export function skipWhileRunning(job: () => Promise<void>): () => Promise<void> {
+  let running: Promise<void> | undefined;
+  return () =>
+    (running ??= job().finally(() => {
+      running = undefined;
+    }));
+}

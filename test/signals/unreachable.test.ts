@@ -234,3 +234,50 @@ test('while the store cannot be reached, a replica scrapes every worker itself: 
     await m2.close();
   }
 });
+
+test('against a slow store the collector runs one heartbeat and one read at a time, however short its intervals', async () => {
+  // Each tick started a call whether or not the last had come back: at a 20 ms read interval and a
+  // store answering in 150 ms, eight reads waited at once, and their replies could land out of
+  // order, an older picture replacing a newer one.
+  class SlowStore extends MemoryStore {
+    inFlight = { read: 0, heartbeat: 0 };
+    most = { read: 0, heartbeat: 0 };
+    calls = { read: 0, heartbeat: 0 };
+    private async slowly<T>(what: 'read' | 'heartbeat', ms: number, call: () => Promise<T>): Promise<T> {
+      this.calls[what]++;
+      this.most[what] = Math.max(this.most[what], ++this.inFlight[what]);
+      try {
+        await new Promise((r) => setTimeout(r, ms));
+        return await call();
+      } finally {
+        this.inFlight[what]--;
+      }
+    }
+    override readSignals(pool: string) {
+      return this.slowly('read', 150, () => super.readSignals(pool));
+    }
+    override heartbeat(pool: string, gateId: string) {
+      return this.slowly('heartbeat', 350, () => super.heartbeat(pool, gateId));
+    }
+  }
+  const { initHashing } = await import('../../src/request/hashing.js');
+  await initHashing();
+  const metrics = await startMetricsServer({ running: 1, waiting: 0, kv: 0.2 });
+  // interval_ms 10: a read every 20 ms; stale_after_ms 400: a heartbeat every 100 ms.
+  const config = parseConfig({ signals: { interval_ms: 10, stale_after_ms: 400 }, workers: [{ id: 'w', cluster: 'worker_1', metrics_url: metrics.url }] });
+  const store = new SlowStore();
+  const collector = new SignalCollector<Pool>({ gate: new Gate(config, store, silentLogger()), store, logger: silentLogger() });
+  try {
+    await collector.start();
+    assert.deepEqual(collector.loopIntervals, { heartbeatMs: 100, readMs: 20 }, 'the intervals the test is built on');
+    await new Promise((r) => setTimeout(r, 1200));
+    assert.equal(store.most.read, 1, `reads at once: ${store.most.read}`);
+    assert.equal(store.most.heartbeat, 1, `heartbeats at once: ${store.most.heartbeat}`);
+    // And the loops keep going: each starts again once the last has come back.
+    assert.ok(store.calls.read >= 5, `reads in 1.2 s: ${store.calls.read}`);
+    assert.ok(store.calls.heartbeat >= 3, `heartbeats in 1.2 s: ${store.calls.heartbeat}`);
+  } finally {
+    collector.stop();
+    await metrics.close();
+  }
+});

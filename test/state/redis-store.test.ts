@@ -170,6 +170,25 @@ describe('redis store specifics', () => {
       for (const o of outcomes) assert.ok(o.outcome === 'failed' && o.ms < 500, `${o.name} gave up within the store timeout: ${JSON.stringify(o)}`);
     }));
 
+  test('against a Redis slower than store.refresh_ms, one refresh waits at a time', () =>
+    withRedis(async ({ store: open }) => {
+      // A refresh every 20 ms, each allowed 400 ms: a tick per refresh regardless of the last
+      // sent a command per tick, about 25 waiting at once against a Redis that holds them.
+      const store = await open({ timeoutMs: 400, refreshMs: 20 });
+      const res = await store.commit(commitRequest({ workers: ['w1', 'w2'], worker: 'w1', key: 's:a' }));
+      assert.ok(res.ok && !res.degraded, `committed in Redis: ${JSON.stringify(res)}`);
+      if (res.ok) await store.release(res.lease);
+      await new Promise((r) => setTimeout(r, 50)); // the release's removal goes out
+      let sent = 0;
+      (store as unknown as { redis: { sendCommand: unknown } }).redis.sendCommand = () => {
+        sent++;
+        return new Promise<never>(() => {});
+      };
+      await new Promise((r) => setTimeout(r, 500));
+      // The first refresh held to its 400 ms deadline, then the next: two, not twenty-five.
+      assert.ok(sent >= 1 && sent <= 3, `commands sent by the refresh loop in 500 ms: ${sent}`);
+    }));
+
   test('a lease release, a resync and a stopping store’s lease removals the client holds on to end within store.timeout_ms', () =>
     withRedis(async ({ store: open }) => {
       const store = await open({ timeoutMs: 100 });
