@@ -27,7 +27,7 @@ import {
   type TextMapGetter,
 } from '@opentelemetry/api';
 import type { GateResult } from '../gate/gate.js';
-import type { WorkerView } from '../routing/types.js';
+import type { CandidateExplanation, WorkerView } from '../routing/types.js';
 import { newStoreUsage, type RequestScope, type StoreUsage } from '../util/request-scope.js';
 import { Metrics, type DecisionOutcome, type StreamErrorReason } from './metrics.js';
 import { TRACER_NAME } from './tracing.js';
@@ -256,39 +256,9 @@ export function outcomeOf(result: GateResult): DecisionOutcome {
   return result.error.code === 'overloaded' || result.error.code === 'no_healthy_workers' ? 'shed' : 'rejected';
 }
 
-/**
- * Per-candidate explanation, when the gate's result carries one (prefix scoring records matched
- * blocks and scores per candidate). Read defensively: absent or differently shaped is fine.
- */
-interface CandidateExplanation {
-  score?: number;
-  matchedBlocks?: number;
-}
-
+/** A finite number, or undefined: attributes never carry NaN or a non-number by mistake. */
 function num(v: unknown): number | undefined {
   return typeof v === 'number' && Number.isFinite(v) ? v : undefined;
-}
-
-export function readExplanation(result: GateResult): { byWorker: Map<string, CandidateExplanation>; matchedBlocks?: number } {
-  const byWorker = new Map<string, CandidateExplanation>();
-  const raw = (result as { explanation?: unknown }).explanation;
-  if (typeof raw !== 'object' || raw === null) return { byWorker };
-  const ex = raw as Record<string, unknown>;
-  const candidates = Array.isArray(ex.candidates) ? ex.candidates : [];
-  for (const c of candidates) {
-    if (typeof c !== 'object' || c === null) continue;
-    const r = c as Record<string, unknown>;
-    const id = typeof r.worker === 'string' ? r.worker : typeof r.id === 'string' ? r.id : undefined;
-    if (id === undefined) continue;
-    const e: CandidateExplanation = {};
-    const score = num(r.score);
-    const matched = num(r.prefixBlocks) ?? num(r.matchedBlocks) ?? num(r.matched_blocks);
-    if (score !== undefined) e.score = score;
-    if (matched !== undefined) e.matchedBlocks = matched;
-    byWorker.set(id, e);
-  }
-  const matchedBlocks = num(ex.totalBlocks) ?? num(ex.matchedBlocks) ?? num(ex.matched_blocks);
-  return matchedBlocks === undefined ? { byWorker } : { byWorker, matchedBlocks };
 }
 
 /** The decision as span attributes: parallel arrays per candidate (OTel attributes are flat). */
@@ -323,16 +293,32 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
     a['kvgate.candidates.max_inflight'] = views.map((w) => w.maxInflight);
     a['kvgate.candidates.state'] = views.map((w) => w.state);
   }
-  const ex = readExplanation(result);
-  if (ex.byWorker.size > 0 && views.length > 0) {
-    if (views.some((w) => ex.byWorker.get(w.id)?.score !== undefined)) {
-      a['kvgate.candidates.score'] = views.map((w) => ex.byWorker.get(w.id)?.score ?? null);
-    }
-    if (views.some((w) => ex.byWorker.get(w.id)?.matchedBlocks !== undefined)) {
-      a['kvgate.candidates.matched_blocks'] = views.map((w) => ex.byWorker.get(w.id)?.matchedBlocks ?? 0);
+  // Why this worker (or why none): the rule that chose, the policy, the prompt's size and each
+  // candidate's score inputs, from the explanation the policy built (the same record
+  // /debug/decisions serves). Checked as data: telemetry must not trust its shape to stay put.
+  const ex = result.explanation;
+  if (ex && typeof ex === 'object') {
+    if (typeof ex.rule === 'string') a['kvgate.rule'] = ex.rule;
+    if (typeof ex.mode === 'string') a['kvgate.policy'] = ex.mode;
+    if (typeof ex.spilled === 'boolean') a['kvgate.spilled'] = ex.spilled;
+    const total = num(ex.totalBlocks);
+    if (total !== undefined) a['kvgate.prefix.total_blocks'] = total;
+    const byWorker = new Map<string, Partial<CandidateExplanation>>();
+    if (Array.isArray(ex.candidates)) for (const c of ex.candidates) if (c && typeof c === 'object' && typeof c.worker === 'string') byWorker.set(c.worker, c);
+    // The chosen worker's own match: how much of the prompt's KV cache it already held.
+    const chosen = result.kind === 'route' ? num(byWorker.get(result.worker)?.prefixBlocks) : undefined;
+    if (chosen !== undefined) a['kvgate.prefix.matched_blocks'] = chosen;
+    if (views.length > 0 && byWorker.size > 0) {
+      // Per candidate, in the order of `kvgate.candidates`; null where that worker has no value
+      // (no score: it could not take the request; no kv_usage/work: its engine reports none), and
+      // the array left out when no candidate has one.
+      const column = (field: 'score' | 'prefixBlocks' | 'kvUsage' | 'work', missing: number | null): (number | null)[] | undefined => {
+        const values = views.map((w) => num(byWorker.get(w.id)?.[field]));
+        return values.some((v) => v !== undefined) ? values.map((v) => v ?? missing) : undefined;
+      };
+      const columns = { 'kvgate.candidates.score': column('score', null), 'kvgate.candidates.matched_blocks': column('prefixBlocks', 0), 'kvgate.candidates.kv_usage': column('kvUsage', null), 'kvgate.candidates.work': column('work', null) };
+      for (const [name, values] of Object.entries(columns)) if (values) a[name] = values;
     }
   }
-  const chosenBlocks = ex.matchedBlocks ?? (result.kind === 'route' ? ex.byWorker.get(result.worker)?.matchedBlocks : undefined);
-  if (chosenBlocks !== undefined) a['kvgate.prefix.matched_blocks'] = chosenBlocks;
   return a;
 }

@@ -218,6 +218,42 @@ describe('README examples', () => {
     }
   });
 
+  /** The rows of the table under a README heading: each row's first cell. */
+  function firstCells(heading: string): string[] {
+    const start = README.indexOf(`\n${heading}\n`);
+    assert.ok(start >= 0, `the README has ${heading}`);
+    const section = README.slice(start + heading.length + 2).split(/\n#{1,3} /)[0]!;
+    return section.split('\n').filter((l) => /^\| `/.test(l)).map((l) => l.split(' | ')[0]!);
+  }
+
+  test('the span attribute table names exactly the attributes the code sets', () => {
+    const source = readFileSync(path.join(ROOT, 'src/telemetry/request-telemetry.ts'), 'utf8');
+    // The span's name and the store_error event's attribute are named in the prose, not the table.
+    const inCode = new Set([...source.matchAll(/'(kvgate\.[a-z_.]+)'/g)].map((m) => m[1]!).filter((n) => n !== 'kvgate.route' && n !== 'kvgate.store.operation'));
+    const documented = new Set(firstCells('### Traces').flatMap((cell) => [...cell.matchAll(/`(kvgate\.[a-z_.]+)`/g)].map((m) => m[1]!)));
+    assert.deepEqual([...documented].filter((n) => !inCode.has(n)).sort(), [], 'documented but never set');
+    assert.deepEqual([...inCode].filter((n) => !documented.has(n)).sort(), [], 'set but not documented (write each name in full, so a Jaeger user can search for it)');
+    assert.match(README, /`kvgate\.route` \(kind SERVER\)/);
+    assert.match(README, /`store_error` event \(`kvgate\.store\.operation`/);
+  });
+
+  test('the metrics table names exactly the metrics kvgate declares, with their labels', async () => {
+    const { Metrics } = await import('../../src/telemetry/metrics.js');
+    const m = new Metrics({ fleet: () => [], processMetrics: false });
+    const declared = new Map((await m.registry.getMetricsAsJSON()).map((x) => [x.name, x]));
+    const documented = new Map<string, string[]>();
+    for (const cell of firstCells('### Metrics')) {
+      for (const [, name, labels] of cell.matchAll(/`(kvgate_[a-z_]+)(?:\{([a-z_,]+)\})?`/g)) documented.set(name!, labels ? labels.split(',') : []);
+    }
+    assert.deepEqual([...documented.keys()].filter((n) => !declared.has(n)).sort(), [], 'documented but not declared');
+    assert.deepEqual([...declared.keys()].filter((n) => !documented.has(n)).sort(), [], 'declared but not documented');
+    // Labels as declared: prom-client keeps them on the metric object.
+    for (const [name, labels] of documented) {
+      const metric = m.registry.getSingleMetric(name) as unknown as { labelNames?: readonly string[] };
+      assert.deepEqual([...labels].sort(), [...(metric.labelNames ?? [])].sort(), `labels of ${name}`);
+    }
+  });
+
   test('documented: prefix_hit, /debug/decisions, workers without metrics_url, exit statuses, every sim policy', async () => {
     for (const outcome of ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback']) {
       assert.match(README, new RegExp(`\`${outcome}\` \\(`), `outcome ${outcome} is explained`);

@@ -349,7 +349,61 @@ describe('tracing configuration', () => {
     assert.equal(lines.length, 3, 'info reaches the log when the level lets it through');
   });
 
-  test('decision attributes read a scoring explanation when the result carries one, and ignore junk', () => {
+  test('the span says why the worker was chosen: rule, policy, the prompt\'s blocks, the chosen worker\'s own match and each score input', () => {
+    // The gate's explanation as the policy builds it: an 8-block prompt, w2 (chosen) holds 3 of
+    // them, w1 holds 5 but is fuller. The span must say "w2 matched 3 of 8", not "8".
+    const routed: GateResult = {
+      kind: 'route',
+      pool: 'default',
+      worker: 'w2',
+      cluster: 'worker_2',
+      outcome: 'prefix_hit',
+      lease: { id: 'l', pool: 'default', worker: 'w2', shared: true },
+      key: { kind: 'prefix', source: 'prompt_prefix', hash: 'abc' },
+      degraded: false,
+      attempts: 1,
+      storeMs: 0,
+      explanation: {
+        mode: 'both',
+        totalBlocks: 8,
+        rule: 'scored',
+        spilled: true,
+        candidates: [
+          { worker: 'w1', state: 'healthy', inflight: 7, maxInflight: 8, prefixBlocks: 5, kvUsage: 0.9, work: 12, score: 0.1 },
+          { worker: 'w2', state: 'healthy', inflight: 1, maxInflight: 8, prefixBlocks: 3, score: 0.4 },
+        ],
+      },
+      views: [
+        { id: 'w1', state: 'healthy', inflight: 7, maxInflight: 8, prefixBlocks: 5 },
+        { id: 'w2', state: 'healthy', inflight: 1, maxInflight: 8, prefixBlocks: 3 },
+      ],
+    };
+    const a = decisionAttributes(routed, outcomeOf(routed), {});
+    assert.equal(a['kvgate.prefix.matched_blocks'], 3, 'the chosen worker\'s match, not the prompt\'s size');
+    assert.equal(a['kvgate.prefix.total_blocks'], 8);
+    assert.equal(a['kvgate.rule'], 'scored');
+    assert.equal(a['kvgate.policy'], 'both');
+    assert.equal(a['kvgate.spilled'], true);
+    assert.deepEqual(a['kvgate.candidates.matched_blocks'], [5, 3]);
+    assert.deepEqual(a['kvgate.candidates.score'], [0.1, 0.4]);
+    assert.deepEqual(a['kvgate.candidates.kv_usage'], [0.9, null], 'null where the worker reports none');
+    assert.deepEqual(a['kvgate.candidates.work'], [12, null]);
+    // A shed carries its explanation too: why nobody could take it.
+    const shed: GateResult = {
+      kind: 'reject',
+      error: new KvgateError('overloaded', 'every eligible worker is at its limit'),
+      key: undefined,
+      explanation: { mode: 'both', totalBlocks: 2, rule: 'shed', spilled: false, candidates: [{ worker: 'w1', state: 'healthy', inflight: 8, maxInflight: 8, prefixBlocks: 0 }] },
+      views: [{ id: 'w1', state: 'healthy', inflight: 8, maxInflight: 8, prefixBlocks: 0 }],
+    };
+    const s = decisionAttributes(shed, 'shed', { status: 429 });
+    assert.equal(s['kvgate.rule'], 'shed');
+    assert.equal(s['kvgate.prefix.total_blocks'], 2);
+    assert.equal(s['kvgate.prefix.matched_blocks'], undefined, 'no worker was chosen');
+    assert.equal(s['kvgate.candidates.kv_usage'], undefined, 'no candidate reports it: no array of nulls');
+  });
+
+  test('decision attributes ignore an explanation of the wrong shape, and a shed carries its status', () => {
     const base: GateResult = {
       kind: 'route',
       pool: 'default',
@@ -367,18 +421,11 @@ describe('tracing configuration', () => {
         { id: 'w2', state: 'pressured', inflight: 1, maxInflight: 8, prefixBlocks: 3 },
       ],
     };
-    // Read defensively: older and foreign shapes of the explanation must work too.
-    const explained = { ...base, explanation: { candidates: [{ worker: 'w1', score: 0.25, matched_blocks: 1 }, { id: 'w2', score: 0.75, matchedBlocks: 3 }] } } as unknown as GateResult;
-    const a = decisionAttributes(explained, outcomeOf(explained), {});
-    assert.deepEqual(a['kvgate.candidates'], ['w1', 'w2']);
-    assert.deepEqual(a['kvgate.candidates.inflight'], [3, 1]);
-    assert.deepEqual(a['kvgate.candidates.score'], [0.25, 0.75]);
-    assert.deepEqual(a['kvgate.candidates.matched_blocks'], [1, 3]);
-    assert.equal(a['kvgate.prefix.matched_blocks'], 3, 'the chosen worker’s match');
     for (const junk of [null, 7, 'x', { candidates: 'no' }, { candidates: [null, 1, { score: 'high' }] }]) {
       const r = { ...base, explanation: junk } as unknown as GateResult;
       const attrs = decisionAttributes(r, outcomeOf(r), {});
       assert.equal(attrs['kvgate.candidates.score'], undefined);
+      assert.equal(attrs['kvgate.prefix.matched_blocks'], undefined);
       assert.equal(attrs['kvgate.worker'], 'w2');
     }
     const shed: GateResult = { kind: 'reject', error: new KvgateError('overloaded', 'full'), key: undefined };
