@@ -317,6 +317,15 @@ export const DEFAULTS = {
    * covers a cross-zone round trip several times; it is paid once per shutdown.
    */
   shutdownQuietMs: 200,
+  /**
+   * Routing decisions each gate keeps, with their explanations, for `GET /debug/decisions`: enough
+   * to find a `kvgate try` request among a busy gate's last second or two of traffic, and at a few
+   * KB each (every candidate's figures) a bounded few hundred KB however busy the gate is. Also
+   * the most `?limit=` may ask for.
+   */
+  decisionLogSize: 100,
+  /** What `GET /debug/decisions` returns without `?limit=`: a screenful for a person reading it. */
+  debugDecisionsLimit: 20,
   /** Namespace for every Redis key, so kvgate can share a Redis with other tenants. */
   storeKeyPrefix: 'kvgate',
   /** Locally cached affinities; a stale one costs one extra round trip, never a wrong decision. */

@@ -98,7 +98,7 @@ const MAX_COMMITS = 4;
 export class Gate {
   private setup: Setup;
   /** The last decisions, for the admin debug endpoint (hashes only, never prompts). */
-  readonly decisions = new DecisionLog(100);
+  readonly decisions = new DecisionLog(DEFAULTS.decisionLogSize);
   /**
    * Each worker's last scrape and the health read from it (workers with metrics only). Keyed by
    * worker id, which the schema keeps unique across pools.
