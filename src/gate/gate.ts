@@ -57,6 +57,8 @@ export type GateResult =
   | {
       kind: 'reject';
       error: KvgateError;
+      /** The request's pool, once one was chosen (a shed's pool); absent when no pool took it. */
+      pool?: string;
       key: RoutingKey | undefined;
       explanation?: Explanation;
       /** The candidates the decision saw (for traces). */
@@ -248,6 +250,7 @@ export class Gate {
       return {
         kind: 'reject',
         error: new KvgateError('no_healthy_workers', `no worker of pool "${pool.name}" is in the request's endpoint subset`),
+        pool: pool.name,
         key,
         views: [],
         routing: answer,
@@ -274,7 +277,7 @@ export class Gate {
     if (pinned !== undefined) {
       debugLogger(this.logger, scope)?.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
-      if (unservable) return { kind: 'reject', error: unservable, key, views: [], routing: answer };
+      if (unservable) return { kind: 'reject', error: unservable, pool: pool.name, key, views: [], routing: answer };
     }
 
     // A request without a key breaks ties on a seed of its own (the policy stays a function of its input).
@@ -287,7 +290,7 @@ export class Gate {
       views = pinned !== undefined ? all.filter((w) => w.id === pinned) : eligible ? all.filter((w) => eligible.has(w.id)) : all;
       if (pinned !== undefined && (views[0]?.state === 'down' || views[0]?.state === 'draining')) {
         const error = new KvgateError('previous_response_unavailable', `the worker holding the previous response is ${views[0].state}`, { details: { worker: pinned } });
-        return { kind: 'reject', error, key, views, routing: answer };
+        return { kind: 'reject', error, pool: pool.name, key, views, routing: answer };
       }
       // Every field written, absent ones as undefined: conditional spreads (`...(c ? { x } : {})`)
       // copied through V8's generic path on every decision. The policy reads both as absent.
@@ -608,7 +611,7 @@ export class Gate {
         : new KvgateError('overloaded', overloadMessage(views, cls, (id) => this.signals.get(id)?.verdict.codes), { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     debugLogger(this.logger, scope)?.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
-    return { kind: 'reject', error, key, explanation: decision.explanation, views, routing, class: cls.name };
+    return { kind: 'reject', error, pool: pool.name, key, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }
 

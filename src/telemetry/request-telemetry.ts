@@ -279,6 +279,8 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
     a['kvgate.store.attempts'] = result.attempts;
     if (result.from !== undefined) a['kvgate.migrated_from'] = result.from;
   } else {
+    // A shed's pool: which pool had no worker to take it (absent when the request never got one).
+    if (result.pool !== undefined) a['kvgate.pool'] = result.pool;
     a['kvgate.reject.code'] = result.error.code;
     a['kvgate.reject.reason'] = result.error.message;
   }

@@ -172,6 +172,9 @@ describe('tracing over OTLP', () => {
       assert.equal(s.attributes['kvgate.response.status'], 503);
       assert.equal(s.attributes['kvgate.reject.code'], 'no_healthy_workers');
       assert.deepEqual(s.attributes['kvgate.candidates.state'], ['down']);
+      // Which pool had nobody to take it, and why (the rule), as for a routed request.
+      assert.equal(s.attributes['kvgate.pool'], 'default');
+      assert.equal(s.attributes['kvgate.rule'], 'shed');
       // A 503 is a failure seen from the client: the span is in error, for Jaeger's error filter.
       assert.equal(s.status.code, 2, 'STATUS_CODE_ERROR');
       assert.equal(s.attributes['error.type'], 'no_healthy_workers');
