@@ -53,6 +53,8 @@ export type GateResult =
       views?: readonly WorkerView[];
       /** The request's class of service. */
       class?: string;
+      /** The model the request's body names (for traces), when it names one. */
+      model?: string | undefined;
     }
   | {
       kind: 'reject';
@@ -67,6 +69,8 @@ export type GateResult =
       routing?: Pick<Config['routing'], 'shed_status' | 'retry_after_s'>;
       /** The class of service that was shed (sheds only: 429/503 for load). */
       class?: string;
+      /** The model the request's body names, when it was read and names one. */
+      model?: string | undefined;
     };
 
 /** How one request is to be routed, beyond the request itself. Protocol-free: the transport fills it. */
@@ -234,7 +238,7 @@ export class Gate {
     if (pick.unknownKnob !== undefined) this.unknownPool(pick.unknownKnob, setup.pools, scope);
     if (pick.kind === 'reject') {
       requestLogger(this.logger, scope).info({ path: req.path, code: pick.error.code, ...pick.error.details }, 'request rejected');
-      return { kind: 'reject', error: pick.error, key, routing: answer };
+      return { kind: 'reject', error: pick.error, key, model, routing: answer };
     }
     const pool = pick.pool;
     // The prompt's size in blocks: exact below the hashing cap, past it estimated from the body, and
@@ -252,6 +256,7 @@ export class Gate {
         error: new KvgateError('no_healthy_workers', `no worker of pool "${pool.name}" is in the request's endpoint subset`),
         pool: pool.name,
         key,
+        model,
         views: [],
         routing: answer,
       };
@@ -277,7 +282,7 @@ export class Gate {
     if (pinned !== undefined) {
       debugLogger(this.logger, scope)?.debug({ pool: pool.name, worker: pinned, key_hash: key?.hash }, 'stored response: pinned to the worker that holds it');
       const unservable = pinnedProblem(pinned, pool, eligible);
-      if (unservable) return { kind: 'reject', error: unservable, pool: pool.name, key, views: [], routing: answer };
+      if (unservable) return { kind: 'reject', error: unservable, pool: pool.name, key, model, views: [], routing: answer };
     }
 
     // A request without a key breaks ties on a seed of its own (the policy stays a function of its input).
@@ -290,7 +295,7 @@ export class Gate {
       views = pinned !== undefined ? all.filter((w) => w.id === pinned) : eligible ? all.filter((w) => eligible.has(w.id)) : all;
       if (pinned !== undefined && (views[0]?.state === 'down' || views[0]?.state === 'draining')) {
         const error = new KvgateError('previous_response_unavailable', `the worker holding the previous response is ${views[0].state}`, { details: { worker: pinned } });
-        return { kind: 'reject', error, pool: pool.name, key, views, routing: answer };
+        return { kind: 'reject', error, pool: pool.name, key, model, views, routing: answer };
       }
       // Every field written, absent ones as undefined: conditional spreads (`...(c ? { x } : {})`)
       // copied through V8's generic path on every decision. The policy reads both as absent.
@@ -323,7 +328,7 @@ export class Gate {
           attempt--;
           continue;
         }
-        return this.shed(decision, key, pool, answer, views, cls, scope);
+        return this.shed(decision, key, model, pool, answer, views, cls, scope);
       }
       t0 = performance.now();
       // Field by field, not `{ ...q, worker, ... }`: each property added after a spread went
@@ -343,7 +348,7 @@ export class Gate {
       if (res.ok) {
         // Tallied only while the backlog term is weighed (it is by default; at weight 0 nothing reads it).
         if (cfg.scoring.backlog_weight > 0) this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
-        return this.routed(decision, pool, res.lease, key, res.degraded, attempt, storeMs, cls, views, scope);
+        return this.routed(decision, pool, res.lease, key, model, res.degraded, attempt, storeMs, cls, views, scope);
       }
       snap = res.snapshot;
       fresh = true;
@@ -352,6 +357,7 @@ export class Gate {
     return this.shed(
       { kind: 'shed', reason: 'overloaded', preconditions: { affinity: undefined, below: [], atOrAbove: [], states: [] }, explanation },
       key,
+      model,
       pool,
       answer,
       views,
@@ -553,6 +559,7 @@ export class Gate {
     pool: Pool,
     lease: Lease,
     key: RoutingKey | undefined,
+    model: string | undefined,
     degraded: boolean,
     attempts: number,
     storeMs: number,
@@ -591,13 +598,14 @@ export class Gate {
     // Routing knows worker ids; the Envoy cluster that names one to the proxy is the gate's to add.
     const { cluster, address: endpoint } = pool.workers.get(decision.worker)!;
     return from === undefined
-      ? { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views }
-      : { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, from, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, views };
+      ? { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, model, views }
+      : { kind: 'route', pool: pool.name, worker: decision.worker, cluster, endpoint, outcome: decision.outcome, from, lease, key, degraded, attempts, explanation, storeMs, class: cls.name, model, views };
   }
 
   private shed(
     decision: Extract<Decision, { kind: 'shed' }>,
     key: RoutingKey | undefined,
+    model: string | undefined,
     pool: Pool,
     routing: NonNullable<Extract<GateResult, { kind: 'reject' }>['routing']>,
     views: readonly WorkerView[],
@@ -611,7 +619,7 @@ export class Gate {
         : new KvgateError('overloaded', overloadMessage(views, cls, (id) => this.signals.get(id)?.verdict.codes), { details });
     this.decisions.push({ atMs: Date.now(), pool: pool.name, key_kind: key?.kind, key_hash: key?.hash, outcome: 'shed', reason: decision.reason, class: cls.name, explanation: decision.explanation });
     debugLogger(this.logger, scope)?.debug({ key_kind: key?.kind, key_hash: key?.hash, pool: pool.name, outcome: 'shed', reason: decision.reason, class: cls.name }, 'shed');
-    return { kind: 'reject', error, pool: pool.name, key, explanation: decision.explanation, views, routing, class: cls.name };
+    return { kind: 'reject', error, pool: pool.name, key, model, explanation: decision.explanation, views, routing, class: cls.name };
   }
 }
 

@@ -58,6 +58,11 @@ const KNOWN_METHODS = new Set(['CONNECT', 'DELETE', 'GET', 'HEAD', 'OPTIONS', 'P
  * path is the client's to choose, so an unbounded one would be an unbounded attribute.
  */
 const MAX_PATH_CHARS = 256;
+/**
+ * Longest `gen_ai.request.model` put on a span: real model names are well under it (the longest
+ * Hugging Face ids are ~100 characters), and the name is the client's to write.
+ */
+const MAX_MODEL_CHARS = 256;
 
 export class RequestTelemetry implements RequestScope {
   private span: Span | undefined;
@@ -285,6 +290,10 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
     a['kvgate.reject.reason'] = result.error.message;
   }
   if (result.class !== undefined) a['kvgate.class'] = result.class;
+  // The OpenTelemetry GenAI conventions' name for the model asked for: a trace backend that knows
+  // GenAI spans groups and filters by it, and it tells a LoRA adapter's requests from its base
+  // model's in one pool.
+  if (typeof result.model === 'string' && result.model !== '') a['gen_ai.request.model'] = result.model.length > MAX_MODEL_CHARS ? result.model.slice(0, MAX_MODEL_CHARS) : result.model;
   if (facts.status !== undefined) a['kvgate.response.status'] = facts.status;
   if (facts.endpoint !== undefined) a['kvgate.endpoint'] = facts.endpoint;
   if (facts.subsetSize !== undefined) a['kvgate.subset.size'] = facts.subsetSize;

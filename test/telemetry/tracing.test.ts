@@ -101,6 +101,8 @@ describe('tracing over OTLP', () => {
         assert.equal(s.attributes['kvgate.degraded'], false);
         assert.equal(s.attributes['http.request.method'], 'POST');
         assert.equal(s.attributes['url.path'], '/v1/chat/completions');
+        // The model the body asks for, under the GenAI conventions' name.
+        assert.equal(s.attributes['gen_ai.request.model'], 'llama');
         // The stable RPC conventions, not the deprecated `rpc.system` / `rpc.service`.
         assert.equal(s.attributes['rpc.system.name'], 'grpc');
         assert.equal(s.attributes['rpc.method'], 'envoy.service.ext_proc.v3.ExternalProcessor/Process');
@@ -124,6 +126,7 @@ describe('tracing over OTLP', () => {
       assert.equal(fromHeaders?.attributes['kvgate.trace_parent'], 'request_headers');
       assert.equal(fromHeaders?.attributes['kvgate.outcome'], 'unkeyed');
       assert.equal(fromHeaders?.attributes['kvgate.key.kind'], 'none');
+      assert.equal(fromHeaders?.attributes['gen_ai.request.model'], undefined, 'a GET has no body, so no model');
     } finally {
       h.close();
       plain.close();
@@ -391,6 +394,9 @@ describe('tracing configuration', () => {
     assert.deepEqual(a['kvgate.candidates.score'], [0.1, 0.4]);
     assert.deepEqual(a['kvgate.candidates.kv_usage'], [0.9, null], 'null where the worker reports none');
     assert.deepEqual(a['kvgate.candidates.work'], [12, null]);
+    // The model is the client's to write: bounded on the span.
+    const long = decisionAttributes({ ...routed, model: 'm'.repeat(5000) }, 'prefix_hit', {});
+    assert.equal(String(long['gen_ai.request.model']).length, 256);
     // A shed carries its explanation too: why nobody could take it.
     const shed: GateResult = {
       kind: 'reject',
