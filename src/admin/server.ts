@@ -221,15 +221,27 @@ function routeOf(path: string): Route | undefined {
  * and reads `//x` as a host, not a path.
  */
 function pathOf(target: string | undefined): string {
-  const t = target ?? '/';
+  const t = originForm(target);
   const q = t.search(/[?#]/);
   return q < 0 ? t : t.slice(0, q);
 }
 
 function queryOf(target: string | undefined): string {
-  const t = (target ?? '').split('#')[0]!;
+  const t = originForm(target).split('#')[0]!;
   const q = t.indexOf('?');
   return q < 0 ? '' : t.slice(q + 1);
+}
+
+/** A target in absolute form (`http://host/healthz`, as a proxy may send it) as its path and query; `/` if it is neither. */
+function originForm(target: string | undefined): string {
+  const t = target ?? '/';
+  if (t.startsWith('/')) return t;
+  try {
+    const u = new URL(t);
+    return `${u.pathname}${u.search}`;
+  } catch {
+    return '/';
+  }
 }
 
 /**

@@ -130,4 +130,18 @@ describe('admin API: requests it cannot serve', () => {
     }
     assert.deepEqual(errorLines(), []);
   });
+
+  test('a request target in absolute form (as a proxy sends it) reaches its path', async () => {
+    const port = new URL(g.admin).port;
+    const answer = await new Promise<number>((resolve, reject) => {
+      // http.request writes `path` as the request target as given.
+      const req = http.request({ host: '127.0.0.1', port, method: 'GET', path: `http://127.0.0.1:${port}/healthz` }, (res) => {
+        res.resume();
+        resolve(res.statusCode ?? 0);
+      });
+      req.on('error', reject);
+      req.end();
+    });
+    assert.equal(answer, 200);
+  });
 });
