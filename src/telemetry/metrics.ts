@@ -53,7 +53,7 @@ export class Metrics {
 
   readonly decisions = new Counter({
     name: 'kvgate_decisions_total',
-    help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback).',
+    help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback, abandoned: the stream ended before the decision was answered).',
     labelNames: ['outcome'] as const,
     registers: [this.registry],
   });

@@ -7,6 +7,7 @@ import { describe, test } from 'node:test';
 import { isClosed } from '../harness/envoy-harness.js';
 import { chat, harness, holdRequest, waitFor } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate } from '../helpers/gate.js';
+import { DECISION_OUTCOMES } from '../../src/telemetry/metrics.js';
 import { scrape } from './prometheus.js';
 
 describe('/metrics', () => {
@@ -22,8 +23,11 @@ describe('/metrics', () => {
         if (f.type === 'HISTOGRAM') assert.match(f.name, /_seconds$/, `${f.name}: durations in seconds`);
         assert.doesNotMatch(f.name, /_(ms|milliseconds)\b/, `${f.name}: base units`);
       }
-      for (const o of ['affinity_hit', 'new', 'migrated', 'unkeyed', 'shed', 'rejected', 'fallback']) {
+      const decisions = m.families.find((f) => f.name === 'kvgate_decisions_total');
+      for (const o of DECISION_OUTCOMES) {
         assert.equal(m.value('kvgate_decisions_total', { outcome: o }), 0, o);
+        // The help a Grafana user reads lists every label value there is.
+        assert.match(decisions?.help ?? '', new RegExp(`\\b${o}\\b`), `kvgate_decisions_total help names ${o}`);
       }
       assert.equal(m.value('kvgate_affinity_hit_ratio'), 0);
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 1);
