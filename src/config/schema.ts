@@ -115,8 +115,25 @@ const workersSchema = z
       if (w.dcgm_url !== undefined && w.metrics_url === undefined) {
         ctx.addIssue({ code: 'custom', path: [i, 'dcgm_url'], message: 'dcgm_url needs metrics_url: GPU memory and temperature are read beside the engine\'s metrics' });
       }
+      // fetch refuses a URL with credentials, so they could never work; and the URL is shown in
+      // every failed scrape's message (GET /workers, `kvgate status`, the log). Said without the value.
+      for (const field of ['metrics_url', 'dcgm_url'] as const) {
+        const url = w[field];
+        if (url !== undefined && hasCredentials(url)) {
+          ctx.addIssue({ code: 'custom', path: [i, field], message: `${field} must not carry credentials (user:password@): kvgate cannot send them, and would show them in every scrape error. Put the scrape behind a network policy, or pass a token in the query string` });
+        }
+      }
     }
   });
+
+function hasCredentials(url: string): boolean {
+  try {
+    const u = new URL(url);
+    return u.username !== '' || u.password !== '';
+  } catch {
+    return false;
+  }
+}
 
 /**
  * A worker pool: GPUs serving the same models. Affinity, the prefix index and in-flight counts are

@@ -371,7 +371,7 @@ async function readPage(url: string, timeoutMs: number, limit: Deadline): Promis
   }
   if (!res.ok) {
     await res.body?.cancel();
-    throw new Error(`HTTP ${res.status} from ${url}`);
+    throw new Error(`HTTP ${res.status} from ${shownUrl(url)}`);
   }
   const len = Number(res.headers.get('content-length'));
   if (Number.isFinite(len) && len > MAX_METRICS_BYTES) {
@@ -414,7 +414,8 @@ class PageTooLarge extends Error {
  * A failed fetch in words: fetch's own message is "fetch failed", with the reason (the OS's error
  * code) only in its cause.
  */
-export function fetchFailure(url: string, timeoutMs: number, err: unknown): string {
+export function fetchFailure(rawUrl: string, timeoutMs: number, err: unknown): string {
+  const url = shownUrl(rawUrl);
   const name = (err as Error).name;
   if (name === 'TimeoutError' || name === 'AbortError') return `no answer from ${url} in ${timeoutMs} ms (signals.timeout_ms)`;
   const cause = (err as { cause?: { code?: string; message?: string } }).cause;
@@ -422,5 +423,26 @@ export function fetchFailure(url: string, timeoutMs: number, err: unknown): stri
   if (code === 'ECONNREFUSED') return `nothing listening at ${url} (ECONNREFUSED): is the worker up, and is its metrics_url right?`;
   if (code === 'ENOTFOUND' || code === 'EAI_AGAIN') return `cannot resolve the host of ${url} (${code}): check the worker's metrics_url`;
   if (code === 'ECONNRESET' || code === 'UND_ERR_SOCKET') return `${url} closed the connection (${code})`;
-  return `cannot fetch ${url}: ${[code, cause?.message].filter(Boolean).join(' ') || (err as Error).message}`;
+  // fetch's own message may quote the whole URL: the query string is cut out of it too.
+  const detail = [code, cause?.message].filter(Boolean).join(' ') || (err as Error).message;
+  return `cannot fetch ${url}: ${detail.split(rawUrl).join(url)}`;
+}
+
+/**
+ * A scrape URL as messages show it (GET /workers, `kvgate status`, the log): without its query
+ * string, which may carry a token (`?…` says there was one), and without credentials, which the
+ * config refuses but a message must never show either.
+ */
+export function shownUrl(url: string): string {
+  try {
+    const u = new URL(url);
+    const query = u.search !== '' ? '?…' : '';
+    u.username = '';
+    u.password = '';
+    u.search = '';
+    u.hash = '';
+    return `${u.href}${query}`;
+  } catch {
+    return '(a malformed URL)';
+  }
 }
