@@ -31,6 +31,7 @@ import type { WorkerSignals } from '../routing/health.js';
 import { parseSignals } from './parse.js';
 import { skipWhileRunning } from '../util/coalesced.js';
 import { deadline, type Deadline } from '../util/deadline.js';
+import { shownUrl } from '../util/shown-url.js';
 
 /** Largest metrics page read; a vLLM page is a few tens of KB, so more is a broken endpoint. */
 const MAX_METRICS_BYTES = 4 * 1024 * 1024;
@@ -426,23 +427,4 @@ export function fetchFailure(rawUrl: string, timeoutMs: number, err: unknown): s
   // fetch's own message may quote the whole URL: the query string is cut out of it too.
   const detail = [code, cause?.message].filter(Boolean).join(' ') || (err as Error).message;
   return `cannot fetch ${url}: ${detail.split(rawUrl).join(url)}`;
-}
-
-/**
- * A scrape URL as messages show it (GET /workers, `kvgate status`, the log): without its query
- * string, which may carry a token (`?…` says there was one), and without credentials, which the
- * config refuses but a message must never show either.
- */
-export function shownUrl(url: string): string {
-  try {
-    const u = new URL(url);
-    const query = u.search !== '' ? '?…' : '';
-    u.username = '';
-    u.password = '';
-    u.search = '';
-    u.hash = '';
-    return `${u.href}${query}`;
-  } catch {
-    return '(a malformed URL)';
-  }
 }

@@ -19,6 +19,7 @@ import type { SpanExporter } from '@opentelemetry/sdk-trace-node';
 import type { Logger } from 'pino';
 import { DEFAULTS } from '../config/defaults.js';
 import { LogThrottle } from '../util/log-throttle.js';
+import { shownUrl } from '../util/shown-url.js';
 
 /** The instrumentation scope of every kvgate span (`trace.getTracer(TRACER_NAME)`). */
 export const TRACER_NAME = 'kvgate';
@@ -118,8 +119,9 @@ export function tracingRequested(env: NodeJS.ProcessEnv): TracingSettings {
   // The HTTP exporters need a URL: `host:port` parses as one whose scheme is the host, and every
   // export then fails. Say so at startup, where the operator looks. (The gRPC exporter takes
   // `host:port` as it is the usual form there, adding the scheme itself.)
-  if (endpoint && protocol !== 'grpc' && !/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint)) warnings.push(`${endpointVar}=${endpoint} has no scheme (http:// or https://): the OTLP/HTTP exporter cannot send to it`);
-  return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ?? 'the default endpoint'}`, warnings };
+  // Shown without credentials or query string (shownUrl): the startup line is read by more people than the environment.
+  if (endpoint && protocol !== 'grpc' && !/^[a-z][a-z0-9+.-]*:\/\//i.test(endpoint)) warnings.push(`${endpointVar}=${shownUrl(endpoint)} has no scheme (http:// or https://): the OTLP/HTTP exporter cannot send to it`);
+  return { enabled: true, protocol, description: `OTLP ${protocol} to ${endpoint ? shownUrl(endpoint) : 'the default endpoint'}`, warnings };
 }
 
 /** Loads only the exporter the protocol needs (each pulls in its own transport). */

@@ -331,6 +331,16 @@ describe('tracing configuration', () => {
     assert.deepEqual(tracingRequested({ OTEL_EXPORTER_OTLP_ENDPOINT: 'otel-collector:4317', OTEL_EXPORTER_OTLP_PROTOCOL: 'grpc' }).warnings, []);
   });
 
+  test("the endpoint's credentials and query string stay out of the startup line and its warnings", () => {
+    for (const name of ['OTEL_EXPORTER_OTLP_ENDPOINT', 'OTEL_EXPORTER_OTLP_TRACES_ENDPOINT']) {
+      const on = tracingRequested({ [name]: 'https://user:s3cret@collector.example:4318/v1/traces?api-key=k3y' });
+      assert.equal(on.enabled, true);
+      assert.equal(on.description, 'OTLP http/protobuf to https://collector.example:4318/v1/traces?…', name);
+      const noScheme = tracingRequested({ [name]: 'user:s3cret@collector.example:4318?api-key=k3y' });
+      assert.doesNotMatch(JSON.stringify(noScheme), /s3cret|k3y/, `${name}: a warning about the endpoint does not quote its secrets`);
+    }
+  });
+
   test('OTEL_LOG_LEVEL sets the SDK diagnostics level; unset or unknown is WARN', () => {
     assert.equal(diagLevel({}), DiagLogLevel.WARN);
     assert.equal(diagLevel({ OTEL_LOG_LEVEL: 'debug' }), DiagLogLevel.DEBUG);
