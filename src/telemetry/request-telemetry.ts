@@ -26,6 +26,7 @@ import {
   type Span,
   type TextMapGetter,
 } from '@opentelemetry/api';
+import { KvgateError } from '../errors.js';
 import type { GateResult } from '../gate/gate.js';
 import type { CandidateExplanation, WorkerView } from '../routing/types.js';
 import { newStoreUsage, type RequestScope, type StoreUsage } from '../util/request-scope.js';
@@ -179,7 +180,8 @@ export class RequestTelemetry implements RequestScope {
       this.metrics.decisions.inc({ outcome: 'fallback' });
       const span = this.span;
       if (!span || this.ended) return;
-      if (span.isRecording()) span.setAttributes({ 'kvgate.outcome': 'fallback', ...this.storeAttributes() });
+      // error.type beside the ERROR status, as the conventions ask: the error's code, `internal` for a bug.
+      if (span.isRecording()) span.setAttributes({ 'kvgate.outcome': 'fallback', 'error.type': KvgateError.from(err).code, ...this.storeAttributes() });
       span.recordException(err);
       span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
       this.endSpan();
@@ -197,6 +199,7 @@ export class RequestTelemetry implements RequestScope {
       this.metrics.streamErrors.inc({ reason });
       const span = this.span;
       if (!span || this.ended) return;
+      span.setAttribute('error.type', reason);
       span.recordException(err);
       span.setStatus({ code: SpanStatusCode.ERROR, message: err.message });
       this.endSpan();

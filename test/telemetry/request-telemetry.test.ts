@@ -7,6 +7,7 @@ import { after, before, describe, test } from 'node:test';
 import { SpanStatusCode, trace } from '@opentelemetry/api';
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor } from '@opentelemetry/sdk-trace-node';
 import type { GateResult } from '../../src/gate/gate.js';
+import { KvgateError } from '../../src/errors.js';
 import { Metrics } from '../../src/telemetry/metrics.js';
 import { RequestTelemetry } from '../../src/telemetry/request-telemetry.js';
 
@@ -86,6 +87,29 @@ describe('request telemetry', () => {
     const [first, second] = exporter.getFinishedSpans();
     assert.notEqual(first!.status.code, SpanStatusCode.ERROR);
     assert.notEqual(second!.status.code, SpanStatusCode.ERROR);
+  });
+
+  test('every span in error says what kind of error (error.type), as the conventions ask of an ERROR status', () => {
+    exporter.reset();
+    const m = new Metrics();
+    const fellBack = new RequestTelemetry(m, new Map());
+    fellBack.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    fellBack.deciding();
+    fellBack.fallback(new KvgateError('store_unavailable', 'redis is unreachable'));
+    const bug = new RequestTelemetry(m, new Map());
+    bug.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    bug.deciding();
+    bug.fallback(new TypeError('x is undefined'));
+    const broken = new RequestTelemetry(m, new Map());
+    broken.begin(new Map(), { method: 'POST', path: '/v1/chat/completions' });
+    broken.streamError('idle_timeout', new Error('no message for 60 s'));
+    const spans = exporter.getFinishedSpans();
+    assert.equal(spans.length, 3);
+    for (const s of spans) assert.equal(s.status.code, SpanStatusCode.ERROR, s.name);
+    assert.deepEqual(
+      spans.map((s) => s.attributes['error.type']),
+      ['store_unavailable', 'internal', 'idle_timeout'],
+    );
   });
 
   test('method and path attributes are bounded: unknown methods as _OTHER, long paths cut', () => {
