@@ -242,6 +242,18 @@ export const DEFAULTS = {
   /** The Redis connection's silence limit, in `store.timeout_ms`s: see `storeSocketTimeoutMs`. */
   storeSocketTimeouts: 5,
   /**
+   * Decisions sent to Redis and not answered yet, past which a replica decides locally without
+   * sending more. A Redis that answers, but slower than commands arrive (its CPU taken by another
+   * tenant, a slow script, a big key's deletion), keeps its connection (never silent long enough
+   * to be replaced), and the client keeps every command whose caller gave up until its reply:
+   * without a cap that queue grew by the request rate for as long as Redis lagged, each long
+   * prompt's command holding its block hashes (about 10 KB at 400 KB). Healthy, a replica has
+   * its rate times Redis's latency waiting (20,000 decisions/s at 1 ms: 20); 1,024 waiting means
+   * Redis is tens of milliseconds behind at any rate a replica reaches, where most decisions
+   * would pass `store.timeout_ms` anyway.
+   */
+  storeMaxWaitingDecisions: 1024,
+  /**
    * An ext_proc stream with no message for this long is ended and its lease released. Longer than
    * any gap Envoy leaves between messages of a live request (its upstream's time to first byte
    * under load); it exists to reclaim streams whose peer vanished without a reset reaching us.

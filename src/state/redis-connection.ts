@@ -92,7 +92,7 @@ function parseHostPort(raw: string, spec: string): { host: string; port: number 
 
 /**
  * Opens the client. `base` carries the fail-fast settings the store relies on (no offline queue,
- * command timeout); they apply to every node of a cluster too.
+ * the socket's silence limit); they apply to every node of a cluster too.
  *
  * A TLS cluster seeded by host name (a managed service's configuration endpoint, a Kubernetes
  * service): the cluster client resolves the seeds to IP addresses and reaches the other nodes by

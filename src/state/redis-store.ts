@@ -25,7 +25,7 @@ import { EventEmitter } from 'node:events';
 import { ReplyError, type RedisOptions } from 'ioredis';
 import { LRUCache } from 'lru-cache';
 import type { Logger } from 'pino';
-import { storeSocketTimeoutMs } from '../config/defaults.js';
+import { DEFAULTS, storeSocketTimeoutMs } from '../config/defaults.js';
 import { KvgateError } from '../errors.js';
 import { Coalesced, skipWhileRunning } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
@@ -89,6 +89,8 @@ export interface RedisStoreOptions {
   logger: Logger;
   /** CA / client certificate for rediss:// URLs. */
   tls?: StoreTls;
+  /** Decisions waiting on Redis past which this replica decides locally (`DEFAULTS.storeMaxWaitingDecisions`). */
+  maxWaitingDecisions?: number;
 }
 
 interface PoolView {
@@ -205,15 +207,23 @@ export class RedisStore implements RoutingStore {
   /** By pool (`OwnStates`). */
   private readonly ownStates = new Map<string, OwnStates>();
   private closed = false;
+  /** Decisions handed to the client and not answered or failed by it yet (not by our deadline). */
+  private waiting = 0;
+  private readonly maxWaiting: number;
   /** The key one server's readiness deletes (`ping`): no pool's, and never written. */
   private readonly readinessProbeKey: string;
 
   constructor(private readonly opts: RedisStoreOptions) {
     this.readinessProbeKey = `${opts.keyPrefix}:readiness-probe`;
+    this.maxWaiting = opts.maxWaitingDecisions ?? DEFAULTS.storeMaxWaitingDecisions;
     const redisOptions: RedisOptions = {
       // Fail fast instead of queueing while disconnected: the caller falls back to local state.
       enableOfflineQueue: false,
-      commandTimeout: opts.timeoutMs,
+      // No commandTimeout: every wait is bounded by `withDeadline` instead, and a command's promise
+      // then settles only when Redis answers or the connection fails. The client keeps a command
+      // whose caller gave up until its reply either way; so `waiting` counts what it really holds
+      // (ioredis's timeout settled the promise early and hid the queue behind it).
+
       // A connection silent that long while replies are due is replaced (see the function).
       socketTimeout: storeSocketTimeoutMs(opts.timeoutMs, opts.leaseTtlMs),
       maxRetriesPerRequest: 0,
@@ -589,6 +599,12 @@ export class RedisStore implements RoutingStore {
     const send = () => {
       if (late) return Promise.reject(new KvgateError('store_unavailable', 'decision deadline passed'));
       const full = commit ? { ...commit, notAfter: this.clockOffsetMs === undefined ? 0 : deadline + this.clockOffsetMs } : undefined;
+      // Redis is that far behind: decided locally at once, never written (`sent` stays false), as
+      // with no connection. Sending more would only lengthen the client's queue of commands their
+      // callers gave up on.
+      if (this.waiting >= this.maxWaiting) {
+        return Promise.reject(new KvgateError('store_unavailable', `redis has ${this.waiting} decisions of this replica unanswered; decided locally`));
+      }
       // This replica's releases in the pool ride along, removed before the script counts anything.
       const carried = this.ledger.releasingCount > 0 ? this.ledger.takeReleasing(q.pool, this.view(q.pool, q.workers).workerSet, MAX_RELEASES_PER_CALL) : [];
       // Numbered when it goes to the client, not when asked for (it may wait for a resync above).
@@ -596,9 +612,11 @@ export class RedisStore implements RoutingStore {
       // Without a connection ioredis refuses the command at once (no offline queue): never written.
       if (sent && this.redis.status === 'ready') sent.value = true;
       const reply = cmd.decide(this.redis, this.poolKeys(q.pool), q, full, carried.length > 0 ? idsByWorker(carried) : undefined);
+      this.waiting++;
       // One reaction for the reply's bookkeeping (the clock, the releases it carried).
       return reply.then(
         (reply) => {
+          this.waiting--;
           if (carried.length > 0) this.settleReleases(carried.map((l) => l.id));
           // Each sample is Redis's clock minus ours when the reply is handled, so it is short by
           // however long the reply waited (the event loop, the way back): the largest seen is the
@@ -613,6 +631,7 @@ export class RedisStore implements RoutingStore {
           return r;
         },
         (err: unknown) => {
+          this.waiting--;
           if (carried.length > 0) this.releasesFailed(carried, err);
           throw err;
         },

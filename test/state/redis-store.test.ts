@@ -12,6 +12,7 @@ import { HOLDINGS_ENCODING_FIELD } from '../../src/state/redis-scripts.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import type { RoutingStore } from '../../src/state/store.js';
 import { commitRequest } from '../helpers/commits.js';
+import { waitFor } from '../helpers/envoy.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startLatencyProxy, type LatencyProxy } from '../helpers/latency-proxy.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
@@ -403,7 +404,7 @@ describe('redis store specifics', () => {
         // Redis forgets the script (a restart or failover does that); every hop now takes 80 ms.
         await raw.script('FLUSH');
         proxy!.setLatency(80);
-        // EVALSHA reaches Redis at 80 ms, NOSCRIPT comes back at 160 ms, within the command timeout,
+        // EVALSHA reaches Redis at 80 ms, NOSCRIPT comes back at 160 ms,
         // so ioredis resends the script as EVAL; it reaches Redis at 240 ms, after the 200 ms
         // deadline at which the gate decided locally.
         const late = await store.commit(commitRequest({ workers, key: 's:late', worker: 'w2' }));
@@ -413,6 +414,80 @@ describe('redis store specifics', () => {
         assert.equal(await raw.zcard('kvgate-test:{p}:f:w2'), 0, 'no lease nobody holds (it would count against w2 until its TTL)');
         assert.equal(await raw.get('kvgate-test:{p}:a:s:late'), null, 'no affinity written behind the local decision’s back');
         await store.release(late.lease);
+      },
+      { proxy: true },
+    ));
+
+  test('a Redis that lags gets at most maxWaitingDecisions of a replica’s decisions; the rest are decided locally at once, and it takes them again once caught up', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        // A Redis answering slower than decisions arrive keeps its connection (never silent long
+        // enough to be replaced) and the client kept every command until its reply, however long
+        // ago its caller gave up: that queue grew by the request rate. Here 400 decisions at once
+        // against 300 ms each way (within the 500 ms silence limit of a 100 ms store timeout).
+        const store = await open({ timeoutMs: 100, refreshMs: 60_000, maxWaitingDecisions: 50 }, { viaProxy: true });
+        const workers = ['w1', 'w2'];
+        const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+        await store.release(warm.lease);
+        await new Promise((r) => setTimeout(r, 50)); // the release's removal goes out
+        const scriptCalls = async () => {
+          const stats = await raw.info('commandstats');
+          return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+        };
+        const before = await scriptCalls();
+        proxy!.setLatency(300);
+        const t0 = performance.now();
+        const results = await Promise.all(Array.from({ length: 400 }, (_, i) => store.commit(commitRequest({ workers, key: `s:lag${i}`, worker: i % 2 ? 'w1' : 'w2' }))));
+        const tookMs = performance.now() - t0;
+        assert.ok(results.every((r) => r.ok && r.degraded), 'every decision went local (Redis answered past the timeout)');
+        assert.ok(tookMs < 1000, `every decision answered within the store timeout and then some (${Math.round(tookMs)} ms)`);
+        for (const r of results) if (r.ok) await store.release(r.lease);
+        proxy!.setLatency(0);
+        // What reached Redis: the 50 sent, not the 400 asked for (each is refused there as late).
+        await waitFor(async () => (await scriptCalls()) - before >= 50, 3000, 'the sent decisions reach Redis');
+        await new Promise((r) => setTimeout(r, 700)); // anything else on its way arrives
+        const reached = (await scriptCalls()) - before;
+        assert.ok(reached <= 55, `script calls that reached Redis: ${reached} of 400 decisions`);
+        // Caught up: its replies are in, and decisions go to Redis again.
+        const again = await store.commit(commitRequest({ workers, key: 's:again', worker: 'w1' }));
+        assert.ok(again.ok && !again.degraded, `committed in Redis again: ${JSON.stringify(again)}`);
+        await store.release(again.lease);
+      },
+      { proxy: true },
+    ));
+
+  test('the cap counts what the client holds, not what callers still wait for: under a steady stream the decisions past the store timeout still count until Redis answers them', () =>
+    withRedis(
+      async ({ raw, proxy, store: open }) => {
+        // With ioredis's own command timeout a command's promise settled at store.timeout_ms while
+        // the client kept the command until its reply: a steady stream against a lagging Redis
+        // never reached the cap, however long the client's queue. 200 decisions/s for 1 s, 300 ms
+        // each way: 20 waiting by the callers' clock, about 120 by the client's.
+        const store = await open({ timeoutMs: 100, refreshMs: 60_000, maxWaitingDecisions: 30 }, { viaProxy: true });
+        const workers = ['w1', 'w2'];
+        const warm = await store.commit(commitRequest({ workers, key: 's:warm', worker: 'w1' }));
+        assert.ok(warm.ok && !warm.degraded, 'the script is loaded on this connection');
+        await store.release(warm.lease);
+        await new Promise((r) => setTimeout(r, 50));
+        const scriptCalls = async () => {
+          const stats = await raw.info('commandstats');
+          return [...stats.matchAll(/cmdstat_(?:evalsha|eval):calls=(\d+)/g)].reduce((n, m) => n + Number(m[1]), 0);
+        };
+        const before = await scriptCalls();
+        proxy!.setLatency(300);
+        const pending = [];
+        for (let i = 0; i < 200; i++) {
+          pending.push(store.commit(commitRequest({ workers, key: `s:steady${i}`, worker: i % 2 ? 'w1' : 'w2' })));
+          await new Promise((r) => setTimeout(r, 5));
+        }
+        for (const r of await Promise.all(pending)) if (r.ok) await store.release(r.lease);
+        proxy!.setLatency(0);
+        await new Promise((r) => setTimeout(r, 1000)); // everything on its way arrives
+        const reached = (await scriptCalls()) - before;
+        // About 30 (31 seen); with the count dropped at the callers' timeout, three times as many
+        // (94 seen).
+        assert.ok(reached <= 60, `script calls that reached Redis: ${reached} of 200 decisions`);
       },
       { proxy: true },
     ));
