@@ -155,6 +155,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
           running.reconfigure(next);
           collector.configChanged();
         },
+        onOutcome: (outcome, restartNeeded) => Metrics.safely(() => metrics.configReloaded(outcome, restartNeeded)),
         ...(opts.reloadDebounceMs !== undefined ? { debounceMs: opts.reloadDebounceMs } : {}),
       })
     : undefined;

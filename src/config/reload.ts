@@ -24,7 +24,8 @@ import { parseConfigText, readConfigText } from './load.js';
 import type { Config } from './schema.js';
 
 export type ReloadTrigger = 'watch' | 'SIGHUP';
-export type ReloadOutcome = 'applied' | 'unchanged' | 'rejected';
+export const RELOAD_OUTCOMES = ['applied', 'unchanged', 'rejected'] as const;
+export type ReloadOutcome = (typeof RELOAD_OUTCOMES)[number];
 
 export interface ConfigReloaderOptions {
   file: string;
@@ -34,6 +35,12 @@ export interface ConfigReloaderOptions {
   /** Swaps in a new, valid config. */
   apply(config: Config): void;
   debounceMs?: number;
+  /**
+   * Told every re-read's outcome, and the restart-only settings the file changes (empty after a
+   * rejection: the file says nothing usable), so they can be exported: a log line is read by
+   * someone looking, a metric pages someone who is not.
+   */
+  onOutcome?(outcome: ReloadOutcome, restartNeeded: readonly string[]): void;
 }
 
 /** Settings read once at startup, as [path, getter]; a reload keeps their running values. */
@@ -100,6 +107,7 @@ export class ConfigReloader {
         logger.error({ file, trigger, err: KvgateError.from(err).message }, 'config reload rejected; keeping the running config');
       }
       this.lastRejected = text;
+      this.opts.onOutcome?.('rejected', []);
       return 'rejected';
     }
     this.lastRejected = undefined;
@@ -110,6 +118,7 @@ export class ConfigReloader {
       // trigger; a watch event with nothing changed (an editor's second write) is not.
       const level = trigger === 'watch' && restartNeeded.length === 0 ? 'debug' : 'info';
       logger[level]({ file, trigger, ...(restartNeeded.length > 0 ? { restart_needed: restartNeeded } : {}) }, 'config re-read; nothing to change');
+      this.opts.onOutcome?.('unchanged', restartNeeded);
       return 'unchanged';
     }
     this.opts.apply(config);
@@ -122,6 +131,7 @@ export class ConfigReloader {
       },
       'config reloaded',
     );
+    this.opts.onOutcome?.('applied', restartNeeded);
     return 'applied';
   }
 

@@ -12,6 +12,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { WorkerView } from '../routing/types.js';
 import { WORKER_STATES } from '../routing/types.js';
+import { RELOAD_OUTCOMES, type ReloadOutcome } from '../config/reload.js';
 
 /**
  * What happened to a request, as metrics, spans and logs name it:
@@ -135,6 +136,30 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * Config re-reads (file change or SIGHUP) by outcome. A rejected file leaves the old config
+   * running, which is safe, but the next pod started from that file fails: the gauge below is what
+   * to alert on, as for Prometheus's own prometheus_config_last_reload_successful.
+   */
+  readonly configReloads = new Counter({
+    name: 'kvgate_config_reloads_total',
+    help: 'Config file re-reads by outcome: applied, unchanged, rejected (invalid; the running config stays).',
+    labelNames: ['outcome'] as const,
+    registers: [this.registry],
+  });
+
+  readonly configLastReloadSuccessful = new Gauge({
+    name: 'kvgate_config_last_reload_successful',
+    help: 'Whether the config file was valid when last read (1) or rejected, leaving an older config running (0).',
+    registers: [this.registry],
+  });
+
+  readonly configRestartPending = new Gauge({
+    name: 'kvgate_config_restart_pending',
+    help: 'Settings the config file changes that apply only at the next restart (store, leases.ttl_s, ...).',
+    registers: [this.registry],
+  });
+
   constructor(opts: MetricsOptions = {}) {
     const decisions = this.decisions;
     // Computed at scrape from the counters, so it can never disagree with them. Lifetime ratio;
@@ -193,6 +218,18 @@ export class Metrics {
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     // Every outcome and reason appears from the first scrape, so rate() works without gaps.
     for (const o of DECISION_OUTCOMES) this.decisions.inc({ outcome: o }, 0);
+    for (const o of RELOAD_OUTCOMES) this.configReloads.inc({ outcome: o }, 0);
+    // The config a gate starts with was read and validated, or it would not have started.
+    this.configLastReloadSuccessful.set(1);
+    this.configRestartPending.set(0);
+  }
+
+  /** Records one config re-read (ConfigReloader's onOutcome). */
+  configReloaded(outcome: ReloadOutcome, restartNeeded: readonly string[]): void {
+    this.configReloads.inc({ outcome });
+    this.configLastReloadSuccessful.set(outcome === 'rejected' ? 0 : 1);
+    // A rejected file says nothing about restart-only settings: the last valid file's count stands.
+    if (outcome !== 'rejected') this.configRestartPending.set(restartNeeded.length);
   }
 
   /** The text exposition for `/metrics`. */

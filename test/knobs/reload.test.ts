@@ -20,6 +20,7 @@ import { HeldRequests } from './helpers.js';
 import { Redis } from 'ioredis';
 import { parseConfig } from '../../src/config/load.js';
 import { startRedis } from '../helpers/redis-server.js';
+import { scrape } from '../telemetry/prometheus.js';
 
 function fleet(maxInflight: number, extra: Record<string, unknown> = {}, ids = ['w1', 'w2']) {
   return {
@@ -108,6 +109,28 @@ describe('config reload', () => {
     for (const out of await held.release()) assert.equal(out.kind, 'upstream');
     // New requests only reach the remaining worker.
     for (let i = 0; i < 3; i++) assert.equal((await h.request(chat({ session: `n${i}` }))).cluster, 'worker_1');
+  });
+
+  test('the last reload\'s outcome is a metric: an alert sees a rejected file before the next rollout needs it', async () => {
+    const { file, g, logged } = await setup(fleet(2));
+    const m0 = await scrape(g.admin);
+    assert.equal(m0.value('kvgate_config_last_reload_successful'), 1, 'the startup config counts as loaded');
+    for (const outcome of ['applied', 'unchanged', 'rejected']) assert.equal(m0.value('kvgate_config_reloads_total', { outcome }), 0, outcome);
+    assert.equal(m0.value('kvgate_config_restart_pending'), 0);
+
+    writeAtomically(file, 'workers: [ {id: w1\n');
+    await waitFor(() => logged('config reload rejected; keeping the running config').length === 1, 5000, 'the rejection');
+    const m1 = await scrape(g.admin);
+    assert.equal(m1.value('kvgate_config_last_reload_successful'), 0, 'the file on disk is not the one running');
+    assert.equal(m1.value('kvgate_config_reloads_total', { outcome: 'rejected' }), 1);
+
+    const storeTimeout = g.gate.currentConfig.store.timeout_ms;
+    writeAtomically(file, stringify(fleet(3, { store: { timeout_ms: storeTimeout + 1 } })));
+    await waitFor(() => g.gate.currentConfig.limits.max_inflight === 3, 5000, 'the reload');
+    const m2 = await scrape(g.admin);
+    assert.equal(m2.value('kvgate_config_last_reload_successful'), 1);
+    assert.equal(m2.value('kvgate_config_reloads_total', { outcome: 'applied' }), 1);
+    assert.equal(m2.value('kvgate_config_restart_pending'), 1, 'store.* waits for a restart');
   });
 
   test('a file edit of restart-only settings alone is said at info, with what needs a restart', async () => {
