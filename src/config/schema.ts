@@ -377,12 +377,27 @@ function checkProtocol(c: Partial<RawConfig>, ctx: z.RefinementCtx): void {
     }
   }
   const addresses = new Set<unknown>();
+  // Cluster names are Envoy's, global across pools. Two workers on one cluster would be one set of
+  // hosts that kvgate counts as two: twice the in-flight limit, and two KV caches it believes apart
+  // while Envoy spreads both over the same hosts.
+  const clusterOwner = new Map<unknown, unknown>();
   for (const { path, workers } of lists) {
     if (!Array.isArray(workers)) continue;
-    for (const [i, w] of (workers as Partial_[]).entries()) {
+    for (const [i, w] of (workers as Array<Partial_ & { id?: unknown }>).entries()) {
       if (!w || typeof w !== 'object') continue;
       if (protocol === 'cluster_header' && w.cluster === undefined) {
         ctx.addIssue({ code: 'custom', path: [...path, i, 'cluster'], message: 'required with routing.protocol cluster_header' });
+      }
+      if (protocol === 'cluster_header' && typeof w.cluster === 'string') {
+        const owner = clusterOwner.get(w.cluster);
+        if (owner !== undefined && owner !== w.id) {
+          ctx.addIssue({
+            code: 'custom',
+            path: [...path, i, 'cluster'],
+            message: `cluster "${w.cluster}" is already worker "${String(owner)}"'s: kvgate keeps each worker's load and KV cache apart, so give each worker its own cluster (one Envoy cluster per GPU worker)`,
+          });
+        }
+        if (owner === undefined) clusterOwner.set(w.cluster, w.id);
       }
       if (protocol === 'endpoint_picker') {
         if (w.address === undefined) {

@@ -209,7 +209,7 @@ test('SIGHUP re-reads the config file and does not end the process', async () =>
 
 test('Redis: a pool a reload removed is no longer polled once nothing of this replica is left in it', async () => {
   const redis = await startRedis();
-  const mk = (pools: string[]) => ({ store: { refresh_ms: 50 }, pools: pools.map((p, i) => ({ name: p, ...(i ? { models: [p] } : {}), workers: [{ id: `w_${p}`, cluster: 'c' }] })) });
+  const mk = (pools: string[]) => ({ store: { refresh_ms: 50 }, pools: pools.map((p, i) => ({ name: p, ...(i ? { models: [p] } : {}), workers: [{ id: `w_${p}`, cluster: `c_${p}` }] })) });
   const g = await startTestGate(mk(['keep', 'gone']), { store: redis.url });
   const mon = new Redis(redis.url);
   try {

@@ -73,6 +73,24 @@ describe('config', () => {
     assert.equal(parseConfig({ routing: { header: 'x-llm-worker' }, workers: [{ id: 'a', cluster: 'a' }] }).routing.header, 'x-llm-worker');
   });
 
+  test('two workers naming one Envoy cluster are refused, across pools too: kvgate would count one set of hosts as two workers', () => {
+    assert.throws(
+      () => parseConfig({ workers: [{ id: 'a', cluster: 'gpu_1' }, { id: 'b', cluster: 'gpu_1' }] }),
+      (err: Error) => {
+        assert.match(err.message, /workers\.1\.cluster: cluster "gpu_1" is already worker "a"'s/);
+        assert.match(err.message, /give each worker its own cluster/);
+        return true;
+      },
+    );
+    assert.throws(
+      () => parseConfig({ pools: [{ name: 'p', models: ['m'], workers: [{ id: 'a', cluster: 'c' }] }, { name: 'q', workers: [{ id: 'b', cluster: 'c' }] }] }),
+      /pools\.1\.workers\.0\.cluster: cluster "c" is already worker "a"'s/,
+    );
+    // endpoint_picker routes by address (checked for duplicates there); a cluster is only a label.
+    const ep = parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', cluster: 'c', address: '10.0.0.1:8000' }, { id: 'b', cluster: 'c', address: '10.0.0.2:8000' }] });
+    assert.equal(ep.workers.length, 2);
+  });
+
   test('no workers is an error', () => {
     assert.throws(() => parseConfig({}), /workers/);
     assert.throws(() => parseConfig({ workers: [] }), /at least one worker/);
