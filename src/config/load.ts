@@ -11,6 +11,14 @@ import { configSchema, type Config } from './schema.js';
 
 /** Validates an already-parsed config object. Throws KvgateError('invalid_config') listing every problem. */
 export function parseConfig(raw: unknown, source = 'config'): Config {
+  // A file whose top level is not a mapping is not a config with mistakes in it but the wrong
+  // file (a list, a stray word, a file that is not YAML at all): one line, not zod's view of it.
+  if (raw !== null && raw !== undefined && (typeof raw !== 'object' || Array.isArray(raw))) {
+    throw new KvgateError(
+      'invalid_config',
+      `${source} is not a kvgate config: its top level is ${Array.isArray(raw) ? 'a list' : `a ${typeof raw}`}, not a mapping of settings (routing:, limits:, workers: ...)`,
+    );
+  }
   const result = configSchema.safeParse(raw ?? {}, { reportInput: true });
   if (!result.success) {
     const problems = result.error.issues.map((i) => `  ${i.path.length ? i.path.join('.') : '(root)'}: ${describeIssue(i)}`);
@@ -26,7 +34,7 @@ export function parseConfig(raw: unknown, source = 'config'): Config {
  * set (zod says only "Invalid input" for a union of literals), and the value the file has.
  */
 export function describeIssue(issue: z.core.$ZodIssue): string {
-  const got = (v: unknown) => (typeof v === 'object' && v !== null ? '' : ` (got ${JSON.stringify(v)})`);
+  const got = (v: unknown) => (typeof v === 'object' && v !== null ? '' : ` (got ${quoteValue(v)})`);
   if (issue.code === 'invalid_union') {
     const branches = issue.errors.map((b) => (b.length === 1 && b[0]!.code === 'invalid_value' ? b[0]!.values : undefined));
     if (branches.length > 0 && branches.every((v) => v !== undefined)) {
@@ -34,8 +42,72 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
     }
   }
   if (issue.code === 'invalid_value') return `must be one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}${got(issue.input)}`;
-  if (issue.code === 'unrecognized_keys') return issue.message;
+  if (issue.code === 'unrecognized_keys') return `${issue.message}${unknownKeyHint(issue.keys, keysAt(configSchema, issue.path))}`;
   return issue.input === undefined ? issue.message : `${issue.message}${got(issue.input)}`;
+}
+
+/** The longest value quoted back in a message: enough to recognise it, never a whole file. */
+const MAX_QUOTED = 80;
+
+/** A value as the file has it: JSON, except numbers JSON cannot spell (YAML's .inf), and cut short. */
+function quoteValue(v: unknown): string {
+  const text = typeof v === 'number' && !Number.isFinite(v) ? String(v) : (JSON.stringify(v) ?? String(v));
+  return text.length > MAX_QUOTED ? `${text.slice(0, MAX_QUOTED)}... (${text.length} characters)` : text;
+}
+
+/**
+ * The keys the schema allows at `path` (array indices step into the element), or undefined when
+ * the path leads through something that is not a plain object. Reads zod's own definitions, so
+ * a key added to the schema is suggested with no list to keep.
+ */
+function keysAt(schema: z.core.$ZodType, path: readonly PropertyKey[]): string[] | undefined {
+  type Def = { type: string; shape?: Record<string, z.core.$ZodType>; element?: z.core.$ZodType; innerType?: z.core.$ZodType; in?: z.core.$ZodType };
+  let node: z.core.$ZodType | undefined = schema;
+  let rest = [...path];
+  for (let steps = 0; node && steps < 64; steps++) {
+    const def = node._zod.def as unknown as Def;
+    if (def.innerType) node = def.innerType;
+    else if (def.type === 'pipe') node = def.in;
+    else if (def.type === 'array' && typeof rest[0] === 'number') [node, rest] = [def.element, rest.slice(1)];
+    else if (def.type === 'object' && def.shape) {
+      if (rest.length === 0) return Object.keys(def.shape);
+      [node, rest] = [def.shape[String(rest[0])], rest.slice(1)];
+    } else return undefined;
+  }
+  return undefined;
+}
+
+/** How many single-character edits apart two names are (both already normalised). */
+function editDistance(a: string, b: string): number {
+  let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
+  for (let i = 1; i <= a.length; i++) {
+    const row = [i];
+    for (let j = 1; j <= b.length; j++) row[j] = Math.min(prev[j]! + 1, row[j - 1]! + 1, prev[j - 1]! + (a[i - 1] === b[j - 1] ? 0 : 1));
+    prev = row;
+  }
+  return prev[b.length]!;
+}
+
+/**
+ * What to write instead of an unknown key: the allowed key it is closest to (case, `_` and `-`
+ * aside: `maxInflight` is `max_inflight`) when that is near enough to be a typo, else the keys
+ * allowed there, so the fix never needs a trip to the source.
+ */
+function unknownKeyHint(keys: readonly string[], allowed: readonly string[] | undefined): string {
+  if (!allowed || allowed.length === 0) return '';
+  const norm = (k: string) => k.toLowerCase().replace(/[_-]/g, '');
+  const hints = keys.map((key) => {
+    const ranked = allowed.map((a) => ({ a, d: editDistance(norm(key), norm(a)) })).sort((x, y) => x.d - y.d);
+    const best = ranked[0]!;
+    return best.d <= Math.max(2, Math.floor(norm(key).length / 3)) ? { key, suggestion: best.a } : { key };
+  });
+  const suggested = hints.filter((h) => h.suggestion !== undefined);
+  if (suggested.length === hints.length) {
+    return hints.length === 1
+      ? ` (did you mean "${hints[0]!.suggestion!}"?)`
+      : ` (did you mean ${hints.map((h) => `"${h.suggestion!}" for "${h.key}"`).join(', ')}?)`;
+  }
+  return ` (allowed here: ${allowed.join(', ')})`;
 }
 
 /** Reads a YAML file and validates it. */
@@ -54,11 +126,18 @@ export function readConfigText(file: string): string {
 
 /** Parses YAML text and validates it; `source` names it in messages. */
 export function parseConfigText(text: string, source: string): Config {
+  // An empty file is most often a ConfigMap key that is missing or a write caught half done.
+  if (text.trim() === '') throw new KvgateError('invalid_config', `${source} is empty: a config needs at least \`workers\` (one pool) or \`pools\``);
+  // NUL or bytes that are not UTF-8 (read as U+FFFD): a binary file, named as such rather than
+  // parsed into a one-string "config" and quoted back.
+  if (/[\u0000\ufffd]/.test(text)) throw new KvgateError('invalid_config', `${source} is not text (it holds NUL bytes or bytes that are not UTF-8): is it the right file?`);
   let raw: unknown;
   try {
     raw = parseYaml(text);
   } catch (err) {
-    throw new KvgateError('invalid_config', `${source} is not valid YAML: ${(err as Error).message}`, { cause: err });
+    // The YAML library tells its own callers to use another function; an operator needs to know what is in the file.
+    const message = (err as { code?: unknown }).code === 'MULTIPLE_DOCS' ? 'it holds several YAML documents (a `---` line between them); a config is one document' : (err as Error).message;
+    throw new KvgateError('invalid_config', `${source} is not valid YAML: ${message}`, { cause: err });
   }
   return parseConfig(raw, source);
 }

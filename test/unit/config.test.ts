@@ -3,7 +3,7 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
-import { loadConfigFile, parseConfig } from '../../src/config/load.js';
+import { loadConfigFile, parseConfig, parseConfigText } from '../../src/config/load.js';
 import { DEFAULTS } from '../../src/config/defaults.js';
 
 describe('config', () => {
@@ -89,6 +89,45 @@ describe('config', () => {
     // endpoint_picker routes by address (checked for duplicates there); a cluster is only a label.
     const ep = parseConfig({ routing: { protocol: 'endpoint_picker' }, workers: [{ id: 'a', cluster: 'c', address: '10.0.0.1:8000' }, { id: 'b', cluster: 'c', address: '10.0.0.2:8000' }] });
     assert.equal(ep.workers.length, 2);
+  });
+
+  test('an unknown key names the key it is probably a typo of, or the keys allowed there', () => {
+    const msg = (raw: unknown) => {
+      try {
+        parseConfig(raw);
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return assert.fail('expected the config to be refused');
+    };
+    assert.match(msg({ workers: [{ id: 'a', cluster: 'a', max_inflite: 3 }] }), /workers\.0: Unrecognized key: "max_inflite" \(did you mean "max_inflight"\?\)/);
+    assert.match(msg({ limits: { maxInflight: 3 }, workers: [{ id: 'a', cluster: 'a' }] }), /limits: .*"maxInflight" \(did you mean "max_inflight"\?\)/);
+    assert.match(msg({ pools: [{ name: 'p', wrokers: [], workers: [{ id: 'a', cluster: 'a' }] }] }), /pools\.0: .*did you mean "workers"/);
+    assert.match(msg({ routing: { zzz: 1 }, workers: [{ id: 'a', cluster: 'a' }] }), /routing: .*"zzz" \(allowed here: protocol, header, shed_status/);
+  });
+
+  test('a file that is empty, not text, not a mapping or several documents says so, briefly', () => {
+    const msg = (text: string) => {
+      try {
+        parseConfigText(text, 'kvgate.yaml');
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return assert.fail('expected the file to be refused');
+    };
+    assert.match(msg(''), /kvgate\.yaml is empty/);
+    const binary = msg(`\u0000\u0001\u0002${'\ufffd'.repeat(400)}`);
+    assert.match(binary, /kvgate\.yaml is not text/);
+    assert.ok(binary.length < 300, `no dump of the file: ${binary.length} characters`);
+    assert.match(msg('just words\n'), /kvgate\.yaml is not a kvgate config: its top level is a string, not a mapping of settings/);
+    assert.match(msg('- a\n- b\n'), /its top level is a list/);
+    const multi = msg('workers: [{id: a, cluster: a}]\n---\nworkers: [{id: b, cluster: b}]\n');
+    assert.match(multi, /several YAML documents/);
+    assert.doesNotMatch(multi, /parseAllDocuments/, "the YAML library's advice to its own callers");
+    // A value the file has is quoted as it is, and a long one cut short.
+    assert.match(msg('limits: {max_inflight: .inf}\nworkers: [{id: a, cluster: a}]\n'), /limits\.max_inflight: .*\(got Infinity\)/);
+    const long = msg(`routing: {shed_status: "${'x'.repeat(5000)}"}\nworkers: [{id: a, cluster: a}]\n`);
+    assert.ok(long.length < 400, `a long value is cut short: ${long.length} characters`);
   });
 
   test('no workers is an error', () => {
