@@ -190,6 +190,42 @@ describe('README examples', () => {
     assert.ok(checked >= 5, `${checked} synopses`);
   });
 
+  test('the Configuration example states every setting with its default, as the schema has it', () => {
+    // The example is the one place an operator reads defaults: a default changed in the schema
+    // and not here would have the README promise one behaviour and the gate do another.
+    const example = all.find((b) => b.lang === 'yaml' && /^routing:/m.test(b.text) && /^workers:/m.test(b.text));
+    assert.ok(example, 'the Configuration section has the full example');
+    const doc = parse(example.text) as Record<string, unknown>;
+    const defaults = parseConfig({ workers: [{ id: 'w', cluster: 'w' }] }) as unknown as Record<string, unknown>;
+    for (const section of [...CONFIG_SECTIONS].filter((k) => !['workers', 'pools', 'adapters', 'default_pool'].includes(k))) {
+      assert.ok(section in doc, `README.md:${example.line}: section ${section} is in the example`);
+      const shown = doc[section] as Record<string, unknown>;
+      const actual = defaults[section] as Record<string, unknown>;
+      assert.deepEqual(Object.keys(shown).sort(), Object.keys(actual).sort(), `README.md:${example.line}: every key of ${section}`);
+      for (const [key, value] of Object.entries(shown)) assert.deepEqual(value, actual[key], `README.md:${example.line}: ${section}.${key} is shown as ${JSON.stringify(value)}, its default is ${JSON.stringify(actual[key])}`);
+    }
+  });
+
+  test('a value a synopsis shows for a flag is its default', async () => {
+    let checked = 0;
+    for (const b of all.filter((x) => x.lang === '')) {
+      for (const part of b.text.split(/^(?=kvgate \w)/m).filter((p) => /^kvgate [\w-]+ /.test(p))) {
+        const sub = /^kvgate ([\w-]+)/.exec(part)![1]!;
+        const program = await buildCli(['node', 'kvgate', sub]);
+        const cmd = program.commands.find((c) => c.name() === sub)!;
+        // `[--flag value]`; an upper-case value (FILE, N) is a placeholder, `a|b` a list of choices.
+        for (const m of part.matchAll(/\[(--[a-z][\w-]*) ([^\]\s|A-Z][^\]\s|]*)\]/g)) {
+          const option = cmd.options.find((o) => o.long === m[1]);
+          // A flag without a default is shown with an example value (`--lora-modules a,b`).
+          if (option?.defaultValue === undefined) continue;
+          assert.equal(String(option?.defaultValue), m[2], `README.md:${b.line}: kvgate ${sub} ${m[1]} defaults to ${String(option?.defaultValue)}`);
+          checked++;
+        }
+      }
+    }
+    assert.ok(checked >= 5, `${checked} flag values checked`);
+  });
+
   test('the Layout lists folders that exist, and every folder of src/', () => {
     const layout = all.find((b) => b.lang === '' && /^src\/$/m.test(b.text));
     assert.ok(layout, 'a Layout block');
