@@ -4,6 +4,7 @@
  */
 import assert from 'node:assert/strict';
 import { spawn, spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
 import net from 'node:net';
 import path from 'node:path';
 import { describe, test } from 'node:test';
@@ -12,6 +13,8 @@ import { chat, harness } from '../helpers/envoy.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
 import { freePort } from '../../src/util/free-port.js';
 import { KVGATE } from '../helpers/kvgate-cli.js';
+import { parseKvgate } from '../helpers/cli-parse.js';
+import { buildCli } from '../../src/cli/cli.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const EXAMPLE = path.join(ROOT, 'envoy/kvgate.yaml');
@@ -77,6 +80,31 @@ describe('kvgate serve', () => {
       assert.equal(out.kind, 'upstream');
     } finally {
       proc.kill('SIGTERM');
+    }
+  });
+
+  test('every flag has an environment variable the README names, and the flag wins over it, as the README says', async () => {
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    assert.match(readme, /Every flag has an environment variable \(the flag wins\)/);
+    const program = await buildCli(['node', 'kvgate', 'serve']);
+    const serve = program.commands.find((c) => c.name() === 'serve')!;
+    const flags = serve.options.filter((o) => o.long !== '--help');
+    for (const o of flags) {
+      assert.ok(o.envVar, `${o.long} has an environment variable`);
+      assert.ok(readme.includes(`\`${o.envVar}\``), `the README names ${o.envVar}`);
+    }
+    const saved = { ...process.env };
+    try {
+      Object.assign(process.env, { KVGATE_CONFIG: '/from/env.yaml', KVGATE_GRPC_PORT: '1111', KVGATE_LOG_LEVEL: 'debug' });
+      const fromEnv = await parseKvgate(['serve']);
+      assert.deepEqual([fromEnv.options['config'], fromEnv.options['grpcPort'], fromEnv.options['logLevel']], ['/from/env.yaml', 1111, 'debug']);
+      const fromFlags = await parseKvgate(['serve', '--config', '/from/flag.yaml', '--grpc-port', '2222', '--log-level', 'warn']);
+      assert.deepEqual([fromFlags.options['config'], fromFlags.options['grpcPort'], fromFlags.options['logLevel']], ['/from/flag.yaml', 2222, 'warn']);
+    } finally {
+      for (const k of ['KVGATE_CONFIG', 'KVGATE_GRPC_PORT', 'KVGATE_LOG_LEVEL']) {
+        if (saved[k] === undefined) delete process.env[k];
+        else process.env[k] = saved[k];
+      }
     }
   });
 
