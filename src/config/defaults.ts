@@ -412,6 +412,14 @@ export const DEFAULTS = {
    * still quick for a person watching the log.
    */
   configReloadDebounceMs: 250,
+  /**
+   * How often the config path is also stat()ed, beside the directory watch. The watch misses a
+   * change it has no event for: a config path that is a symlink into another directory (changes
+   * happen there), or a config directory removed and made again (the watch stays on the old one).
+   * A stat follows the symlink to whatever is there now; one every 2 s costs nothing and still
+   * applies such a change within seconds.
+   */
+  configPollMs: 2000,
   logLevel: 'info',
   /**
    * Spans per OTLP export when OTEL_BSP_MAX_EXPORT_BATCH_SIZE is unset (the SDK's default is 512).

@@ -7,13 +7,15 @@
  * The directory is watched rather than the file because editors replace files by renaming and
  * Kubernetes updates a mounted ConfigMap by swapping a symlink; neither is an event on the old
  * file. Any event in the directory just triggers a re-read, and a re-read that yields the running
- * config again does nothing.
+ * config again does nothing. The path is also stat()ed every couple of seconds, for the changes
+ * a directory watch has no event for: a symlink into another directory changed there, or the
+ * directory itself removed and made again (the watch stays on the old one; it is renewed).
  *
  * A few settings are wired into long-lived objects at startup (the store connection, the gRPC
  * message size limit, the idle-stream sweep). A reload keeps their running values and logs that
  * a restart is needed for them, rather than pretending to apply them.
  */
-import { watch, type FSWatcher } from 'node:fs';
+import { statSync, unwatchFile, watch, watchFile, type FSWatcher, type Stats } from 'node:fs';
 import path from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
 import type { Logger } from 'pino';
@@ -35,6 +37,8 @@ export interface ConfigReloaderOptions {
   /** Swaps in a new, valid config. */
   apply(config: Config): void;
   debounceMs?: number;
+  /** How often the file is also stat()ed, for changes the directory watch cannot see. */
+  pollMs?: number;
   /**
    * Told every re-read's outcome, and the restart-only settings the file changes (empty after a
    * rejection: the file says nothing usable), so they can be exported: a log line is read by
@@ -71,25 +75,53 @@ export function carryRestartOnly(running: Config, next: Config): { config: Confi
 
 export class ConfigReloader {
   private watcher: FSWatcher | undefined;
+  /** The inode of the directory `watcher` watches: another one there means it was made again. */
+  private watchedIno: number | undefined;
+  private polling = false;
   private timer: NodeJS.Timeout | undefined;
   /** The last text that failed validation, so repeated events on the same bad file log once. */
   private lastRejected: string | undefined;
 
   constructor(private readonly opts: ConfigReloaderOptions) {}
 
-  /** Starts watching the file's directory. Never throws: without a watch, SIGHUP still works. */
+  /** Starts watching the file's directory, and polling the file. Never throws: without a watch, the poll and SIGHUP still work. */
   watch(): void {
-    if (this.watcher) return;
+    if (this.polling) return;
+    this.polling = true;
+    // Any change of what the path leads to (its inode, size or times; the file appearing or going)
+    // schedules a re-read, and renews a directory watch that the directory's removal ended.
+    watchFile(this.opts.file, { persistent: false, interval: this.opts.pollMs ?? DEFAULTS.configPollMs }, (now: Stats, before: Stats) => {
+      if (now.ino === before.ino && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs && now.size === before.size) return;
+      this.watchDirectory();
+      this.schedule();
+    });
+    this.watchDirectory();
+  }
+
+  /** Watches the file's directory as it is now: a new watch when it was removed and made again. */
+  private watchDirectory(): void {
     const dir = path.dirname(path.resolve(this.opts.file));
+    let ino: number;
+    try {
+      ino = statSync(dir).ino;
+    } catch (err) {
+      // No directory now; the poll renews the watch once there is one.
+      this.opts.logger.warn({ file: this.opts.file, err: (err as Error).message }, 'cannot watch the config directory; changes are still seen by a stat poll every few seconds, or at once with SIGHUP');
+      return;
+    }
+    if (this.watcher && this.watchedIno === ino) return;
+    this.watcher?.close();
+    this.watcher = undefined;
+    this.watchedIno = ino;
     try {
       this.watcher = watch(dir, { persistent: false }, () => this.schedule());
       this.watcher.on('error', (err) => {
-        this.opts.logger.warn({ file: this.opts.file, err: err.message }, 'config watch failed; reload with SIGHUP');
+        this.opts.logger.warn({ file: this.opts.file, err: err.message }, 'config directory watch failed; changes are still seen by a stat poll every few seconds, or at once with SIGHUP');
         this.watcher?.close();
         this.watcher = undefined;
       });
     } catch (err) {
-      this.opts.logger.warn({ file: this.opts.file, err: (err as Error).message }, 'cannot watch the config file; reload with SIGHUP');
+      this.opts.logger.warn({ file: this.opts.file, err: (err as Error).message }, 'cannot watch the config directory; changes are still seen by a stat poll every few seconds, or at once with SIGHUP');
     }
   }
 
@@ -137,6 +169,8 @@ export class ConfigReloader {
 
   close(): void {
     clearTimeout(this.timer);
+    if (this.polling) unwatchFile(this.opts.file);
+    this.polling = false;
     this.watcher?.close();
     this.watcher = undefined;
   }

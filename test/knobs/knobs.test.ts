@@ -180,7 +180,7 @@ describe('reload pieces', () => {
     assert.equal(r.reload('SIGHUP'), 'rejected');
     r.close();
     assert.equal(applied, 0);
-    assert.match(String(lines.find((l) => l['msg'] === 'cannot watch the config file; reload with SIGHUP')?.['err']), /ENOENT/);
+    assert.match(String(lines.find((l) => l['msg'] === 'cannot watch the config directory; changes are still seen by a stat poll every few seconds, or at once with SIGHUP')?.['err']), /ENOENT/);
     assert.match(String(lines.find((l) => l['msg'] === 'config reload rejected; keeping the running config')?.['err']), /cannot read config file/);
   });
 

@@ -122,7 +122,8 @@ describe('config reload', () => {
     await waitFor(() => logged('config reload rejected; keeping the running config').length === 1, 5000, 'the rejection');
     const m1 = await scrape(g.admin);
     assert.equal(m1.value('kvgate_config_last_reload_successful'), 0, 'the file on disk is not the one running');
-    assert.equal(m1.value('kvgate_config_reloads_total', { outcome: 'rejected' }), 1);
+    // At least once: the stat poll may read the same bad file again.
+    assert.ok((m1.value('kvgate_config_reloads_total', { outcome: 'rejected' }) ?? 0) >= 1, 'the rejection is counted');
 
     const storeTimeout = g.gate.currentConfig.store.timeout_ms;
     writeAtomically(file, stringify(fleet(3, { store: { timeout_ms: storeTimeout + 1 } })));
