@@ -42,8 +42,58 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
     }
   }
   if (issue.code === 'invalid_value') return `must be one of ${issue.values.map((v) => JSON.stringify(v)).join(', ')}${got(issue.input)}`;
-  if (issue.code === 'unrecognized_keys') return `${issue.message}${unknownKeyHint(issue.keys, keysAt(configSchema, issue.path))}`;
-  return issue.input === undefined ? issue.message : `${issue.message}${got(issue.input)}`;
+  if (issue.code === 'unrecognized_keys') {
+    const flags = issue.keys.map((k) => flagFor(issue.path, k));
+    if (flags.every((f) => f !== undefined)) return `${issue.message} (set with ${[...new Set(flags)].map(withVariable).join(', ')}, not in the config file)`;
+    return `${issue.message}${unknownKeyHint(issue.keys, keysAt(configSchema, issue.path))}`;
+  }
+  const text = issue.input === undefined ? issue.message : `${issue.message}${got(issue.input)}`;
+  // `store: redis://...`: the URL is a flag, the section its timeouts.
+  if (issue.path.length === 1 && issue.path[0] === 'store' && typeof issue.input === 'string') {
+    return `${text}: the store itself is chosen with ${withVariable('--store')}; this section holds its settings (timeout_ms, refresh_ms, key_prefix, ...)`;
+  }
+  return text;
+}
+
+/**
+ * Settings of `kvgate serve` that are flags (each with a KVGATE_ variable), by where an operator
+ * might write them in the file instead, in the normalised spelling of unknownKeyHint. They are
+ * read once at startup, so a file cannot set or reload them: the message says where they go.
+ */
+export const SET_BY_FLAG: Readonly<Record<string, string>> = {
+  grpcport: '--grpc-port',
+  grpchost: '--grpc-host',
+  adminport: '--admin-port',
+  adminhost: '--admin-host',
+  loglevel: '--log-level',
+  admintoken: '--admin-token',
+  tlscert: '--tls-cert',
+  tlskey: '--tls-key',
+  tlsclientca: '--tls-client-ca',
+  shutdowngraces: '--shutdown-grace-s',
+  shutdowndelays: '--shutdown-delay-s',
+  'store.url': '--store',
+  'store.uri': '--store',
+  'store.redis': '--store',
+  'store.redisurl': '--store',
+  'store.type': '--store',
+};
+
+/** The flag an unknown key at `path` stands for, if it is one of serve's flags. */
+function flagFor(path: readonly PropertyKey[], key: string): string | undefined {
+  const at = path.filter((p) => typeof p === 'string').join('.');
+  const name = normalizeKey(key);
+  return SET_BY_FLAG[at === '' ? name : `${at}.${name}`];
+}
+
+/** A flag and its environment variable, as `kvgate serve --help` names them. */
+function withVariable(flag: string): string {
+  return `${flag} or KVGATE_${flag.slice(2).replace(/-/g, '_').toUpperCase()}`;
+}
+
+/** Keys compared case, `_` and `-` aside: `maxInflight` is `max_inflight`. */
+function normalizeKey(key: string): string {
+  return key.toLowerCase().replace(/[_-]/g, '');
 }
 
 /** The longest value quoted back in a message: enough to recognise it, never a whole file. */
@@ -95,7 +145,7 @@ function editDistance(a: string, b: string): number {
  */
 function unknownKeyHint(keys: readonly string[], allowed: readonly string[] | undefined): string {
   if (!allowed || allowed.length === 0) return '';
-  const norm = (k: string) => k.toLowerCase().replace(/[_-]/g, '');
+  const norm = normalizeKey;
   const hints = keys.map((key) => {
     const ranked = allowed.map((a) => ({ a, d: editDistance(norm(key), norm(a)) })).sort((x, y) => x.d - y.d);
     const best = ranked[0]!;

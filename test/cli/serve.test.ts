@@ -108,6 +108,17 @@ describe('kvgate serve', () => {
     }
   });
 
+  test('a flag a config error points to is a flag of serve, with the variable the message names', async () => {
+    const { SET_BY_FLAG } = await import('../../src/config/load.js');
+    const program = await buildCli(['node', 'kvgate', 'serve']);
+    const serve = program.commands.find((c) => c.name() === 'serve')!;
+    for (const flag of new Set(Object.values(SET_BY_FLAG))) {
+      const option = serve.options.find((o) => o.long === flag);
+      assert.ok(option, `serve has ${flag}`);
+      assert.equal(option.envVar, `KVGATE_${flag.slice(2).replace(/-/g, '_').toUpperCase()}`, flag);
+    }
+  });
+
   test('an invalid config exits with status 2 and lists every problem', () => {
     const file = writeConfig({ routing: { shed_status: 200 }, workers: [{ id: 'a' }] });
     const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', file], { encoding: 'utf8', timeout: 20_000 });

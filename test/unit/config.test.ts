@@ -106,6 +106,21 @@ describe('config', () => {
     assert.match(msg({ routing: { zzz: 1 }, workers: [{ id: 'a', cluster: 'a' }] }), /routing: .*"zzz" \(allowed here: protocol, header, shed_status/);
   });
 
+  test('a setting that is a flag, written in the file, names its flag and variable (it cannot change on reload)', () => {
+    const msg = (raw: Record<string, unknown>) => {
+      try {
+        parseConfig({ workers: [{ id: 'a', cluster: 'a' }], ...raw });
+      } catch (err) {
+        return (err as Error).message;
+      }
+      return assert.fail('expected the config to be refused');
+    };
+    assert.match(msg({ grpc_port: 9002 }), /\(root\): Unrecognized key: "grpc_port" \(set with --grpc-port or KVGATE_GRPC_PORT, not in the config file\)/);
+    assert.match(msg({ logLevel: 'debug' }), /"logLevel" \(set with --log-level or KVGATE_LOG_LEVEL/);
+    assert.match(msg({ store: 'redis://redis:6379' }), /store: .*the store itself is chosen with --store or KVGATE_STORE; this section holds its settings/);
+    assert.match(msg({ store: { url: 'redis://redis:6379' } }), /store: Unrecognized key: "url" \(set with --store or KVGATE_STORE/);
+  });
+
   test('a file that is empty, not text, not a mapping or several documents says so, briefly', () => {
     const msg = (text: string) => {
       try {
