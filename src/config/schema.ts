@@ -273,6 +273,18 @@ const configObject = z.strictObject({
       stale_after_ms: z.number().int().positive().max(MAX_TIMER_MS).default(DEFAULTS.staleAfterMs),
       failures_down: z.number().int().positive().default(DEFAULTS.scrapeFailuresDown),
     })
+    .superRefine((s, ctx) => {
+      // A worker's figures are at least interval_ms old just before its next scrape lands: with
+      // stale_after_ms no longer than that, every worker with metrics counts as down for part of
+      // each interval (all of them at once, so requests are shed), however healthy it is.
+      if (s.stale_after_ms <= s.interval_ms) {
+        ctx.addIssue({
+          code: 'custom',
+          path: ['stale_after_ms'],
+          message: `${s.stale_after_ms} ms is not longer than the scrape interval, interval_ms (${s.interval_ms} ms): every worker's figures would go stale between two scrapes and it would count as down; raise stale_after_ms above ${s.interval_ms} or scrape more often (a few scrapes per stale_after_ms ride out a missed one)`,
+        });
+      }
+    })
     .prefault({}),
   thresholds: z
     .strictObject({

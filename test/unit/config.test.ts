@@ -36,6 +36,22 @@ describe('config', () => {
     assert.equal(parseConfig({ leases: { ttl_s: 3 }, workers: w }).leases.ttl_s, 3);
   });
 
+  test('a scrape interval not shorter than stale_after_ms is refused: every worker would go down between two scrapes', () => {
+    const w = [{ id: 'a', cluster: 'a' }];
+    // An operator scraping less often (5 s, as Prometheus might) and leaving stale_after_ms at its
+    // 2 s: figures age past it before the next scrape, so each worker counts as down 60% of the time.
+    assert.throws(
+      () => parseConfig({ signals: { interval_ms: 5000 }, workers: w }),
+      (err: Error) => {
+        assert.match(err.message, /signals\.stale_after_ms: .*2000 ms.*interval_ms \(5000 ms\)/);
+        assert.match(err.message, /raise stale_after_ms above 5000 or scrape more often/);
+        return true;
+      },
+    );
+    assert.throws(() => parseConfig({ signals: { interval_ms: 800, stale_after_ms: 800 }, workers: w }), /signals\.stale_after_ms/);
+    assert.equal(parseConfig({ signals: { interval_ms: 5000, stale_after_ms: 12_000 }, workers: w }).signals.interval_ms, 5000);
+  });
+
   test('dcgm_url without metrics_url is refused: its figures would be scraped and never used', () => {
     assert.throws(() => parseConfig({ workers: [{ id: 'a', cluster: 'a', dcgm_url: 'http://n:9400/metrics' }] }), /workers\.0\.dcgm_url.*needs metrics_url/s);
     assert.ok(parseConfig({ workers: [{ id: 'a', cluster: 'a', metrics_url: 'http://n:8000/metrics', dcgm_url: 'http://n:9400/metrics' }] }));
