@@ -2,7 +2,8 @@
  * Reads and validates kvgate's YAML config. All problems are reported at once, each with the
  * path of the offending key, so an operator fixes a file in one pass.
  */
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
+import path from 'node:path';
 import { parse as parseYaml } from 'yaml';
 import type { z } from 'zod';
 import { KvgateError } from '../errors.js';
@@ -170,6 +171,17 @@ export function readConfigText(file: string): string {
   try {
     return readFileSync(file, 'utf8');
   } catch (err) {
+    // Most often a mounted ConfigMap's directory given for the file in it: name the files there.
+    if ((err as NodeJS.ErrnoException).code === 'EISDIR') {
+      let files: string[] = [];
+      try {
+        files = readdirSync(file).filter((f) => /\.(ya?ml|json)$/.test(f)).map((f) => path.join(file, f));
+      } catch {
+        // Unlistable: the message still says what the path is.
+      }
+      const choice = files.length > 0 ? ` (${files.join(' or ')})` : '';
+      throw new KvgateError('invalid_config', `${file} is a directory, not a config file: pass the file in it${choice}`, { cause: err });
+    }
     throw new KvgateError('invalid_config', `cannot read config file ${file}: ${(err as Error).message}`, { cause: err });
   }
 }

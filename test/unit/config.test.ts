@@ -1,5 +1,5 @@
 import assert from 'node:assert/strict';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { mkdirSync, mkdtempSync, writeFileSync } from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { describe, test } from 'node:test';
@@ -169,6 +169,14 @@ describe('config', () => {
   test('files: unreadable, not YAML, and valid', () => {
     const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-config-'));
     assert.throws(() => loadConfigFile(path.join(dir, 'missing.yaml')), /cannot read config file/);
+    // A mounted ConfigMap's directory passed for the file in it: named, with the files to choose from.
+    const mount = path.join(dir, 'mount');
+    mkdirSync(mount);
+    writeFileSync(path.join(mount, 'kvgate.yaml'), 'workers: [{id: a, cluster: a}]\n');
+    assert.throws(() => loadConfigFile(mount), (err: Error) => {
+      assert.equal(err.message, `${mount} is a directory, not a config file: pass the file in it (${path.join(mount, 'kvgate.yaml')})`);
+      return true;
+    });
     writeFileSync(path.join(dir, 'bad.yaml'), 'workers: [ {id: a\n');
     assert.throws(() => loadConfigFile(path.join(dir, 'bad.yaml')), /not valid YAML/);
     writeFileSync(path.join(dir, 'ok.yaml'), 'workers:\n  - {id: a, cluster: ca, max_inflight: 3}\n');
