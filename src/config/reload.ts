@@ -6,8 +6,8 @@
  *
  * The directory is watched rather than the file because editors replace files by renaming and
  * Kubernetes updates a mounted ConfigMap by swapping a symlink; neither is an event on the old
- * file. Any event in the directory just triggers a re-read, and a re-read that yields the running
- * config again does nothing. The path is also stat()ed every couple of seconds, for the changes
+ * file. An event for the file's name, or for Kubernetes' `..data` names, triggers a re-read (other
+ * files in the directory do not), and a re-read that yields the running config again does nothing. The path is also stat()ed every couple of seconds, for the changes
  * a directory watch has no event for: a symlink into another directory changed there, or the
  * directory itself removed and made again (the watch stays on the old one; it is renewed).
  *
@@ -114,7 +114,14 @@ export class ConfigReloader {
     this.watcher = undefined;
     this.watchedIno = ino;
     try {
-      this.watcher = watch(dir, { persistent: false }, () => this.schedule());
+      const base = path.basename(this.opts.file);
+      // Only events that can be the config: its own name (written, or renamed over), Kubernetes'
+      // `..data` swap, or an event without a name. Other files there (a log kept beside the
+      // config) would otherwise re-read it on every write and, written more often than the
+      // debounce, hold a real change back for as long as they are written.
+      this.watcher = watch(dir, { persistent: false }, (_event, name) => {
+        if (name === null || name === base || String(name).startsWith('..')) this.schedule();
+      });
       this.watcher.on('error', (err) => {
         this.opts.logger.warn({ file: this.opts.file, err: err.message }, 'config directory watch failed; changes are still seen by a stat poll every few seconds, or at once with SIGHUP');
         this.watcher?.close();

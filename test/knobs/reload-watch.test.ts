@@ -2,7 +2,8 @@
  * The config watcher against real file-system operations in a temporary directory, the way
  * operators' tools change a config file: Kubernetes' ConfigMap update (a new timestamped directory,
  * then an atomic rename of the `..data` symlink), a burst of updates, a file deleted and written
- * again, a config path that is a symlink into another directory, and a config directory replaced.
+ * again, a config path that is a symlink into another directory, a config directory replaced, and
+ * other files written beside the config.
  */
 import assert from 'node:assert/strict';
 import { mkdirSync, mkdtempSync, renameSync, rmSync, symlinkSync, unlinkSync, writeFileSync } from 'node:fs';
@@ -78,6 +79,24 @@ describe('config watcher, real file-system operations', () => {
     writeFileSync(path.join(elsewhere, 'prod.yaml.tmp'), text(6));
     renameSync(path.join(elsewhere, 'prod.yaml.tmp'), path.join(elsewhere, 'prod.yaml'));
     await waitFor(() => w.limit() === 6, 5000, 'the change in the symlink\'s directory');
+  });
+
+  test('other files written in the directory (a log kept beside the config) neither re-read it nor hold a change back', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-watch-'));
+    const file = path.join(dir, 'kvgate.yaml');
+    writeFileSync(file, text(1));
+    const w = watch(file);
+    // `kvgate serve --config kvgate.yaml > kvgate.log`: a line every 10 ms, far inside the debounce.
+    let n = 0;
+    const log = setInterval(() => writeFileSync(path.join(dir, 'kvgate.log'), `line ${++n}\n`, { flag: 'a' }), 10);
+    try {
+      await new Promise((r) => setTimeout(r, 300));
+      assert.equal(w.lines.filter((l) => l['msg'] === 'config re-read; nothing to change').length, 0, 'the log file is not the config');
+      writeFileSync(file, text(4));
+      await waitFor(() => w.limit() === 4, 2000, 'the config change while the log is written');
+    } finally {
+      clearInterval(log);
+    }
   });
 
   test('a config directory removed and made again is still watched', async () => {
