@@ -161,10 +161,16 @@ export class ConfigReloader {
       return 'unchanged';
     }
     this.opts.apply(config);
+    // What changed, by section and worker, so the line answers "did my edit take?" on its own.
+    const ids = (c: Config) => new Set(c.workers.map((w) => w.id));
+    const [before, after] = [ids(running), ids(config)];
     logger.info(
       {
         file,
         trigger,
+        changed: (Object.keys(config) as Array<keyof Config>).filter((k) => !isDeepStrictEqual(config[k], running[k])),
+        workers_added: [...after].filter((id) => !before.has(id)),
+        workers_removed: [...before].filter((id) => !after.has(id)),
         pools: config.pools.map((p) => ({ name: p.name, workers: p.workers.length })),
         ...(restartNeeded.length > 0 ? { restart_needed: restartNeeded } : {}),
       },

@@ -70,6 +70,7 @@ describe('config reload', () => {
     writeAtomically(file, stringify(fleet(3)));
     await waitFor(() => g.gate.currentConfig.limits.max_inflight === 3, 5000, 'the reload');
     assert.equal(logged('config reloaded').length, 1);
+    assert.deepEqual(logged('config reloaded')[0]!['changed'], ['limits'], 'the log says what the reload changed');
     await held.hold(['e', 'f'].map((s) => chat({ session: s })));
     assert.ok(g.results.slice(-2).every((r) => r.kind === 'route'), 'room for one more on each worker at 3');
     assert.equal(((await h.request(chat({ session: 'g' }))) as LocalOutcome).status, 429, 'full again at 3 per worker');
@@ -103,6 +104,7 @@ describe('config reload', () => {
     await waitFor(() => g.gate.currentConfig.workers.length === 1, 5000, 'the reload');
     const line = logged('config reloaded')[0]!;
     assert.deepEqual(line['restart_needed'], ['store']);
+    assert.deepEqual([line['changed'], line['workers_added'], line['workers_removed']], [['pools', 'workers'], [], ['w2']]);
     assert.equal(g.gate.currentConfig.store.timeout_ms, storeTimeout, 'the running store settings stay until a restart');
     assert.deepEqual((await workers(g.admin)).map((w) => w.id), ['w1']);
 
