@@ -46,7 +46,7 @@ export function describeIssue(issue: z.core.$ZodIssue): string {
   if (issue.code === 'unrecognized_keys') {
     const flags = issue.keys.map((k) => flagFor(issue.path, k));
     if (flags.every((f) => f !== undefined)) return `${issue.message} (set with ${[...new Set(flags)].map(withVariable).join(', ')}, not in the config file)`;
-    return `${issue.message}${unknownKeyHint(issue.keys, keysAt(configSchema, issue.path))}`;
+    return `${issue.message}${unknownKeyHint(issue.keys, keysAt(configSchema, issue.path), issue.path)}`;
   }
   const text = issue.input === undefined ? issue.message : `${issue.message}${got(issue.input)}`;
   // `store: redis://...`: the URL is a flag, the section its timeouts.
@@ -128,6 +128,32 @@ function keysAt(schema: z.core.$ZodType, path: readonly PropertyKey[]): string[]
   return undefined;
 }
 
+/**
+ * Every place a key may stand in the schema, by its normalised name: `limits.max_inflight`,
+ * `workers[].max_inflight`, ... in the schema's order. Built once, when a message first needs it.
+ */
+let places: Map<string, string[]> | undefined;
+function keyPlaces(): Map<string, string[]> {
+  if (places) return places;
+  type Def = { type: string; shape?: Record<string, z.core.$ZodType>; element?: z.core.$ZodType; innerType?: z.core.$ZodType; in?: z.core.$ZodType };
+  const found = new Map<string, string[]>();
+  const walk = (node: z.core.$ZodType | undefined, at: string, depth: number): void => {
+    if (!node || depth > 32) return;
+    const def = node._zod.def as unknown as Def;
+    if (def.innerType) return walk(def.innerType, at, depth + 1);
+    if (def.type === 'pipe') return walk(def.in, at, depth + 1);
+    if (def.type === 'array') return walk(def.element, `${at}[]`, depth + 1);
+    if (def.type !== 'object' || !def.shape) return;
+    for (const [key, child] of Object.entries(def.shape)) {
+      const place = at === '' ? key : `${at}.${key}`;
+      found.set(normalizeKey(key), [...(found.get(normalizeKey(key)) ?? []), place]);
+      walk(child, place, depth + 1);
+    }
+  };
+  walk(configSchema, '', 0);
+  return (places = found);
+}
+
 /** How many single-character edits apart two names are (both already normalised). */
 function editDistance(a: string, b: string): number {
   let prev = Array.from({ length: b.length + 1 }, (_, j) => j);
@@ -144,8 +170,18 @@ function editDistance(a: string, b: string): number {
  * aside: `maxInflight` is `max_inflight`) when that is near enough to be a typo, else the keys
  * allowed there, so the fix never needs a trip to the source.
  */
-function unknownKeyHint(keys: readonly string[], allowed: readonly string[] | undefined): string {
+function unknownKeyHint(keys: readonly string[], allowed: readonly string[] | undefined, path: readonly PropertyKey[]): string {
   if (!allowed || allowed.length === 0) return '';
+  // A key of another section, as a YAML indentation slip leaves it (`stream_idle_s:` at the top
+  // instead of under `limits:`): where it belongs, at most three places, in the schema's order.
+  const here = path.map((p) => (typeof p === 'number' ? '[]' : String(p))).join('.').replace(/\.\[\]/g, '[]');
+  const elsewhere = keys.length === 1 && !allowed.some((a) => normalizeKey(a) === normalizeKey(keys[0]!))
+    ? (keyPlaces().get(normalizeKey(keys[0]!)) ?? []).filter((p) => p !== (here === '' ? keys[0] : `${here}.${keys[0]}`)).slice(0, 3)
+    : [];
+  if (elsewhere.length > 0) {
+    const list = elsewhere.length === 1 ? elsewhere[0]! : `${elsewhere.slice(0, -1).join(', ')} or ${elsewhere.at(-1)!}`;
+    return ` (not a key here: did you mean ${list}? check its indentation)`;
+  }
   const norm = normalizeKey;
   const hints = keys.map((key) => {
     const ranked = allowed.map((a) => ({ a, d: editDistance(norm(key), norm(a)) })).sort((x, y) => x.d - y.d);
