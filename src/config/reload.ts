@@ -160,7 +160,15 @@ export class ConfigReloader {
       this.opts.onOutcome?.('unchanged', restartNeeded);
       return 'unchanged';
     }
-    this.opts.apply(config);
+    try {
+      this.opts.apply(config);
+    } catch (err) {
+      // Valid, yet swapping it in failed: a bug, not the file. Thrown out of a watch timer it would
+      // end the process, and a ConfigMap update reaches every replica at once.
+      logger.error({ file, trigger, err: KvgateError.from(err).message }, 'config reload failed while being applied; restart kvgate to be sure which config runs');
+      this.opts.onOutcome?.('rejected', []);
+      return 'rejected';
+    }
     // What changed, by section and worker, so the line answers "did my edit take?" on its own.
     const ids = (c: Config) => new Set(c.workers.map((w) => w.id));
     const [before, after] = [ids(running), ids(config)];

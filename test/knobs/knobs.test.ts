@@ -3,6 +3,9 @@
  * picking, what a reload carries over, the log throttle, and Struct decoding.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, test } from 'node:test';
 import { applyKnobs, metadataKey, readKnobs } from '../../src/config/knobs.js';
 import { parseConfig } from '../../src/config/load.js';
@@ -182,6 +185,28 @@ describe('reload pieces', () => {
     assert.equal(applied, 0);
     assert.match(String(lines.find((l) => l['msg'] === 'cannot watch the config directory; changes are still seen by a stat poll every few seconds, or at once with SIGHUP')?.['err']), /ENOENT/);
     assert.match(String(lines.find((l) => l['msg'] === 'config reload rejected; keeping the running config')?.['err']), /cannot read config file/);
+  });
+
+  test('a valid config whose swap-in throws is said and counted as rejected, never thrown out of a watch timer', () => {
+    // A ConfigMap update reaches every replica at once: a throw out of the timer would end them all.
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-apply-'));
+    const file = path.join(dir, 'kvgate.yaml');
+    writeFileSync(file, 'limits: {max_inflight: 7}\nworkers: [{id: a, cluster: a}]\n');
+    const { logger, lines } = recordingLogger('info');
+    const running = parseConfig({ workers: [{ id: 'a', cluster: 'a' }] });
+    const outcomes: string[] = [];
+    const r = new ConfigReloader({
+      file,
+      logger,
+      current: () => running,
+      apply: () => {
+        throw new Error('boom');
+      },
+      onOutcome: (o) => outcomes.push(o),
+    });
+    assert.equal(r.reload('watch'), 'rejected');
+    assert.deepEqual(outcomes, ['rejected']);
+    assert.match(String(lines.find((l) => l['msg'] === 'config reload failed while being applied; restart kvgate to be sure which config runs')?.['err']), /boom/);
   });
 
   test('the log throttle lets the first line through and counts the repeats', () => {
