@@ -7,9 +7,10 @@
  * The directory is watched rather than the file because editors replace files by renaming and
  * Kubernetes updates a mounted ConfigMap by swapping a symlink; neither is an event on the old
  * file. An event for the file's name, or for Kubernetes' `..data` names, triggers a re-read (other
- * files in the directory do not), and a re-read that yields the running config again does nothing. The path is also stat()ed every couple of seconds, for the changes
- * a directory watch has no event for: a symlink into another directory changed there, or the
- * directory itself removed and made again (the watch stays on the old one; it is renewed).
+ * files in the directory do not), and a re-read that yields the running config again does
+ * nothing. The path is also stat()ed every couple of seconds, for the changes a directory watch
+ * has no event for: a symlink into another directory changed there, or the directory itself
+ * removed and made again (the watch stays on the old one; it is renewed).
  *
  * A few settings are wired into long-lived objects at startup (the store connection, the gRPC
  * message size limit, the idle-stream sweep). A reload keeps their running values and logs that

@@ -109,7 +109,7 @@ describe('kvgate serve', () => {
   });
 
   test('a flag a config error points to is a flag of serve, with the variable the message names', async () => {
-    const { SET_BY_FLAG } = await import('../../src/config/load.js');
+    const { SET_BY_FLAG } = await import('../../src/config/issues.js');
     const program = await buildCli(['node', 'kvgate', 'serve']);
     const serve = program.commands.find((c) => c.name() === 'serve')!;
     for (const flag of new Set(Object.values(SET_BY_FLAG))) {
