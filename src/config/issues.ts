@@ -164,7 +164,9 @@ function unknownKeyHint(keys: readonly string[], allowed: readonly string[] | un
   const hints = keys.map((key) => {
     const ranked = allowed.map((a) => ({ a, d: editDistance(normalizeKey(key), normalizeKey(a)) })).sort((x, y) => x.d - y.d);
     const best = ranked[0]!;
-    return best.d <= Math.max(2, Math.floor(normalizeKey(key).length / 3)) ? { key, suggestion: best.a } : { key };
+    // Near enough to be a typo: a few edits, and fewer than half the key (`ip` is not `id`).
+    const length = normalizeKey(key).length;
+    return best.d <= Math.max(2, Math.floor(length / 3)) && best.d * 2 < length ? { key, suggestion: best.a } : { key };
   });
   const suggested = hints.filter((h) => h.suggestion !== undefined);
   if (suggested.length === hints.length) {

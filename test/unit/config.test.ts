@@ -120,6 +120,8 @@ describe('config', () => {
     assert.match(msg({ limits: { maxInflight: 3 }, workers: [{ id: 'a', cluster: 'a' }] }), /limits: .*"maxInflight" \(did you mean "max_inflight"\?\)/);
     assert.match(msg({ pools: [{ name: 'p', wrokers: [], workers: [{ id: 'a', cluster: 'a' }] }] }), /pools\.0: .*did you mean "workers"/);
     assert.match(msg({ routing: { zzz: 1 }, workers: [{ id: 'a', cluster: 'a' }] }), /routing: .*"zzz" \(allowed here: protocol, header, shed_status/);
+    // A short key is not "probably" any key one letter away: `ip` is not a typo of `id`.
+    assert.match(msg({ workers: [{ id: 'a', cluster: 'a', ip: '10.0.0.1' }] }), /workers\.0: .*"ip" \(allowed here: id, cluster, address,/);
     // A key of another section, as a YAML indentation slip leaves it: where it belongs.
     assert.match(msg({ stream_idle_s: 60, workers: [{ id: 'a', cluster: 'a' }] }), /\(root\): Unrecognized key: "stream_idle_s" \(not a key here: did you mean limits\.stream_idle_s\? check its indentation\)/);
     assert.match(msg({ max_inflight: 8, workers: [{ id: 'a', cluster: 'a' }] }), /did you mean limits\.max_inflight, workers\[\]\.max_inflight or pools\[\]\.max_inflight\?/);
