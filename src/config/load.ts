@@ -64,7 +64,9 @@ export function parseConfigText(text: string, source: string): Config {
   if (/[\u0000\ufffd]/.test(text)) throw new KvgateError('invalid_config', `${source} is not text (it holds NUL bytes or bytes that are not UTF-8): is it the right file?`);
   let raw: unknown;
   try {
-    raw = parseYaml(text);
+    // Merge keys (`<<: *worker`), which YAML 1.2 dropped but Kubernetes' and compose's parsers
+    // take: an operator writes shared worker settings once. Read as a plain key they were refused.
+    raw = parseYaml(text, { merge: true });
   } catch (err) {
     // The YAML library tells its own callers to use another function; an operator needs to know what is in the file.
     const message = (err as { code?: unknown }).code === 'MULTIPLE_DOCS' ? 'it holds several YAML documents (a `---` line between them); a config is one document' : (err as Error).message;

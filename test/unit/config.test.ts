@@ -167,6 +167,18 @@ describe('config', () => {
     assert.ok(long.length < 400, `a long value is cut short: ${long.length} characters`);
   });
 
+  test('YAML merge keys (<<: *anchor) work, as in Kubernetes and compose files: workers sharing settings are written once', () => {
+    const c = parseConfigText(
+      'workers:\n  - &gpu {id: a, cluster: a, max_inflight: 8, kv_capacity_tokens: 900000}\n  - {<<: *gpu, id: b, cluster: b}\n  - {<<: *gpu, id: c, cluster: c, max_inflight: 4}\n',
+      'kvgate.yaml',
+    );
+    assert.deepEqual(c.workers.map((w) => [w.id, w.cluster, w.max_inflight, w.kv_capacity_tokens]), [
+      ['a', 'a', 8, 900000],
+      ['b', 'b', 8, 900000],
+      ['c', 'c', 4, 900000],
+    ]);
+  });
+
   test('no workers is an error', () => {
     assert.throws(() => parseConfig({}), /workers/);
     assert.throws(() => parseConfig({ workers: [] }), /at least one worker/);
