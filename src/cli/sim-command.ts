@@ -9,9 +9,8 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { nonNegativeInt, nonNegativeNumber, positiveInt, positiveNumber } from './arg-parsers.js';
 import cliProgress from 'cli-progress';
 import { stepProgress } from '../bench/progress.js';
-import { parse as parseYaml } from 'yaml';
 import { DEFAULTS } from '../config/defaults.js';
-import { parseConfig, readConfigText } from '../config/load.js';
+import { parseConfig, parseConfigYaml, readConfigText } from '../config/load.js';
 import { initHashing } from '../request/hashing.js';
 import { adapterTable, DEFAULT_ADAPTER_MIX, runAdapterComparison } from '../sim/adapters.js';
 import { classTable, runClassMix } from '../sim/classes.js';
@@ -189,7 +188,7 @@ function reportDir(value: string): string {
 
 /** The YAML of `--gate-config`, checked as `kvgate serve` would check it. */
 function readGateConfig(file: string): Record<string, unknown> {
-  const raw = parseYaml(readConfigText(file)) as unknown;
+  const raw = parseConfigYaml(readConfigText(file), file);
   if (raw === null || typeof raw !== 'object' || Array.isArray(raw)) throw new InvalidArgumentError(`${file}: not a kvgate config (a YAML mapping)`);
   const cfg = raw as Record<string, unknown>;
   if ('workers' in cfg || 'pools' in cfg) throw new InvalidArgumentError(`${file}: the simulator sets the workers; remove workers/pools`);

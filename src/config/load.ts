@@ -59,6 +59,11 @@ export function readConfigText(file: string): string {
 export function parseConfigText(text: string, source: string): Config {
   // An empty file is most often a ConfigMap key that is missing or a write caught half done.
   if (text.trim() === '') throw new KvgateError('invalid_config', `${source} is empty: a config needs at least \`workers\` (one pool) or \`pools\``);
+  return parseConfig(parseConfigYaml(text, source), source);
+}
+
+/** A config file's YAML, parsed as every reader of one must (merge keys; one document; text), not yet validated. */
+export function parseConfigYaml(text: string, source: string): unknown {
   // NUL or bytes that are not UTF-8 (read as U+FFFD): a binary file, named as such rather than
   // parsed into a one-string "config" and quoted back.
   if (/[\u0000\ufffd]/.test(text)) throw new KvgateError('invalid_config', `${source} is not text (it holds NUL bytes or bytes that are not UTF-8): is it the right file?`);
@@ -72,5 +77,5 @@ export function parseConfigText(text: string, source: string): Config {
     const message = (err as { code?: unknown }).code === 'MULTIPLE_DOCS' ? 'it holds several YAML documents (a `---` line between them); a config is one document' : (err as Error).message;
     throw new KvgateError('invalid_config', `${source} is not valid YAML: ${message}`, { cause: err });
   }
-  return parseConfig(raw, source);
+  return raw;
 }
