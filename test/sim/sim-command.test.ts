@@ -145,6 +145,9 @@ describe('kvgate sim', () => {
     const run = async (): Promise<unknown> => JSON.parse(await sim(['--workload', 'chat', '--requests', '60', '--workers', '2', '--policies', 'kvgate', '--gate-config', file, '--json']));
     writeFileSync(file, 'scoring:\n  balance_weight: 2\n');
     assert.equal((await run() as unknown[]).length, 1);
+    // Read as kvgate serve reads a config: YAML merge keys too.
+    writeFileSync(file, 'scoring: {<<: {balance_weight: 2}}\n');
+    assert.equal((await run() as unknown[]).length, 1);
     writeFileSync(file, 'scoring:\n  balanse_weight: 2\n');
     await assert.rejects(run(), /balanse_weight/);
     writeFileSync(file, 'workers: [{id: a, cluster: b}]\n');
