@@ -79,6 +79,12 @@ export class ConfigReloader {
   /** The inode of the directory `watcher` watches: another one there means it was made again. */
   private watchedIno: number | undefined;
   private polling = false;
+  /** The poll's listener, kept so close() removes this reloader's alone (two may watch one file). */
+  private readonly onStat = (now: Stats, before: Stats): void => {
+    if (now.ino === before.ino && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs && now.size === before.size) return;
+    this.watchDirectory();
+    this.schedule();
+  };
   private timer: NodeJS.Timeout | undefined;
   /** The last text that failed validation, so repeated events on the same bad file log once. */
   private lastRejected: string | undefined;
@@ -91,11 +97,7 @@ export class ConfigReloader {
     this.polling = true;
     // Any change of what the path leads to (its inode, size or times; the file appearing or going)
     // schedules a re-read, and renews a directory watch that the directory's removal ended.
-    watchFile(this.opts.file, { persistent: false, interval: this.opts.pollMs ?? DEFAULTS.configPollMs }, (now: Stats, before: Stats) => {
-      if (now.ino === before.ino && now.mtimeMs === before.mtimeMs && now.ctimeMs === before.ctimeMs && now.size === before.size) return;
-      this.watchDirectory();
-      this.schedule();
-    });
+    watchFile(this.opts.file, { persistent: false, interval: this.opts.pollMs ?? DEFAULTS.configPollMs }, this.onStat);
     this.watchDirectory();
   }
 
@@ -191,7 +193,7 @@ export class ConfigReloader {
 
   close(): void {
     clearTimeout(this.timer);
-    if (this.polling) unwatchFile(this.opts.file);
+    if (this.polling) unwatchFile(this.opts.file, this.onStat);
     this.polling = false;
     this.watcher?.close();
     this.watcher = undefined;

@@ -99,6 +99,22 @@ describe('config watcher, real file-system operations', () => {
     }
   });
 
+  test('two reloaders of one file: closing one leaves the other polling (a gate stopped in a process that runs another)', async () => {
+    const dir = mkdtempSync(path.join(os.tmpdir(), 'kvgate-watch-'));
+    const elsewhere = mkdtempSync(path.join(os.tmpdir(), 'kvgate-target-'));
+    writeFileSync(path.join(elsewhere, 'prod.yaml'), text(1));
+    symlinkSync(path.join(elsewhere, 'prod.yaml'), path.join(dir, 'kvgate.yaml'));
+    const closed = watch(path.join(dir, 'kvgate.yaml'));
+    const kept = watch(path.join(dir, 'kvgate.yaml'));
+    reloaders.at(-2)!.close();
+    await new Promise((r) => setTimeout(r, 150));
+    // Seen by the poll alone (no event in `dir`).
+    writeFileSync(path.join(elsewhere, 'prod.yaml.tmp'), text(3));
+    renameSync(path.join(elsewhere, 'prod.yaml.tmp'), path.join(elsewhere, 'prod.yaml'));
+    await waitFor(() => kept.limit() === 3, 5000, 'the change, by the reloader still open');
+    assert.equal(closed.limit(), 1, 'the closed one reads nothing more');
+  });
+
   test('a config directory removed and made again is still watched', async () => {
     const base = mkdtempSync(path.join(os.tmpdir(), 'kvgate-watch-'));
     const dir = path.join(base, 'conf');
