@@ -17,7 +17,11 @@ export function shownUrl(url: string): string {
     u.password = '';
     u.search = '';
     u.hash = '';
-    return `${u.href}${query ? '?…' : ''}`;
+    // As written: URL adds a '/' path to a bare origin (`http://host:4318`), which would show a
+    // different URL from the one configured.
+    const written = query ? url.slice(0, query.index) : url;
+    const href = u.pathname === '/' && !written.endsWith('/') ? u.href.slice(0, -1) : u.href;
+    return `${href}${query ? '?…' : ''}`;
   }
   // Not a URL with a host (`host:port`, or `user:pw@host:port` without a scheme): what runs up
   // to an `@` may be credentials, and the query string is cut as above.

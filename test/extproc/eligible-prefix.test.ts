@@ -118,7 +118,8 @@ for (const backend of ['memory', 'redis'] as const) {
       assert.ok(matchedBlocks(lastRoute(g)) >= 60, `matched ${matchedBlocks(lastRoute(g))} blocks`);
       const pools = raw.pools.map((p) =>
         p['name'] === 'mistral-7b'
-          ? { ...p, workers: (p['workers'] as Array<{ id: string }>).filter((w) => w.id !== holder).concat([{ id: 'mistral_3', cluster: 'mistral_1' } as { id: string }]) }
+          ? // A new worker takes over the removed holder's Envoy cluster (one worker per cluster).
+            { ...p, workers: (p['workers'] as Array<{ id: string }>).filter((w) => w.id !== holder).concat([{ id: 'mistral_3', cluster: holder } as { id: string }]) }
           : p,
       );
       g.gate.reconfigure(parseConfig({ ...raw, pools }));
