@@ -96,6 +96,9 @@ export async function startServer(name: TargetName, opts: { workers: number; red
 /** Leaves a shared Redis (`--redis URL`) as the run found it: every key the bench gate wrote goes. */
 async function deleteKeys(url: string, keyPrefix: string): Promise<void> {
   const redis = new Redis(url, { lazyConnect: true, maxRetriesPerRequest: 1 });
+  // A Redis already gone: connect() rejects, which is handled below; without a listener ioredis
+  // also printed the same error as "Unhandled error event".
+  redis.on('error', () => undefined);
   try {
     await redis.connect();
     let cursor = '0';
