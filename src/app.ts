@@ -102,6 +102,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       gate
         ? gate.pools.all().flatMap((pool) => gate!.views(gate!.store.cachedSnapshot({ pool: pool.name, key: undefined, workers: pool.workerIds, blocks: [] }), pool))
         : [],
+    // The current config's pool names, so each pool's outcomes are exported from the first scrape.
+    pools: () => (gate ? gate.pools.all().map((p) => p.name) : []),
     processMetrics: opts.processMetrics ?? true,
   });
   const store = new InstrumentedStore(backend, metrics);

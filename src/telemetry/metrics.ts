@@ -6,8 +6,13 @@
  * counters. Each gate instance has its own registry (tests run several gates in one process);
  * Node's process metrics (`process_*`, `nodejs_*`) come from prom-client's defaults.
  *
- * Label values are closed sets (outcomes, reasons, operations) or worker ids from the config, so
- * cardinality is bounded by the fleet size.
+ * Label values are closed sets (outcomes, reasons, operations), or worker ids and pool names from
+ * the config, so cardinality is bounded by the fleet size. A client's own words (a model name, a
+ * path) are never a label value: the client could make the series unbounded.
+ *
+ * Which per-request metrics carry `pool` and which do not, and why, is said at each one: an
+ * operator running several pools needs each pool's shed and hit rates (the pools serve different
+ * models on different workers, and one pool's overload is invisible in a fleet-wide sum).
  */
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { WorkerView } from '../routing/types.js';
@@ -25,6 +30,15 @@ import { RELOAD_OUTCOMES, type ReloadOutcome } from '../config/reload.js';
  */
 export const DECISION_OUTCOMES = ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback', 'abandoned'] as const;
 export type DecisionOutcome = (typeof DECISION_OUTCOMES)[number];
+
+/**
+ * The `pool` label of a request no pool was chosen for: rejected before the pool pick (an unusable
+ * body, a model no pool serves), a fallback (the gate failed before answering) or an abandoned
+ * stream whose decision never named one. Empty because a pool name never is (the config's
+ * POOL_NAME needs one character), so it can never be mistaken for a real pool; Prometheus stores
+ * an empty label as no label, which is what it means: these requests have no pool.
+ */
+export const NO_POOL = '';
 
 /** Why an ext_proc stream ended in error (label of kvgate_extproc_stream_errors_total). */
 export type StreamErrorReason = 'protocol_violation' | 'idle_timeout' | 'internal' | 'write_failed';
@@ -45,6 +59,11 @@ const STORE_BUCKETS = [0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0
 export interface MetricsOptions {
   /** Workers as the gate currently sees them, read at scrape time (no I/O). */
   fleet?: () => readonly WorkerView[];
+  /**
+   * The config's pool names, read at scrape time: every outcome of every pool is exported from the
+   * first scrape (and a pool a reload adds from the next), so per-pool rate() has no gaps.
+   */
+  pools?: () => readonly string[];
   /** Include Node's process metrics (off in tests that start many gates in one process). */
   processMetrics?: boolean;
 }
@@ -52,13 +71,10 @@ export interface MetricsOptions {
 export class Metrics {
   readonly registry = new Registry();
 
-  readonly decisions = new Counter({
-    name: 'kvgate_decisions_total',
-    help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback, abandoned: the stream ended before the decision was answered).',
-    labelNames: ['outcome'] as const,
-    registers: [this.registry],
-  });
+  /** By pool: each pool's hit and shed rates (pool names come from the config; NO_POOL otherwise). */
+  readonly decisions: Counter<'outcome' | 'pool'>;
 
+  /** No `pool`: worker ids are unique across pools, so `from` already says which pool. */
   readonly migrations = new Counter({
     name: 'kvgate_migrations_total',
     help: 'Keys moved off the worker holding their KV cache, by the worker they left.',
@@ -66,35 +82,45 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** By pool: which pool ran out of workers (a shed always has one; NO_POOL is there for safety). */
   readonly sheds = new Counter({
     name: 'kvgate_sheds_total',
-    help: 'Requests answered at once instead of queued: overloaded (429) or no eligible worker (503), by the class of service shed.',
-    labelNames: ['reason', 'status', 'class'] as const,
+    help: 'Requests answered at once instead of queued: overloaded (429) or no eligible worker (503), by the class of service shed and the pool that shed it.',
+    labelNames: ['reason', 'status', 'class', 'pool'] as const,
     registers: [this.registry],
   });
 
-  /** The denominator of each class's shed rate: sheds{class} / class_requests{class}. */
+  /**
+   * The denominator of each class's shed rate: sheds{class} / class_requests{class}. By pool too,
+   * so that ratio also holds per pool with the same labels on both sides.
+   */
   readonly classRequests = new Counter({
     name: 'kvgate_class_requests_total',
-    help: 'Requests routed or shed, by class of service (with kvgate_sheds_total: each class\'s shed rate).',
-    labelNames: ['class'] as const,
+    help: 'Requests routed or shed, by class of service and pool (with kvgate_sheds_total: each class\'s shed rate).',
+    labelNames: ['class', 'pool'] as const,
     registers: [this.registry],
   });
 
+  /** No `pool`: the shared store is one for every pool, so when it is unreachable it is for all of them. */
   readonly degradedDecisions = new Counter({
     name: 'kvgate_degraded_decisions_total',
     help: 'Requests routed on local state because the shared store was unreachable.',
     registers: [this.registry],
   });
 
+  /**
+   * By pool: a pool's decision time grows with its worker count (the snapshot read and scored per
+   * decision), so a slow pool must not hide in the others' quantiles. Bounded: outcomes x pools.
+   */
   readonly decisionSeconds = new Histogram({
     name: 'kvgate_decision_duration_seconds',
-    help: 'Time from the ext_proc message that triggers a decision to its reply, in seconds.',
-    labelNames: ['outcome'] as const,
+    help: 'Time from the ext_proc message that triggers a decision to its reply, by outcome and pool, in seconds.',
+    labelNames: ['outcome', 'pool'] as const,
     buckets: DECISION_BUCKETS,
     registers: [this.registry],
   });
 
+  /** No `pool`: a store call's cost is the store's (one Redis or memory for every pool), not a pool's. */
   readonly storeSeconds = new Histogram({
     name: 'kvgate_store_duration_seconds',
     help: 'Store calls by operation, in seconds (Redis: one round trip; memory: in-process).',
@@ -110,6 +136,7 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** Stream metrics have no `pool`: a stream opens, and may fail, before any pool is chosen. */
   readonly streamsStarted = new Counter({
     name: 'kvgate_extproc_streams_total',
     help: 'ext_proc streams opened by Envoy (one per HTTP request).',
@@ -129,6 +156,10 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /**
+   * No `pool`: a report that does not match the chosen worker says the proxy ignored the pick, a
+   * proxy setting that is the same for every pool.
+   */
   readonly servedEndpoints = new Counter({
     name: 'kvgate_served_endpoint_reports_total',
     help: 'Endpoint-picker mode: served-endpoint reports from the proxy, by whether they match the chosen worker (chosen, other, unknown).',
@@ -161,6 +192,23 @@ export class Metrics {
   });
 
   constructor(opts: MetricsOptions = {}) {
+    const pools = opts.pools;
+    this.decisions = new Counter({
+      name: 'kvgate_decisions_total',
+      help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback, abandoned: the stream ended before the decision was answered) and pool (empty: none was chosen).',
+      labelNames: ['outcome', 'pool'] as const,
+      registers: [this.registry],
+      collect() {
+        // A pool a reload added is exported from the next scrape; inc by 0 creates a series and
+        // leaves one that exists as it is.
+        if (!pools) return;
+        try {
+          for (const pool of pools()) for (const o of DECISION_OUTCOMES) this.inc({ outcome: o, pool }, 0);
+        } catch {
+          // Metrics are best effort: a scrape must not fail on this.
+        }
+      },
+    });
     const decisions = this.decisions;
     // Computed at scrape from the counters, so it can never disagree with them. Lifetime ratio;
     // for a windowed one use the PromQL in the README.
@@ -170,7 +218,8 @@ export class Metrics {
       registers: [this.registry],
       async collect() {
         const values = (await decisions.get()).values;
-        const count = (o: DecisionOutcome) => values.find((v) => v.labels.outcome === o)?.value ?? 0;
+        // Summed over pools: this gauge is the whole gate's ratio (per pool, use the PromQL).
+        const count = (o: DecisionOutcome) => values.reduce((n, v) => n + (v.labels.outcome === o ? v.value : 0), 0);
         const keyed = count('affinity_hit') + count('migrated') + count('new');
         this.set(keyed === 0 ? 0 : count('affinity_hit') / keyed);
       },
@@ -216,8 +265,9 @@ export class Metrics {
       });
     }
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
-    // Every outcome and reason appears from the first scrape, so rate() works without gaps.
-    for (const o of DECISION_OUTCOMES) this.decisions.inc({ outcome: o }, 0);
+    // Every outcome and reason appears from the first scrape, so rate() works without gaps: the
+    // config's pools at scrape (collect above), and the outcomes a request with no pool can have.
+    for (const o of ['rejected', 'fallback', 'abandoned'] as const) this.decisions.inc({ outcome: o, pool: NO_POOL }, 0);
     for (const o of RELOAD_OUTCOMES) this.configReloads.inc({ outcome: o }, 0);
     // The config a gate starts with was read and validated, or it would not have started.
     this.configLastReloadSuccessful.set(1);

@@ -30,7 +30,7 @@ import { KvgateError } from '../errors.js';
 import type { GateResult } from '../gate/gate.js';
 import type { CandidateExplanation, WorkerView } from '../routing/types.js';
 import { newStoreUsage, type RequestScope, type StoreUsage } from '../util/request-scope.js';
-import { Metrics, type DecisionOutcome, type StreamErrorReason } from './metrics.js';
+import { Metrics, NO_POOL, type DecisionOutcome, type StreamErrorReason } from './metrics.js';
 import { TRACER_NAME } from './tracing.js';
 
 const mapGetter: TextMapGetter<ReadonlyMap<string, string>> = {
@@ -142,19 +142,20 @@ export class RequestTelemetry implements RequestScope {
     safely(() => {
       // Envoy gave up on the stream first (its message timeout, or the client left): nothing of
       // this decision reached it, so it is counted as abandoned, not as the route it would have been.
-      if (this.closed) return this.abandoned();
+      const pool = poolOf(result);
+      if (this.closed) return this.abandoned(pool);
       const outcome = outcomeOf(result);
       const seconds = this.decisionStart === undefined ? undefined : Number(process.hrtime.bigint() - this.decisionStart) / 1e9;
       const m = this.metrics;
-      m.decisions.inc({ outcome });
-      if (seconds !== undefined) m.decisionSeconds.observe({ outcome }, seconds);
+      m.decisions.inc({ outcome, pool });
+      if (seconds !== undefined) m.decisionSeconds.observe({ outcome, pool }, seconds);
       if (result.kind === 'route') {
         if (result.outcome === 'migrated') m.migrations.inc({ from: result.from ?? 'unknown' });
         if (result.degraded) m.degradedDecisions.inc();
       } else if (outcome === 'shed') {
-        m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? ''), class: result.class ?? '' });
+        m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? ''), class: result.class ?? '', pool });
       }
-      if (result.class !== undefined) m.classRequests.inc({ class: result.class });
+      if (result.class !== undefined) m.classRequests.inc({ class: result.class, pool });
       const span = this.span;
       if (!span || this.ended) return;
       // With no exporter the span is non-recording and would drop every attribute: none is built.
@@ -176,8 +177,9 @@ export class RequestTelemetry implements RequestScope {
   /** kvgate failed to decide and let the request go on without a routing answer. */
   fallback(err: Error): void {
     safely(() => {
-      if (this.closed) return this.abandoned();
-      this.metrics.decisions.inc({ outcome: 'fallback' });
+      if (this.closed) return this.abandoned(NO_POOL);
+      // The gate failed before answering, so no pool is known.
+      this.metrics.decisions.inc({ outcome: 'fallback', pool: NO_POOL });
       const span = this.span;
       if (!span || this.ended) return;
       // error.type beside the ERROR status, as the conventions ask: the error's code, `internal` for a bug.
@@ -226,10 +228,10 @@ export class RequestTelemetry implements RequestScope {
   }
 
   /** A decision (or fallback) finished after its stream ended: counted once as abandoned. */
-  private abandoned(): void {
+  private abandoned(pool: string): void {
     if (this.decisionStart === undefined) return;
     this.decisionStart = undefined;
-    this.metrics.decisions.inc({ outcome: 'abandoned' });
+    this.metrics.decisions.inc({ outcome: 'abandoned', pool });
   }
 
   private storeAttributes(): Attributes {
@@ -257,6 +259,14 @@ function safely(fn: () => void): void {
   } catch {
     // Telemetry is best effort; the request goes on.
   }
+}
+
+/**
+ * The `pool` label of a decision: the pool the gate chose, which is always one of the config's
+ * (never the client's words: a `pool` knob naming no pool is not taken), else NO_POOL.
+ */
+function poolOf(result: GateResult): string {
+  return typeof result.pool === 'string' ? result.pool : NO_POOL;
 }
 
 export function outcomeOf(result: GateResult): DecisionOutcome {

@@ -25,10 +25,12 @@ describe('/metrics', () => {
       }
       const decisions = m.families.find((f) => f.name === 'kvgate_decisions_total');
       for (const o of DECISION_OUTCOMES) {
-        assert.equal(m.value('kvgate_decisions_total', { outcome: o }), 0, o);
+        assert.equal(m.value('kvgate_decisions_total', { outcome: o, pool: 'default' }), 0, o);
         // The help a Grafana user reads lists every label value there is.
         assert.match(decisions?.help ?? '', new RegExp(`\\b${o}\\b`), `kvgate_decisions_total help names ${o}`);
       }
+      // The outcomes a request can have before a pool is chosen, under the empty pool.
+      for (const o of ['rejected', 'fallback', 'abandoned']) assert.equal(m.value('kvgate_decisions_total', { outcome: o, pool: '' }), 0, `${o} with no pool`);
       assert.equal(m.value('kvgate_affinity_hit_ratio'), 0);
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 1);
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'down' }), 0);
@@ -54,8 +56,8 @@ describe('/metrics', () => {
       const home = first.cluster === 'worker_1' ? 'w1' : 'w2';
       const other = home === 'w1' ? 'w2' : 'w1';
       let m = await scrape(g.admin);
-      assert.equal(m.value('kvgate_decisions_total', { outcome: 'new' }), 1);
-      assert.equal(m.value('kvgate_decisions_total', { outcome: 'affinity_hit' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'new', pool: 'default' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'affinity_hit', pool: 'default' }), 1);
       assert.equal(m.value('kvgate_affinity_hit_ratio'), 0.5);
 
       // Fill alice's worker: held requests are in flight, then alice migrates.
@@ -68,7 +70,7 @@ describe('/metrics', () => {
       const moved = await h.request(chat({ session: 'alice' }));
       assert.equal(moved.cluster, other === 'w1' ? 'worker_1' : 'worker_2');
       m = await scrape(g.admin);
-      assert.equal(m.value('kvgate_decisions_total', { outcome: 'migrated' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'migrated', pool: 'default' }), 1);
       assert.equal(m.value('kvgate_migrations_total', { from: home }), 1);
 
       // Fill the other worker too: the next request is shed with 429.
@@ -86,12 +88,13 @@ describe('/metrics', () => {
       assert.equal(bad.kind === 'local' && bad.status, 400);
 
       m = await scrape(g.admin);
-      assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed' }), 2);
-      assert.equal(m.value('kvgate_decisions_total', { outcome: 'rejected' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed', pool: 'default' }), 2);
+      // A malformed body is rejected before any pool is chosen.
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'rejected', pool: '' }), 1);
       // Each shed names its class of service (unclassified requests are the default class).
-      assert.equal(m.value('kvgate_sheds_total', { reason: 'overloaded', status: '429', class: 'standard' }), 1);
-      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503', class: 'standard' }), 1);
-      assert.equal(m.value('kvgate_class_requests_total', { class: 'standard' }), 9, 'every routed or shed request, by class');
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'overloaded', status: '429', class: 'standard', pool: 'default' }), 1);
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503', class: 'standard', pool: 'default' }), 1);
+      assert.equal(m.value('kvgate_class_requests_total', { class: 'standard', pool: 'default' }), 9, 'every routed or shed request, by class');
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'down' }), 1);
       assert.equal(m.value('kvgate_worker_state', { worker: 'w1', state: 'healthy' }), 0);
       const routed = m.sum('kvgate_decisions_total') - 3;
@@ -99,7 +102,7 @@ describe('/metrics', () => {
       assert.equal(m.value('kvgate_affinity_hit_ratio'), 5 / 7);
 
       // Every decision has a latency; every routed one took one store commit.
-      const latency = m.histogram('kvgate_decision_duration_seconds', { outcome: 'affinity_hit' });
+      const latency = m.histogram('kvgate_decision_duration_seconds', { outcome: 'affinity_hit', pool: 'default' });
       assert.equal(latency?.count, 5);
       assert.ok(latency.sum > 0 && latency.sum < 5, "latency.sum > 0 && latency.sum < 5");
       assert.equal(latency.buckets['+Inf'], 5);
@@ -108,6 +111,47 @@ describe('/metrics', () => {
       assert.equal(m.value('kvgate_store_errors_total', { operation: 'commit' }), undefined, 'no store errors');
       assert.ok(m.histogram('kvgate_store_duration_seconds', { operation: 'set_state' })!.count >= 2);
       assert.equal(m.value('kvgate_extproc_streams_total'), 10, 'one stream per request');
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
+  test('with several pools, decisions, sheds and latency are counted per pool; a request no pool took has the empty pool', async () => {
+    const g = await startTestGate({
+      pools: [
+        { name: 'big', models: ['llama'], workers: [{ id: 'b1', cluster: 'worker_1' }, { id: 'b2', cluster: 'worker_2' }] },
+        { name: 'small', models: ['mistral'], workers: [{ id: 's1', cluster: 'worker_3' }] },
+      ],
+    });
+    const h = harness(g.target);
+    try {
+      let m = await scrape(g.admin);
+      // Both pools' outcomes from the first scrape, so a per-pool rate() has no gap.
+      for (const pool of ['big', 'small']) assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed', pool }), 0, `${pool} shed from the start`);
+      await h.request(chat({ session: 'a', model: 'llama' }));
+      await h.request(chat({ session: 'a', model: 'llama' }));
+      await h.request(chat({ session: 'b', model: 'mistral' }));
+      // Only the small pool loses its worker: its sheds must not be lost in a fleet-wide sum.
+      await setWorkerState(g.admin, 's1', 'down');
+      const none = await h.request(chat({ session: 'c', model: 'mistral' }));
+      assert.equal(none.kind === 'local' && none.status, 503);
+      // A model no pool serves is rejected before a pool is chosen.
+      const unknown = await h.request(chat({ session: 'd', model: 'no-such-model' }));
+      assert.equal(unknown.kind, 'local');
+      m = await scrape(g.admin);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'new', pool: 'big' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'affinity_hit', pool: 'big' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'new', pool: 'small' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed', pool: 'small' }), 1);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'shed', pool: 'big' }), 0);
+      assert.equal(m.value('kvgate_decisions_total', { outcome: 'rejected', pool: '' }), 1);
+      assert.equal(m.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503', class: 'standard', pool: 'small' }), 1);
+      assert.equal(m.sum('kvgate_sheds_total', { pool: 'big' }), 0, 'the big pool shed nothing');
+      assert.equal(m.value('kvgate_class_requests_total', { class: 'standard', pool: 'small' }), 2, 'the small pool: one routed, one shed');
+      assert.equal(m.histogram('kvgate_decision_duration_seconds', { outcome: 'new', pool: 'big' })?.count, 1);
+      // The gauge is the whole gate's: summed over pools (1 hit of 3 keyed).
+      assert.equal(m.value('kvgate_affinity_hit_ratio'), 1 / 3);
     } finally {
       h.close();
       await g.close(100);

@@ -26,9 +26,16 @@ const ROUTE: GateResult = {
   views: [],
 };
 
+/** Decisions by outcome, summed over pools (an abandoned decision keeps the pool it named, if any). */
 async function decisionCounts(m: Metrics): Promise<Record<string, number>> {
-  const values = (await m.decisions.get()).values;
-  return Object.fromEntries(values.map((v) => [String(v.labels.outcome), v.value]));
+  const counts: Record<string, number> = {};
+  for (const v of (await m.decisions.get()).values) counts[String(v.labels.outcome)] = (counts[String(v.labels.outcome)] ?? 0) + v.value;
+  return counts;
+}
+
+/** One decision series, outcome and pool, as the pool label sees it. */
+async function decisionCount(m: Metrics, outcome: string, pool: string): Promise<number> {
+  return (await m.decisions.get()).values.find((v) => v.labels.outcome === outcome && v.labels.pool === pool)?.value ?? 0;
 }
 
 describe('request telemetry', () => {
@@ -68,6 +75,9 @@ describe('request telemetry', () => {
     const after2 = await decisionCounts(m);
     assert.equal(after2['abandoned'], 2);
     assert.equal(after2['fallback'] ?? 0, 0);
+    // The first decision named its pool before Envoy gave up; the late fallback never had one.
+    assert.equal(await decisionCount(m, 'abandoned', 'default'), 1);
+    assert.equal(await decisionCount(m, 'abandoned', ''), 1);
   });
 
   test('a stream that ends with no decision under way is not an error, and a decision before the end counts as itself', async () => {
