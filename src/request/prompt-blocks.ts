@@ -253,17 +253,20 @@ function feedContent(h: BlockHasher, content: unknown, join: string, userTurn: b
     return s.length;
   }
   let chars = 0;
+  let kept = 0;
   for (let i = 0; i < content.length; i++) {
     // Once the last block is full the caller stops: the rest of the length no longer matters.
     if (h.done) break;
-    if (i > 0) {
+    const part: unknown = content[i];
+    let s: string | undefined;
+    if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
+    else s = partText(part as Record<string, unknown>, userTurn, chat);
+    // A part the engine drops (partText): neither it nor the join before it is in the prompt.
+    if (s === undefined) continue;
+    if (kept++ > 0) {
       h.feed(join);
       chars += join.length;
     }
-    const part: unknown = content[i];
-    let s: string;
-    if (part === null || typeof part !== 'object') s = typeof part === 'string' ? part : '';
-    else s = partText(part as Record<string, unknown>, userTurn, chat);
     h.feed(s);
     chars += s.length;
   }

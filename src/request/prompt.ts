@@ -233,22 +233,27 @@ export const SYSTEM_JOIN = '';
 function contentText(content: unknown, join = PART_JOIN, userTurn = false, chat = false): string {
   if (typeof content === 'string') return content;
   if (!Array.isArray(content)) return content === undefined || content === null ? '' : stableJson(content);
-  return content
-    .map((part) => {
-      if (part === null || typeof part !== 'object') return typeof part === 'string' ? part : '';
-      return partText(part as Record<string, unknown>, userTurn, chat);
-    })
-    .join(join);
+  let s = '';
+  let kept = 0;
+  for (const part of content) {
+    const t = part === null || typeof part !== 'object' ? (typeof part === 'string' ? part : '') : partText(part as Record<string, unknown>, userTurn, chat);
+    // A part the engine drops is not in the prompt, nor is the join before it.
+    if (t === undefined) continue;
+    s += kept++ > 0 ? join + t : t;
+  }
+  return s;
 }
 
 /**
  * One content part as hashed, shared by both renderers: in a chat message, the text chatPartText
- * finds; else a string `text` (`text`, `input_text`, `output_text` parts and Messages text
- * blocks); else its JSON (partJson).
+ * finds, or undefined for a part vLLM drops (the renderers then leave it out with the join before
+ * it); else a string `text` (`text`, `input_text`, `output_text` parts and Messages text blocks);
+ * else its JSON (partJson).
  */
-export function partText(p: Record<string, unknown>, userTurn: boolean, chat: boolean): string {
+export function partText(p: Record<string, unknown>, userTurn: boolean, chat: boolean): string | undefined {
   if (chat) {
     const t = chatPartText(p);
+    if (t === DROPPED) return undefined;
     if (t !== undefined) return t;
   }
   const text = p['text'];
@@ -257,15 +262,28 @@ export function partText(p: Record<string, unknown>, userTurn: boolean, chat: bo
 
 /**
  * The text of an OpenAI chat content part that vLLM reads as text from a field other than `text`:
- * a `thinking` part's `thinking` and a `refusal` part's `refusal`. vLLM's chat parser
+ * a `thinking` part's `thinking`, a `refusal` part's `refusal` and a `tool_reference` part's
+ * `name` (below); or DROPPED for a part vLLM leaves out. vLLM's chat parser
  * (`_parse_chat_message_content_part` and its parser map in vllm/entrypoints/chat_utils.py) takes
  * the text of `text`, `input_text`, `output_text`, `refusal` and `thinking` parts alike, in any
  * role, and joins it with the message's other texts (or hands the template a text part of it), so
  * `[text A, thinking B]` is the prompt "A\nB" to the engine and must share its blocks; hashed by
  * its JSON it shared none. The type's own field counts even where the part also has a `text`, as
- * in vLLM. Undefined (the part read as before) when that field is not a string: vLLM drops a
- * refusal without one and has no text for a thinking part without one, so there is no text to
- * match.
+ * in vLLM. Undefined (the part read as before) when that field is of another type, or for a
+ * thinking part missing: vLLM has no text for such a part either, so there is no text to match.
+ *
+ * A `text` or `refusal` part whose field is null or missing is dropped (DROPPED): vLLM skips such
+ * a part (`PART_TYPES_TO_SKIP_NONE_CONTENT` in chat_utils.py) before joining the others, whatever
+ * the template's content format, so `[A, {type: "text", text: null}, B]` is the prompt "A\nB".
+ * Hashed by its JSON, as it was, the turn shared no block with the same turn without it. Only
+ * those two types: vLLM keeps a null-texted `thinking`, `input_text` or `output_text` part for a
+ * template that takes the parts as a list, so what the engine sees there depends on the template.
+ *
+ * A `tool_reference` part (a deferred tool named by its `name`) is its name: vLLM hands a
+ * template that takes content as a string the name as the part's text, joined with the others. A
+ * template that takes the parts as a list gets the part itself, to expand as it will, which
+ * kvgate cannot know; the string form is the common one. Without a string `name` the part keeps
+ * its JSON, as before.
  *
  * Only chat: vLLM's Messages endpoint moves a `thinking` block to the turn's `reasoning` instead
  * (`_convert_anthropic_to_openai_request` in vllm/entrypoints/anthropic/serving.py), so a Messages
@@ -283,11 +301,22 @@ export function partText(p: Record<string, unknown>, userTurn: boolean, chat: bo
  * from that part on (as it did when it hashed the part's JSON), which a conversation rarely meets,
  * as its client sends the same part back with each request.
  */
-function chatPartText(p: Record<string, unknown>): string | undefined {
+function chatPartText(p: Record<string, unknown>): string | typeof DROPPED | undefined {
   const type = p['type'];
-  const t = type === 'thinking' ? p['thinking'] : type === 'refusal' ? p['refusal'] : undefined;
+  if (type === 'text' || type === 'refusal') {
+    const t = p[type];
+    // vLLM skips a text or refusal part whose field is null or missing, whatever else it holds.
+    if (t === null || t === undefined) return DROPPED;
+    // A `text` part's string is read by partText as any part's `text` is; a field of another type
+    // keeps the part's JSON, as before.
+    return type === 'refusal' && typeof t === 'string' ? t : undefined;
+  }
+  const t = type === 'thinking' ? p['thinking'] : type === 'tool_reference' ? p['name'] : undefined;
   return typeof t === 'string' ? t : undefined;
 }
+
+/** chatPartText's answer for a part vLLM leaves out of the prompt altogether. */
+const DROPPED = Symbol('dropped');
 
 /**
  * A content part without text, as hashed: its JSON without cache marks (withoutCacheControl). In

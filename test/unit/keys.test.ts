@@ -590,7 +590,7 @@ describe('chat content parts vLLM reads as text', () => {
 
   test('without a string in its own field a part counts as before; Messages and Responses parts are unchanged', () => {
     const asJson = (part: object) => `assistant\u001e${JSON.stringify(part)}`;
-    for (const part of [{ type: 'thinking', thinking: 7 }, { type: 'thinking' }, { type: 'refusal', refusal: null }, { type: 'reasoning', thinking: 'x' }]) {
+    for (const part of [{ type: 'thinking', thinking: 7 }, { type: 'thinking' }, { type: 'refusal', refusal: 7 }, { type: 'text', text: 7 }, { type: 'reasoning', thinking: 'x' }, { type: 'tool_reference' }, { type: 'tool_reference', name: 3 }]) {
       assert.equal(canonicalPrompt({ messages: [{ role: 'assistant', content: [part] }] }), asJson(part), JSON.stringify(part));
     }
     assert.equal(canonicalPrompt({ messages: [{ role: 'assistant', content: [{ type: 'thinking', text: 'x' }] }] }), 'assistant\u001ex', 'a thinking part with only a text');
@@ -599,6 +599,34 @@ describe('chat content parts vLLM reads as text', () => {
     assert.equal(messagesPrompt({ messages: [{ role: 'assistant', content: [block] }] }), asJson(block), 'a Messages thinking block');
     const refusal = { type: 'refusal', refusal: 'x' };
     assert.equal(responsesPrompt({ input: [{ role: 'assistant', content: [refusal] }] }), asJson(refusal), 'a Responses refusal part');
+  });
+
+  // vLLM skips a text or refusal part whose field is null or missing before it joins the turn's
+  // texts (PART_TYPES_TO_SKIP_NONE_CONTENT in chat_utils.py): the engine's prompt has neither the
+  // part nor a newline for it.
+  test('a text or refusal part whose field is null or missing is not in the prompt, nor its newline', () => {
+    const joined = chat(`${A}\n${B}`);
+    // The dropped part sits after block 3 and the turns after it fill more: its JSON differs from there on.
+    assert.ok(joined.length >= 16, `${joined.length} blocks: the turns after the part must fill blocks`);
+    const text = (t: string) => ({ type: 'text', text: t });
+    for (const gone of [{ type: 'text', text: null }, { type: 'text' }, { type: 'refusal', refusal: null }, { type: 'refusal' }, { type: 'refusal', text: 'not read' }, { type: 'text', text: null, cache_control: { type: 'ephemeral' } }]) {
+      const name = JSON.stringify(gone);
+      assert.deepEqual(chat([text(A), gone, text(B)]), joined, `${name} between two texts`);
+      assert.deepEqual(chat([gone, text(A), text(B)]), joined, `${name} first`);
+      assert.deepEqual(chat([text(A), text(B), gone]), joined, `${name} last`);
+    }
+    assert.deepEqual(chat([text(A), { type: 'text', text: null }, { type: 'refusal' }, text(B)]), joined, 'two in a row');
+  });
+
+  // vLLM hands a string-content template a tool_reference part's `name` as the part's text.
+  test('a `tool_reference` part is its name, joined with the other parts', () => {
+    const withName = chat(`${A}\nget_weather\n${B}`);
+    assert.ok(withName.length >= 16, `${withName.length} blocks: the turns after the part must fill blocks`);
+    assert.deepEqual(chat([{ type: 'text', text: A }, { type: 'tool_reference', name: 'get_weather' }, { type: 'text', text: B }]), withName);
+    assert.notDeepEqual(chat([{ type: 'text', text: A }, { type: 'tool_reference', name: 'get_time' }, { type: 'text', text: B }]), withName, 'another tool, another prompt');
+    // In a tool turn, where clients send them (a tool search's result).
+    const tool = (content: unknown) => understand(req({}, { model: 'm', messages: [{ role: 'user', content: LONG_USER }, { role: 'tool', tool_call_id: 'c1', content }, { role: 'user', content: SYSTEM }] }), config).blocks;
+    assert.deepEqual(tool([{ type: 'tool_reference', name: 'get_weather' }, { type: 'tool_reference', name: 'get_time' }]), tool('get_weather\nget_time'), 'a tool turn of references');
   });
 });
 

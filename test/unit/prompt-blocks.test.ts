@@ -41,9 +41,19 @@ const resultBlock = fc.oneof(
   fc.record({ type: fc.constant('document'), source: fc.record({ type: fc.constant('content'), content: fc.array(fc.oneof(textBlock, anyJson), { maxLength: 2 }) }), cache_control: mark }, { requiredKeys: ['type', 'source'] }),
   anyJson,
 );
-/** Parts whose text a chat message reads from another field (`thinking`, `refusal`), either field possibly of the wrong type or beside a `text`. */
+/**
+ * Parts whose text a chat message reads from another field (`thinking`, `refusal`, a
+ * `tool_reference`'s `name`), or drops (a `text` or `refusal` part whose field is null or
+ * missing), each field possibly null, missing, of the wrong type or beside a `text`.
+ */
 const textLikePart = fc.record(
-  { type: fc.constantFrom('thinking', 'refusal', 'reasoning'), thinking: fc.oneof(text, anyJson), refusal: fc.oneof(text, anyJson), text },
+  {
+    type: fc.constantFrom('thinking', 'refusal', 'reasoning', 'text', 'tool_reference'),
+    thinking: fc.oneof(text, anyJson),
+    refusal: fc.oneof(text, fc.constant(null), anyJson),
+    text: fc.oneof(text, fc.constant(null)),
+    name: fc.oneof(text, fc.constant(null), anyJson),
+  },
   { requiredKeys: ['type'] },
 );
 const block = fc.oneof(
@@ -157,7 +167,20 @@ describe('promptBlocks gives exactly the reference hashes', () => {
         fc.record(
           {
             role: fc.constantFrom('system', 'user', 'assistant', 'tool'),
-            content: fc.oneof(long, fc.array(fc.oneof(fc.record({ type: fc.constant('text'), text: long }), fc.record({ type: fc.constant('thinking'), thinking: long }), fc.record({ type: fc.constant('refusal'), refusal: long })), { maxLength: 3 })),
+            content: fc.oneof(
+              long,
+              fc.array(
+                fc.oneof(
+                  fc.record({ type: fc.constant('text'), text: long }),
+                  fc.record({ type: fc.constant('thinking'), thinking: long }),
+                  fc.record({ type: fc.constant('refusal'), refusal: long }),
+                  // Parts vLLM drops, between long ones: the joins around them must match at block boundaries.
+                  fc.record({ type: fc.constantFrom('text', 'refusal'), text: fc.constant(null), refusal: fc.constant(null) }, { requiredKeys: ['type'] }),
+                  fc.record({ type: fc.constant('tool_reference'), name: long }),
+                ),
+                { maxLength: 4 },
+              ),
+            ),
             tool_calls: fc.array(fc.record({ id: text, type: fc.constant('function'), function: fc.record({ name: text, arguments: long }) }), { minLength: 1, maxLength: 2 }),
             tool_call_id: text,
           },
