@@ -490,7 +490,18 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(grpc.some((p) => ns(p)?.['kubernetes.io/metadata.name'] === obj(istio.metadata, 'm').namespace && selects(p.podSelector, istioLabels)), "Istio's ingress gateway reaches ext_proc");
     const eg = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyPatchPolicy')[0], 'EnvoyPatchPolicy');
     const gateway = obj(obj(eg.spec, 'spec').targetRef, 'targetRef').name;
-    assert.ok(grpc.some((p) => obj(obj(p.podSelector, 'podSelector').matchLabels, 'm')['gateway.envoyproxy.io/owning-gateway-name'] === gateway), `Envoy Gateway's ${String(gateway)} reaches ext_proc`);
+    // Envoy Gateway labels its proxy pods with the owning Gateway's name and namespace (its
+    // OwningGatewayNameLabel / OwningGatewayNamespaceLabel); the name alone would also admit a
+    // Gateway of that name in any other namespace (another team's), since all their proxies run
+    // in envoy-gateway-system.
+    const gatewayNs = obj(eg.metadata, 'm').namespace;
+    const egPeers = grpc.filter((p) => obj(obj(p.podSelector, 'podSelector').matchLabels, 'm')['gateway.envoyproxy.io/owning-gateway-name'] !== undefined);
+    assert.ok(egPeers.length > 0, `Envoy Gateway's ${String(gateway)} reaches ext_proc`);
+    for (const p of egPeers) {
+      const labels = obj(obj(p.podSelector, 'podSelector').matchLabels, 'm');
+      assert.equal(labels['gateway.envoyproxy.io/owning-gateway-name'], gateway, 'the recipe\'s Gateway');
+      assert.equal(labels['gateway.envoyproxy.io/owning-gateway-namespace'], gatewayNs, `the Gateway's namespace (${String(gatewayNs)}), not any Gateway named ${String(gateway)}`);
+    }
 
     // Redis: kvgate's pods (in this namespace) on the Redis port, nothing else.
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis')!;
