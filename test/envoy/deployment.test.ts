@@ -16,6 +16,7 @@ import { validateEnvoyPgvText } from '../../scripts/envoy-pgv.js';
 import { loadEnvoyConfig, parseDurationMs, parseEnvoyBootstrap } from '../harness/envoy-config.js';
 import { envoyGateway, istioGateway, quantityBytes } from '../helpers/deployments.js';
 import { parseKvgate } from '../helpers/cli-parse.js';
+import { buildCli } from '../../src/cli/cli.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
 import { tracingRequested } from '../../src/telemetry/tracing.js';
 
@@ -321,6 +322,41 @@ describe('deployment files', { concurrency: true }, () => {
     }
     const annotations = obj(obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata').annotations, 'annotations');
     assert.equal(Number(annotations['prometheus.io/port']), ports['http-admin'], 'Prometheus scrapes the admin port on the pod');
+  });
+
+  test('Kubernetes, compose and the Dockerfile run kvgate with flags and KVGATE_* variables kvgate serve has', async () => {
+    // An unknown flag stops kvgate at start; an unknown or misspelt KVGATE_* variable is silently
+    // ignored (commander reads only the variables its options name), so a setting the manifest
+    // means to make would not be made.
+    const program = await buildCli(['node', 'kvgate', 'serve']);
+    const serve = program.commands.find((c) => c.name() === 'serve')!;
+    const known = new Set(serve.options.map((o) => o.envVar).filter((v): v is string => typeof v === 'string'));
+    const checkEnv = (names: string[], where: string) => {
+      for (const n of names.filter((v) => v.startsWith('KVGATE_'))) assert.ok(known.has(n), `${where}: ${n} is no variable of kvgate serve`);
+    };
+    let kvgateContainers = 0;
+    for (const { name, pod } of podTemplates(k8s())) {
+      for (const raw of arr(pod.containers, `${name} containers`)) {
+        const c = obj(raw, `${name} container`);
+        if (!String(c.image).startsWith('kvgate:')) continue;
+        kvgateContainers++;
+        const parsed = await parseKvgate(arr(c.args, `${name} args`).map(String));
+        assert.equal(parsed.command, 'serve', `${name} runs kvgate serve`);
+        checkEnv(arr(c.env ?? [], `${name} env`).map((e) => String(obj(e, 'env').name)), name);
+      }
+    }
+    assert.ok(kvgateContainers > 0, 'the manifests run a kvgate container');
+    const compose = obj(parse(readFileSync(path.join(ENVOY_DIR, 'demo', 'compose.yaml'), 'utf8')), 'compose');
+    for (const [name, raw] of Object.entries(obj(compose.services, 'services'))) {
+      const env = obj(raw, name).environment;
+      checkEnv(Array.isArray(env) ? env.map((e) => String(e).split('=')[0]!) : Object.keys(obj(env ?? {}, `${name} environment`)), `compose ${name}`);
+    }
+    // The image's default command: ENTRYPOINT node bin/kvgate.js, CMD its arguments.
+    const dockerfile = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const cmd = /^CMD\s+(\[.*\])\s*$/m.exec(dockerfile)?.[1];
+    assert.ok(cmd, 'the Dockerfile has an exec-form CMD');
+    assert.equal((await parseKvgate(JSON.parse(cmd) as string[])).command, 'serve');
+    checkEnv([...dockerfile.matchAll(/^ENV\s+(\w+)=/gm)].map((m) => m[1]!), 'Dockerfile');
   });
 
   test('Kubernetes: the manifests create the namespace the recipes call kvgate in, enforcing "restricted"', () => {
