@@ -7,6 +7,10 @@
 #
 # Ports: 9002 ext_proc gRPC (+ grpc.health.v1), 9090 admin HTTP (/healthz, /readyz, /metrics,
 # /workers): pass --admin-host 0.0.0.0 to reach it from outside the container.
+# No HEALTHCHECK: Kubernetes ignores it (envoy/kubernetes/kvgate.yaml probes grpc.health.v1 on
+# 9002), and the slim image has no curl or grpc client to run one with.
+# Signals: node is PID 1 (exec-form ENTRYPOINT, no npm or shell in between) and `kvgate serve`
+# installs its own SIGTERM/SIGINT handlers (a PID 1 without them ignores both), then drains.
 # Not built on our build machines (no Docker engine there): test/cli/production.test.ts checks
 # what it copies exists and that what `serve` imports is a production dependency.
 

@@ -121,6 +121,44 @@ describe('production shape', () => {
     assert.ok(memory && memory.decisions_per_s > 0 && memory.errors === 0, JSON.stringify(report.runs));
   });
 
+  test("Dockerfile: the run stage holds every file kvgate serve reads from beside its code, and the context does not leave one out", async () => {
+    // Compiled code runs from dist/<same path as under src/>, so a file a module finds from its
+    // own location (new URL('../../x', import.meta.url), or proto.ts's PROTO_ROOT) is found at the
+    // same place relative to the image's /app. Each such top-level path must be copied there.
+    const { files } = reach(['src/cli/main.ts'], (f) => !f.endsWith(path.join('cli', 'cli.ts')));
+    files.add(path.join(ROOT, 'src/cli/cli.ts'));
+    const needed = new Set(['dist', 'node_modules', 'bin']);
+    for (const file of files) {
+      const src = readFileSync(file, 'utf8');
+      for (const m of src.matchAll(/new URL\(\s*'(\.\.\/[^']+)'\s*,\s*import\.meta\.url\s*\)/g)) {
+        const rel = path.relative(ROOT, path.resolve(path.dirname(file), m[1]!));
+        if (!rel.startsWith('src' + path.sep)) needed.add(rel.split(path.sep)[0]!);
+      }
+    }
+    const { PROTO_ROOT } = await import('../../src/extproc/proto.js');
+    needed.add(path.relative(ROOT, PROTO_ROOT).split(path.sep)[0]!);
+    assert.ok(needed.has('package.json'), 'the walk finds the version read from package.json');
+    assert.ok(needed.has('proto'), 'the walk finds the protos loaded at start');
+    const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
+    const run = text.slice(text.lastIndexOf('\nFROM '));
+    assert.match(run, /^WORKDIR \/app$/m, 'the run stage works in /app');
+    // What lands under /app: the destination's name, or each source's when it is a folder (./).
+    const copied = new Set<string>();
+    for (const m of run.matchAll(/^COPY\s+(.+)$/gm)) {
+      const parts = m[1]!.trim().split(/\s+/).filter((x) => !x.startsWith('--'));
+      const dest = parts.at(-1)!;
+      const names = dest.endsWith('/') || dest === '.' ? parts.slice(0, -1).map((src) => path.posix.basename(src)) : [path.posix.normalize(dest)];
+      for (const n of names) copied.add(n);
+    }
+    for (const p of needed) assert.ok(copied.has(p) || copied.has(`/app/${p}`), `the run stage copies ${p} (kvgate serve reads it)`);
+    // A path the run stage copies from the build context must not be left out of the context.
+    const ignored = readFileSync(path.join(ROOT, '.dockerignore'), 'utf8').split('\n').map((l) => l.trim()).filter((l) => l && !l.startsWith('#'));
+    for (const p of ['proto', 'bin', 'package.json', 'package-lock.json', 'src', 'tsconfig.json', 'tsconfig.build.json']) {
+      assert.ok(!ignored.includes(p), `.dockerignore leaves out ${p}, which the image needs`);
+    }
+    assert.doesNotMatch(run, /^HEALTHCHECK\b/m, 'no HEALTHCHECK: Kubernetes ignores it, and its probes use grpc.health.v1');
+  });
+
   test('Dockerfile: multi-stage, compiled, production dependencies, non-root; what it copies exists', () => {
     const text = readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8');
     const froms = [...text.matchAll(/^FROM\s+(\S+)/gm)].map((m) => m[1]!);
