@@ -199,7 +199,7 @@ function firstLine(text: string): string {
 }
 
 /** Longest a stopping gate waits for its last spans to be exported. */
-const SHUTDOWN_FLUSH_MS = 2000;
+export const SHUTDOWN_FLUSH_MS = 2000;
 
 const OFF: Omit<Tracing, keyof TracingSettings> = { shutdown: () => Promise.resolve() };
 

@@ -18,7 +18,8 @@ import { envoyGateway, istioGateway, quantityBytes } from '../helpers/deployment
 import { parseKvgate } from '../helpers/cli-parse.js';
 import { buildCli } from '../../src/cli/cli.js';
 import { parseStoreUrl } from '../../src/state/redis-connection.js';
-import { tracingRequested } from '../../src/telemetry/tracing.js';
+import { SHUTDOWN_FLUSH_MS, tracingRequested } from '../../src/telemetry/tracing.js';
+import { DEFAULTS } from '../../src/config/defaults.js';
 
 const ROOT = path.resolve(import.meta.dirname, '../..');
 const ENVOY_DIR = path.join(ROOT, 'envoy');
@@ -270,6 +271,13 @@ describe('deployment files', { concurrency: true }, () => {
     assert.ok(sleepS >= 5, `preStop waits for the endpoint removal to reach Envoy (${sleepS} s)`);
     const grace = Number(pod.terminationGracePeriodSeconds);
     assert.ok(grace >= sleepS + Number(flag('shutdown-grace-s')) + 5, `grace ${grace} s >= preStop ${sleepS} + drain ${flag('shutdown-grace-s')} + 5 s`);
+    // The whole stop, as kvgate runs it after SIGTERM: the delay (flag or default), the
+    // connections' shutdown notice and the quiet wait before the grace starts counting, the grace,
+    // and the bounded span flush; a second more for Redis and the admin server to close. Past the
+    // period the kubelet sends SIGKILL and the last streams and spans are lost.
+    const delayS = Number(flag('shutdown-delay-s') ?? DEFAULTS.shutdownDelayS);
+    const stopS = delayS + (DEFAULTS.goawayNoticeMs + DEFAULTS.shutdownQuietMs) / 1000 + Number(flag('shutdown-grace-s') ?? DEFAULTS.shutdownGraceS) + SHUTDOWN_FLUSH_MS / 1000 + 1;
+    assert.ok(grace >= sleepS + stopS, `grace ${grace} s >= preStop ${sleepS} s + kvgate's stop ${stopS} s (delay, notice, quiet, drain, span flush, close)`);
     // An Istio sidecar is stopped when preStop starts and drains for 5 s by default, cutting
     // kvgate's connections mid-drain: the pod asks it to last through preStop and the drain.
     const meta = obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata');
