@@ -283,7 +283,8 @@ describe('deployment files', { concurrency: true }, () => {
     const meta = obj(obj(obj(dep.spec, 'spec').template, 'template').metadata, 'metadata');
     const proxyConfig = JSON.parse(String(obj(meta.annotations, 'annotations')['proxy.istio.io/config'])) as Obj;
     const drainS = parseDurationMs(proxyConfig.terminationDrainDuration, 'terminationDrainDuration') / 1000;
-    assert.ok(drainS >= sleepS + Number(flag('shutdown-grace-s')), `Istio's sidecar drains ${drainS} s, kvgate needs ${sleepS} + ${flag('shutdown-grace-s')} s`);
+    const connectionsS = sleepS + delayS + (DEFAULTS.goawayNoticeMs + DEFAULTS.shutdownQuietMs) / 1000 + Number(flag('shutdown-grace-s') ?? DEFAULTS.shutdownGraceS);
+    assert.ok(drainS >= connectionsS, `Istio's sidecar drains ${drainS} s, kvgate's connections need ${connectionsS} s (preStop, delay, notice, quiet, drain)`);
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis');
     assert.ok(redisSvc, "redisSvc");
     // The store URL carries Redis's password from the Secret Redis requires it from: through the
