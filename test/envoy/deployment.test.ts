@@ -255,6 +255,18 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(flag('admin-host'), '0.0.0.0', 'Prometheus must reach /metrics');
     assert.deepEqual(obj(c.readinessProbe, 'readiness').grpc, { port: ports['grpc'], service: 'readiness' });
     assert.deepEqual(obj(c.livenessProbe, 'liveness').grpc, { port: ports['grpc'], service: 'liveness' });
+    // The kubelet's gRPC probes speak plaintext without a client certificate, so a gate serving
+    // TLS needs HTTP probes: the manifest shows them, on the admin port and its health paths.
+    const manifestText = readFileSync(path.join(ENVOY_DIR, 'kubernetes', 'kvgate.yaml'), 'utf8');
+    const adminSrc = readFileSync(path.join(ROOT, 'src', 'admin', 'server.ts'), 'utf8');
+    const tlsProbes = [...manifestText.matchAll(/^\s*#\s+((readiness|liveness)Probe: \{.*\})\s*$/gm)].map((m) => [m[2]!, obj(parse(m[1]!), 'probe')] as const);
+    assert.deepEqual(tlsProbes.map(([kind]) => kind).sort(), ['liveness', 'readiness'], 'the manifest shows HTTP probes for a TLS gate');
+    for (const [kind, probe] of tlsProbes) {
+      const get = obj(obj(probe[`${kind}Probe`], 'probe').httpGet, 'httpGet');
+      assert.equal(get.port, ports['http-admin'], `${kind}: the admin port`);
+      assert.equal(get.path, kind === 'readiness' ? '/readyz' : '/healthz', `${kind}: its health path`);
+      assert.ok(adminSrc.includes(`'${String(get.path)}': ['GET']`), `the admin API serves GET ${String(get.path)}`);
+    }
     // A gate busy with large bodies may take over the default 1 s to answer; liveness restarts.
     assert.ok(Number(obj(c.livenessProbe, 'liveness').timeoutSeconds) >= 3, 'liveness allows a busy event loop 3 s');
     // Tracing is opt-in: no exporter runs (and logs export failures) against a collector the
