@@ -191,6 +191,76 @@ describe('deployment files', { concurrency: true }, () => {
     assert.equal(obj(cluster?.original_dst_lb_config, 'lb').use_http_header, undefined);
   });
 
+  test('every recipe sets up ext_proc alike: fail open, 0.5 s per message, headers and buffered body, response headers', () => {
+    // What kvgate needs of the filter, the same under every proxy: the request headers and the
+    // whole body in one message (session fields and the prompt prefix are in the body), the
+    // response headers (they release the in-flight count), no response body at filter level;
+    // fail open, so a gate that is down or slow costs affinity and not service; and one message
+    // timeout (Envoy Gateway's own default is 200 ms, shorter than the others'). No recipe lets
+    // kvgate override the mode (it never sends mode_override) or ignores its replies.
+    // Gateway API's Duration (GEP-2257): e.g. 1h, 30s, 500ms, 1m30s.
+    const gatewayApiDurationMs = (d: string) => {
+      const m = /^(?:(\d+)h)?(?:(\d+)m(?!s))?(?:(\d+)s)?(?:(\d+)ms)?$/.exec(d);
+      assert.ok(m && d !== '', `a Gateway API duration: ${d}`);
+      return ((Number(m[1] ?? 0) * 60 + Number(m[2] ?? 0)) * 60 + Number(m[3] ?? 0)) * 1000 + Number(m[4] ?? 0);
+    };
+    type Settings = { failOpen: unknown; timeoutMs: number; modes: Record<string, unknown>; modeOverride: unknown; observability: unknown };
+    const seen = new Map<string, Settings>();
+    const fromEnvoy = (where: string, tc: Obj) => {
+      const pm = obj(tc.processing_mode, `${where} processing_mode`);
+      seen.set(where, {
+        failOpen: tc.failure_mode_allow,
+        timeoutMs: parseDurationMs(tc.message_timeout, `${where} message_timeout`),
+        modes: { request_header_mode: pm.request_header_mode ?? 'SEND', request_body_mode: pm.request_body_mode ?? 'NONE', response_header_mode: pm.response_header_mode ?? 'SEND', response_body_mode: pm.response_body_mode ?? 'NONE' },
+        modeOverride: tc.allow_mode_override ?? false,
+        observability: tc.observability_mode ?? false,
+      });
+    };
+    const walk = (v: unknown, where: string, visit: (o: Obj) => void): void => {
+      if (Array.isArray(v)) v.forEach((x, i) => walk(x, `${where}[${i}]`, visit));
+      else if (typeof v === 'object' && v !== null) {
+        visit(v as Obj);
+        for (const [k, x] of Object.entries(v)) walk(x, `${where}.${k}`, visit);
+      }
+    };
+    for (const f of ['envoy.yaml', 'endpoint-picker/envoy.yaml', 'pools/envoy.yaml', 'demo/envoy.yaml']) {
+      walk(parse(readFileSync(path.join(ENVOY_DIR, f), 'utf8')), f, (o) => {
+        if (o.name === 'envoy.filters.http.ext_proc' && typeof o.typed_config === 'object') fromEnvoy(f, obj(o.typed_config, f));
+      });
+    }
+    for (const d of docs(path.join(ENVOY_DIR, 'istio', 'kvgate.yaml'))) {
+      walk(d, 'istio', (o) => {
+        if (o.name === 'envoy.filters.http.ext_proc' && typeof o.typed_config === 'object') fromEnvoy('istio/kvgate.yaml', obj(o.typed_config, 'istio'));
+      });
+    }
+    const eep = obj(ofKind(docs(path.join(ENVOY_DIR, 'envoy-gateway', 'kvgate.yaml')), 'EnvoyExtensionPolicy')[0], 'EnvoyExtensionPolicy');
+    for (const [i, raw] of arr(obj(eep.spec, 'spec').extProc, 'extProc').entries()) {
+      // Envoy Gateway's api/v1alpha1 ExtProc: request/response present = their headers are sent;
+      // body Buffered = BUFFERED; no body = NONE.
+      const e = obj(raw, 'extProc');
+      const pm = obj(e.processingMode ?? {}, 'processingMode');
+      const side = (s: unknown) => (s === undefined ? undefined : obj(s, 'side'));
+      const req = side(pm.request);
+      const res = side(pm.response);
+      const body = (s: Obj | undefined) => ({ Buffered: 'BUFFERED', Streamed: 'STREAMED', BufferedPartial: 'BUFFERED_PARTIAL', FullDuplexStreamed: 'FULL_DUPLEX_STREAMED' })[String(s?.body)] ?? 'NONE';
+      seen.set(`envoy-gateway/kvgate.yaml extProc[${i}]`, {
+        failOpen: e.failOpen,
+        timeoutMs: e.messageTimeout === undefined ? 200 : gatewayApiDurationMs(String(e.messageTimeout)),
+        modes: { request_header_mode: req ? 'SEND' : 'SKIP', request_body_mode: body(req), response_header_mode: res ? 'SEND' : 'SKIP', response_body_mode: body(res) },
+        modeOverride: pm.allowModeOverride ?? false,
+        observability: e.shadowMode ?? false,
+      });
+    }
+    assert.ok(seen.size >= 6, `every recipe's ext_proc found: ${[...seen.keys()].join(', ')}`);
+    for (const [where, st] of seen) {
+      assert.equal(st.failOpen, true, `${where}: fails open`);
+      assert.equal(st.timeoutMs, 500, `${where}: message timeout`);
+      assert.deepEqual(st.modes, { request_header_mode: 'SEND', request_body_mode: 'BUFFERED', response_header_mode: 'SEND', response_body_mode: 'NONE' }, `${where}: processing mode`);
+      assert.equal(st.modeOverride, false, `${where}: allow_mode_override`);
+      assert.equal(st.observability, false, `${where}: kvgate's replies are applied`);
+    }
+  });
+
   test('every recipe buffers a body as long as the kvgate it calls accepts', () => {
     // BUFFERED ext_proc holds the body in the listener's buffer: past it the proxy answers 413
     // before kvgate sees the request, so a limit below kvgate's limits.max_body_bytes turns away
