@@ -245,6 +245,26 @@ describe('README examples', () => {
     }
   });
 
+  test("the Kubernetes steps create every Secret kvgate's pods read, before the pods start", () => {
+    // A container reads an env var from a Secret when it starts: a Secret created after the apply
+    // (even one marked optional) reaches no running pod until it is restarted, so the steps must
+    // create each one first. The admin token's Secret is optional, and a pod started without it
+    // serves an admin API that anyone reaching the port may use to drain workers.
+    const start = README.indexOf('\n### Kubernetes\n');
+    assert.ok(start > 0, 'the README has a Kubernetes section');
+    const section = README.slice(start, README.indexOf('\n### ', start + 1));
+    const steps = blocks(section).find((b) => b.lang === 'sh' && /kubectl apply/.test(b.text));
+    assert.ok(steps, 'the Kubernetes section has the kubectl steps');
+    const lines = steps.text.split('\n');
+    const applyAt = lines.findIndex((l) => /kubectl apply .*envoy\/kubernetes\/kvgate\.yaml/.test(l));
+    assert.ok(applyAt >= 0, 'the steps apply envoy/kubernetes/kvgate.yaml');
+    const created = new Set(lines.slice(0, applyAt).flatMap((l) => [...l.matchAll(/create secret generic ([\w-]+)/g)].map((m) => m[1]!)));
+    const manifest = readFileSync(path.join(ROOT, 'envoy', 'kubernetes', 'kvgate.yaml'), 'utf8');
+    const referenced = new Set([...manifest.matchAll(/secretKeyRef:\s*\{\s*name:\s*([\w-]+)/g)].map((m) => m[1]!));
+    assert.ok(referenced.size > 0, 'the manifest reads Secrets');
+    for (const name of referenced) assert.ok(created.has(name), `the steps create the Secret ${name} before kvgate's pods start`);
+  });
+
   test('no sentence appears twice', () => {
     const prose = README.replace(/```[\s\S]*?```/g, '').replace(/\s+/g, ' ');
     const seen = new Set<string>();
