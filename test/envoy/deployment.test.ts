@@ -630,6 +630,22 @@ describe('deployment files', { concurrency: true }, () => {
       assert.equal(labels['gateway.envoyproxy.io/owning-gateway-namespace'], gatewayNs, `the Gateway's namespace (${String(gatewayNs)}), not any Gateway named ${String(gateway)}`);
     }
 
+    // The example for the workers' namespace (a comment: its labels and ports are the user's)
+    // admits kvgate's own pods, in kvgate's namespace, to the metrics port.
+    const npText = readFileSync(path.join(ENVOY_DIR, 'kubernetes', 'network-policy.yaml'), 'utf8').split('\n');
+    const exampleAt = npText.findIndex((l) => /^#\s+apiVersion: networking\.k8s\.io\/v1$/.test(l));
+    assert.ok(exampleAt >= 0, 'network-policy.yaml shows a policy for the workers\' namespace');
+    const exampleLines: string[] = [];
+    for (let i = exampleAt; i < npText.length && /^#\s{3}/.test(npText[i]!); i++) exampleLines.push(npText[i]!.slice(4));
+    const example = obj(parse(exampleLines.join('\n')), 'workers\' policy example');
+    assert.equal(example.kind, 'NetworkPolicy');
+    const examplePeers = arr(obj(arr(obj(example.spec, 'spec').ingress, 'ingress')[0], 'rule').from, 'from').map((f) => obj(f, 'peer'));
+    const kvgateNs = obj(ofKind(all, 'Namespace')[0]!.metadata, 'ns').name;
+    assert.ok(
+      examplePeers.some((p) => ns(p)?.['kubernetes.io/metadata.name'] === kvgateNs && selects(p.podSelector, labelsOf('kvgate'))),
+      `the example admits kvgate's pods from namespace ${String(kvgateNs)}`,
+    );
+
     // Redis: kvgate's pods (in this namespace) on the Redis port, nothing else.
     const redisSvc = ofKind(all, 'Service').find((s) => obj(s.metadata, 'm').name === 'kvgate-redis')!;
     const redisPort = Number(obj(arr(obj(redisSvc.spec, 's').ports, 'p')[0], 'p').port);
