@@ -437,6 +437,14 @@ describe('deployment files', { concurrency: true }, () => {
       }
     }
     assert.ok(kvgateContainers > 0, 'the manifests run a kvgate container');
+    // The image is this release's, and the README's Kubernetes steps build and push that tag.
+    const version = (JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { version: string }).version;
+    const images = podTemplates(k8s()).flatMap(({ name, pod }) => arr(pod.containers, `${name} containers`).map((c) => String(obj(c, 'container').image))).filter((i) => i.startsWith('kvgate:'));
+    for (const image of images) assert.equal(image, `kvgate:${version}`, "the manifest runs this release's image");
+    const readme = readFileSync(path.join(ROOT, 'README.md'), 'utf8');
+    const k8sSection = readme.slice(readme.indexOf('\n### Kubernetes\n'));
+    assert.match(k8sSection, new RegExp(`docker build -t \\S+/kvgate:${version.replace(/\./g, '\\.')} \\.`), 'the Kubernetes steps build the image the manifest names');
+    assert.match(k8sSection, new RegExp(`docker push \\S+/kvgate:${version.replace(/\./g, '\\.')}`), 'and push it');
     const compose = obj(parse(readFileSync(path.join(ENVOY_DIR, 'demo', 'compose.yaml'), 'utf8')), 'compose');
     for (const [name, raw] of Object.entries(obj(compose.services, 'services'))) {
       const env = obj(raw, name).environment;
