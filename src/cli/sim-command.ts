@@ -116,6 +116,8 @@ export function registerSimCommand(program: Command, out: SimOutput = process.st
     .addOption(new Option('--adapter-load-ms <ms>', 'time to load an adapter that is not resident, with --adapters').argParser(positiveNumber).default(50))
     .action(async (o: SimFlags) => {
       if (o.trace !== undefined && o.workload !== undefined) throw new InvalidArgumentError('pass --trace or --workload, not both');
+      // Said plainly rather than as a bare ENOENT: an unset variable in the path ($KVGATE_TRACES/…) is the usual cause.
+      if (o.trace !== undefined && !existsSync(o.trace)) throw new InvalidArgumentError(`--trace ${o.trace}: no such file or folder (is a variable in the path unset?); pass a Mooncake trace (.jsonl with hash_ids) or a folder of agent-session .jsonl files`);
       await initHashing();
       const gateConfig = o.gateConfig !== undefined ? readGateConfig(o.gateConfig) : undefined;
       if (o.sweep && o.rateScale !== 1) throw new InvalidArgumentError('--sweep sets the arrival rate itself (--loads); drop --rate-scale');

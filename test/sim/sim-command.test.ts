@@ -115,6 +115,10 @@ describe('kvgate sim', () => {
     }
   });
 
+  test('--trace naming nothing fails at once, saying what to pass', async () => {
+    await assert.rejects(sim(['--trace', '/agent-sessions/miniswe']), /--trace \/agent-sessions\/miniswe: no such file or folder \(is a variable in the path unset\?\); pass a Mooncake trace/);
+  });
+
   test('--policies chooses; the table and --report DIR write a markdown report with SVG charts', async () => {
     const dir = mkdtempSync(join(tmpdir(), 'kvgate-sim-report-'));
     after(() => rmSync(dir, { recursive: true, force: true }));
