@@ -320,4 +320,19 @@ describe('README examples', () => {
     const { POLICY_FACTORIES, POOLED_BOUND } = await import('../../src/sim/policies/registry.js');
     for (const p of [...Object.keys(POLICY_FACTORIES), POOLED_BOUND]) assert.match(README, new RegExp(`^\\| \`${p}\` \\| `, 'm'), `sim policy ${p} is in the README`);
   });
+
+  test("the quick start names every address envoy/envoy.yaml's worker clusters send to, so a newcomer starts a model server there", () => {
+    type Cluster = { name: string; load_assignment?: { endpoints: Array<{ lb_endpoints: Array<{ endpoint: { address: { socket_address: { address: string; port_value: number } } } }> }> } };
+    const envoy = parse(readFileSync(path.join(ROOT, 'envoy/envoy.yaml'), 'utf8')) as { static_resources: { clusters: Cluster[] } };
+    const workers = envoy.static_resources.clusters.filter((c) => /^worker_\d+$/.test(c.name));
+    assert.ok(workers.length >= 1, 'envoy/envoy.yaml has worker clusters');
+    const quickStart = README.slice(README.indexOf('## Quick start'), README.indexOf('## The command line'));
+    for (const c of workers) {
+      for (const e of c.load_assignment!.endpoints.flatMap((x) => x.lb_endpoints)) {
+        const { address, port_value } = e.endpoint.address.socket_address;
+        assert.ok(quickStart.includes(address), `the quick start names ${c.name}'s host ${address}`);
+        assert.match(quickStart, new RegExp(`:${port_value}\\b`), `the quick start names ${c.name}'s port ${port_value}`);
+      }
+    }
+  });
 });
