@@ -140,7 +140,15 @@ export function registerTryCommand(program: Command, out: TryOutput = process.st
 async function describe(turn: number, answer: RouteAnswer, sent: Record<string, string>, routingHeader: string): Promise<TurnReport> {
   if (answer.kind === 'local') return { turn, result: 'answered', status: answer.status, body: answer.body };
   const set = Object.fromEntries(Object.entries(answer.headers).filter(([k, v]) => sent[k] !== v));
-  if (answer.cluster === undefined) return { turn, result: 'fallback', headers_set: set, explanation_missing: `the gate set no ${routingHeader} in time: Envoy would take its fallback route` };
+  if (answer.cluster === undefined) {
+    // A gate that set other headers answered, on a header other than --routing-header (endpoint-picker
+    // mode's x-gateway-destination-endpoint, or a routing.header of its own): name it.
+    const other = Object.keys(set)[0];
+    const missing = other === undefined
+      ? `the gate set no ${routingHeader} in time: Envoy would take its fallback route`
+      : `the gate set no ${routingHeader} but did set ${other}: if it routes on that (its routing.header, or x-gateway-destination-endpoint in endpoint-picker mode), pass --routing-header ${other}`;
+    return { turn, result: 'fallback', headers_set: set, explanation_missing: missing };
+  }
   return { turn, result: 'routed', cluster: answer.cluster, headers_set: set };
 }
 

@@ -73,6 +73,11 @@ describe('kvgate try', () => {
     assert.match(out, /pass the gate's admin address with --admin/);
   });
 
+  test('a gate routing on another header: the note names it and the flag that reads it', async () => {
+    const out = await tryIt('--target', gate.target, '--admin', gate.admin, '--routing-header', 'x-other');
+    assert.match(out, /^turn 1: no routing answer: the gate set no x-other but did set x-kvgate-cluster: .*pass --routing-header x-kvgate-cluster$/m);
+  });
+
   test('no gate at the target: a clear error naming the flag', async () => {
     const dead = await startTestGate({ workers: [{ id: 'x', cluster: 'x' }] });
     const target = dead.target;
