@@ -154,6 +154,10 @@ async function describe(turn: number, answer: RouteAnswer, sent: Record<string, 
 
 /** Attaches the gate's record of the decision: the newest one for this session's key hash. */
 async function explain(report: TurnReport, admin: string, session: string | undefined): Promise<void> {
+  if (report.result === 'answered' && report.status === 404 && report.body?.includes('"model_not_found"')) {
+    report.explanation_missing = "no pool of the gate serves this model: pass --model with one of the models its config's pools list";
+    return;
+  }
   if (session === undefined) {
     report.explanation_missing = 'a request without a session id is matched by its prompt-prefix hash, which only the gate knows: see GET /debug/decisions';
     return;

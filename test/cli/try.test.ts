@@ -78,6 +78,17 @@ describe('kvgate try', () => {
     assert.match(out, /^turn 1: no routing answer: the gate set no x-other but did set x-kvgate-cluster: .*pass --routing-header x-kvgate-cluster$/m);
   });
 
+  test('a model no pool serves: the 404, and the note names --model', async () => {
+    const pools = await startTestGate({ pools: [{ name: 'p1', models: ['m1'], workers: [{ id: 'p1w', cluster: 'p1w' }] }] });
+    try {
+      const out = await tryIt('--target', pools.target, '--admin', pools.admin, '--model', 'llama');
+      assert.match(out, /^turn 1: the gate answered the client itself: 404 .*model_not_found/m);
+      assert.match(out, /no pool of the gate serves this model: pass --model/);
+    } finally {
+      await pools.close(100);
+    }
+  });
+
   test('no gate at the target: a clear error naming the flag', async () => {
     const dead = await startTestGate({ workers: [{ id: 'x', cluster: 'x' }] });
     const target = dead.target;
