@@ -321,6 +321,23 @@ describe('README examples', () => {
     for (const p of [...Object.keys(POLICY_FACTORIES), POOLED_BOUND]) assert.match(README, new RegExp(`^\\| \`${p}\` \\| `, 'm'), `sim policy ${p} is in the README`);
   });
 
+  test('the Admin API curl examples use the admin port npm start serves on, a path and method the table lists, and a worker envoy/kvgate.yaml has', () => {
+    const section = README.slice(README.indexOf('## Admin API'), README.indexOf('## Endpoint-picker mode'));
+    const curls = blocks(section).filter((b) => b.lang === 'sh').flatMap((b) => b.text.split('\n')).filter((l) => l.startsWith('curl '));
+    assert.ok(curls.length >= 3, 'the Admin API section has curl examples');
+    const exampleWorkers = new Set([...readFileSync(path.join(ROOT, 'envoy/kvgate.yaml'), 'utf8').matchAll(/id: (\w+)/g)].map((m) => m[1]!));
+    for (const line of curls) {
+      const url = /'?127\.0\.0\.1:(\d+)(\/[^\s?']*)/.exec(line);
+      assert.ok(url, `${line}: names 127.0.0.1:PORT/PATH`);
+      assert.equal(url[1], '9090', `${line}: the admin port`);
+      const method = /-X (\w+)/.exec(line)?.[1] ?? 'GET';
+      const worker = /^\/workers\/([^/]+)\/state$/.exec(url[2]!)?.[1];
+      if (worker) assert.ok(exampleWorkers.has(worker), `${line}: ${worker} is a worker of envoy/kvgate.yaml`);
+      const templ = worker ? '/workers/<id>/state' : url[2]!;
+      assert.ok([`| \`${method} ${templ}\``, `| \`${method} ${templ}?`].some((row) => section.includes(row)), `${line}: the table lists ${method} ${templ}`);
+    }
+  });
+
   test("the quick start names every address envoy/envoy.yaml's worker clusters send to, so a newcomer starts a model server there", () => {
     type Cluster = { name: string; load_assignment?: { endpoints: Array<{ lb_endpoints: Array<{ endpoint: { address: { socket_address: { address: string; port_value: number } } } }> }> } };
     const envoy = parse(readFileSync(path.join(ROOT, 'envoy/envoy.yaml'), 'utf8')) as { static_resources: { clusters: Cluster[] } };
