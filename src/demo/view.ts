@@ -19,10 +19,15 @@ function short(id: string): string {
   return m ? m[1]! : id;
 }
 
+/** `1 session`, `2 sessions`. */
+function count(n: number, noun: string): string {
+  return `${n} ${noun}${n === 1 ? '' : 's'}`;
+}
+
 export function headerLines(state: DemoState): string[] {
   const o = state.options;
   return [
-    `kvgate demo: ${state.workers.length} ${state.external ? 'clusters' : 'fake workers'}, ${o.sessions} sessions × ${o.turns} turns (at most ${o.durationS} s), ${SYSTEM_PROMPT_NAMES.length} shared system prompts`,
+    `kvgate demo: ${count(state.workers.length, state.external ? 'cluster' : 'fake worker')}, ${count(o.sessions, 'session')} × ${count(o.turns, 'turn')} (at most ${o.durationS} s), ${count(SYSTEM_PROMPT_NAMES.length, 'shared system prompt')}`,
     state.external
       ? `gate: the running one at ${state.grpcTarget} (admin ${state.adminUrl}); its clusters: ${state.workers.map((w) => `${w.id} → ${w.worker.url}`).join(', ')}`
       : `gate: ext_proc ${state.grpcTarget}, admin ${state.adminUrl} (while it runs: kvgate status --admin ${state.adminUrl})`,

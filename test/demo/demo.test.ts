@@ -25,6 +25,11 @@ async function demo(args: string[], isTTY = false): Promise<string> {
 }
 
 describe('kvgate demo', () => {
+  test('the header counts in words: one session, one turn, one worker', async () => {
+    const out = await demo(['--workers', '1', '--sessions', '1', '--turns', '1', '--think-ms', '0']);
+    assert.match(out, /^kvgate demo: 1 fake worker, 1 session × 1 turn \(at most \d+ s\), 3 shared system prompts$/m);
+  });
+
   test('plain output (not a terminal): a line per turn, sessions sticking to their workers, a non-zero hit rate', async () => {
     const out = await demo(['--workers', '2', '--sessions', '4', '--turns', '3', '--think-ms', '0']);
     assert.doesNotMatch(out, /\x1b\[/, 'no terminal control codes in plain output');
