@@ -38,7 +38,9 @@ async function commitsOn(url: string, servername?: string): Promise<boolean> {
     tls: { ca: certs.read(certs.caCert), ...(servername !== undefined ? { servername } : {}) },
   });
   try {
-    if (!(await store.waitReady(3000))) return false;
+    // Three TLS handshakes and the slot map: well under a second alone, but CI's Node 22 run
+    // beside other test files once took past 3 s.
+    if (!(await store.waitReady(10_000))) return false;
     const r = await store.commit(commitRequest({ pool: 'default', workers: ['w1'], worker: 'w1' }));
     if (r.ok) await store.release(r.lease);
     return r.ok && !r.degraded;
