@@ -4,7 +4,7 @@
  *
  * Node 20's `AbortSignal.any` holds its sources weakly, and `AbortSignal.timeout`'s timer holds
  * its signal weakly too, so nothing keeps a timeout source alive: a garbage collection before the
- * timer fires loses it, and the composite never aborts (Node.js issue #57736; Node 22 keeps
+ * timer fires loses it, and the composite never aborts (a known Node 20 defect; Node 22 keeps
  * it). A fetch given such a signal against a server that never answers waited for ever: one hung
  * metrics endpoint and one GC stopped that worker's scrape loop for good, and the worker stayed
  * down after it recovered. Here the timer holds the controller strongly until it fires or is
