@@ -22,6 +22,7 @@ import { createStore, describeStore, readPem, type StoreTlsFiles } from './state
 import type { RedisStore } from './state/redis-store.js';
 import type { RoutingStore } from './state/store.js';
 import { InstrumentedStore } from './telemetry/instrumented-store.js';
+import { droppedLogLines } from './telemetry/logger.js';
 import { Metrics } from './telemetry/metrics.js';
 import { installTraceContext } from './telemetry/tracing.js';
 
@@ -105,6 +106,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     // The current config's pool names, so each pool's outcomes are exported from the first scrape.
     pools: () => (gate ? gate.pools.all().map((p) => p.name) : []),
     processMetrics: opts.processMetrics ?? true,
+    logLinesDropped: () => droppedLogLines(logger),
   });
   const store = new InstrumentedStore(backend, metrics);
   const running = new Gate(config, store, logger.child({ component: 'gate' }));

@@ -422,6 +422,15 @@ export const DEFAULTS = {
   configPollMs: 2000,
   logLevel: 'info',
   /**
+   * The most log text waiting to be written to stdout, in bytes; lines past it are dropped and
+   * counted (`kvgate_log_lines_dropped_total`). pino writes asynchronously, and a stdout nobody
+   * reads (a stalled log collector, a full pipe) would otherwise grow the buffer by every line the
+   * gate writes, until the process runs out of memory: a logging problem would take routing down.
+   * 16 MiB is tens of thousands of lines, minutes of a busy gate's logging at info, so a collector
+   * that pauses briefly loses nothing.
+   */
+  logBufferMaxBytes: 16 * 1024 * 1024,
+  /**
    * Spans per OTLP export when OTEL_BSP_MAX_EXPORT_BATCH_SIZE is unset (the SDK's default is 512).
    * The batch processor flushes a full batch from inside `span.end()`, and the exporter serialises
    * it there, on the thread that answers Envoy: 512 kvgate spans (each with its candidates' arrays)

@@ -66,6 +66,8 @@ export interface MetricsOptions {
   pools?: () => readonly string[];
   /** Include Node's process metrics (off in tests that start many gates in one process). */
   processMetrics?: boolean;
+  /** Log lines dropped so far because stdout did not keep up (src/telemetry/logger.ts), read at scrape time. */
+  logLinesDropped?: () => number;
 }
 
 export class Metrics {
@@ -264,6 +266,23 @@ export class Metrics {
         },
       });
     }
+    const logDrops = opts.logLinesDropped;
+    new Counter({
+      name: 'kvgate_log_lines_dropped_total',
+      help: 'Log lines dropped because stdout did not take them as fast as they were written (the log buffer is bounded, logBufferMaxBytes).',
+      registers: [this.registry],
+      collect() {
+        // The logger counts; the counter shows its count (a count only grows, so this is monotonic).
+        let n = 0;
+        try {
+          n = logDrops?.() ?? 0;
+        } catch {
+          // Best effort, as every collect here: a scrape must not fail on this.
+        }
+        this.reset();
+        this.inc(n);
+      },
+    });
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
     // Every outcome and reason appears from the first scrape, so rate() works without gaps: the
     // config's pools at scrape (collect above), and the outcomes a request with no pool can have.

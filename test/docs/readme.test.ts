@@ -310,6 +310,13 @@ describe('README examples', () => {
     }
   });
 
+  test('the log buffer bound the README gives is the one the logger uses', async () => {
+    const { DEFAULTS } = await import('../../src/config/defaults.js');
+    const m = /through a buffer of at most (\d+) MiB/.exec(README);
+    assert.ok(m, 'the Logs section states the bound');
+    assert.equal(Number(m[1]) * 1024 * 1024, DEFAULTS.logBufferMaxBytes);
+  });
+
   test('documented: prefix_hit, /debug/decisions, workers without metrics_url, exit statuses, every sim policy', async () => {
     for (const outcome of ['affinity_hit', 'new', 'migrated', 'prefix_hit', 'unkeyed', 'shed', 'rejected', 'fallback']) {
       assert.match(README, new RegExp(`\`${outcome}\` \\(`), `outcome ${outcome} is explained`);
