@@ -16,7 +16,7 @@ import { ExtProcServer, maxMessageBytesFor } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import type { Pool } from './gate/pools.js';
 import { Readiness, unreachableReason } from './health/readiness.js';
-import { initHashing } from './request/hashing.js';
+import { initHashing, MIN_SESSION_HASH_KEY_BYTES } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
 import type { RedisStore } from './state/redis-store.js';
@@ -41,6 +41,11 @@ export interface StartOptions {
   adminPort: number;
   /** Bearer token the admin API's state changes require (none: open to whoever reaches the port). */
   adminToken?: string;
+  /**
+   * Key for hashing session ids (HMAC-SHA-256), the same on every replica; none: plain SHA-256.
+   * At least MIN_SESSION_HASH_KEY_BYTES bytes (UTF-8), else the start fails.
+   */
+  sessionHashKey?: string;
   onResult?: (result: GateResult) => void;
   /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs; tests shorten it). */
   fullDuplexBodyWaitMs?: number;
@@ -83,11 +88,29 @@ export interface RunningKvgate {
   close(graceMs?: number, delayMs?: number): Promise<void>;
 }
 
+/**
+ * The session hash key as bytes, or undefined for none (unset or empty: an optional Secret that
+ * is absent reads as empty). A key too short to be unguessable is refused: it would give hashes
+ * that look protected and are not.
+ */
+function sessionHashKeyOf(key: string | undefined): Uint8Array | undefined {
+  if (key === undefined || key === '') return undefined;
+  const bytes = Buffer.from(key, 'utf8');
+  if (bytes.length < MIN_SESSION_HASH_KEY_BYTES) {
+    throw new KvgateError(
+      'invalid_config',
+      `the session hash key (--session-hash-key, KVGATE_SESSION_HASH_KEY) has ${bytes.length} bytes; it needs at least ${MIN_SESSION_HASH_KEY_BYTES} random ones (e.g. openssl rand -hex 32)`,
+    );
+  }
+  return bytes;
+}
+
 /** How long startup waits for Redis before serving degraded (routing on local state). */
 const STORE_STARTUP_WAIT_MS = 3000;
 
 export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
+  const hashKey = sessionHashKeyOf(opts.sessionHashKey);
   await initHashing();
   installTraceContext();
   const credentials = grpcCredentials(opts.tls);
@@ -109,7 +132,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     logLinesDropped: () => droppedLogLines(logger),
   });
   const store = new InstrumentedStore(backend, metrics);
-  const running = new Gate(config, store, logger.child({ component: 'gate' }));
+  const running = new Gate(config, store, logger.child({ component: 'gate' }), undefined, hashKey);
   gate = running;
   const extproc = new ExtProcServer({
     gate,
@@ -175,6 +198,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       admin_host: opts.adminHost,
       admin_port: adminPort,
       store: describeStore(opts.store),
+      // Whether session ids are hashed under a key: replicas with different answers disagree on every session.
+      session_hashes: hashKey ? 'keyed' : 'sha256',
       pools: config.pools.length,
       workers: config.workers.length,
       protocol: config.routing.protocol,

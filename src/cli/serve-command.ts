@@ -24,6 +24,7 @@ interface ServeOptions {
   shutdownGraceS: number;
   shutdownDelayS: number;
   adminToken?: string;
+  sessionHashKey?: string;
 }
 
 export function registerServeCommand(program: Command): void {
@@ -55,6 +56,12 @@ export function registerServeCommand(program: Command): void {
       new Option('--admin-token <token>', 'bearer token the admin API requires for state changes (prefer the environment variable: a flag shows in the process list)').env(
         'KVGATE_ADMIN_TOKEN',
       ),
+    )
+    .addOption(
+      new Option(
+        '--session-hash-key <key>',
+        'secret key session ids are hashed under (HMAC-SHA-256), the same on every replica; at least 16 bytes (prefer the environment variable: a flag shows in the process list)',
+      ).env('KVGATE_SESSION_HASH_KEY'),
     )
     .addOption(new Option('--log-level <level>', 'log level').env('KVGATE_LOG_LEVEL').choices(LOG_LEVELS).default(DEFAULTS.logLevel))
     .addOption(
@@ -116,6 +123,7 @@ export function registerServeCommand(program: Command): void {
         adminHost: o.adminHost,
         adminPort: o.adminPort,
         ...(o.adminToken ? { adminToken: o.adminToken } : {}),
+        ...(o.sessionHashKey ? { sessionHashKey: o.sessionHashKey } : {}),
         configFile: o.config,
       });
       stop = (signal: string) => {

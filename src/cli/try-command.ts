@@ -162,14 +162,16 @@ async function explain(report: TurnReport, admin: string, session: string | unde
     report.explanation_missing = 'a request without a session id is matched by its prompt-prefix hash, which only the gate knows: see GET /debug/decisions';
     return;
   }
-  const hash = hashSessionId(session);
+  // The gate's key, when it hashes under one and this shell has it too; else the decision is not found by its hash.
+  const gateKey = process.env['KVGATE_SESSION_HASH_KEY'];
+  const hash = hashSessionId(session, gateKey ? Buffer.from(gateKey, 'utf8') : undefined);
   try {
     const res = await fetch(new URL('/debug/decisions?limit=100', admin), { signal: AbortSignal.timeout(3000) });
     if (res.status !== 200) throw new Error(`answered ${res.status}`);
     const body = (await res.json()) as { decisions?: DecisionRecord[] };
     const record = body.decisions?.find((d) => d.key_hash === hash);
     if (record) report.decision = record;
-    else report.explanation_missing = 'the gate has no record of this decision (a rejected request before any worker was considered, or over 100 newer decisions)';
+    else report.explanation_missing = `the gate has no record of this decision (a rejected request before any worker was considered, over 100 newer decisions${gateKey ? '' : ', or a gate hashing session ids under a key: set KVGATE_SESSION_HASH_KEY here too'})`;
   } catch (err) {
     const code = (err as { cause?: { code?: string } }).cause?.code;
     report.explanation_missing = `cannot read ${admin}/debug/decisions (${code ?? (err as Error).message}): pass the gate's admin address with --admin for the explanation`;

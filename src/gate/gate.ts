@@ -126,6 +126,11 @@ export class Gate {
      * collector times this replica's own scrapes by it (signals/fleet.ts).
      */
     readonly clock: () => number = () => performance.now(),
+    /**
+     * The key session ids and stored response ids are hashed under (`--session-hash-key`); none:
+     * plain SHA-256. Every replica sharing a store must have the same one, or their keys differ.
+     */
+    private readonly sessionHashKey?: Uint8Array,
   ) {
     this.setup = { config, pools: new PoolTable(config) };
     // The store learns the config's pools from the start (readiness on a cluster checks each one).
@@ -220,7 +225,7 @@ export class Gate {
     let model: string | undefined;
     let storedResponse: string | undefined;
     try {
-      const u = understand(req, cfg);
+      const u = understand(req, cfg, this.sessionHashKey);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
@@ -407,7 +412,7 @@ export class Gate {
    */
   async recordResponse(pool: string, worker: string, responseId: string, scope?: RequestScope): Promise<void> {
     try {
-      const hash = responseIdHash(responseId);
+      const hash = responseIdHash(responseId, this.sessionHashKey);
       await this.store.recordResponse(pool, hash, worker, this.setup.config.affinity.response_ttl_s * 1000, scope);
       debugLogger(this.logger, scope)?.debug({ pool, worker, response_hash: hash }, 'stored response learned');
     } catch (err) {

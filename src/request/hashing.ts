@@ -48,8 +48,21 @@ export function hashText(text: string, seed: bigint): bigint {
 const oneShot: ((algorithm: string, data: string, encoding: 'hex') => string) | undefined =
   typeof crypto.hash === 'function' ? crypto.hash : undefined;
 
-/** A session id as stored and logged: 128 bits of SHA-256, hex. */
-export function hashSessionId(id: string): string {
+/**
+ * A session id as stored and logged: 128 bits of SHA-256, hex; with a key (`--session-hash-key`),
+ * of HMAC-SHA-256 under it. A plain digest of a guessable id (the `user` field often carries an
+ * email or an account number) can be reversed by hashing candidates; a keyed one cannot without
+ * the key, which never leaves the gates (docs/DESIGN.md "Session ids are hashed, optionally keyed").
+ */
+export function hashSessionId(id: string, key?: Uint8Array): string {
+  if (key !== undefined) return crypto.createHmac('sha256', key).update(id).digest('hex').slice(0, 32);
   const hex = oneShot ? oneShot('sha256', id, 'hex') : crypto.createHash('sha256').update(id).digest('hex');
   return hex.slice(0, 32);
 }
+
+/**
+ * The shortest session hash key accepted, in bytes. The key is what keeps a guessable id from
+ * being found by hashing candidates, so it must not itself be guessable: 16 bytes (128 bits) of
+ * randomness, e.g. `openssl rand -hex 32`. A shorter one is refused at start rather than trusted.
+ */
+export const MIN_SESSION_HASH_KEY_BYTES = 16;

@@ -66,21 +66,26 @@ export interface Understanding {
 /** Longest session id accepted; longer values are hashed only up to here (they are still unique enough). */
 const MAX_SESSION_ID_CHARS = 1024;
 
-export function understand(req: RequestInfo, cfg: Config): Understanding {
+/**
+ * `hashKey`: the key session ids (and stored response ids) are hashed under, when the gate has one
+ * (hashing.ts `hashSessionId`); prompt blocks are never keyed (their hashes must match across
+ * every gate and the simulator, and a prompt hash reveals only a prompt one already has).
+ */
+export function understand(req: RequestInfo, cfg: Config, hashKey?: Uint8Array): Understanding {
   const k = cfg.keys;
-  const prompt = readPrompt(req, cfg);
-  const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths) : undefined;
+  const prompt = readPrompt(req, cfg, hashKey);
+  const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths, hashKey) : undefined;
   if (byPath !== undefined) prompt.storedResponse = byPath;
   const fromHeader = headerValue(req.headers.get(k.session_header));
-  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header'));
+  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header', hashKey));
 
   const cookieHeader = req.headers.get('cookie');
   if (cookieHeader) {
     const fromCookie = safeCookie(cookieHeader, k.session_cookie);
-    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie'));
+    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie', hashKey));
   }
   if (prompt.body && k.body_session_fields) {
-    const fromBody = bodyKey(prompt.body, prompt.api);
+    const fromBody = bodyKey(prompt.body, prompt.api, hashKey);
     if (fromBody) return answer(prompt, fromBody);
   }
   return answer(prompt, prompt.prefixKey);
@@ -99,23 +104,23 @@ function answer(prompt: PromptFacts, key: RoutingKey | undefined): Understanding
 }
 
 /** The body's own session or cache key, by API, in the order of this module's comment. */
-function bodyKey(body: Record<string, unknown>, api: PromptApi): RoutingKey | undefined {
+function bodyKey(body: Record<string, unknown>, api: PromptApi, hashKey: Uint8Array | undefined): RoutingKey | undefined {
   const metadata = objectField(body, 'metadata');
   if (api === 'messages') {
     const userId = metadata && stringField(metadata, 'user_id');
-    return userId ? sessionKey(userId, 'body_metadata_user_id') : undefined;
+    return userId ? sessionKey(userId, 'body_metadata_user_id', hashKey) : undefined;
   }
   if (api === 'responses') {
     const conversation = conversationId(body['conversation']);
-    if (conversation) return sessionKey(conversation, 'body_conversation');
+    if (conversation) return sessionKey(conversation, 'body_conversation', hashKey);
   }
   const metaSession = metadata && stringField(metadata, 'session_id');
-  if (metaSession) return sessionKey(metaSession, 'body_metadata');
+  if (metaSession) return sessionKey(metaSession, 'body_metadata', hashKey);
   const cacheKey = stringField(body, 'prompt_cache_key');
   // Its own namespace: a cache key "abc" and a session "abc" are different things.
-  if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key');
+  if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key', hashKey);
   const user = stringField(body, 'user');
-  if (user) return sessionKey(user, 'body_user');
+  if (user) return sessionKey(user, 'body_user', hashKey);
   return undefined;
 }
 
@@ -124,12 +129,12 @@ function bodyKey(body: Record<string, unknown>, api: PromptApi): RoutingKey | un
  * Responses path: the id's hash, else undefined. Cheap for every other path: one suffix test per
  * configured path, only when the path is longer than it.
  */
-function responseOfPath(path: string, paths: readonly string[]): string | undefined {
+function responseOfPath(path: string, paths: readonly string[], hashKey: Uint8Array | undefined): string | undefined {
   for (const p of paths) {
     if (path.length <= p.length + 1 || path.charCodeAt(p.length) !== 0x2f || !path.startsWith(p) || promptApiOf(p) !== 'responses') continue;
     const end = path.indexOf('/', p.length + 1);
     const id = path.slice(p.length + 1, end < 0 ? undefined : end);
-    return id ? responseIdHash(decodeSegment(id)) : undefined;
+    return id ? responseIdHash(decodeSegment(id), hashKey) : undefined;
   }
   return undefined;
 }
@@ -172,7 +177,7 @@ export function readsBody(req: Pick<RequestInfo, 'path'>, cfg: Config): boolean 
 }
 
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
-function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
+function readPrompt(req: RequestInfo, cfg: Config, hashKey: Uint8Array | undefined): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
   if (req.body === undefined || !readsBody(req, cfg)) return { model: undefined, blocks: [], api: 'openai' };
   const api = promptApiOf(req.path);
   if (req.body.length > cfg.limits.max_body_bytes) {
@@ -192,7 +197,7 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   const body = parsed.value;
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
-  const storedResponse = previous ? responseIdHash(previous) : undefined;
+  const storedResponse = previous ? responseIdHash(previous, hashKey) : undefined;
   const options = promptOptions(body, api);
   const salted = `${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`;
   const seed = seedFor(options === undefined ? salted : `${salted}\u0000${options}`);
@@ -257,16 +262,16 @@ function promptOptions(body: Record<string, unknown>, api: PromptApi): string | 
  * it read the stored response, so it is not kept in the clear). The same function reads a
  * request's `previous_response_id` and the id a worker's response carries.
  */
-export function responseIdHash(id: string): string {
-  return hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS));
+export function responseIdHash(id: string, hashKey?: Uint8Array): string {
+  return hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS), hashKey);
 }
 
 function hex(h: bigint): string {
   return h.toString(16).padStart(16, '0');
 }
 
-function sessionKey(id: string, source: KeySource): RoutingKey {
-  return { kind: 'session', source, hash: hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS)) };
+function sessionKey(id: string, source: KeySource, hashKey: Uint8Array | undefined): RoutingKey {
+  return { kind: 'session', source, hash: hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS), hashKey) };
 }
 
 /**

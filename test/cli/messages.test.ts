@@ -45,6 +45,16 @@ describe('exit status and usage', () => {
     assert.match(r.stderr, /^kvgate: nothing is listening at/m);
   });
 
+  test('a session hash key too short to be secret is a config error (2) saying what it needs', () => {
+    const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', EXAMPLE, '--grpc-port', '0', '--admin-port', '0'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+      env: { ...process.env, KVGATE_SESSION_HASH_KEY: 'hunter2' },
+    });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /session hash key \(--session-hash-key, KVGATE_SESSION_HASH_KEY\) has 7 bytes; it needs at least 16/);
+  });
+
   test('a subcommand whose development dependency is missing says so and what to do', async () => {
     const { loadSubcommand } = await import('../../src/cli/cli.js');
     const missing = Object.assign(new Error("Cannot find package 'vega-lite' imported from /app/dist/sim/report.js"), { code: 'ERR_MODULE_NOT_FOUND' });

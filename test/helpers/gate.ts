@@ -17,7 +17,7 @@ export async function startTestGate(
   rawConfig: unknown,
   opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number; adminHost?: string } & Pick<
     StartOptions,
-    'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams' | 'adminToken'
+    'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams' | 'adminToken' | 'sessionHashKey'
   > = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
@@ -32,6 +32,7 @@ export async function startTestGate(
     adminHost: opts.adminHost ?? '127.0.0.1',
     adminPort: 0,
     ...(opts.adminToken !== undefined ? { adminToken: opts.adminToken } : {}),
+    ...(opts.sessionHashKey !== undefined ? { sessionHashKey: opts.sessionHashKey } : {}),
     onResult: (r) => results.push(r),
     // Node's process metrics add a timer per gate; tests that want them ask.
     processMetrics: opts.processMetrics ?? false,
