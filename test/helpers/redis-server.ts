@@ -34,34 +34,29 @@ export interface RedisTlsFiles {
 
 /**
  * `extraArgs` are redis-server flags (e.g. `--requirepass`); with `tls` the server speaks only TLS
- * on its port (plain TCP off) and `url` is rediss://.
+ * on its port (plain TCP off) and `url` is rediss://. `pickPort` stands in for freePort() (tests of
+ * this helper hand it a port that is already taken).
  */
-export async function startRedis(extraArgs: string[] = [], opts: { tls?: RedisTlsFiles } = {}): Promise<TestRedis> {
+export async function startRedis(
+  extraArgs: string[] = [],
+  opts: { tls?: RedisTlsFiles; pickPort?: () => Promise<number> } = {},
+): Promise<TestRedis> {
   const bin = redisServerBinary();
-  let port = await freePort();
   let proc: ChildProcess | undefined;
   const tls = opts.tls;
-  const portArgs = () =>
+  const portArgs = (port: number) =>
     tls
       ? ['--port', '0', '--tls-port', String(port), '--tls-cert-file', tls.cert, '--tls-key-file', tls.key, '--tls-ca-cert-file', tls.ca, '--tls-auth-clients', tls.authClients ?? 'yes']
       : ['--port', String(port)];
 
-  const launch = async () => {
-    const p = spawn(bin, [...portArgs(), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
+  const launch = async (port: number) => {
+    const p = spawn(bin, [...portArgs(port), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', ...extraArgs], {
       stdio: 'ignore',
     });
     proc = p;
-    await waitForPort(port, 5000);
-    // Listening, but maybe not this server: another process (a test file running beside this one)
-    // can take the port between freePort() and the spawn; this one then fails to bind and exits,
-    // while the port answers for the other, whose Redis vanishes when its test ends (a test here
-    // once waited for ever on a Redis that was gone). Plain servers say their process id.
-    const pid = tls ? undefined : await serverPid(port);
-    const ours = pid === undefined ? await aliveAfter(p, 100) : pid === p.pid;
-    if (!ours || p.exitCode !== null) {
-      if (p.exitCode === null) p.kill('SIGKILL');
-      throw new Error(`redis-server could not take port ${port}: another process holds it`);
-    }
+    // A TLS server asks for a client certificate (tls-auth-clients yes), which this helper has
+    // none of: such a server is told from another by staying up instead.
+    await ensureOwnServer(p, port, tls ? undefined : dialPlain);
   };
   const kill = async () => {
     const p = proc;
@@ -72,29 +67,65 @@ export async function startRedis(extraArgs: string[] = [], opts: { tls?: RedisTl
       p.kill('SIGKILL');
     });
   };
-  // A new port if the first was taken (a restart keeps its port: the tests' clients point at it).
-  for (let attempt = 1; ; attempt++) {
-    try {
-      await launch();
-      break;
-    } catch (err) {
-      if (attempt >= 3) throw err;
-      port = await freePort();
-    }
-  }
+  // A restart keeps its port: the tests' clients point at it.
+  const port = await onFreshPorts(opts.pickPort ?? freePort, launch);
   return {
     port,
     url: `${tls ? 'rediss' : 'redis'}://127.0.0.1:${port}`,
     kill,
-    restart: launch,
+    restart: () => launch(port),
     stop: kill,
   };
 }
 
+/** Opens a connection to a Redis on `port` at 127.0.0.1 (plain TCP, or TLS for a TLS-only server). */
+export type DialRedis = (port: number) => net.Socket;
+
+export const dialPlain: DialRedis = (port) => net.connect(port, '127.0.0.1');
+
+/**
+ * Waits until `port` listens and makes sure the server answering there is `p`; else kills `p` and
+ * throws. freePort() releases its port before redis-server binds it, so another process (a test
+ * file running beside this one) can take the port in between; `p` then fails to bind and exits
+ * while the port answers for the other, whose Redis vanishes when its test ends (a test once
+ * waited for ever on a Redis that was gone). A Redis says its process id (INFO server) once it
+ * has bound every port it was given (a cluster node's bus port too), so a matching id means both
+ * are `p`'s. With no `dial`, or a server that will not say (a password, an ACL without INFO), `p`
+ * counts as the owner if it is still up a moment later: one that failed to bind has exited by then.
+ */
+export async function ensureOwnServer(p: ChildProcess, port: number, dial: DialRedis | undefined): Promise<void> {
+  try {
+    await waitForPort(port, 5000, p);
+    const pid = dial ? await serverPid(port, dial) : undefined;
+    const ours = pid === undefined ? await aliveAfter(p, 100) : pid === p.pid;
+    if (!ours || p.exitCode !== null) throw new Error(`redis-server could not take port ${port}: another process holds it`);
+  } catch (err) {
+    if (p.exitCode === null && p.signalCode === null) p.kill('SIGKILL');
+    throw err;
+  }
+}
+
+/**
+ * Runs `start` on ports from `pick` and, when it throws (a port was taken), on fresh ones: three
+ * tries in all, so a machine where ports really run out fails with the last error rather than
+ * looping. Returns the ports that worked.
+ */
+export async function onFreshPorts<T>(pick: () => Promise<T>, start: (ports: T) => Promise<void>, tries = 3): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    const ports = await pick();
+    try {
+      await start(ports);
+      return ports;
+    } catch (err) {
+      if (attempt >= tries) throw err;
+    }
+  }
+}
+
 /** The process id the plain Redis on `port` reports (INFO server), or undefined when it will not say. */
-function serverPid(port: number): Promise<number | undefined> {
+function serverPid(port: number, dial: DialRedis): Promise<number | undefined> {
   return new Promise((resolve) => {
-    const s = net.connect(port, '127.0.0.1');
+    const s = dial(port);
     let text = '';
     const done = (pid: number | undefined) => {
       s.destroy();
@@ -119,9 +150,11 @@ async function aliveAfter(p: ChildProcess, ms: number): Promise<boolean> {
   return p.exitCode === null;
 }
 
-export async function waitForPort(port: number, timeoutMs: number): Promise<void> {
+/** With `proc`, a server that has exited is not waited for (it failed to bind: a port was taken). */
+export async function waitForPort(port: number, timeoutMs: number, proc?: ChildProcess): Promise<void> {
   const until = Date.now() + timeoutMs;
   for (;;) {
+    if (proc && (proc.exitCode !== null || proc.signalCode !== null)) throw new Error(`redis-server for port ${port} exited before it listened`);
     const ok = await new Promise<boolean>((resolve) => {
       const s = net.connect(port, '127.0.0.1');
       s.once('connect', () => {
