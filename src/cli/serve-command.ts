@@ -7,7 +7,8 @@ import { LOG_LEVELS, port, secondsUpTo } from './arg-parsers.js';
 import { DEFAULTS } from '../config/defaults.js';
 
 interface ServeOptions {
-  config: string;
+  /** Absent when neither --config nor KVGATE_CONFIG is given: the action says how to give it. */
+  config?: string;
   grpcPort: number;
   grpcHost: string;
   adminPort: number;
@@ -27,11 +28,20 @@ interface ServeOptions {
   sessionHashKey?: string;
 }
 
+/**
+ * What `kvgate serve` says without a config. Commander's own text for a mandatory option names the
+ * flag alone, so a newcomer neither learns of the environment variable nor where to find a config
+ * to start from; the example is the one `npm start` serves (the container image has it too).
+ */
+export const MISSING_CONFIG =
+  'error: kvgate serve needs a config file: pass --config <file> or set the KVGATE_CONFIG environment variable.\n' +
+  'To start from the example, use envoy/kvgate.yaml in the kvgate repository (what `npm start` serves; the container image has it at /etc/kvgate/kvgate.yaml).';
+
 export function registerServeCommand(program: Command): void {
   program
     .command('serve')
     .description('run the gate: answer Envoy ext_proc streams with the worker cluster for each request')
-    .addOption(new Option('--config <file>', 'kvgate YAML config (workers, limits, keys)').env('KVGATE_CONFIG').makeOptionMandatory())
+    .addOption(new Option('--config <file>', 'kvgate YAML config (workers, limits, keys)').env('KVGATE_CONFIG'))
     .addOption(new Option('--grpc-port <port>', 'ext_proc gRPC port').env('KVGATE_GRPC_PORT').argParser(port).default(DEFAULTS.grpcPort))
     .addOption(new Option('--grpc-host <host>', 'ext_proc gRPC bind address').env('KVGATE_GRPC_HOST').default(DEFAULTS.grpcHost))
     .addOption(new Option('--admin-port <port>', 'admin HTTP port').env('KVGATE_ADMIN_PORT').argParser(port).default(DEFAULTS.adminPort))
@@ -76,7 +86,13 @@ export function registerServeCommand(program: Command): void {
         .argParser(secondsUpTo())
         .default(DEFAULTS.shutdownDelayS),
     )
-    .action(async (o: ServeOptions) => {
+    .action(async (o: ServeOptions, cmd: Command) => {
+      // Checked here rather than with makeOptionMandatory() so the message can say more (see
+      // MISSING_CONFIG). cmd.error() is commander's usage-error path: it prints the message and
+      // the help hint and throws a CommanderError, which main() turns into EXIT.usage like every
+      // other usage error. An empty KVGATE_CONFIG counts as none.
+      if (!o.config) cmd.error(MISSING_CONFIG, { code: 'kvgate.missingConfig' });
+      const configFile = o.config;
       const [grpc, { loadConfigFile }, { createLogger }, { startTracing }, { startKvgate }] = await Promise.all([
         import('@grpc/grpc-js'),
         import('../config/load.js'),
@@ -108,7 +124,7 @@ export function registerServeCommand(program: Command): void {
       const onStop = (signal: string) => (stop ? stop(signal) : (stopWhileStarting ??= signal));
       process.once('SIGINT', () => onStop('SIGINT'));
       process.once('SIGTERM', () => onStop('SIGTERM'));
-      const config = loadConfigFile(o.config);
+      const config = loadConfigFile(configFile);
       // Span export follows the standard OTEL_* variables; off when they are unset.
       const tracing = await startTracing({ logger: logger.child({ component: 'tracing' }) });
       logger.info({ tracing: tracing.enabled, detail: tracing.description }, 'tracing');
@@ -124,7 +140,7 @@ export function registerServeCommand(program: Command): void {
         adminPort: o.adminPort,
         ...(o.adminToken ? { adminToken: o.adminToken } : {}),
         ...(o.sessionHashKey ? { sessionHashKey: o.sessionHashKey } : {}),
-        configFile: o.config,
+        configFile,
       });
       stop = (signal: string) => {
         logger.info(

@@ -9,7 +9,7 @@ import net from 'node:net';
 import path from 'node:path';
 import { describe, test } from 'node:test';
 import { context, trace, TraceFlags } from '@opentelemetry/api';
-import { parseConfig } from '../../src/config/load.js';
+import { loadConfigFile, parseConfig } from '../../src/config/load.js';
 import { fetchFailure } from '../../src/signals/collector.js';
 import { RedisStore } from '../../src/state/redis-store.js';
 import { diagToPino, installTraceContext } from '../../src/telemetry/tracing.js';
@@ -53,6 +53,31 @@ describe('exit status and usage', () => {
     });
     assert.equal(r.status, 2);
     assert.match(r.stderr, /session hash key \(--session-hash-key, KVGATE_SESSION_HASH_KEY\) has 7 bytes; it needs at least 16/);
+  });
+
+  test('serve without a config names both ways to give it and the example config, status 2', () => {
+    const { KVGATE_CONFIG: _unset, ...env } = process.env;
+    void _unset;
+    for (const value of [undefined, '']) {
+      const r = spawnSync(process.execPath, [...KVGATE, 'serve'], {
+        encoding: 'utf8',
+        timeout: 30_000,
+        env: value === undefined ? env : { ...env, KVGATE_CONFIG: value },
+      });
+      const how = value === undefined ? 'KVGATE_CONFIG unset' : 'KVGATE_CONFIG empty';
+      assert.equal(r.status, 2, how);
+      assert.doesNotMatch(r.stderr, /required option/, how);
+      assert.match(r.stderr, /--config <file>/, how);
+      assert.match(r.stderr, /KVGATE_CONFIG environment variable/, how);
+      assert.match(r.stderr, /envoy\/kvgate\.yaml/, how);
+      assert.match(r.stderr, /\/etc\/kvgate\/kvgate\.yaml/, how);
+      assert.match(r.stderr, /add --help for usage/, how);
+    }
+    // The example it points at is the one `npm start` serves, is valid, and the image ships it where it says.
+    const pkg = JSON.parse(readFileSync(path.join(ROOT, 'package.json'), 'utf8')) as { scripts: Record<string, string> };
+    assert.match(pkg.scripts['start'] ?? '', /--config envoy\/kvgate\.yaml\b/);
+    assert.doesNotThrow(() => loadConfigFile(EXAMPLE));
+    assert.match(readFileSync(path.join(ROOT, 'Dockerfile'), 'utf8'), /^COPY envoy\/kvgate\.yaml \/etc\/kvgate\/kvgate\.yaml$/m);
   });
 
   test('a subcommand whose development dependency is missing says so and what to do', async () => {
