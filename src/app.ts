@@ -128,6 +128,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
         : [],
     // The current config's pool names, so each pool's outcomes are exported from the first scrape.
     pools: () => (gate ? gate.pools.all().map((p) => p.name) : []),
+    // And its worker ids: the series of pools and workers a reload removed are dropped at scrape.
+    workers: () => (gate ? gate.pools.all().flatMap((p) => p.workerIds) : []),
     processMetrics: opts.processMetrics ?? true,
     logLinesDropped: () => droppedLogLines(logger),
   });

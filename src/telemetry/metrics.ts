@@ -14,7 +14,7 @@
  * operator running several pools needs each pool's shed and hit rates (the pools serve different
  * models on different workers, and one pool's overload is invisible in a fleet-wide sum).
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics, type LabelValues } from 'prom-client';
 import type { WorkerView } from '../routing/types.js';
 import { WORKER_STATES } from '../routing/types.js';
 import { RELOAD_OUTCOMES, type ReloadOutcome } from '../config/reload.js';
@@ -64,6 +64,11 @@ export interface MetricsOptions {
    * first scrape (and a pool a reload adds from the next), so per-pool rate() has no gaps.
    */
   pools?: () => readonly string[];
+  /**
+   * The config's worker ids (every pool's), read at scrape time: series labelled with a worker a
+   * reload removed are dropped, as are those of a removed pool (see `dropGoneSeries`).
+   */
+  workers?: () => readonly string[];
   /** Include Node's process metrics (off in tests that start many gates in one process). */
   processMetrics?: boolean;
   /** Log lines dropped so far because stdout did not keep up (src/telemetry/logger.ts), read at scrape time. */
@@ -72,6 +77,8 @@ export interface MetricsOptions {
 
 export class Metrics {
   readonly registry = new Registry();
+  private readonly livePools: (() => readonly string[]) | undefined;
+  private readonly liveWorkers: (() => readonly string[]) | undefined;
 
   /** By pool: each pool's hit and shed rates (pool names come from the config; NO_POOL otherwise). */
   readonly decisions: Counter<'outcome' | 'pool'>;
@@ -195,6 +202,8 @@ export class Metrics {
 
   constructor(opts: MetricsOptions = {}) {
     const pools = opts.pools;
+    this.livePools = pools;
+    this.liveWorkers = opts.workers;
     this.decisions = new Counter({
       name: 'kvgate_decisions_total',
       help: 'Routing decisions by outcome (affinity_hit, new, migrated, prefix_hit, unkeyed, shed, rejected, fallback, abandoned: the stream ended before the decision was answered) and pool (empty: none was chosen).',
@@ -303,7 +312,33 @@ export class Metrics {
 
   /** The text exposition for `/metrics`. */
   async exposition(): Promise<{ contentType: string; body: string }> {
+    await this.dropGoneSeries();
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  /**
+   * Drops the series of pools and workers the running config no longer has. A series that is
+   * never removed is exported for the life of the process, so after a reload that removed a pool
+   * its counters stood still on every scrape, looking like a pool that gets no traffic, and
+   * alerts or dashboards over `pool` kept listing it. Done at scrape rather than at reload so that
+   * a request of the old pool that finishes after the reload, and records its outcome then, does
+   * not bring a series back for good. Series of pools and workers that remain are not touched, so
+   * their counters keep their values. A pool or worker that a later reload brings back starts
+   * again from 0, which rate() reads as a counter reset.
+   */
+  private async dropGoneSeries(): Promise<void> {
+    try {
+      const pools = this.livePools?.();
+      // No pool at all means no config yet (a scrape while the gate starts): nothing is gone.
+      if (pools && pools.length > 0) {
+        const keep = new Set<string>([...pools, NO_POOL]);
+        for (const m of [this.decisions, this.sheds, this.classRequests, this.decisionSeconds]) await dropSeries(m, 'pool', keep);
+      }
+      const workers = this.liveWorkers?.();
+      if (workers && workers.length > 0) await dropSeries(this.migrations, 'from', new Set(workers));
+    } catch {
+      // Metrics are best effort: a scrape must not fail on this.
+    }
   }
 
   /** Runs a telemetry update; a bug in it must never reach the request path. */
@@ -313,5 +348,20 @@ export class Metrics {
     } catch {
       // Metrics are best effort by design.
     }
+  }
+}
+
+/**
+ * Removes each series of `metric` whose `label` is not in `keep`. prom-client removes a series by
+ * its full label set, so the sets are read back from the metric (a histogram's bucket values carry
+ * `le` as well, which is not one of its labels).
+ */
+async function dropSeries<T extends string>(metric: Counter<T> | Histogram<T>, label: T, keep: ReadonlySet<string>): Promise<void> {
+  for (const v of (await metric.get()).values) {
+    const value = v.labels[label];
+    if (value === undefined || keep.has(String(value))) continue;
+    const labels: Record<string, string | number> = {};
+    for (const [k, x] of Object.entries(v.labels)) if (k !== 'le' && (typeof x === 'string' || typeof x === 'number')) labels[k] = x;
+    metric.remove(labels as LabelValues<T>);
   }
 }

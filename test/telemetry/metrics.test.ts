@@ -3,11 +3,15 @@
  * naming, and its counters move as requests are routed through the Envoy harness.
  */
 import assert from 'node:assert/strict';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { describe, test } from 'node:test';
+import { stringify } from 'yaml';
 import { isClosed } from '../harness/envoy-harness.js';
-import { chat, harness, holdRequest, waitFor } from '../helpers/envoy.js';
+import { chat, clusterOf, harness, holdRequest, waitFor } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate } from '../helpers/gate.js';
-import { DECISION_OUTCOMES } from '../../src/telemetry/metrics.js';
+import { DECISION_OUTCOMES, Metrics } from '../../src/telemetry/metrics.js';
 import { scrape } from './prometheus.js';
 
 describe('/metrics', () => {
@@ -156,6 +160,100 @@ describe('/metrics', () => {
       h.close();
       await g.close(100);
     }
+  });
+
+  test('a reload that removes a pool and a worker drops their series; the remaining pool keeps its counts', async () => {
+    const pools = (bigWorkers: Array<{ id: string; cluster: string }>, withSmall: boolean) => ({
+      pools: [
+        { name: 'big', models: ['llama'], workers: bigWorkers },
+        ...(withSmall ? [{ name: 'small', models: ['mistral'], workers: [{ id: 's1', cluster: 'worker_3' }] }] : []),
+      ],
+    });
+    const big = [
+      { id: 'b1', cluster: 'worker_1' },
+      { id: 'b2', cluster: 'worker_2' },
+    ];
+    const file = path.join(mkdtempSync(path.join(os.tmpdir(), 'kvgate-metrics-reload-')), 'kvgate.yaml');
+    writeFileSync(file, stringify(pools(big, true)));
+    const g = await startTestGate(pools(big, true), { configFile: file });
+    const h = harness(g.target);
+    try {
+      // The big pool: a session, then its worker drained, so it migrates (a series labelled with that worker).
+      const first = clusterOf(await h.request(chat({ session: 'a', model: 'llama' })));
+      const left = first === 'worker_1' ? 'b1' : 'b2';
+      const stays = big.find((w) => w.id !== left)!;
+      await setWorkerState(g.admin, left, 'draining');
+      assert.equal(clusterOf(await h.request(chat({ session: 'a', model: 'llama' }))), stays.cluster);
+      // The small pool: one routed, one shed.
+      clusterOf(await h.request(chat({ session: 'b', model: 'mistral' })));
+      await setWorkerState(g.admin, 's1', 'down');
+      const shed = await h.request(chat({ session: 'c', model: 'mistral' }));
+      assert.equal(shed.kind === 'local' && shed.status, 503);
+      const unknown = await h.request(chat({ session: 'd', model: 'no-such-model' }));
+      assert.equal(unknown.kind, 'local');
+
+      const before = await scrape(g.admin);
+      // Every kind of series the reload must drop is there to begin with.
+      assert.equal(before.value('kvgate_decisions_total', { outcome: 'new', pool: 'small' }), 1);
+      assert.equal(before.value('kvgate_sheds_total', { reason: 'no_healthy_workers', status: '503', class: 'standard', pool: 'small' }), 1);
+      assert.equal(before.value('kvgate_class_requests_total', { class: 'standard', pool: 'small' }), 2);
+      assert.equal(before.histogram('kvgate_decision_duration_seconds', { outcome: 'new', pool: 'small' })?.count, 1);
+      assert.equal(before.value('kvgate_migrations_total', { from: left }), 1);
+      assert.equal(before.value('kvgate_worker_state', { worker: 's1', state: 'down' }), 1);
+      assert.equal(before.value('kvgate_worker_inflight', { worker: left }), 0);
+
+      writeFileSync(file, stringify(pools([stays], false)));
+      assert.equal(g.reload('SIGHUP'), 'applied');
+      const afterReload = await scrape(g.admin);
+
+      // Nothing of the small pool or the removed worker is left, in any family.
+      const gone = afterReload.text.split('\n').filter((l) => /pool="small"/.test(l) || new RegExp(`(worker|from)="${left}"`).test(l) || /worker="s1"/.test(l));
+      assert.deepEqual(gone, [], 'no series of the removed pool or workers');
+      // The remaining pool's series, and those of requests with no pool, keep their values.
+      for (const [name, labels] of [
+        ['kvgate_decisions_total', { outcome: 'new', pool: 'big' }],
+        ['kvgate_decisions_total', { outcome: 'migrated', pool: 'big' }],
+        ['kvgate_decisions_total', { outcome: 'rejected', pool: '' }],
+        ['kvgate_class_requests_total', { class: 'standard', pool: 'big' }],
+      ] as const) {
+        const was = before.value(name, labels);
+        assert.ok(was !== undefined && was > 0, `${name} ${JSON.stringify(labels)} counted before`);
+        assert.equal(afterReload.value(name, labels), was, `${name} ${JSON.stringify(labels)} kept`);
+      }
+      assert.deepEqual(afterReload.histogram('kvgate_decision_duration_seconds', { outcome: 'new', pool: 'big' }), before.histogram('kvgate_decision_duration_seconds', { outcome: 'new', pool: 'big' }));
+      assert.equal(afterReload.value('kvgate_worker_state', { worker: stays.id, state: 'healthy' }), 1);
+
+      // A request of the remaining pool still counts on top of what it had.
+      clusterOf(await h.request(chat({ session: 'a', model: 'llama' })));
+      const later = await scrape(g.admin);
+      assert.equal(later.value('kvgate_decisions_total', { outcome: 'affinity_hit', pool: 'big' }), (before.value('kvgate_decisions_total', { outcome: 'affinity_hit', pool: 'big' }) ?? 0) + 1);
+    } finally {
+      h.close();
+      await g.close(100);
+    }
+  });
+
+  test('a removed pool stays gone when a request of it records its outcome after the reload; no config yet drops nothing', async () => {
+    let pools: string[] = [];
+    const workers = ['b1', 's1'];
+    const m = new Metrics({ pools: () => pools, workers: () => workers, processMetrics: false });
+    const small = { outcome: 'new', pool: 'small' } as const;
+    m.decisions.inc(small);
+    m.migrations.inc({ from: 's1' });
+    // No pool yet (a scrape while the gate starts): nothing counts as gone.
+    let text = (await m.exposition()).body;
+    assert.match(text, /kvgate_decisions_total\{outcome="new",pool="small"\} 1/);
+    pools = ['big'];
+    workers.pop();
+    text = (await m.exposition()).body;
+    assert.doesNotMatch(text, /pool="small"|from="s1"/);
+    // A request of the old pool, still in flight at the reload, finishes and counts.
+    m.decisions.inc(small);
+    m.decisionSeconds.observe(small, 0.001);
+    m.migrations.inc({ from: 's1' });
+    text = (await m.exposition()).body;
+    assert.doesNotMatch(text, /pool="small"|from="s1"/);
+    assert.match(text, /kvgate_decisions_total\{outcome="new",pool="big"\} 0/);
   });
 
   test('ext_proc stream errors are counted by reason', async () => {
