@@ -3,7 +3,8 @@
  * the config loader; the Envoy fragment against the file it is quoted from). Every shell line is
  * checked without running anything slow: `kvgate …` command lines parse with the real command
  * definitions (a misspelt flag or a bad value fails), `npm` commands name scripts that exist,
- * files named exist. Every synopsis block (`kvgate SUB [--flag …]`) names only flags SUB has.
+ * files named exist, and `VAR=value` prefixes (in blocks, and in inline code that runs a command)
+ * name variables kvgate reads, with OTEL_* values it takes without a warning. Every synopsis block (`kvgate SUB [--flag …]`) names only flags SUB has.
  * An example of a kind this test does not know fails it, so new examples get checked too.
  */
 import assert from 'node:assert/strict';
@@ -90,9 +91,51 @@ function commands(text: string): string[][] {
   return out;
 }
 
+/** Every environment variable a kvgate subcommand's flags read (`KVGATE_*`). */
+let flagVars: Promise<Set<string>> | undefined;
+function kvgateVars(): Promise<Set<string>> {
+  flagVars ??= (async () => {
+    const names = (await buildCli(['node', 'kvgate'])).commands.map((c) => c.name());
+    const vars = new Set<string>();
+    for (const sub of names) {
+      const cmd = (await buildCli(['node', 'kvgate', sub])).commands.find((c) => c.name() === sub)!;
+      for (const o of cmd.options) if (o.envVar) vars.add(o.envVar);
+    }
+    return vars;
+  })();
+  return flagVars;
+}
+
+/** The text of the modules that read OpenTelemetry's variables (src/telemetry, src/config). */
+const TELEMETRY_SOURCES = ['src/telemetry', 'src/config']
+  .flatMap((dir) => readdirSync(path.join(ROOT, dir)).filter((f) => f.endsWith('.ts')).map((f) => readFileSync(path.join(ROOT, dir, f), 'utf8')))
+  .join('\n');
+
+/**
+ * The `VAR=value` prefixes of an example command: each a variable kvgate reads (a flag's
+ * `KVGATE_*`, or an `OTEL_*` the telemetry code names), and OTEL_* values that turn export on
+ * with nothing kvgate would warn about at startup (a misspelt protocol, an endpoint without a scheme).
+ */
+async function checkEnv(env: Record<string, string>, where: string): Promise<void> {
+  const flags = await kvgateVars();
+  for (const name of Object.keys(env)) {
+    if (name.startsWith('KVGATE_')) assert.ok(flags.has(name), `${where}: ${name} is the environment variable of a kvgate flag`);
+    else if (name.startsWith('OTEL_')) assert.match(TELEMETRY_SOURCES, new RegExp(`\\b${name}\\b`), `${where}: kvgate's telemetry reads ${name}`);
+    else assert.fail(`${where}: an environment variable this test does not know: ${name}`);
+  }
+  if (Object.keys(env).some((n) => n.startsWith('OTEL_'))) {
+    const { tracingRequested } = await import('../../src/telemetry/tracing.js');
+    const settings = tracingRequested(env);
+    assert.equal(settings.enabled, true, `${where}: these OTEL_* variables turn export on (${settings.description})`);
+    assert.deepEqual(settings.warnings, [], `${where}: kvgate warns about none of them`);
+  }
+}
+
 async function checkCommand(cmd: string[], where: string): Promise<void> {
   let argv = [...cmd];
-  while (argv.length && /^[A-Z_][A-Z0-9_]*=/.test(argv[0]!)) argv = argv.slice(1); // VAR=value prefixes
+  const env: Record<string, string> = {};
+  for (let m; argv.length && (m = /^([A-Z_][A-Z0-9_]*)=(.*)$/.exec(argv[0]!)); argv = argv.slice(1)) env[m[1]!] = m[2]!;
+  await checkEnv(env, where);
   const [head, ...rest] = argv;
   if (head === 'npx' && rest[0] === 'kvgate') return void (await parseKvgate(rest.slice(1)));
   if (head === 'kvgate') return void (await parseKvgate(rest));
@@ -129,6 +172,13 @@ async function flagsOf(sub: string): Promise<Set<string>> {
   const cmd = program.commands.find((c) => c.name() === sub);
   assert.ok(cmd, `kvgate ${sub} exists`);
   return new Set([...cmd.options.map((o) => o.long!), '--help']);
+}
+
+/** Inline code spans of the prose that are a command run with variables set: `VAR=value … cmd …`. */
+function inlineCommands(): string[] {
+  const prose = README.replace(/```[\s\S]*?```/g, '');
+  // Spans taken pairwise from the start (matchAll scans left to right), then those shaped as a command.
+  return [...prose.matchAll(/`([^`]+)`/g)].map((m) => m[1]!).filter((span) => /^(?:[A-Z_][A-Z0-9_]*=\S+ )+[a-z]/.test(span));
 }
 
 describe('README examples', () => {
@@ -173,6 +223,8 @@ describe('README examples', () => {
     for (const b of all.filter((x) => x.lang === '')) {
       for (const line of b.text.split('\n').filter((l) => l.startsWith('$ '))) await checkCommand(words(line.slice(2)), `README.md:${b.line}`);
     }
+    // So does inline code in the prose that sets variables for a command (`OTEL_…=… npm start`).
+    for (const span of inlineCommands()) await checkCommand(words(span), `README.md: \`${span}\``);
   });
 
   test('every synopsis names only flags its subcommand has', async () => {
@@ -326,6 +378,56 @@ describe('README examples', () => {
     assert.match(README, /\*\*Exit status\*\*/);
     const { POLICY_FACTORIES, POOLED_BOUND } = await import('../../src/sim/policies/registry.js');
     for (const p of [...Object.keys(POLICY_FACTORIES), POOLED_BOUND]) assert.match(README, new RegExp(`^\\| \`${p}\` \\| `, 'm'), `sim policy ${p} is in the README`);
+  });
+
+  test('the Jaeger recipe from a checkout: the compose file\'s Jaeger, the ports kvgate and Envoy send to, the names to pick in the UI, the startup line', async () => {
+    const heading = '### Traces in Jaeger from a checkout';
+    const start = README.indexOf(`\n${heading}\n`);
+    assert.ok(start >= 0, `the README has ${heading}`);
+    const section = README.slice(start, README.indexOf('\n### ', start + 1));
+    const sh = blocks(section).find((b) => b.lang === 'sh');
+    assert.ok(sh, 'the recipe has its commands');
+    const compose = parse(readFileSync(path.join(ROOT, 'envoy/demo/compose.yaml'), 'utf8')) as {
+      services: Record<string, { image?: string; environment?: Record<string, string>; ports?: string[] }>;
+    };
+    const jaeger = compose.services['jaeger']!;
+    const run = commands(sh.text).find((c) => c[0] === 'docker' && c[1] === 'run');
+    assert.ok(run, 'the recipe starts Jaeger with docker run');
+    // The same image and settings as the compose demo.
+    assert.equal(run.at(-1), jaeger.image, 'the image the compose demo runs');
+    const envs = run.flatMap((w, i) => (run[i - 1] === '-e' ? [w] : []));
+    assert.deepEqual(envs.sort(), Object.entries(jaeger.environment ?? {}).map(([k, v]) => `${k}=${v}`).sort(), 'the environment the compose demo gives Jaeger');
+    // Published: the UI port the compose demo publishes, and the OTLP ports its kvgate (HTTP) and its Envoy (gRPC) send to.
+    const published = new Set(run.flatMap((w, i) => (run[i - 1] === '-p' ? [w] : [])));
+    const otlpHttp = new URL(compose.services['kvgate']!.environment!['OTEL_EXPORTER_OTLP_ENDPOINT']!).port;
+    const envoyDemo = readFileSync(path.join(ROOT, 'envoy/demo/envoy.yaml'), 'utf8');
+    const otlpGrpc = /address: jaeger, port_value: (\d+)/.exec(envoyDemo)?.[1];
+    assert.ok(otlpGrpc, "the compose demo's Envoy sends spans to Jaeger");
+    for (const p of [...(jaeger.ports ?? []), `${otlpHttp}:${otlpHttp}`, `${otlpGrpc}:${otlpGrpc}`]) assert.ok(published.has(p), `docker run publishes ${p}`);
+    // Each endpoint the gate is given is a published port on this host, the HTTP one for HTTP and the gRPC one for grpc.
+    const { tracingRequested, TRACER_NAME } = await import('../../src/telemetry/tracing.js');
+    const starts = [...commands(sh.text), ...inlineCommands().filter((c) => section.includes(c)).map(words)].filter((c) => c.some((w) => w.startsWith('OTEL_EXPORTER_OTLP_ENDPOINT=')));
+    assert.ok(starts.length >= 2, 'the recipe starts the gate over HTTP and over gRPC');
+    for (const c of starts) {
+      const env = Object.fromEntries(c.filter((w) => /^OTEL_[A-Z_]+=/.test(w)).map((w) => [w.slice(0, w.indexOf('=')), w.slice(w.indexOf('=') + 1)]));
+      const url = new URL(env['OTEL_EXPORTER_OTLP_ENDPOINT']!);
+      assert.equal(url.hostname, 'localhost', `${c.join(' ')}: Jaeger on this host`);
+      assert.equal(url.port, tracingRequested(env).protocol === 'grpc' ? otlpGrpc : otlpHttp, `${c.join(' ')}: the OTLP port for its protocol`);
+    }
+    // The startup line, as serve logs it for the HTTP command above.
+    const httpEnv = { OTEL_EXPORTER_OTLP_ENDPOINT: `http://localhost:${otlpHttp}` };
+    assert.ok(section.includes(`"tracing":true,"detail":"${tracingRequested(httpEnv).description}"`), 'the startup line shown is the one kvgate writes');
+    assert.ok(section.includes('`"msg":"tracing"`'), 'the line is named by its msg');
+    assert.match(readFileSync(path.join(ROOT, 'src/cli/serve-command.ts'), 'utf8'), /logger\.info\(\{ tracing: tracing\.enabled, detail: tracing\.description \}, 'tracing'\)/);
+    // What to pick in the UI: the service name kvgate gives its spans, their name, a parentless span's trace_parent.
+    const requestTelemetry = readFileSync(path.join(ROOT, 'src/telemetry/request-telemetry.ts'), 'utf8');
+    assert.ok(section.includes(`**Service** \`${TRACER_NAME}\``), 'the service name');
+    assert.match(readFileSync(path.join(ROOT, 'src/telemetry/tracing.ts'), 'utf8'), /\[ATTR_SERVICE_NAME\]: TRACER_NAME/);
+    assert.match(requestTelemetry, /startSpan\(\s*'kvgate\.route'/);
+    assert.ok(section.includes('**Operation** `kvgate.route`'), 'the span name');
+    assert.match(requestTelemetry, /let source: ParentSource = 'none'/);
+    assert.ok(section.includes('`kvgate.trace_parent` is `none`'), 'a span with no parent');
+    assert.match(section, /Not run here/, 'says it was not run');
   });
 
   test('the Admin API curl examples use the admin port npm start serves on, a path and method the table lists, and a worker envoy/kvgate.yaml has', () => {
