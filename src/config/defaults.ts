@@ -207,6 +207,18 @@ export const DEFAULTS = {
    */
   overflowFactor: 4,
   /**
+   * Characters per token when a prompt's size in tokens is estimated from its text (a one-off's
+   * fit into a pressured worker's free KV: src/routing/overflow.ts `fitsOneOff`). English runs at
+   * about 4 with Llama 3's and GPT-4's tokenizers, code and other scripts at fewer; 3 counts most
+   * prompts as larger than they are, so the estimate errs towards not sending.
+   */
+  promptCharsPerToken: 3,
+  /**
+   * A one-off request goes to a worker past KV pressure only if that worker's free KV holds this
+   * many times its prompt: the rest covers its output and what other gates sent since the scrape.
+   */
+  oneOffKvMargin: 2,
+  /**
    * Longest body kvgate reads. 8 MiB holds a ~1M-token prompt's text with room to spare and matches
    * the per_connection_buffer_limit_bytes in envoy/envoy.yaml; past it Envoy itself answers 413.
    */

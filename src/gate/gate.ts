@@ -13,7 +13,7 @@ import { responseIdHash, understand, type RoutingKey } from '../request/keys.js'
 import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
 import { classLimit } from '../routing/filters/class-share.js';
-import { assessHealth, effectiveState, hasEngineRoom, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
+import { assessHealth, effectiveState, hasEngineRoom, kvRoomTokens, type HealthThresholds, type HealthVerdict, type SignalRecord } from '../routing/health.js';
 import { decide } from '../routing/policy.js';
 import { weightsByName } from '../routing/profiles.js';
 import { SCORER_NAMES } from '../routing/scorers/index.js';
@@ -312,6 +312,7 @@ export class Gate {
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
         promptBlocks,
+        promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * this.tokensPerBlock()) : undefined,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
@@ -451,10 +452,20 @@ export class Gate {
       if (s?.waiting !== undefined) view.waiting = s.waiting;
       if (s?.running !== undefined) view.running = s.running;
       const operator = snap.states.get(id);
-      if (sig?.record && (operator === undefined || operator === 'healthy')) view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
+      if (sig?.record && (operator === undefined || operator === 'healthy')) {
+        view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
+        const room = w.memory_pressure_from_framebuffer ? undefined : kvRoomTokens(sig.verdict, s);
+        // Less what this gate sent it that no scrape may have counted yet (its leases' prefill).
+        if (room !== undefined) view.kvRoomTokens = Math.max(0, room - pending * this.tokensPerBlock());
+      }
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;
       return view;
     });
+  }
+
+  /** Tokens in one prompt block, estimated from its characters (DEFAULTS.promptCharsPerToken). */
+  private tokensPerBlock(): number {
+    return this.setup.config.prefix.block_chars / DEFAULTS.promptCharsPerToken;
   }
 
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */

@@ -130,6 +130,20 @@ export function hasEngineRoom(v: HealthVerdict, s: WorkerSignals | undefined, us
   return reportsMemory(s, useFramebuffer) && (v.state === 'healthy' || (v.state === 'pressured' && v.codes.every((c) => c === 'queue')));
 }
 
+/**
+ * KV the engine reported free, in tokens, for a worker pressured by its KV use alone: its capacity
+ * (vLLM's `cache_config_info`: blocks × block size) times what is not in use. Undefined when the
+ * page lacks either figure, or when anything else presses the worker (heat, GPU memory, a queue
+ * past `max_queue`): then free KV is not room. Past pressure a worker takes no new sessions, but a
+ * one-off request small enough to fit in what is left runs at once, where refusing it shed work the
+ * engine had the memory for (overflow.ts `fitsOneOff`).
+ */
+export function kvRoomTokens(v: HealthVerdict, s: WorkerSignals | undefined): number | undefined {
+  if (v.state !== 'pressured' || !v.codes.every((c) => c === 'kv_pressure')) return undefined;
+  if (s?.kvUsage === undefined || s.blockSize === undefined || s.numGpuBlocks === undefined) return undefined;
+  return Math.max(0, Math.round((1 - s.kvUsage) * s.blockSize * s.numGpuBlocks));
+}
+
 /** The scrape has a figure for the engine's memory: KV use, or (where configured) GPU framebuffer use. */
 function reportsMemory(s: WorkerSignals | undefined, useFramebuffer: boolean): boolean {
   if (s === undefined) return false;

@@ -37,6 +37,7 @@
  * past the limit, in every mode. So a worker pressured by its queue alone (KV room left) takes
  * new sessions when no worker takes them otherwise: its queue is latency, not a lack of memory.
  */
+import { DEFAULTS } from '../config/defaults.js';
 import { KEEPS } from './filters/takes-new-work.js';
 import { finite } from './score.js';
 import type { DecisionInput, WorkerState, WorkerView } from './types.js';
@@ -44,6 +45,27 @@ import type { DecisionInput, WorkerState, WorkerView } from './types.js';
 /** Can take a request past its in-flight limit: its engine reports room, and the hard bound holds. */
 export function takesOverflow(w: WorkerView, overflowLimit: number): boolean {
   return (w.state === 'healthy' || w.state === 'pressured') && w.engineRoom === true && w.inflight < overflowLimit;
+}
+
+/**
+ * A worker past KV pressure has room for this one request: the request has no session (it places
+ * nothing that would come back: a pressured worker takes no new sessions), its size is known, the
+ * engine reported no queue (a queue there waits for memory, and this request would wait behind
+ * it: vLLM's scheduler admits in order), and the KV it reported free, less what this gate sent it
+ * since, holds `oneOffKvMargin` times the prompt.
+ *
+ * Without it a fleet whose every worker was past pressure shed every request, however small,
+ * while each engine had KV free for it: on long-prompt traces, where one 100k-token prompt holds
+ * a quarter of a worker's KV, every worker crosses 85% again and again under load, and kvgate
+ * shed short requests the engines would have started at once (`kvgate sim --sweep`, the Mooncake
+ * traces; docs/BENCHMARKS.md). The engine's own queue is the check that it really has the room:
+ * a worker whose memory is truly short queues, and then gets nothing.
+ */
+export function fitsOneOff(w: WorkerView, input: DecisionInput): boolean {
+  if (w.state !== 'pressured' || w.kvRoomTokens === undefined || input.session === true) return false;
+  const tokens = input.promptTokens;
+  if (tokens === undefined || !(tokens > 0)) return false;
+  return finite(w.waiting) === 0 && w.kvRoomTokens >= DEFAULTS.oneOffKvMargin * tokens;
 }
 
 /**

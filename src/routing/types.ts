@@ -49,6 +49,12 @@ export interface WorkerView {
    */
   engineRoom?: boolean;
   /**
+   * For a worker pressured by KV use alone whose engine reports its KV capacity: the tokens of KV
+   * it reported free, less the prefill this gate has sent it since (health.ts `kvRoomTokens`).
+   * Past pressure, a one-off request that fits in it may still go there (overflow.ts `fitsOneOff`).
+   */
+  kvRoomTokens?: number;
+  /**
    * LoRA adapters the worker reported (vLLM `vllm:lora_requests_info`): those of its running and
    * waiting requests, and how many one batch may hold. Absent when it reports none.
    */
@@ -88,6 +94,11 @@ export interface DecisionInput {
    * `totalBlocks`. The unit the backlog scorer measures queues in.
    */
   promptBlocks?: number;
+  /**
+   * The prompt's size in tokens, estimated from its characters (src/config/defaults.ts
+   * `promptCharsPerToken`); absent: unknown. What a one-off needs of a pressured worker's free KV.
+   */
+  promptTokens?: number;
   workers: readonly WorkerView[];
   mode: PolicyMode;
   weights: ScoreWeights;

@@ -1,8 +1,10 @@
 /**
- * Who may take a request once every worker is at its in-flight limit: a worker whose engine reports
- * room, below `limits.overflow_factor` times its limit (../overflow.ts has the reasons).
+ * Who may take a request once no worker takes it below the limits (every one at its limit, or
+ * pressured, or both): a worker whose engine reports room, or one past KV pressure with free KV
+ * for this one-off request, below `limits.overflow_factor` times its limit (../overflow.ts has the
+ * reasons).
  */
-import { overflowLimitOf, queueCredit, takesOverflow } from '../overflow.js';
+import { fitsOneOff, overflowLimitOf, queueCredit, takesOverflow } from '../overflow.js';
 import type { Filter } from '../plugins.js';
 
 export const overflowRoom: Filter = {
@@ -11,6 +13,9 @@ export const overflowRoom: Filter = {
     const input = ctx.input;
     const factor = input.overflowFactor ?? 0;
     const credit = factor > 1 ? (ctx.queueCredit ?? queueCredit(input.workers)) : 0;
-    return workers.filter((w) => takesOverflow(w, overflowLimitOf(w, factor, credit)));
+    return workers.filter((w) => {
+      const limit = overflowLimitOf(w, factor, credit);
+      return takesOverflow(w, limit) || (w.inflight < limit && fitsOneOff(w, input));
+    });
   },
 };

@@ -23,9 +23,13 @@ import { Migrator } from '../../signals/migrator.js';
 import { MemoryStore } from '../../state/memory-store.js';
 import type { Lease } from '../../state/store.js';
 import { createLogger } from '../../telemetry/logger.js';
+import { DEFAULT_FLEET } from '../cost-model.js';
 import type { SimRequest } from '../workload.js';
 import type { HealthVerdict, SignalRecord, WorkerSignals } from '../../routing/health.js';
 import type { PolicyContext, RouteChoice, RouterPolicy, SessionMove, WorkerObservation } from './policy.js';
+
+/** vLLM's default KV block size, in tokens: the `block_size` label of its `cache_config_info`. */
+const VLLM_BLOCK_TOKENS = 16;
 
 /** The model named in simulated bodies (the one the cost model describes). */
 export const SIM_MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
@@ -95,6 +99,11 @@ export class KvgatePolicy implements RouterPolicy {
     readonly gate: Gate,
     readonly name = 'kvgate',
     private readonly decorate?: DecorateRequest,
+    /**
+     * Each worker's KV capacity in tokens, as vLLM's `cache_config_info` publishes it (blocks of
+     * 16 tokens) and kvgate's collector reads it; undefined: the page has no such gauge.
+     */
+    private readonly cacheTokens?: number,
   ) {
     this.index = new Map(gate.currentConfig.workers.map((w, i) => [w.id, i]));
     this.migrator = new Migrator<Pool>(gate, gate.store, createLogger('silent'), this.clock);
@@ -112,7 +121,7 @@ export class KvgatePolicy implements RouterPolicy {
     // taking seconds, they never would), and its migration lock is held for simulated time (on
     // the wall clock a simulation would find it still held and skip rounds a real gate makes).
     const store = new MemoryStore({ now: () => clock() });
-    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), store, createLogger('silent')), variant.name, variant.decorate);
+    const policy = new KvgatePolicy(new Gate(simGateConfig(ctx), store, createLogger('silent')), variant.name, variant.decorate, ctx.cacheTokens ?? DEFAULT_FLEET.cacheTokens);
     clock = policy.clock;
     // As `kvgate serve` reads every worker once before serving: an idle fleet.
     const idle = variant.idle ?? { running: 0, waiting: 0, kvUsage: 0 };
@@ -153,6 +162,10 @@ export class KvgatePolicy implements RouterPolicy {
     const records = new Map<string, SignalRecord>();
     workers.forEach((w, i) => {
       const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
+      if (this.cacheTokens !== undefined) {
+        signals.blockSize = VLLM_BLOCK_TOKENS;
+        signals.numGpuBlocks = Math.floor(this.cacheTokens / VLLM_BLOCK_TOKENS);
+      }
       // The adapter gauge, where the simulated engines run adapters (as vLLM's lora_requests_info).
       if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };
       records.set(workerId(i), { signals, ageMs: (w.ageS ?? 0) * 1000, failures: 0 });
