@@ -18,6 +18,8 @@
  * full: every worker out of memory, down or draining, or past `overflowLimit` in flight from
  * this fleet of gates (the bound that holds while a scrape is on its way; while every engine has
  * room, it does not count again the queue every engine has already reported: `queueCredit`).
+ * "Out of memory" is for the request at hand: a one-off that fits in the KV a pressured engine
+ * reports free still runs there (`fitsOneOff`).
  *
  * A worker with no engine metrics has only the gate's count to go by: for it the limit stays a
  * hard one, as before. So does one whose page has no memory figure (no KV use, and no GPU memory
