@@ -132,7 +132,8 @@ export function hasEngineRoom(v: HealthVerdict, s: WorkerSignals | undefined, us
 
 /**
  * KV the engine reported free, in tokens, for a worker pressured by its KV use alone: its capacity
- * (vLLM's `cache_config_info`: blocks × block size) times what is not in use. Undefined when the
+ * (its `cache_config_info`: vLLM's blocks × block size, SGLang's pages × page size) times what is
+ * not in use. Undefined when the
  * page lacks either figure, or when anything else presses the worker (heat, GPU memory, a queue
  * past `max_queue`): then free KV is not room. Past pressure a worker takes no new sessions, but a
  * one-off request small enough to fit in what is left runs at once, where refusing it shed work the
