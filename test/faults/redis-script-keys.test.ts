@@ -19,6 +19,7 @@ import { RedisStore } from '../../src/state/redis-store.js';
 import { commitRequest } from '../helpers/commits.js';
 import { silentLogger } from '../helpers/logger.js';
 import { startRedisCluster, type TestCluster } from '../helpers/redis-cluster.js';
+import { monitorRedis, type MonitoredCommand } from '../helpers/redis-monitor.js';
 
 const POOL = 'keys';
 const WORKERS = ['w1', 'w2', 'w3'];
@@ -47,14 +48,11 @@ describe('store scripts on a Redis Cluster', () => {
       }
     })();
     const master = await cluster.masterOf(slot);
-    const monitor: Redis = master.client();
     const probe: Redis = master.client();
-    const lines: string[] = [];
     // MONITOR takes a connection of its own.
-    const mon = await monitor.monitor();
-    mon.on('monitor', (_time: string, a: string[], source: string) => {
-      lines.push(`${source} ${a.map((x) => JSON.stringify(x)).join(' ')}`);
-    });
+    const mon = monitorRedis(master.port);
+    await mon.ready;
+    const lineOf = (c: MonitoredCommand) => `${c.source} ${c.args.map((x) => JSON.stringify(x)).join(' ')}`;
     const store = new RedisStore({ url: cluster.url, keyPrefix: 'kvgate', timeoutMs: 2000, refreshMs: 60_000, leaseTtlMs: 30_000, localAffinityCacheSize: 1000, logger: silentLogger() });
     try {
       assert.ok(await store.waitReady(5000), "await store.waitReady(5000)");
@@ -90,6 +88,7 @@ describe('store scripts on a Redis Cluster', () => {
       for (const l of [a, b, c]) if (l.ok) await store.release(l.lease);
       await new Promise((r) => setTimeout(r, 200));
 
+      const lines = mon.commands.map(lineOf);
       let declared: Set<string> | undefined;
       let scripts = 0;
       let checked = 0;
@@ -130,8 +129,7 @@ describe('store scripts on a Redis Cluster', () => {
       }
     } finally {
       await store.close();
-      mon.disconnect();
-      monitor.disconnect();
+      mon.close();
       probe.disconnect();
     }
   });

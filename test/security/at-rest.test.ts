@@ -15,6 +15,7 @@ import { startTestGate } from '../helpers/gate.js';
 import { startLatencyProxy } from '../helpers/latency-proxy.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { startRedis } from '../helpers/redis-server.js';
+import { monitorRedis } from '../helpers/redis-monitor.js';
 import { OtlpReceiver } from '../telemetry/otlp-receiver.js';
 
 const SESSIONS = {
@@ -54,10 +55,8 @@ test('no raw session id or prompt text in Redis (sent or stored), in any log lin
   const redis = await startRedis();
   const proxy = await startLatencyProxy(redis.port);
   const r = new Redis(redis.port, '127.0.0.1');
-  const monitorBase = new Redis(redis.port, '127.0.0.1');
-  const monitor = await monitorBase.monitor();
-  const sent: string[] = [];
-  monitor.on('monitor', (_time: string, args: string[]) => sent.push(args.join(' ')));
+  const monitor = monitorRedis(redis.port);
+  await monitor.ready;
   const { logger, lines } = recordingLogger('trace');
   const g = await startTestGate(
     { store: { timeout_ms: 50, refresh_ms: 100 }, limits: { max_body_bytes: 256 * 1024 }, workers: [{ id: 'w1', cluster: 'worker_1', max_inflight: 3 }, { id: 'w2', cluster: 'worker_2', max_inflight: 3 }] },
@@ -89,6 +88,7 @@ test('no raw session id or prompt text in Redis (sent or stored), in any log lin
 
     await tracing.shutdown();
     const stored = await dumpRedis(r);
+    const sent = monitor.commands.map((c) => c.args.join(' '));
     const wire = sent.join('\n');
     const logs = JSON.stringify(lines);
     const spans = JSON.stringify(receiver.spans);
@@ -105,8 +105,7 @@ test('no raw session id or prompt text in Redis (sent or stored), in any log lin
   } finally {
     h.close();
     await g.close(100);
-    monitor.disconnect();
-    monitorBase.disconnect();
+    monitor.close();
     r.disconnect();
     await proxy.close();
     await redis.stop();

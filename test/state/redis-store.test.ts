@@ -17,6 +17,7 @@ import { silentLogger } from '../helpers/logger.js';
 import { startLatencyProxy, type LatencyProxy } from '../helpers/latency-proxy.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 import { chatRequest } from '../helpers/requests.js';
+import { monitorRedis, type RedisMonitor } from '../helpers/redis-monitor.js';
 import { storeContract } from './store.contract.js';
 
 type StoreOptions = ConstructorParameters<typeof RedisStore>[0];
@@ -683,14 +684,13 @@ describe('redis store: releases ride on the next command', () => {
   test('a release made before the session’s next commit is removed before that commit counts, in the same script call', () =>
     withRedis(async ({ redis, raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      const monitor = new Redis(redis.url);
-      const lines: Array<{ source: string; cmd: string }> = [];
-      let mon: Awaited<ReturnType<typeof monitor.monitor>> | undefined;
+      let mon: RedisMonitor | undefined;
+      const lines = () => (mon?.commands ?? []).map((c) => ({ source: c.source, cmd: c.args[0]!.toLowerCase() }));
       try {
         const first = await store.commit(commitRequest({ workers, key: 's:k', worker: 'w1' }));
         assert.ok(first.ok && !first.degraded, "first.ok && !first.degraded");
-        mon = await monitor.monitor();
-        mon.on('monitor', (_t: string, args: string[], source: string) => lines.push({ source, cmd: args[0]!.toLowerCase() }));
+        mon = monitorRedis(redis.port);
+        await mon.ready;
         await new Promise((r) => setTimeout(r, 50));
         // Not awaited: the next commit, made at once, carries it. It may only pass if w1 has nothing
         // in flight and counts the session's requests afresh: the release must come first.
@@ -701,12 +701,12 @@ describe('redis store: releases ride on the next command', () => {
         assert.equal(store.cachedSnapshot({ pool: 'p', key: 's:k', workers, blocks: [] }).keyInflight, 1, 'the session has one request in flight, not two');
         assert.deepEqual(await raw.zrange('kvgate-test:{p}:f:w1', '0', '-1'), [second.lease.id]);
         await new Promise((r) => setTimeout(r, 50));
-        const zrems = lines.filter((l) => l.cmd === 'zrem');
-        assert.ok(zrems.length >= 1 && zrems.every((l) => l.source === 'lua'), `the removal ran inside the commit's script, not as a command of its own: ${JSON.stringify(lines)}`);
-        assert.equal(lines.filter((l) => l.cmd === 'evalsha' || l.cmd === 'eval').length, 1, 'one round trip for release and commit');
+        const seen = lines();
+        const zrems = seen.filter((l) => l.cmd === 'zrem');
+        assert.ok(zrems.length >= 1 && zrems.every((l) => l.source === 'lua'), `the removal ran inside the commit's script, not as a command of its own: ${JSON.stringify(seen)}`);
+        assert.equal(seen.filter((l) => l.cmd === 'evalsha' || l.cmd === 'eval').length, 1, 'one round trip for release and commit');
       } finally {
-        mon?.disconnect();
-        monitor.disconnect();
+        mon?.close();
       }
     }));
 
