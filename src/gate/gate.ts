@@ -455,7 +455,9 @@ export class Gate {
       if (sig?.record && (operator === undefined || operator === 'healthy')) {
         view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
         const room = w.memory_pressure_from_framebuffer ? undefined : kvRoomTokens(sig.verdict, s);
-        // Less what this gate sent it that no scrape may have counted yet (its leases' prefill).
+        // Less what this gate sent it that no scrape may have counted yet (its leases' prefill,
+        // tallied while the backlog term is weighed; at backlog_weight 0 the request path tallies
+        // nothing, and the fit goes by the engine's figures and its margin alone).
         if (room !== undefined) view.kvRoomTokens = Math.max(0, room - pending * this.tokensPerBlock());
       }
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;
