@@ -14,10 +14,10 @@ let hasher: Hasher | undefined;
  * xxhash64 over bytes already in the WebAssembly module's memory: the same module as `xxh()`, in
  * an instance of kvgate's own, called without xxhash-wasm's wrapper. Hashing a prompt's blocks
  * through `h64(string)` costs about 110 ns a block whatever its length (a 1-character string costs
- * the same as 256): the wrapper reads `memory.buffer` for its size check and calls `encodeInto`
- * once per block, and the hash itself is a small part. With the memory in hand the prompt
- * hasher (request/prompt-blocks.ts) encodes many blocks of text with one `encodeInto` and hashes
- * each in place, about 40 ns a block.
+ * nearly as much as 256): the wrapper reads `memory.buffer` for its size check and calls
+ * `encodeInto` once per block, and the hash itself is the small part. With the memory in hand the
+ * prompt hasher (request/prompt-blocks.ts) encodes many blocks of text with one `encodeInto` and
+ * hashes each in place, about 70 ns a block.
  */
 export interface DirectXxh64 {
   /** The module's memory as bytes (its own instance: nothing else writes there). */
