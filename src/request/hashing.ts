@@ -38,10 +38,10 @@ export function chainedBlockHashes(text: string, blockChars: number, maxBlocks: 
 /**
  * A 64-bit hash as 16 lower-case hex digits, leading zeros kept: what
  * `h.toString(16).padStart(16, '0')` gives for 0 <= h < 2^64, in about half its time (21-31 ns a
- * name against 36-64). A prompt of 32 KB has some 128 blocks to name; BigInt's toString goes through V8's runtime for each
- * and padStart makes a second string whenever a digit is missing. Here the value's two 32-bit
- * halves are read back through a typed array (no BigInt arithmetic, no intermediate BigInt) and
- * the 16 digits are made in one flat string.
+ * name against 36-64). A prompt of 32 KB has some 128 blocks to name; BigInt's toString goes
+ * through V8's runtime for each and padStart makes a second string whenever a digit is missing.
+ * Here the value's two 32-bit halves are read back through a typed array (no BigInt arithmetic,
+ * no intermediate BigInt) and the 16 digits are made in one flat string.
  */
 export function hex64(h: bigint): string {
   u64[0] = h;
