@@ -8,15 +8,17 @@
  * `--store noop` profiles the no-op ext_proc server (the bench's ceiling) under the same load: what
  * the gate spends beyond it is the difference of the two CPU figures.
  *
- *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile] [--by layer|caller|inclusive] [--windows K] [--no-profile] [--compiled]
- *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30] [--by layer|caller|inclusive]   (a profile taken before)
+ *   npx tsx scripts/profile-gate.ts [--size 2k] [--store memory|noop|redis|REDIS_URL] [--body-mode buffered|full_duplex] [--seconds 4] [--top 30] [--out file.cpuprofile] [--by layer|caller|inclusive|area] [--windows K] [--no-profile] [--compiled]
+ *   npx tsx scripts/profile-gate.ts --summarise file.cpuprofile [--top 30] [--by layer|caller|inclusive|area]   (a profile taken before)
  *
  * `--by caller` also prints where Node's own frames ("node other": natives, buffers, events, and the
  * other node: layers) were called from: each such sample's self time goes to the nearest frame on
  * its stack that is not Node's (kvgate, grpc-js, a library), so "node other" becomes "Buffer.from
  * under grpc-js's serialize". `--by inclusive` prints inclusive time per function (a function
  * counted once per sample, however often it recurs on the stack): what a function and everything
- * it calls cost. `--no-profile` measures CPU µs/request without the profiler attached (its sampling
+ * it calls cost. `--by area` groups self time by the job it does (body parsing, prompt hashing,
+ * prefix index, protobuf, transport, telemetry...), Node's frames charged to their caller as with
+ * `--by caller`. `--no-profile` measures CPU µs/request without the profiler attached (its sampling
  * costs the main thread time in proportion to wall time, which a loaded machine inflates).
  * `--windows K` splits the measured window into K parts and also prints the median part's CPU
  * µs/request and the range: a burst of other work on a shared machine inflates only the parts it
@@ -211,11 +213,61 @@ function inclusive(p: Profile, top: number): string {
   return lines.join('\n');
 }
 
+/**
+ * Self time by area of the work a decision does, each sample charged to the nearest frame on its
+ * stack outside Node (as `--by caller` does), so that a buffer copy or `encodeInto` counts for the
+ * code that asked for it; protobufjs's generated decoders (`$decode`, `$toObject`: frames without
+ * a script URL, which `--by layer` counts as "node other") are an area of their own. What
+ * `layer` splits by package this splits by job: body parsing apart from prompt hashing, the prefix
+ * index apart from the rest of the route.
+ */
+function area(byId: Map<number, Node>, parent: Map<number, number>, leaf: number): string {
+  const cf0 = byId.get(leaf)!.callFrame;
+  const l0 = layer(cf0);
+  if (l0 === 'GC' || l0 === 'idle' || l0 === 'profiler' || l0 === 'V8 (program)') return l0;
+  const protobuf = (cf: Node['callFrame']) => /\$(decode|toObject|encode|fromObject)$/.test(cf.functionName) || cf.url.includes('protobufjs');
+  for (let at: number | undefined = leaf; at !== undefined; at = parent.get(at)) {
+    const cf = byId.get(at)!.callFrame;
+    if (cf.functionName === '(root)') break;
+    if (protobuf(cf)) return 'protobuf decode and encode';
+    if (isNodeFrame(cf)) {
+      if (layer(cf) === 'node async/microtasks') return 'promises and microtasks';
+      continue;
+    }
+    const u = cf.url.replace('/dist/', '/src/');
+    if (/\/src\/request\/(body|json-scan|large-body)\./.test(u)) return 'body: UTF-8 decode and JSON parse';
+    if (/\/src\/request\/(prompt-blocks|prompt|hashing)\./.test(u) || u.includes('/src/util/xxhash') || u.includes('xxhash-wasm') || u.startsWith('wasm:')) return 'prompt: canonical text, block hashes';
+    if (u.includes('/src/state/prefix-index')) return 'prefix index: walk, record';
+    if (u.includes('@grpc/')) return 'grpc-js, Node HTTP/2 and streams';
+    const l = layer(cf);
+    if (l === 'request: body, keys, hashing') return 'request: keys, headers (the rest)';
+    if (l === 'gate.route (policy, store)') return 'route: policy, store (the rest)';
+    return l;
+  }
+  return l0 === 'node http2' || l0 === 'node streams' ? 'grpc-js, Node HTTP/2 and streams' : 'node other (event loop, timers, I/O)';
+}
+
+function byArea(p: Profile): string {
+  const { byId, parent, self } = indexProfile(p);
+  let busy = 0;
+  const areas = new Map<string, number>();
+  for (const [id, t] of self) {
+    const a = area(byId, parent, id);
+    if (a === 'idle' || a === 'profiler') continue;
+    busy += t;
+    areas.set(a, (areas.get(a) ?? 0) + t);
+  }
+  const pct = (t: number) => `${((100 * t) / busy).toFixed(1).padStart(5)}%`;
+  const lines = ['', 'by area (self time, Node frames charged to their caller outside Node):'];
+  for (const [k, t] of [...areas].sort((a, b) => b[1] - a[1])) lines.push(`${pct(t)}  ${k}`);
+  return lines.join('\n');
+}
+
 function report(p: Profile): string {
   const top = Number(values.top);
   const by = values.by!;
-  if (by !== 'layer' && by !== 'caller' && by !== 'inclusive') throw new Error(`--by ${by}: layer, caller or inclusive`);
-  return summarise(p, top) + (by === 'caller' ? byCaller(p, top) : by === 'inclusive' ? inclusive(p, top) : '');
+  if (by !== 'layer' && by !== 'caller' && by !== 'inclusive' && by !== 'area') throw new Error(`--by ${by}: layer, caller, inclusive or area`);
+  return summarise(p, top) + (by === 'caller' ? byCaller(p, top) : by === 'inclusive' ? inclusive(p, top) : by === 'area' ? byArea(p) : '');
 }
 
 if (values.summarise) {
