@@ -150,6 +150,8 @@ export interface CandidateExplanation {
   adapter?: 'has' | 'slot' | 'full' | 'unknown';
   /** Running plus queued requests as the engine last reported them (the balance term's input), when known. */
   work?: number;
+  /** For a worker pressured by KV alone: the free KV in tokens a one-off had to fit in (WorkerView `kvRoomTokens`). */
+  kvRoomTokens?: number;
   /** Undefined for workers that could not take the request. */
   score?: number;
 }

@@ -57,6 +57,8 @@ describe('a one-off request and a worker past KV pressure', () => {
     assert.equal(gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1'], blocks: [] }))[0]!.kvRoomTokens, 4000);
     // 1,500 characters: about 500 tokens at 3 characters a token, 1,000 with the margin.
     assert.equal(await outcome(gate, prompt(1, 1500)), 'w1:overflow');
+    // /debug/decisions says why: the free KV it fitted in.
+    assert.equal(gate.decisions.recent(1)[0]!.explanation.candidates[0]!.kvRoomTokens, 4000);
     // 9,000 characters: about 3,000 tokens, 6,000 with the margin: more than the 4,000 free.
     assert.equal(await outcome(gate, prompt(2, 9000)), 'shed:overloaded');
   });
