@@ -51,6 +51,8 @@ interface Candidate {
   max_inflight: number;
   prefix_blocks: number;
   kv_usage?: number;
+  /** Past KV pressure: the free KV, in tokens, a request without a session had to fit in. */
+  kv_room_tokens?: number;
   work?: number;
   score?: number;
 }
@@ -186,6 +188,13 @@ const OUTCOMES: Record<string, string> = {
   shed: 'shed',
 };
 
+/** KV use, and past pressure the free KV a one-off had to fit in ("91.0%, 4,000 tokens free"). */
+function kvUse(c: Candidate): string {
+  if (c.kv_usage === undefined) return '-';
+  const use = `${(c.kv_usage * 100).toFixed(1)}%`;
+  return c.kv_room_tokens === undefined ? use : `${use}, ${c.kv_room_tokens.toLocaleString('en-US')} tokens free`;
+}
+
 export function formatTurn(r: TurnReport): string {
   const lines: string[] = [];
   if (r.result === 'answered') {
@@ -210,7 +219,7 @@ export function formatTurn(r: TurnReport): string {
         c.state,
         `${c.inflight}/${c.max_inflight}`,
         `${c.prefix_blocks}/${e.total_blocks ?? 0}`,
-        c.kv_usage === undefined ? '-' : `${(c.kv_usage * 100).toFixed(1)}%`,
+        kvUse(c),
         c.work === undefined ? '-' : String(c.work),
         c.score === undefined ? '-' : c.score.toFixed(3),
       ]);

@@ -99,3 +99,32 @@ describe('kvgate try', () => {
     await assert.rejects(program.parseAsync(['node', 'kvgate', 'try', '--target', 'nohost']), { name: 'CommanderError' });
   });
 });
+
+describe('kvgate try: a candidate past KV pressure', () => {
+  test('shows the free KV a one-off fitted in beside its KV use', async () => {
+    const { formatTurn } = await import('../../src/cli/try-command.js');
+    const out = formatTurn({
+      turn: 1,
+      result: 'routed',
+      cluster: 'c1',
+      headers_set: { 'x-gateway-destination-cluster': 'c1' },
+      decision: {
+        at: '2026-12-02T00:00:00.000Z',
+        pool: 'default',
+        outcome: 'prefix_hit',
+        worker: 'w1',
+        explanation: {
+          mode: 'both',
+          rule: 'overflow',
+          total_blocks: 6,
+          candidates: [
+            { worker: 'w1', state: 'pressured', inflight: 16, max_inflight: 16, prefix_blocks: 0, kv_usage: 0.9, kv_room_tokens: 4000, score: -0.5 },
+            { worker: 'w2', state: 'pressured', inflight: 16, max_inflight: 16, prefix_blocks: 0, kv_usage: 0.97 },
+          ],
+        },
+      } as never,
+    });
+    assert.match(out, /\* +w1 +pressured +16\/16 +0\/6 +90\.0%, 4,000 tokens free/);
+    assert.match(out, /w2 +pressured +16\/16 +0\/6 +97\.0% +- +-/);
+  });
+});
