@@ -10,7 +10,7 @@ import { test } from 'node:test';
 import { Redis } from 'ioredis';
 import { hashSessionId } from '../../src/request/hashing.js';
 import { startTracing } from '../../src/telemetry/tracing.js';
-import { chat, harness, holdRequest } from '../helpers/envoy.js';
+import { chat, harness, holdRequest, waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startLatencyProxy } from '../helpers/latency-proxy.js';
 import { recordingLogger } from '../helpers/logger.js';
@@ -78,7 +78,14 @@ test('no raw session id or prompt text in Redis (sent or stored), in any log lin
     const held = await Promise.all(Array.from({ length: 6 }, (_, i) => holdRequest(h, `${SESSIONS.header}-held-${i}`)));
     const shed = await h.request(chat({ session: SESSIONS.header, text: text(3) }));
     assert.equal(shed.kind === 'local' && shed.status, 429);
+    const inflight = async () => (await r.zcard('kvgate:{default}:f:w1')) + (await r.zcard('kvgate:{default}:f:w2'));
+    assert.equal(await inflight(), 6, 'the held requests\' leases, in Redis');
     for (const x of held) x.stream.end();
+    // The held leases given back in Redis first: a release still on its way when Redis turns slow
+    // leaves both workers full in every view the gate has, and the next request is shed, not
+    // routed on local state (CI's run once failed that way).
+    await waitFor(async () => (await inflight()) === 0, 3000, 'the held leases released in Redis');
+    await waitFor(() => (g.gate.store.cachedSnapshot({ pool: 'default', key: undefined, workers: ['w1', 'w2'], blocks: [] }).inflight.get('w1') ?? 0) + (g.gate.store.cachedSnapshot({ pool: 'default', key: undefined, workers: ['w1', 'w2'], blocks: [] }).inflight.get('w2') ?? 0) === 0, 3000, 'the gate seeing both workers free');
     // Degraded, then written back when Redis is fast again.
     proxy.setLatency(300);
     await h.request(chat({ session: SESSIONS.slow, system: SYSTEM, text: text(50) }));
