@@ -207,15 +207,12 @@ export const DEFAULTS = {
    */
   overflowFactor: 4,
   /**
-   * Characters per token when a prompt's size in tokens is estimated from its text (a one-off's
-   * fit into a pressured worker's free KV: src/routing/overflow.ts `fitsOneOff`). English runs at
-   * about 4 with Llama 3's and GPT-4's tokenizers, code and other scripts at fewer; 3 counts most
-   * prompts as larger than they are, so the estimate errs towards not sending.
-   */
-  promptCharsPerToken: 3,
-  /**
    * A one-off request goes to a worker past KV pressure only if that worker's free KV holds this
-   * many times its prompt: the rest covers its output and what other gates sent since the scrape.
+   * many times its prompt (src/routing/overflow.ts `fitsOneOff`), its tokens estimated from its
+   * characters at `prefix.chars_per_token`. The rest covers its output, what other gates sent since
+   * the scrape, and the estimate's error (code and other scripts run at fewer characters a token
+   * than English's 4). Where it is short, the engine queues the request until memory frees: a wait,
+   * not a failure, and the next scrape reports the queue, which stops the fit.
    */
   oneOffKvMargin: 2,
   /**

@@ -312,7 +312,7 @@ export class Gate {
         keyInflight: snap.keyInflight,
         totalBlocks: blocks.length,
         promptBlocks,
-        promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * this.tokensPerBlock()) : undefined,
+        promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
@@ -458,16 +458,11 @@ export class Gate {
         // Less what this gate sent it that no scrape may have counted yet (its leases' prefill,
         // tallied while the backlog term is weighed; at backlog_weight 0 the request path tallies
         // nothing, and the fit goes by the engine's figures and its margin alone).
-        if (room !== undefined) view.kvRoomTokens = Math.max(0, room - pending * this.tokensPerBlock());
+        if (room !== undefined) view.kvRoomTokens = Math.max(0, room - pending * tokensPerBlock(this.setup.config));
       }
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;
       return view;
     });
-  }
-
-  /** Tokens in one prompt block, estimated from its characters (DEFAULTS.promptCharsPerToken). */
-  private tokensPerBlock(): number {
-    return this.setup.config.prefix.block_chars / DEFAULTS.promptCharsPerToken;
   }
 
   /** Takes the latest scrapes of every pool's workers (from the store, shared by every replica). */
@@ -547,8 +542,7 @@ export class Gate {
   /** How many prefix blocks a worker's KV cache holds: its capacity in tokens over tokens per block. */
   private capacityBlocks(pool: Pool, worker: string, cfg: Config): number {
     const tokens = pool.workers.get(worker)?.kv_capacity_tokens ?? DEFAULTS.kvCapacityTokens;
-    const tokensPerBlock = cfg.prefix.block_chars / cfg.prefix.chars_per_token;
-    return Math.max(1, Math.floor(tokens / tokensPerBlock));
+    return Math.max(1, Math.floor(tokens / tokensPerBlock(cfg)));
   }
 
   /** A knob or header named a class the config does not have: said once a minute per value; the next source classified the request. */
@@ -757,6 +751,11 @@ function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[
 }
 
 /** Only sessions have affinities in the store; prompts are matched through the prefix index. */
+/** Tokens in one prompt block, estimated from its characters (`prefix.chars_per_token`). */
+function tokensPerBlock(cfg: Config): number {
+  return cfg.prefix.block_chars / cfg.prefix.chars_per_token;
+}
+
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {
   return key?.kind === 'session' ? `s:${key.hash}` : undefined;
 }

@@ -95,8 +95,8 @@ export interface DecisionInput {
    */
   promptBlocks?: number;
   /**
-   * The prompt's size in tokens, estimated from its characters (src/config/defaults.ts
-   * `promptCharsPerToken`); absent: unknown. What a one-off needs of a pressured worker's free KV.
+   * The prompt's size in tokens, estimated from its characters (config `prefix.chars_per_token`);
+   * absent: unknown. What a one-off needs of a pressured worker's free KV.
    */
   promptTokens?: number;
   workers: readonly WorkerView[];
