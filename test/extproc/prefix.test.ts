@@ -114,7 +114,8 @@ describe('memory and Redis backends decide alike', () => {
     const memory = await startTestGate({ workers: WORKERS });
     // Past store.timeout_ms (a loaded machine) the Redis gate would decide on local state, which
     // is not what this compares: a generous bound, and no degraded decision allowed below.
-    const shared = await startTestGate({ workers: WORKERS, store: { timeout_ms: 2000 } }, { store: `${redis.url}/${++db}` });
+    // refresh_ms 50: the Redis gate's view of in-flight counts catches up with a release quickly (below).
+    const shared = await startTestGate({ workers: WORKERS, store: { timeout_ms: 2000, refresh_ms: 50 } }, { store: `${redis.url}/${++db}` });
     const hm = harness(memory.target);
     const hr = harness(shared.target);
     try {
@@ -127,11 +128,17 @@ describe('memory and Redis backends decide alike', () => {
       );
       const m: string[] = [];
       const r: string[] = [];
-      // Each request once both gates are done with the last: a stream's end (and its lease's
-      // release) is handled after the harness has its answer, and a decision racing it sees one
-      // request more in flight on one backend than on the other (CI's Node 22 run once split a tie
-      // that way). The comparison is of decisions, not of that timing.
-      const settled = () => waitFor(() => memory.extproc.openStreams === 0 && shared.extproc.openStreams === 0, 2000, 'both gates done with the last request');
+      // Each request once both gates are done with the last and see every worker free: a
+      // stream's end (and its lease's release) is handled after the harness has its answer, and a
+      // decision racing it sees one request more in flight on one backend than on the other (CI's
+      // Node 22 run split a tie that way twice). The Redis gate's view of in-flight counts is its
+      // last read of Redis plus its own leases, so a read made while the release was on its way
+      // counts the lease until the next read: the wait covers that too. The comparison is of
+      // decisions, not of that timing.
+      const ids = WORKERS.map((w) => w.id);
+      const free = (g: TestGate) => [...g.gate.store.cachedSnapshot({ pool: 'default', key: undefined, workers: ids, blocks: [] }).inflight.values()].every((n) => n === 0);
+      const settled = () =>
+        waitFor(() => memory.extproc.openStreams === 0 && shared.extproc.openStreams === 0 && free(memory) && free(shared), 3000, 'both gates done with the last request, every worker free in their views');
       for (const req of script) {
         m.push((await hm.request(req)).cluster!);
         r.push((await hr.request(req)).cluster!);
