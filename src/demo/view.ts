@@ -9,6 +9,7 @@ import { demoTotals, type DemoEvent, type DemoState, type DemoSummary } from './
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
 const MAX_SESSION_ROWS = 24;
 
+/** `1 session`, `2 sessions`. */
 const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const ms = (x: number) => (Number.isFinite(x) ? `${Math.round(x)} ms` : '-');
@@ -19,15 +20,10 @@ function short(id: string): string {
   return m ? m[1]! : id;
 }
 
-/** `1 session`, `2 sessions`. */
-function count(n: number, noun: string): string {
-  return `${n} ${noun}${n === 1 ? '' : 's'}`;
-}
-
 export function headerLines(state: DemoState): string[] {
   const o = state.options;
   return [
-    `kvgate demo: ${count(state.workers.length, state.external ? 'cluster' : 'fake worker')}, ${count(o.sessions, 'session')} × ${count(o.turns, 'turn')} (at most ${o.durationS} s), ${count(SYSTEM_PROMPT_NAMES.length, 'shared system prompt')}`,
+    `kvgate demo: ${plural(state.workers.length, state.external ? 'cluster' : 'fake worker')}, ${plural(o.sessions, 'session')} × ${plural(o.turns, 'turn')} (at most ${o.durationS} s), ${plural(SYSTEM_PROMPT_NAMES.length, 'shared system prompt')}`,
     state.external
       ? `gate: the running one at ${state.grpcTarget} (admin ${state.adminUrl}); its clusters: ${state.workers.map((w) => `${w.id} → ${w.worker.url}`).join(', ')}`
       : `gate: ext_proc ${state.grpcTarget}, admin ${state.adminUrl} (while it runs: kvgate status --admin ${state.adminUrl})`,

@@ -750,12 +750,12 @@ function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[
   return prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };
 }
 
-/** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 /** Tokens in one prompt block, estimated from its characters (`prefix.chars_per_token`). */
 function tokensPerBlock(cfg: Config): number {
   return cfg.prefix.block_chars / cfg.prefix.chars_per_token;
 }
 
+/** Only sessions have affinities in the store; prompts are matched through the prefix index. */
 function storeKeyOf(key: RoutingKey | undefined): string | undefined {
   return key?.kind === 'session' ? `s:${key.hash}` : undefined;
 }

@@ -66,6 +66,13 @@ export interface FleetOptions {
   prefillChunkTokens: number;
 }
 
+/**
+ * The simulated engines' KV block size in tokens: vLLM's default `block_size`, which its
+ * `cache_config_info` publishes beside `num_gpu_blocks`. What the routers that read that gauge
+ * see (llm-d sizes its index by it; kvgate's collector reads the capacity from it).
+ */
+export const ENGINE_BLOCK_TOKENS = 16;
+
 export const DEFAULT_FLEET: Readonly<FleetOptions> = Object.freeze({
   workers: 8,
   cacheTokens: 400_000,

@@ -23,13 +23,10 @@ import { Migrator } from '../../signals/migrator.js';
 import { MemoryStore } from '../../state/memory-store.js';
 import type { Lease } from '../../state/store.js';
 import { createLogger } from '../../telemetry/logger.js';
-import { DEFAULT_FLEET } from '../cost-model.js';
+import { DEFAULT_FLEET, ENGINE_BLOCK_TOKENS } from '../cost-model.js';
 import type { SimRequest } from '../workload.js';
 import type { HealthVerdict, SignalRecord, WorkerSignals } from '../../routing/health.js';
 import type { PolicyContext, RouteChoice, RouterPolicy, SessionMove, WorkerObservation } from './policy.js';
-
-/** vLLM's default KV block size, in tokens: the `block_size` label of its `cache_config_info`. */
-const VLLM_BLOCK_TOKENS = 16;
 
 /** The model named in simulated bodies (the one the cost model describes). */
 export const SIM_MODEL = 'meta-llama/Llama-3.1-8B-Instruct';
@@ -163,8 +160,8 @@ export class KvgatePolicy implements RouterPolicy {
     workers.forEach((w, i) => {
       const signals: WorkerSignals = { running: w.running, waiting: w.waiting, kvUsage: w.kvUsage };
       if (this.cacheTokens !== undefined) {
-        signals.blockSize = VLLM_BLOCK_TOKENS;
-        signals.numGpuBlocks = Math.floor(this.cacheTokens / VLLM_BLOCK_TOKENS);
+        signals.blockSize = ENGINE_BLOCK_TOKENS;
+        signals.numGpuBlocks = Math.floor(this.cacheTokens / ENGINE_BLOCK_TOKENS);
       }
       // The adapter gauge, where the simulated engines run adapters (as vLLM's lora_requests_info).
       if (w.lora) signals.lora = { running: [...w.lora.running], waiting: [...w.lora.waiting], maxLora: w.lora.maxLora };

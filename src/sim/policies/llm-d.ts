@@ -28,7 +28,7 @@
  */
 import { Rng } from '../rng.js';
 import type { SimRequest } from '../workload.js';
-import { DEFAULT_FLEET } from '../cost-model.js';
+import { DEFAULT_FLEET, ENGINE_BLOCK_TOKENS } from '../cost-model.js';
 import type { PolicyContext, RouteChoice, RouterPolicy, WorkerObservation } from './policy.js';
 
 export interface LlmdParams {
@@ -52,7 +52,7 @@ export const LLMD_DEFAULTS: Readonly<LlmdParams> = Object.freeze({
   sessionWeight: 0,
   blockTokens: 64,
   maxPrefixTokens: 131_072,
-  engineBlockTokens: 16,
+  engineBlockTokens: ENGINE_BLOCK_TOKENS,
 });
 
 /** `DefaultScorerWeight`: what a scorer named in a profile without a weight gets. */
