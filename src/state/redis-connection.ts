@@ -12,6 +12,7 @@
  * It verifies the server's certificate against the host name the URL gives, or the one
  * `--store-tls-servername` names; for a cluster see `connectRedis`.
  */
+import { createRequire } from 'node:module';
 import { isIP, type Socket } from 'node:net';
 import { checkServerIdentity, type PeerCertificate } from 'node:tls';
 import { Cluster, Redis, type ClusterOptions, type RedisOptions } from 'ioredis';
@@ -151,9 +152,28 @@ export function connectRedis(spec: string, base: RedisOptions, tlsFiles: StoreTl
     retryDelayOnClusterDown: 50,
     slotsRefreshTimeout: 1000,
     slotsRefreshInterval: 2000,
-    redisOptions: { ...nodeOptions, ...auth, ...(tls ? { tls } : {}) },
+    redisOptions: { ...nodeOptions, ...auth, ...(tls ? { tls, Connector: LateErrorsHeard as unknown as NonNullable<RedisOptions['Connector']> } : {}) },
   };
   return new Cluster(ep.nodes, options);
+}
+
+/**
+ * The connector ioredis uses for one server, with a lasting error listener on every socket it
+ * makes (see `keepLateSocketErrors`). A cluster client's slot-map refresher is a connection of its
+ * own that ioredis makes and ends inside the refresh, out of reach of `closeRedis`: a TLS refresher
+ * ended mid-handshake could emit the server's alert after ioredis's one-shot listener was used,
+ * an uncaught exception (seen once in CI's Node 22 run). ioredis's own listener still sees the
+ * first error of every socket; only later ones, on a socket it has given up, are dropped.
+ * ioredis exports the class's type but not the class, so it is loaded from its file.
+ */
+type StandaloneConnectorClass = typeof import('ioredis/built/connectors/StandaloneConnector.js').default;
+const { default: StandaloneConnector } = createRequire(import.meta.url)('ioredis/built/connectors/StandaloneConnector.js') as { default: StandaloneConnectorClass };
+class LateErrorsHeard extends StandaloneConnector {
+  override async connect(...args: Parameters<InstanceType<StandaloneConnectorClass>['connect']>) {
+    const stream = await super.connect(...args);
+    stream.on('error', ignoreError);
+    return stream;
+  }
 }
 
 /** TLS identity check: the host the connection was made to, or else `name`. */

@@ -41,3 +41,25 @@ for (const mode of ['one server', 'a cluster'] as const) {
     }
   });
 }
+
+test('a cluster client over TLS makes every connection (its slot-map refresher included) with a connector whose sockets keep an error listener', async () => {
+  const { connectRedis, closeRedis } = await import('../../src/state/redis-connection.js');
+  const certs = makeCerts();
+  const redis = await startRedis([], { tls: { cert: certs.serverCert, key: certs.serverKey, ca: certs.caCert } });
+  const client = connectRedis(redis.url.replace('rediss://', 'rediss+cluster://'), { lazyConnect: true }, { ca: readFileSync(certs.caCert), cert: readFileSync(certs.clientCert), key: readFileSync(certs.clientKey) });
+  try {
+    // The refresher is `duplicate()` of a node, so it gets the nodes' options, this connector included.
+    const Connector = (client as unknown as { options: { redisOptions: { Connector?: new (o: object) => { connect(e: () => void): Promise<import('node:net').Socket> } } } }).options.redisOptions.Connector;
+    assert.ok(Connector, 'the nodes get a connector of kvgate\'s');
+    const stream = await new Connector({ host: '127.0.0.1', port: redis.port, tls: { ca: readFileSync(certs.caCert), servername: 'localhost' } }).connect(() => {});
+    // ioredis adds its own one-shot listener; a second error on a socket it gave up must not throw.
+    stream.once('error', () => {});
+    stream.emit("error", new Error("first"));
+    assert.doesNotThrow(() => stream.emit('error', new Error('the server\'s late alert')));
+    stream.destroy();
+  } finally {
+    closeRedis(client);
+    await redis.stop();
+    certs.remove();
+  }
+});
