@@ -6,6 +6,7 @@
  * `--json` prints the admin API's answer as it came.
  */
 import { Command, Option } from 'commander';
+import { plural } from '../util/plural.js';
 
 /** How long to wait for the admin API: it answers from memory, so a slow answer is a sick gate. */
 const ADMIN_TIMEOUT_MS = 5000;
@@ -98,12 +99,12 @@ export function formatStatus(body: { store?: unknown; readiness?: ReadinessView;
   // A worker without a metrics_url has no signals: its state is kvgate's own in-flight count and
   // an operator's setting, not a measured load. Said once, under the table.
   const unmeasured = body.workers.filter((w) => w['signals'] === undefined && w['reasons'] === undefined).length;
-  const note = unmeasured > 0 ? `${unmeasured === body.workers.length ? 'no worker has' : `${unmeasured} worker${unmeasured === 1 ? '' : 's'} without`} a metrics_url: healthy unless drained or down by an operator; load is kvgate's own in-flight count\n` : '';
+  const note = unmeasured > 0 ? `${unmeasured === body.workers.length ? 'no worker has' : `${plural(unmeasured, 'worker')} without`} a metrics_url: healthy unless drained or down by an operator; load is kvgate's own in-flight count\n` : '';
   const pools = new Set(rows.map((r) => r.pool)).size > 1;
   const header: WorkerRow = { pool: 'POOL', id: 'WORKER', state: 'STATE', inflight: 'IN-FLIGHT', signals: 'SIGNALS' };
   const width = (k: keyof WorkerRow) => Math.max(...[header, ...rows].map((r) => r[k].length));
   const line = (r: WorkerRow) => `${pools ? `${r.pool.padEnd(width('pool'))}  ` : ''}${r.id.padEnd(width('id'))}  ${r.state.padEnd(width('state'))}  ${r.inflight.padEnd(width('inflight'))}  ${r.signals}`.trimEnd();
-  const head = `${body.workers.length} worker${body.workers.length === 1 ? '' : 's'}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}${readinessOf(body.readiness)}`;
+  const head = `${plural(body.workers.length, 'worker')}${typeof body.store === 'string' ? `, store: ${body.store}` : ''}${readinessOf(body.readiness)}`;
   return `${head}\n${[header, ...rows].map(line).join('\n')}\n${note}${problemOf(body.readiness)}`;
 }
 

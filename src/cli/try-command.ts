@@ -11,6 +11,7 @@ import { Command, InvalidArgumentError, Option } from 'commander';
 import { hostPort, positiveIntUpTo, positiveNumber } from './arg-parsers.js';
 import { ENVOY_MESSAGE_TIMEOUT_MS, EnvoyLikeClient, type RouteAnswer } from '../demo/envoy-client.js';
 import { hashSessionId } from '../request/hashing.js';
+import { plural } from '../util/plural.js';
 
 const DEFAULT_TARGET = '127.0.0.1:9002';
 const DEFAULT_ADMIN = 'http://127.0.0.1:9090';
@@ -41,6 +42,8 @@ interface TryFlags {
   header: Record<string, string>;
   routingHeader: string;
   messageTimeoutMs: number;
+  /** The gate's session hash key, when it has one: the decision record is found by the keyed hash. */
+  sessionHashKey?: string;
   json?: boolean;
 }
 
@@ -106,6 +109,12 @@ export function registerTryCommand(program: Command, out: TryOutput = process.st
     .addOption(new Option('--header <name:value>', 'extra request header (repeatable)').argParser(header).default({}, 'none'))
     .addOption(new Option('--routing-header <name>', 'the header the gate names the cluster in (its routing.header)').default('x-kvgate-cluster'))
     .addOption(new Option('--message-timeout-ms <ms>', "how long to wait for each gate reply (Envoy's message_timeout; past it Envoy fails open)").argParser(positiveNumber).default(ENVOY_MESSAGE_TIMEOUT_MS * 4))
+    .addOption(
+      new Option(
+        '--session-hash-key <key>',
+        "the gate's session hash key, when it hashes session ids under one: its decision records are found by the keyed hash (prefer the environment variable: a flag shows in the process list)",
+      ).env('KVGATE_SESSION_HASH_KEY'),
+    )
     .addOption(new Option('--json', 'print one JSON array, one object per turn'))
     .action(async (o: TryFlags) => {
       const session = o.session === false ? undefined : (o.session ?? `try-${randomBytes(4).toString('hex')}`);
@@ -118,7 +127,7 @@ export function registerTryCommand(program: Command, out: TryOutput = process.st
         }
         const reports: TurnReport[] = [];
         const messages: Array<{ role: string; content: string }> = [{ role: 'system', content: o.system }];
-        if (!o.json) out.write(`kvgate try: ${o.turns} turn${o.turns === 1 ? '' : 's'} to the gate at ${o.target}, ${session ? `session ${session}` : 'no session id (keyed by prompt prefix)'}\n`);
+        if (!o.json) out.write(`kvgate try: ${plural(o.turns, 'turn')} to the gate at ${o.target}, ${session ? `session ${session}` : 'no session id (keyed by prompt prefix)'}\n`);
         for (let turn = 1; turn <= o.turns; turn++) {
           messages.push({ role: 'user', content: turn === 1 ? o.message : `${o.message} (turn ${turn})` });
           const body = Buffer.from(JSON.stringify({ model: o.model, messages }));
@@ -127,7 +136,7 @@ export function registerTryCommand(program: Command, out: TryOutput = process.st
           const report = await describe(turn, answer, headers, o.routingHeader);
           // The upstream's response headers end the request's lease on the gate, as Envoy's would.
           if (answer.kind === 'upstream') await answer.exchange.responseHeaders(200, { 'content-type': 'application/json' });
-          if (report.result !== 'fallback') await explain(report, o.admin, session);
+          if (report.result !== 'fallback') await explain(report, o.admin, session, o.sessionHashKey);
           reports.push(report);
           if (!o.json) out.write(formatTurn(report));
           messages.push({ role: 'assistant', content: `(answer to turn ${turn})` });
@@ -155,7 +164,7 @@ async function describe(turn: number, answer: RouteAnswer, sent: Record<string, 
 }
 
 /** Attaches the gate's record of the decision: the newest one for this session's key hash. */
-async function explain(report: TurnReport, admin: string, session: string | undefined): Promise<void> {
+async function explain(report: TurnReport, admin: string, session: string | undefined, gateKey: string | undefined): Promise<void> {
   if (report.result === 'answered' && report.status === 404 && report.body?.includes('"model_not_found"')) {
     report.explanation_missing = "no pool of the gate serves this model: pass --model with one of the models its config's pools list";
     return;
@@ -164,8 +173,7 @@ async function explain(report: TurnReport, admin: string, session: string | unde
     report.explanation_missing = 'a request without a session id is matched by its prompt-prefix hash, which only the gate knows: see GET /debug/decisions';
     return;
   }
-  // The gate's key, when it hashes under one and this shell has it too; else the decision is not found by its hash.
-  const gateKey = process.env['KVGATE_SESSION_HASH_KEY'];
+  // Without the gate's key (when it has one) the decision is not found by its hash.
   const hash = hashSessionId(session, gateKey ? Buffer.from(gateKey, 'utf8') : undefined);
   try {
     const res = await fetch(new URL('/debug/decisions?limit=100', admin), { signal: AbortSignal.timeout(3000) });
@@ -173,7 +181,7 @@ async function explain(report: TurnReport, admin: string, session: string | unde
     const body = (await res.json()) as { decisions?: DecisionRecord[] };
     const record = body.decisions?.find((d) => d.key_hash === hash);
     if (record) report.decision = record;
-    else report.explanation_missing = `the gate has no record of this decision (a rejected request before any worker was considered, over 100 newer decisions${gateKey ? '' : ', or a gate hashing session ids under a key: set KVGATE_SESSION_HASH_KEY here too'})`;
+    else report.explanation_missing = `the gate has no record of this decision (a rejected request before any worker was considered, over 100 newer decisions${gateKey ? '' : ', or a gate hashing session ids under a key: pass it here too, in KVGATE_SESSION_HASH_KEY or --session-hash-key'})`;
   } catch (err) {
     const code = (err as { cause?: { code?: string } }).cause?.code;
     report.explanation_missing = `cannot read ${admin}/debug/decisions (${code ?? (err as Error).message}): pass the gate's admin address with --admin for the explanation`;

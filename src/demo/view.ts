@@ -5,12 +5,12 @@
  */
 import { SYSTEM_PROMPT_NAMES } from './conversations.js';
 import { demoTotals, type DemoEvent, type DemoState, type DemoSummary } from './run.js';
+import { plural } from '../util/plural.js';
 
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
 const MAX_SESSION_ROWS = 24;
 
 /** `1 session`, `2 sessions`. */
-const plural = (n: number, word: string) => `${n} ${word}${n === 1 ? '' : 's'}`;
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const ms = (x: number) => (Number.isFinite(x) ? `${Math.round(x)} ms` : '-');
 

@@ -100,6 +100,25 @@ describe('kvgate try', () => {
   });
 });
 
+describe('kvgate try: a gate hashing session ids under a key', () => {
+  const KEY = 'try-test-key-0123456789abcdef';
+  let gate: TestGate;
+  before(async () => {
+    gate = await startTestGate({ workers: [{ id: 'k1', cluster: 'k1' }, { id: 'k2', cluster: 'k2' }] }, { sessionHashKey: KEY });
+  });
+  after(() => gate.close(100));
+
+  test('with the key it finds its decision; without it, the note says how to pass it', async () => {
+    const keyed = JSON.parse(await tryIt('--target', gate.target, '--admin', gate.admin, '--session', 'keyed-1', '--session-hash-key', KEY, '--json')) as TurnReport[];
+    assert.equal(keyed[0]!.decision?.outcome, 'new', 'the record found by the keyed hash');
+    assert.equal(keyed[0]!.explanation_missing, undefined);
+    // The same session id, hashed without the key, names no decision of this gate.
+    const plain = JSON.parse(await tryIt('--target', gate.target, '--admin', gate.admin, '--session', 'keyed-1', '--json')) as TurnReport[];
+    assert.equal(plain[0]!.decision, undefined);
+    assert.match(plain[0]!.explanation_missing!, /hashing session ids under a key: pass it here too, in KVGATE_SESSION_HASH_KEY or --session-hash-key/);
+  });
+});
+
 describe('kvgate try: a candidate past KV pressure', () => {
   test('shows the free KV a one-off fitted in beside its KV use', async () => {
     const { formatTurn } = await import('../../src/cli/try-command.js');
