@@ -352,8 +352,12 @@ export class Gate {
       }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {
-        // Tallied only while the backlog term is weighed (it is by default; at weight 0 nothing reads it).
-        if (cfg.scoring.backlog_weight > 0) this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
+        // Tallied while the backlog term is weighed (it is by default), and for a worker with engine
+        // metrics whatever the weight: the one-off fit past KV pressure reads it there. A pool
+        // without metrics at weight 0 does no backlog work on the request path.
+        if (cfg.scoring.backlog_weight > 0 || pool.workers.get(decision.worker)?.metrics_url !== undefined) {
+          this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
+        }
         return this.routed(decision, pool, res.lease, key, model, res.degraded, attempt, storeMs, cls, views, scope);
       }
       snap = res.snapshot;
@@ -455,9 +459,7 @@ export class Gate {
       if (sig?.record && (operator === undefined || operator === 'healthy')) {
         view.engineRoom = hasEngineRoom(sig.verdict, s, w.memory_pressure_from_framebuffer);
         const room = w.memory_pressure_from_framebuffer ? undefined : kvRoomTokens(sig.verdict, s);
-        // Less what this gate sent it that no scrape may have counted yet (its leases' prefill,
-        // tallied while the backlog term is weighed; at backlog_weight 0 the request path tallies
-        // nothing, and the fit goes by the engine's figures and its margin alone).
+        // Less what this gate sent it that no scrape may have counted yet: its leases' prefill.
         if (room !== undefined) view.kvRoomTokens = Math.max(0, room - pending * tokensPerBlock(this.setup.config));
       }
       if (sig?.adapters !== undefined) view.adapters = sig.adapters;

@@ -31,9 +31,9 @@ function vllmPage(opts: { kvUsage: number; waiting?: number; capacity?: boolean 
   ].join('\n');
 }
 
-async function gateOn(page: string, workers = 1): Promise<Gate> {
+async function gateOn(page: string, workers = 1, scoring: Record<string, number> = {}): Promise<Gate> {
   const ids = Array.from({ length: workers }, (_, i) => `w${i + 1}`);
-  const config = parseConfig({ workers: ids.map((id) => ({ id, cluster: `c_${id}`, metrics_url: `http://127.0.0.1:9/${id}` })) }, 'test');
+  const config = parseConfig({ workers: ids.map((id) => ({ id, cluster: `c_${id}`, metrics_url: `http://127.0.0.1:9/${id}` })), scoring }, 'test');
   const gate = new Gate(config, new MemoryStore(), silentLogger());
   const signals = parseSignals(page, 'vllm', {}).signals;
   gate.setSignals(new Map(ids.map((id) => [id, { signals, ageMs: 0, failures: 0 }])));
@@ -78,17 +78,20 @@ describe('a one-off request and a worker past KV pressure', () => {
     assert.equal(await outcome(gate, prompt(5, 1500)), 'shed:overloaded');
   });
 
-  test('what this gate sent since the scrape counts against the free KV: the worker fills, then sheds', async () => {
-    const gate = await gateOn(vllmPage({ kvUsage: 0.9 }));
-    const out: string[] = [];
-    // Leases held (no first token yet): each one's prefill is still owed on the worker.
-    for (let i = 0; i < 20; i++) out.push(await outcome(gate, prompt(100 + i, 1500)));
-    const routed = out.filter((o) => o === 'w1:overflow').length;
-    // About 400 tokens each (whole blocks of 64) against 4,000 free, with room for three times
-    // the prompt: about eight fit, not twenty.
-    assert.ok(routed >= 8 && routed <= 12, out.join(','));
-    assert.deepEqual(out.slice(routed), Array(20 - routed).fill('shed:overloaded'));
-  });
+  for (const backlogWeight of [DEFAULTS.backlogWeight, 0]) {
+    test(`what this gate sent since the scrape counts against the free KV: the worker fills, then sheds (backlog_weight ${backlogWeight})`, async () => {
+      // At backlog weight 0 the backlog term reads nothing, but the fit still must.
+      const gate = await gateOn(vllmPage({ kvUsage: 0.9 }), 1, { backlog_weight: backlogWeight });
+      const out: string[] = [];
+      // Leases held (no first token yet): each one's prefill is still owed on the worker.
+      for (let i = 0; i < 20; i++) out.push(await outcome(gate, prompt(100 + i, 1500)));
+      const routed = out.filter((o) => o === 'w1:overflow').length;
+      // About 400 tokens each (whole blocks of 64) against 4,000 free, with room for three times
+      // the prompt: about eight fit, not twenty.
+      assert.ok(routed >= 8 && routed <= 12, out.join(','));
+      assert.deepEqual(out.slice(routed), Array(20 - routed).fill('shed:overloaded'));
+    });
+  }
 
   test('below pressure nothing changes: a healthy worker takes it by score', async () => {
     const gate = await gateOn(vllmPage({ kvUsage: 0.5 }));

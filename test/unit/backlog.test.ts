@@ -180,7 +180,7 @@ describe('through the gate', () => {
     await gate.release(r.lease);
   });
 
-  test('at weight 0 nothing is tallied: the request path does no backlog work', async () => {
+  test('at weight 0, workers without engine metrics: nothing is tallied, the request path does no backlog work', async () => {
     const gate = new Gate(config(0), new MemoryStore(), silentLogger());
     const r = routed(await gate.route(req(40)));
     const view = gate.views(gate.store.cachedSnapshot({ pool: gate.pool, key: undefined, workers: ['w1', 'w2'], blocks: [] })).find((v) => v.id === r.worker)!;
