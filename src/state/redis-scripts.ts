@@ -138,8 +138,7 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- Prefix match: for each configured worker (a worker gone from the config still holds blocks
 -- until they lapse, and no decision may weigh it), its leading run of live blocks. Each holding
 -- lapses on its own: a worker not sent the block within the TTL stops holding it, whoever else
--- holds it. Read in chunks (8, then 32, 128, ... blocks), so one that holds a long run costs a few
--- calls. Most workers hold none of a given prompt (routing concentrates a prefix on a few), so a
+-- holds it. Most workers hold none of a given prompt (routing concentrates a prefix on a few), so a
 -- worker is first asked for the first block alone (HGET: inside a script about a quarter of an
 -- HMGET of 8 missing fields, each of whose replies is built and converted to Lua), unless the
 -- worker before it held the prompt: then it likely does too (a prefix every worker holds), and the
@@ -153,24 +152,96 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- with strcoll, and Redis sets LC_COLLATE from its environment: every locale's collation orders
 -- the digits 0-9 ascending and never ignores them, so same-length digit strings still compare as
 -- their numbers do.)
+--
+-- A worker holding the first block of a prompt longer than SEARCH_FROM blocks is searched for its
+-- deepest live block, not read block by block: reading every block it held (8, then 32, 128, ...
+-- at a time) was 134 of redis-server's 527 us a decision at 32 KB (128 blocks). The search is
+-- exact because "live" never has a gap along a chain in a hash whose mark (below) allows it:
+--  * a block id is a chained hash: block j of a prompt names the whole prefix 1..j, so every
+--    commit that wrote block j wrote blocks 1..j-1 in the same HSET with the same lapse time;
+--    a later commit that rewrote j-1 alone did so later, so with one TTL for every commit and a
+--    clock that never goes back, lapse(j-1) >= lapse(j);
+--  * recency scores fall strictly along a chain (base - j, and every routing ranks above all
+--    earlier ones), so the capacity trim (lowest first) takes block j+1 no later than block j,
+--    and the repair of holdings the recency set lost keeps what commits since the loss wrote:
+--    prefixes again;
+--  * what breaks it is a commit whose lapse time is below one already in the hash (the prefix TTL
+--    shortened by a config reload, replicas on two TTLs, Redis's clock stepping back): it can
+--    write blocks 1..k to lapse before blocks k+1.. written earlier. So the hash's mark (the value
+--    of its encoding field: "<latest lapse written> <scan until> ...") keeps the latest lapse time
+--    any commit wrote; a commit below it sets "scan until" to it, and until that time has passed
+--    (every holding written before the commit has lapsed) the worker is read block by block, as
+--    before. A hash without a mark (written by a replica of an earlier release, which rewrites the
+--    field to its constant) is read block by block, and the next commit that marks it waits out the
+--    key's own expiry, which no holding in it outlives (extendExpiry).
+-- The search: one HMGET of the mark and of positions 2, 4, 8, ..., m (and block 1 when it was not
+-- probed); the last live position and the first dead one bracket the depth; then HMGETs of up to
+-- 7 evenly spaced positions inside the bracket, each cutting it 8 times, until it is one block.
+-- At 128 blocks a worker holding the whole prompt costs one HMGET of 8 fields, one holding a part
+-- of it 2-3 HMGETs of ~20 fields in all, where the scan read up to 128.
 local nowLen = #nowS
+local function isLive(v)
+  if not v then return false end
+  if #v == nowLen then return v >= nowS end
+  return tonumber(v) >= now
+end
+local SEARCH_FROM = 10
 local depth = {}
 if m > 0 then
   local lastHeld = false
+  local probes = {}
+  if m >= SEARCH_FROM then
+    local p = 2
+    while p < m do probes[#probes + 1] = p; p = p * 2 end
+    probes[#probes + 1] = m
+  end
   for i = 1, n do
     local hk = KEYS[K_HOLDINGS + i]
     local d, size = 0, 8
     local held = true
+    local scan = true
     if not lastHeld then
-      local u = redis.call('HGET', hk, ids[1])
-      if u then
-        if #u == nowLen then held = u >= nowS else held = tonumber(u) >= now end
-      else
-        held = false
-      end
+      held = isLive(redis.call('HGET', hk, ids[1]))
       if held then d = 1 end
     end
-    if held then
+    if held and m >= SEARCH_FROM then
+      -- The mark, block 1 when not yet read, and the probes, in one call.
+      local fields = {'${HOLDINGS_ENCODING_FIELD}'}
+      local first = 2
+      if d == 0 then fields[2] = ids[1]; first = 3 end
+      for k = 1, #probes do fields[#fields + 1] = ids[probes[k]] end
+      local got = redis.call('HMGET', hk, unpack(fields))
+      if d == 0 then held = isLive(got[2]); if held then d = 1 end end
+      local until_ = got[1] and string.match(got[1], '^%d+ (%d+) ')
+      if held and until_ and tonumber(until_) < now then
+        scan = false
+        -- The depth is in (lo, hi]: lo is live, hi dead (m + 1: every block live).
+        local lo, hi = 1, m + 1
+        for k = 1, #probes do
+          if isLive(got[first + k - 1]) then lo = probes[k] else hi = probes[k]; break end
+        end
+        while hi - lo > 1 do
+          local span = hi - lo
+          local k = span - 1
+          if k > 7 then k = 7 end
+          local at, want = {}, {}
+          for t = 1, k do
+            local p = lo + math.floor(t * span / (k + 1))
+            at[t] = p
+            want[t] = ids[p]
+          end
+          local vals = redis.call('HMGET', hk, unpack(want))
+          local newLo, newHi = lo, hi
+          for t = 1, k do
+            if isLive(vals[t]) then newLo = at[t] else newHi = at[t]; break end
+          end
+          lo, hi = newLo, newHi
+        end
+        d = lo
+      end
+    end
+    if held and scan then
+      -- Block by block from d (1, or 0 when block 1 was not read), in growing chunks.
       while d < m do
         local last = d + size
         if last > m then last = m end
@@ -270,7 +341,32 @@ if spec.mode == 'commit' then
       -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
       -- table for good (an RDB reload keeps it so); the field is no block id, so no read asks for
       -- it, and written first in the same HSET, it converts the hash before the blocks go in.
-      local held = {'${HOLDINGS_ENCODING_FIELD}', '${HOLDINGS_ENCODING_VALUE}'}
+      -- The mark the match reads (see there): the latest lapse time written here, and until when
+      -- the worker is read block by block. A commit whose lapse time is below the latest keeps
+      -- the worker scanned until the latest has passed; a hash without a mark (a replica of an
+      -- earlier release wrote it) until the key's own expiry (-1, none: for good).
+      local lapse = now + spec.prefixTtlMs
+      local latest, scanUntil = lapse, 0
+      local mark = redis.call('HGET', hk, '${HOLDINGS_ENCODING_FIELD}')
+      local l, u
+      if mark then l, u = string.match(mark, '^(%d+) (%d+) ') end
+      if l then
+        latest, scanUntil = tonumber(l), tonumber(u)
+        if lapse < latest then
+          if latest > scanUntil then scanUntil = latest end
+        else
+          latest = lapse
+        end
+      else
+        local pttl = redis.call('PTTL', hk)
+        if pttl == -1 then
+          scanUntil = 1e15
+        elseif pttl >= 0 then
+          scanUntil = now + pttl
+          if scanUntil > latest then latest = scanUntil end
+        end
+      end
+      local held = {'${HOLDINGS_ENCODING_FIELD}', string.format('%d %d ', latest, scanUntil) .. '${HOLDINGS_ENCODING_VALUE}'}
       local recency = {}
       for j = 1, m do
         local id = ids[j]

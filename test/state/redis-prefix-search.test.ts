@@ -1,0 +1,226 @@
+/**
+ * DECIDE_LUA searches a worker's holdings for the deepest live block of the prompt instead of
+ * reading them block by block. The search is exact only while "live" has no gap along a chain,
+ * which commits keep true except across a lapse time below one already written (a shorter prefix
+ * TTL); then the script scans until the older holdings have lapsed. These tests hold every depth
+ * the script answers to the scan's: the leading run of live blocks, walked here from the worker's
+ * whole holdings hash, read in the same transaction as the decision (so with the same holdings and
+ * no key expiring in between), at the script's own clock (`now` of its reply).
+ */
+import assert from 'node:assert/strict';
+import { createHash } from 'node:crypto';
+import { after, before, describe, test } from 'node:test';
+import { Redis } from 'ioredis';
+import { decide, decideKeys, defineScripts, packBlocks, PoolKeys, type DecideCommit } from '../../src/state/redis-commands.js';
+import { HOLDINGS_ENCODING_FIELD } from '../../src/state/redis-scripts.js';
+import { NO_PRECONDITIONS } from '../helpers/commits.js';
+import { startRedis, type TestRedis } from '../helpers/redis-server.js';
+
+let server: TestRedis;
+let redis: Redis;
+before(async () => {
+  server = await startRedis();
+  redis = new Redis(server.url);
+  defineScripts(redis);
+});
+after(async () => {
+  redis.disconnect();
+  await server.stop();
+});
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+
+/** A small seeded generator (mulberry32), so a failing scenario can be rerun. */
+function rng(seed: number): (n: number) => number {
+  let a = seed >>> 0;
+  return (n) => {
+    a = (a + 0x6d2b79f5) >>> 0;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return Math.floor((((t ^ (t >>> 14)) >>> 0) / 4294967296) * n);
+  };
+}
+
+/** Chained block ids, as the keys layer's: block j's id names the whole prefix 1..j. */
+function chainIds(tokens: readonly number[]): string[] {
+  const ids: string[] = [];
+  let prev = 'seed';
+  for (const t of tokens) {
+    prev = createHash('sha1').update(`${prev}:${t}`).digest('hex').slice(0, 16);
+    ids.push(prev);
+  }
+  return ids;
+}
+
+function commit(worker: string, prefixTtlMs: number, capacityBlocks: number): DecideCommit {
+  return {
+    worker,
+    preconditions: NO_PRECONDITIONS,
+    affinityTtlMs: 60_000,
+    leaseMember: `l${worker}|k`,
+    leaseTtlMs: 60_000,
+    prefixTtlMs,
+    capacityBlocks,
+    notAfter: 0,
+  };
+}
+
+interface Checked {
+  /** Workers whose depth was at least 1 for a prompt long enough to be searched. */
+  held: number;
+  /** ... of them, those whose mark allowed the search. */
+  searched: number;
+  /** ... of them, held part of the prompt (the search had a bracket to narrow). */
+  partial: number;
+  /** Workers whose mark made the script scan although they held the first block. */
+  scanned: number;
+}
+
+/**
+ * One read of `blocks` on `workers`, in a transaction with each worker's holdings; asserts every
+ * depth equals the scan's.
+ */
+async function checkRead(keys: PoolKeys, workers: readonly string[], blocks: readonly string[], tally: Checked, what: string): Promise<void> {
+  const packed = packBlocks(blocks);
+  const spec = JSON.stringify({ mode: 'read', keyed: false, workers, leaseKey: '', idWidth: packed.width });
+  const k = decideKeys(keys, { workers, key: undefined, blocks });
+  const tx = redis.multi().kvgateDecide(k.length, k, spec, packed.arg);
+  for (const w of workers) tx.hgetall(keys.holdings(w));
+  const results = (await tx.exec())!;
+  for (const [err] of results) if (err) throw err;
+  const reply = JSON.parse(results[0]![1] as string) as { now: number; depth: Record<string, number> | unknown[] };
+  const got = Array.isArray(reply.depth) ? {} : reply.depth;
+  workers.forEach((w, i) => {
+    const hash = results[i + 1]![1] as Record<string, string>;
+    let d = 0;
+    while (d < blocks.length && hash[blocks[d]!] !== undefined && Number(hash[blocks[d]!]) >= reply.now) d++;
+    assert.equal(got[w] ?? 0, d, `${what}: worker ${w}, ${blocks.length} blocks`);
+    if (d > 0 && blocks.length >= 10) {
+      tally.held++;
+      const mark = /^(\d+) (\d+) /.exec(hash[HOLDINGS_ENCODING_FIELD] ?? '');
+      if (mark && Number(mark[2]) < reply.now) {
+        tally.searched++;
+        if (d < blocks.length) tally.partial++;
+      } else tally.scanned++;
+    }
+  });
+}
+
+/** One pool's history: prompts sharing prefixes, several workers, commits under two TTLs. */
+class Scenario {
+  readonly keys: PoolKeys;
+  readonly workers: string[];
+  readonly prompts: string[][] = [];
+  constructor(
+    readonly seed: number,
+    readonly r = rng(seed),
+  ) {
+    this.keys = new PoolKeys('search', `p${seed}`);
+    this.workers = Array.from({ length: 1 + r(5) }, (_, i) => `w${i}`);
+    // Token streams: the first from scratch, each later one a prefix of an earlier one (any
+    // length, none included) and its own continuation. Up to 700 blocks (past max_blocks, 512).
+    const streams: number[][] = [];
+    for (let p = 0; p < 8; p++) {
+      const from = p === 0 ? [] : streams[r(p)]!;
+      const keep = from.slice(0, r(from.length + 1));
+      const long = r(4) === 0 ? 300 + r(400) : r(150);
+      const extra = Array.from({ length: 1 + long }, () => r(1_000_000));
+      streams.push([...keep, ...extra].slice(0, 700));
+    }
+    for (const s of streams) this.prompts.push(chainIds(s));
+  }
+  /** A prompt to route or read: one of the scenario's, or a prefix of one. */
+  prompt(): string[] {
+    const p = this.prompts[this.r(this.prompts.length)]!;
+    return this.r(3) === 0 ? p.slice(0, 1 + this.r(p.length)) : p;
+  }
+  async commits(count: number, ttlMs: number): Promise<void> {
+    for (let c = 0; c < count; c++) {
+      const w = this.workers[this.r(this.workers.length)]!;
+      const capacity = [15, 60, 200, 800, 5000][this.r(5)]!;
+      const blocks = this.prompt();
+      const reply = await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, capacity));
+      assert.equal(reply.ok, true);
+    }
+  }
+  /** Shorter prompts, over what the long-TTL commits wrote: the short TTL lapses first on the prefix. */
+  async shortPrefixes(count: number, ttlMs: number): Promise<void> {
+    for (let c = 0; c < count; c++) {
+      const w = this.workers[this.r(this.workers.length)]!;
+      const p = this.prompts[this.r(this.prompts.length)]!;
+      const blocks = p.slice(0, 1 + this.r(p.length));
+      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000));
+    }
+  }
+  async reads(tally: Checked, what: string): Promise<void> {
+    for (const p of this.prompts) await checkRead(this.keys, this.workers, p, tally, `seed ${this.seed}, ${what}`);
+    for (let k = 0; k < 4; k++) await checkRead(this.keys, this.workers, this.prompt(), tally, `seed ${this.seed}, ${what}`);
+  }
+}
+
+describe('DECIDE_LUA: the search for the deepest live block answers what the scan does', () => {
+  test('random chains, partial holdings, capacity trims, several workers, long prompts', async () => {
+    const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
+    const scenarios = Array.from({ length: 40 }, (_, i) => new Scenario(1000 + i));
+    await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL')));
+    await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL, more commits')));
+    // The search ran, often on part of a prompt, and nothing made the script fall back to the scan.
+    assert.ok(tally.searched > 200, `searched ${tally.searched}`);
+    assert.ok(tally.partial > 50, `partial ${tally.partial}`);
+    assert.equal(tally.scanned, 0);
+  });
+
+  test('a shorter prefix TTL over deeper blocks written under a longer one: scanned until they lapse, then searched', async () => {
+    const SHORT = 150;
+    const LONG = 1500;
+    const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
+    const scenarios = Array.from({ length: 30 }, (_, i) => new Scenario(2000 + i));
+    await Promise.all(scenarios.map((s) => s.commits(10, LONG)));
+    const longAt = Date.now();
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'long TTL')));
+    // Two rounds of short-TTL commits of prefixes, 80 ms apart: once the first round has lapsed
+    // and the second not, a worker can hold blocks 1..a live, a+1..b lapsed, b+1.. live again.
+    await Promise.all(scenarios.map((s) => s.shortPrefixes(6, SHORT)));
+    await sleep(80);
+    await Promise.all(scenarios.map((s) => s.shortPrefixes(6, SHORT)));
+    await sleep(100);
+    const before = tally.scanned;
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'first short round lapsed')));
+    assert.ok(tally.scanned > before, 'the TTL change made the script scan');
+    await sleep(SHORT);
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'both short rounds lapsed')));
+    // Back to the long TTL (a longer lapse than any written: the search stays exact), then past
+    // every holding written before the short commits: searched again.
+    await Promise.all(scenarios.map((s) => s.commits(6, LONG)));
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'long TTL again')));
+    await sleep(Math.max(0, longAt + LONG + 100 - Date.now()));
+    const searched = tally.searched;
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'past the first long holdings')));
+    await Promise.all(scenarios.map((s) => s.commits(6, LONG)));
+    await Promise.all(scenarios.map((s) => s.reads(tally, 'past the first long holdings, more commits')));
+    assert.ok(tally.searched - searched > 100, `searched again ${tally.searched - searched}`);
+  });
+
+  test('a hash without a mark (an earlier release wrote it) is scanned, and after a commit only once its older holdings lapse', async () => {
+    const keys = new PoolKeys('search', 'unmarked');
+    const workers = ['w1'];
+    const blocks = chainIds(Array.from({ length: 40 }, (_, j) => j));
+    const now = Date.now();
+    const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
+    // Blocks 1-5 live, 6-10 lapsed, 11-40 live: no commit of one TTL leaves this; the earlier
+    // layout's constant in the encoding field.
+    const fields = [HOLDINGS_ENCODING_FIELD, 'a value longer than hash-max-listpack-value keeps this hash a hash table'];
+    blocks.forEach((b, j) => fields.push(b, String(j < 5 || j >= 10 ? now + 60_000 : now - 1000)));
+    await redis.hset(keys.holdings('w1'), ...fields);
+    await redis.pexpire(keys.holdings('w1'), 400);
+    await checkRead(keys, workers, blocks, tally, 'unmarked');
+    // A commit of blocks 1-3 marks the hash: scanned until the key's expiry (400 ms).
+    await decide(redis, keys, { workers, key: undefined, blocks: blocks.slice(0, 3) }, commit('w1', 60_000, 1000));
+    await checkRead(keys, workers, blocks, tally, 'marked by a commit');
+    assert.equal(tally.searched, 0);
+    assert.equal(tally.scanned, 2);
+  });
+});
