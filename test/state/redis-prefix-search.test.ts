@@ -135,6 +135,8 @@ class Scenario {
     const p = this.prompts[this.r(this.prompts.length)]!;
     return this.r(3) === 0 ? p.slice(0, 1 + this.r(p.length)) : p;
   }
+  /** Each commit's worker and prompt. */
+  readonly routed: Array<[string, string[]]> = [];
   async commits(count: number, ttlMs: number): Promise<void> {
     for (let c = 0; c < count; c++) {
       const w = this.workers[this.r(this.workers.length)]!;
@@ -142,14 +144,29 @@ class Scenario {
       const blocks = this.prompt();
       const reply = await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, capacity));
       assert.equal(reply.ok, true);
+      this.routed.push([w, blocks]);
     }
   }
-  /** Shorter prompts, over what the long-TTL commits wrote: the short TTL lapses first on the prefix. */
-  async shortPrefixes(count: number, ttlMs: number): Promise<void> {
+  /**
+   * Prefixes of prompts routed before, on the same workers, under `ttlMs`: each pick a shorter
+   * prefix of the one before it, so that when the first lapses and the second has not, a worker
+   * holds blocks 1..a live, a+1..b lapsed, b+1.. live (under the longer TTL).
+   */
+  async shortPrefixes(count: number, ttlMs: number): Promise<Array<[string, string[]]>> {
+    const done: Array<[string, string[]]> = [];
     for (let c = 0; c < count; c++) {
-      const w = this.workers[this.r(this.workers.length)]!;
-      const p = this.prompts[this.r(this.prompts.length)]!;
-      const blocks = p.slice(0, 1 + this.r(p.length));
+      const [w, p] = this.routed[this.r(this.routed.length)]!;
+      if (p.length < 2) continue;
+      const blocks = p.slice(0, 1 + this.r(p.length - 1));
+      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000));
+      done.push([w, blocks]);
+    }
+    return done;
+  }
+  async shorterStill(picked: Array<[string, string[]]>, ttlMs: number): Promise<void> {
+    for (const [w, p] of picked) {
+      if (p.length < 2) continue;
+      const blocks = p.slice(0, 1 + this.r(p.length - 1));
       await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000));
     }
   }
@@ -183,9 +200,9 @@ describe('DECIDE_LUA: the search for the deepest live block answers what the sca
     await Promise.all(scenarios.map((s) => s.reads(tally, 'long TTL')));
     // Two rounds of short-TTL commits of prefixes, 80 ms apart: once the first round has lapsed
     // and the second not, a worker can hold blocks 1..a live, a+1..b lapsed, b+1.. live again.
-    await Promise.all(scenarios.map((s) => s.shortPrefixes(6, SHORT)));
+    const picked = await Promise.all(scenarios.map((s) => s.shortPrefixes(8, SHORT)));
     await sleep(80);
-    await Promise.all(scenarios.map((s) => s.shortPrefixes(6, SHORT)));
+    await Promise.all(scenarios.map((s, i) => s.shorterStill(picked[i]!, SHORT)));
     await sleep(100);
     const before = tally.scanned;
     await Promise.all(scenarios.map((s) => s.reads(tally, 'first short round lapsed')));
@@ -210,10 +227,10 @@ describe('DECIDE_LUA: the search for the deepest live block answers what the sca
     const blocks = chainIds(Array.from({ length: 40 }, (_, j) => j));
     const now = Date.now();
     const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
-    // Blocks 1-5 live, 6-10 lapsed, 11-40 live: no commit of one TTL leaves this; the earlier
+    // Blocks 1-5 live, 6-7 lapsed, 8-40 live: no commit of one TTL leaves this; the earlier
     // layout's constant in the encoding field.
     const fields = [HOLDINGS_ENCODING_FIELD, 'a value longer than hash-max-listpack-value keeps this hash a hash table'];
-    blocks.forEach((b, j) => fields.push(b, String(j < 5 || j >= 10 ? now + 60_000 : now - 1000)));
+    blocks.forEach((b, j) => fields.push(b, String(j < 5 || j >= 7 ? now + 60_000 : now - 1000)));
     await redis.hset(keys.holdings('w1'), ...fields);
     await redis.pexpire(keys.holdings('w1'), 400);
     await checkRead(keys, workers, blocks, tally, 'unmarked');
