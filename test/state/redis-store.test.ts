@@ -804,21 +804,30 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       assert.equal((await depths(store, blocks)).get('w1'), blocks.length);
     }));
 
-  test('a holding that lapsed mid-run ends the worker’s run there, wherever it falls among the chunks a read takes', () =>
+  test('a holding that lapsed mid-run ends the worker’s run there, wherever it falls among the chunks a scan or the probes of a search read', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
       const blocks = Array.from({ length: 200 }, (_, i) => `run${i}`);
       await commitOn(store, 'w1', blocks);
       await commitOn(store, 'w2', blocks.slice(0, 50));
       const hk = 'kvgate-test:{p}:bh:w1';
-      // Reads take 8 blocks, then 32, then 128: runs ending on either side of each boundary.
-      for (const k of [0, 1, 7, 8, 9, 39, 40, 41, 167, 168, 169, 199]) {
-        const until = await raw.hget(hk, blocks[k]!);
-        await raw.hset(hk, blocks[k]!, String((await redisNow(raw)) - 1));
-        const d = await depths(store, blocks);
-        assert.equal(d.get('w1') ?? 0, k, `block ${k} lapsed: w1 holds the ${k} before it`);
+      const mark = (await raw.hget(hk, HOLDINGS_ENCODING_FIELD))!;
+      const untils = await raw.hmget(hk, ...blocks);
+      // A scan (a hash without the mark commits write is read block by block) takes 8 blocks, then
+      // 32, then 128; a search probes 2, 4, 8, ... 128, 200, then 7 points a bracket: runs ending
+      // on either side of each boundary. One holding lapsed among live ones (no commit leaves that,
+      // hence the unmarked hash) for the scan; every holding from there on lapsed for the search.
+      for (const k of [0, 1, 2, 3, 4, 7, 8, 9, 16, 39, 40, 41, 63, 64, 65, 100, 127, 128, 129, 167, 168, 169, 198, 199]) {
+        const lapsed = String((await redisNow(raw)) - 1);
+        await raw.hset(hk, HOLDINGS_ENCODING_FIELD, 'unmarked', blocks[k]!, lapsed);
+        let d = await depths(store, blocks);
+        assert.equal(d.get('w1') ?? 0, k, `scan, block ${k} lapsed: w1 holds the ${k} before it`);
         assert.equal(d.get('w2'), 50, 'w2’s own holding of the same blocks is untouched');
-        await raw.hset(hk, blocks[k]!, until!);
+        await raw.hset(hk, HOLDINGS_ENCODING_FIELD, mark, ...blocks.slice(k).flatMap((b) => [b, lapsed]));
+        d = await depths(store, blocks);
+        assert.equal(d.get('w1') ?? 0, k, `search, blocks ${k}.. lapsed: w1 holds the ${k} before them`);
+        assert.equal(d.get('w2'), 50, 'w2’s own holding of the same blocks is untouched');
+        await raw.hset(hk, ...blocks.flatMap((b, j) => [b, untils[j]!]));
       }
       assert.equal((await depths(store, blocks)).get('w1'), 200);
       // A holding lapsing a second from now is still live.
