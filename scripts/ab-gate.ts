@@ -12,7 +12,9 @@
  * renewals); it is printed beside the gate's, with their sum: what a decision costs the machine.
  *
  * `--commands` (with a Redis store) also prints, per tree, the commands Redis ran per request (INFO
- * commandstats over its windows, scripts' inner calls included): what a layout change costs in calls.
+ * commandstats over its windows, scripts' inner calls included): what a layout change costs in calls;
+ * and the µs Redis timed inside each of them per request (commandstats usec: the command alone, not
+ * the script's Lua around it), steadier than its CPU time on a noisy machine.
  *
  * `--base-body-mode` loads the base tree's gate in another body mode than `--body-mode`: with
  * `--base .` it compares one tree's two modes in alternating windows (what full duplex costs over
@@ -33,7 +35,7 @@ import { parseSize } from '../src/bench/bodies.js';
 import { LoadPool } from '../src/bench/load-pool.js';
 import { findRedisServer, startBenchRedis, type BenchRedis } from '../src/bench/redis-server.js';
 import type { ServerUnderTest } from '../src/bench/servers.js';
-import { bodyModeFlag, commandCalls, redisCpuUs as cpuFromInfo, saturationPlan } from './lib/gate-load.js';
+import { bodyModeFlag, commandStats, redisCpuUs as cpuFromInfo, saturationPlan } from './lib/gate-load.js';
 import { median } from '../src/util/median.js';
 
 const { values } = parseArgs({
@@ -81,13 +83,14 @@ const probe = redisUrl === undefined ? undefined : new Redis(redisUrl);
 async function redisCpuUs(): Promise<number> {
   return probe ? cpuFromInfo(await probe.info('cpu')) : 0;
 }
-/** Calls so far per command (INFO commandstats), or an empty map without Redis or --commands. */
-async function redisCalls(): Promise<Map<string, number>> {
+/** Calls and µs so far per command (INFO commandstats), or an empty map without Redis or --commands. */
+async function redisCalls(): Promise<Map<string, { calls: number; usec: number }>> {
   if (!probe || !values.commands) return new Map();
-  return commandCalls(await probe.info('commandstats'));
+  return commandStats(await probe.info('commandstats'));
 }
-/** Per tree: command → calls over its windows. */
+/** Per tree: command → calls, and µs, over its windows. */
 const callsByTree = [new Map<string, number>(), new Map<string, number>()];
+const usecByTree = [new Map<string, number>(), new Map<string, number>()];
 const servers: ServerUnderTest[] = [];
 for (const s of starts) servers.push(await s(redisUrl === undefined ? (values.store as 'memory' | 'noop') : 'redis', { workers: 16, logLevel: 'error', ...(redisUrl === undefined ? {} : { redisUrl }) }));
 const pool = LoadPool.create(1);
@@ -108,7 +111,10 @@ for (let r = 0; r < Number(values.rounds); r++) {
     const w = await pool.run({ ...plan(servers[i]!), warmupMs: 0, durationMs: Number(values.ms) });
     const c1 = cpuUs();
     const r1 = await redisCpuUs();
-    for (const [cmd, n] of await redisCalls()) callsByTree[i]!.set(cmd, (callsByTree[i]!.get(cmd) ?? 0) + n - (k0.get(cmd) ?? 0));
+    for (const [cmd, { calls, usec }] of await redisCalls()) {
+      callsByTree[i]!.set(cmd, (callsByTree[i]!.get(cmd) ?? 0) + calls - (k0.get(cmd)?.calls ?? 0));
+      usecByTree[i]!.set(cmd, (usecByTree[i]!.get(cmd) ?? 0) + usec - (k0.get(cmd)?.usec ?? 0));
+    }
     if (w.errors > 0) throw new Error(`${trees[i]}: ${w.errors} errors`);
     const counts = servers[i]!.window();
     tally[i]!.requests += w.completed;
@@ -136,6 +142,11 @@ if (values.commands && probe) {
     const total = rows.reduce((t, [, n]) => t + n, 0);
     const per = (n: number) => (n / Math.max(1, tally[i]!.requests)).toFixed(2);
     console.log(`${name} commands per request: ${per(total)} (${rows.map(([cmd, n]) => `${cmd} ${per(n)}`).join(', ')})`);
+  }
+  for (const [i, name] of ['base', 'this'].entries()) {
+    const rows = [...usecByTree[i]!].filter(([cmd, n]) => cmd !== 'info' && n > 0).sort((a, b) => b[1] - a[1]);
+    const per = (n: number) => (n / Math.max(1, tally[i]!.requests)).toFixed(1);
+    console.log(`${name} command µs per request: ${rows.map(([cmd, n]) => `${cmd} ${per(n)}`).join(', ')}`);
   }
 }
 for (const s of servers) pool.forget(s.target);
