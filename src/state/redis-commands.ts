@@ -9,7 +9,8 @@
  *   <prefix>:{<pool>}:s            hash: worker id → state (absent = healthy)
  *   <prefix>:{<pool>}:f:<worker>   sorted set: in-flight lease "<id>|<key>" → expiry (ms, Redis clock)
  *   <prefix>:{<pool>}:bh:<worker>  hash: block id → when the worker's holding of it lapses (ms), and
- *                                  one field `~encoding` that keeps it a hash table (DECIDE_LUA)
+ *                                  one field `~encoding` that keeps it a hash table and says whether
+ *                                  a match may search it (DECIDE_LUA)
  *   <prefix>:{<pool>}:br:<worker>  sorted set: the same blocks by recency, trimmed (both) to capacity
  *   <prefix>:{<pool>}:ws:<worker>  sorted set: the worker's sessions → when their affinity lapses (ms)
  *   <prefix>:{<pool>}:sig          hash: worker id → JSON of its last scrape (`StoredScrape`)
@@ -22,7 +23,7 @@
  *
  * Prompt blocks were once a hash per block (`b:<block>`: worker → lapse time) beside the recency
  * set (then `bw:<worker>`). Now the holdings are a hash per worker: a decision passes n worker keys
- * instead of m block keys, reads each worker's leading run with a few HMGETs instead of m
+ * instead of m block keys, finds each worker's leading run with a few HMGETs instead of m
  * HGETALLs, and a commit writes one variadic HSET instead of an HSET and a PEXPIRE per block; a
  * trim past capacity deletes from the worker's own hash inside the script, not with HDELs on block
  * keys afterwards. Both keys got new names, so replicas of the two layouts never touch each
