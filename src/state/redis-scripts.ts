@@ -157,7 +157,7 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 --
 -- A worker holding the first block of a prompt longer than SEARCH_FROM blocks is searched for its
 -- deepest live block, not read block by block: reading every block it held (8, then 32, 128, ...
--- at a time) was 134 of redis-server's 527 us a decision at 32 KB (128 blocks). The search is
+-- at a time) was 134 of redis-server's 527 us a request in a 32 KB (128 blocks) profile. The search is
 -- exact because "live" never has a gap along a chain in a hash whose mark (below) allows it:
 --  * a block id is a chained hash: block j of a prompt names the whole prefix 1..j, so every
 --    commit that wrote block j wrote blocks 1..j-1 in the same HSET with the same lapse time;
@@ -181,13 +181,15 @@ for i = 1, #statePairs, 2 do states[statePairs[i]] = statePairs[i + 1] end
 -- 7 evenly spaced positions inside the bracket, each cutting it 8 times, until it is one block.
 -- At 128 blocks a worker holding the whole prompt costs one HMGET of 8 fields, one holding a part
 -- of it 2-3 HMGETs of ~20 fields in all, where the scan read up to 128. Fields, not calls, are what
--- cost here (holdings hashes of thousands of entries): through the gate at 32 KB the HMGETs took
--- 83-113 us of Redis's time a request with the scan and 48-50 with this search (two runs), though
--- it makes a few more calls; a variant whose first call also read blocks 2-9, and which read
--- brackets of up to 32 whole (fewer calls than the scan), took 102-123 against this one's 59-60 in
--- the same runs; 3 points a call instead of 7 was within noise. At 400 KB
--- (512 blocks) 721-742 -> 127-135 us, and redis-server's CPU a request fell 22-24%. Prompts
--- shorter than SEARCH_FROM blocks (2 KB: 8) are read whole in one HMGET by the scan anyway.
+-- cost here (holdings hashes of thousands of entries, each lookup a cache miss): through the gate
+-- at 32 KB the HMGETs took 71-135 us of Redis's time a request with the scan and 41-124 with this
+-- search (about half in five of six runs), though it makes a few more calls; a variant whose first
+-- call also read blocks 2-9, and which read brackets of up to 32 whole (fewer calls than the
+-- scan), took 102-123 against this one's 59-60 in the same runs; 3 points a call instead of 7 was
+-- within noise. At 32 KB redis-server's CPU did not move beyond noise: the misses the search
+-- saves on the worker then chosen move into the HSET that rewrites its holdings. At 400 KB (512
+-- blocks) the HMGETs took 514-742 -> 127-135 us, and redis-server's CPU a request fell 12-24%. Prompts
+-- shorter than SEARCH_FROM blocks (2 KB: 8) take the scan one or two HMGETs anyway.
 local nowLen = #nowS
 local function isLive(v)
   if not v then return false end
