@@ -198,6 +198,11 @@ local function isLive(v)
 end
 local SEARCH_FROM = 10
 local depth = {}
+-- The chosen worker's mark, when the match read it (a commit rewrites it, below): its first probe
+-- and its search read it in the same call, which saved a commit at 2 KB its own HGET.
+local chosenMark, chosenMarkRead = false, false
+local markOf = -1
+if spec.mode == 'commit' then markOf = spec.chosen end
 if m > 0 then
   local lastHeld = false
   local probes = {}
@@ -212,7 +217,13 @@ if m > 0 then
     local held = true
     local scan = true
     if not lastHeld then
-      held = isLive(redis.call('HGET', hk, ids[1]))
+      if i == markOf then
+        local got = redis.call('HMGET', hk, ids[1], '${HOLDINGS_ENCODING_FIELD}')
+        held = isLive(got[1])
+        chosenMark, chosenMarkRead = got[2], true
+      else
+        held = isLive(redis.call('HGET', hk, ids[1]))
+      end
       if held then d = 1 end
     end
     if held and m >= SEARCH_FROM then
@@ -222,6 +233,7 @@ if m > 0 then
       if d == 0 then fields[2] = ids[1]; first = 3 end
       for k = 1, #probes do fields[#fields + 1] = ids[probes[k]] end
       local got = redis.call('HMGET', hk, unpack(fields))
+      if i == markOf then chosenMark, chosenMarkRead = got[1], true end
       if d == 0 then held = isLive(got[2]); if held then d = 1 end end
       local until_ = got[1] and string.match(got[1], '^%d+ (%d+) ')
       if held and until_ and tonumber(until_) < now then
@@ -358,7 +370,8 @@ if spec.mode == 'commit' then
       -- earlier release wrote it) until the key's own expiry (-1, none: for good).
       local lapse = now + spec.prefixTtlMs
       local latest, scanUntil = lapse, 0
-      local mark = redis.call('HGET', hk, '${HOLDINGS_ENCODING_FIELD}')
+      local mark = chosenMark
+      if not chosenMarkRead then mark = redis.call('HGET', hk, '${HOLDINGS_ENCODING_FIELD}') end
       local l, u
       if mark then l, u = string.match(mark, '^(%d+) (%d+) ') end
       if l then
