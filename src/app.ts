@@ -46,6 +46,11 @@ export interface StartOptions {
    * At least MIN_SESSION_HASH_KEY_BYTES bytes (UTF-8), else the start fails.
    */
   sessionHashKey?: string;
+  /**
+   * The session hash key before `sessionHashKey`, during a rotation: sessions and stored responses
+   * recorded under it are found and placed again under the current key. Same length rule.
+   */
+  sessionHashKeyPrevious?: string;
   onResult?: (result: GateResult) => void;
   /** FULL_DUPLEX_STREAMED: how long a request body is waited for (default DEFAULTS.fullDuplexBodyWaitMs; tests shorten it). */
   fullDuplexBodyWaitMs?: number;
@@ -93,14 +98,11 @@ export interface RunningKvgate {
  * is absent reads as empty). A key too short to be unguessable is refused: it would give hashes
  * that look protected and are not.
  */
-function sessionHashKeyOf(key: string | undefined): Uint8Array | undefined {
+function sessionHashKeyOf(key: string | undefined, named = 'the session hash key (--session-hash-key, KVGATE_SESSION_HASH_KEY)'): Uint8Array | undefined {
   if (key === undefined || key === '') return undefined;
   const bytes = Buffer.from(key, 'utf8');
   if (bytes.length < MIN_SESSION_HASH_KEY_BYTES) {
-    throw new KvgateError(
-      'invalid_config',
-      `the session hash key (--session-hash-key, KVGATE_SESSION_HASH_KEY) has ${bytes.length} bytes; it needs at least ${MIN_SESSION_HASH_KEY_BYTES} random ones (e.g. openssl rand -hex 32)`,
-    );
+    throw new KvgateError('invalid_config', `${named} has ${bytes.length} bytes; it needs at least ${MIN_SESSION_HASH_KEY_BYTES} random ones (e.g. openssl rand -hex 32)`);
   }
   return bytes;
 }
@@ -111,6 +113,7 @@ const STORE_STARTUP_WAIT_MS = 3000;
 export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
   const hashKey = sessionHashKeyOf(opts.sessionHashKey);
+  const previousHashKey = sessionHashKeyOf(opts.sessionHashKeyPrevious, 'the previous session hash key (--session-hash-key-previous, KVGATE_SESSION_HASH_KEY_PREVIOUS)');
   await initHashing();
   installTraceContext();
   const credentials = grpcCredentials(opts.tls);
@@ -134,7 +137,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
     logLinesDropped: () => droppedLogLines(logger),
   });
   const store = new InstrumentedStore(backend, metrics);
-  const running = new Gate(config, store, logger.child({ component: 'gate' }), undefined, hashKey);
+  const running = new Gate(config, store, logger.child({ component: 'gate' }), undefined, hashKey, previousHashKey);
   gate = running;
   const extproc = new ExtProcServer({
     gate,
@@ -202,6 +205,8 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       store: describeStore(opts.store),
       // Whether session ids are hashed under a key: replicas with different answers disagree on every session.
       session_hashes: hashKey ? 'keyed' : 'sha256',
+      // A rotation in progress: sessions recorded under the previous key are still found.
+      ...(previousHashKey ? { session_hashes_previous: 'keyed' } : {}),
       pools: config.pools.length,
       workers: config.workers.length,
       protocol: config.routing.protocol,

@@ -26,6 +26,7 @@ interface ServeOptions {
   shutdownDelayS: number;
   adminToken?: string;
   sessionHashKey?: string;
+  sessionHashKeyPrevious?: string;
 }
 
 /**
@@ -72,6 +73,12 @@ export function registerServeCommand(program: Command): void {
         '--session-hash-key <key>',
         'secret key session ids are hashed under (HMAC-SHA-256), the same on every replica; at least 16 bytes (prefer the environment variable: a flag shows in the process list)',
       ).env('KVGATE_SESSION_HASH_KEY'),
+    )
+    .addOption(
+      new Option(
+        '--session-hash-key-previous <key>',
+        'while rotating the session hash key: the key before it, under which sessions and stored responses recorded before the rotation are still found (keep it for one affinity TTL)',
+      ).env('KVGATE_SESSION_HASH_KEY_PREVIOUS'),
     )
     .addOption(new Option('--log-level <level>', 'log level').env('KVGATE_LOG_LEVEL').choices(LOG_LEVELS).default(DEFAULTS.logLevel))
     .addOption(
@@ -140,6 +147,7 @@ export function registerServeCommand(program: Command): void {
         adminPort: o.adminPort,
         ...(o.adminToken ? { adminToken: o.adminToken } : {}),
         ...(o.sessionHashKey ? { sessionHashKey: o.sessionHashKey } : {}),
+        ...(o.sessionHashKeyPrevious ? { sessionHashKeyPrevious: o.sessionHashKeyPrevious } : {}),
         configFile,
       });
       stop = (signal: string) => {

@@ -131,6 +131,13 @@ export class Gate {
      * plain SHA-256. Every replica sharing a store must have the same one, or their keys differ.
      */
     private readonly sessionHashKey?: Uint8Array,
+    /**
+     * The key before it, while a rotation keeps it (`--session-hash-key-previous`): a session (or
+     * stored response) with nothing recorded under the current key is looked up under this one, and
+     * placed again under the current key where it was found. One store read more for each such
+     * request, so it is kept for one affinity TTL, not for good.
+     */
+    private readonly previousSessionHashKey?: Uint8Array,
   ) {
     this.setup = { config, pools: new PoolTable(config) };
     // The store learns the config's pools from the start (readiness on a cluster checks each one).
@@ -224,12 +231,14 @@ export class Gate {
     let blocks: string[];
     let model: string | undefined;
     let storedResponse: string | undefined;
+    let storedResponsePrevious: string | undefined;
     try {
-      const u = understand(req, cfg, this.sessionHashKey);
+      const u = understand(req, cfg, this.sessionHashKey, this.previousSessionHashKey);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
       storedResponse = u.storedResponse;
+      storedResponsePrevious = u.storedResponsePrevious;
       // Client mistakes are logged at info: they are worth seeing, not worth paging anyone.
       if (u.bodyProblem && u.bodyProblem !== 'empty') {
         requestLogger(this.logger, scope).info({ path: req.path, problem: u.bodyProblem }, 'request body unusable; routing without a body key');
@@ -282,6 +291,8 @@ export class Gate {
     if (storedResponse !== undefined) {
       t0 = performance.now();
       pinned = await this.store.responseWorker(pool.name, storedResponse, scope);
+      // Stored before a key rotation: recorded under the previous key's hash.
+      if (pinned === undefined && storedResponsePrevious !== undefined) pinned = await this.store.responseWorker(pool.name, storedResponsePrevious, scope);
       storeMs += performance.now() - t0;
     }
     if (pinned !== undefined) {
@@ -294,6 +305,21 @@ export class Gate {
     const tieSeed = key === undefined ? `#${this.keyless++}` : undefined;
     let snap = this.store.cachedSnapshot(q);
     let fresh = this.store.backend === 'memory';
+    // A session with no affinity in view, while a key rotation keeps the previous key: its affinity
+    // recorded under that key's hash (before the rotation) is where it goes; the commit then
+    // records it under the current key, so the next request finds it there.
+    let previous: { worker: string; keyInflight: number } | undefined;
+    if (snap.affinity === undefined && q.key !== undefined && key?.previousHash !== undefined) {
+      t0 = performance.now();
+      try {
+        const old = await this.store.snapshot({ pool: q.pool, key: storeKeyOf({ ...key, hash: key.previousHash }), workers: q.workers, blocks: [] }, scope);
+        if (old.affinity !== undefined) previous = { worker: old.affinity, keyInflight: old.keyInflight };
+      } catch (err) {
+        // Routed as a new session: a lookup that failed costs the session its cache, nothing else.
+        requestLogger(this.logger, scope).warn({ err: (err as Error).message, key_hash: key.hash }, 'session lookup under the previous hash key failed');
+      }
+      storeMs += performance.now() - t0;
+    }
     let views: WorkerView[] = [];
     for (let attempt = 1; attempt <= MAX_COMMITS; attempt++) {
       const all = this.views(snap, pool, knobs.max_inflight, cfg.limits.max_inflight);
@@ -304,12 +330,14 @@ export class Gate {
       }
       // Every field written, absent ones as undefined: conditional spreads (`...(c ? { x } : {})`)
       // copied through V8's generic path on every decision. The policy reads both as absent.
+      // The previous key's affinity stands in while the current key has none.
+      const fromPrevious = snap.affinity === undefined && previous !== undefined;
       const decided = decide({
         keyHash: key?.hash,
         tieSeed,
         session,
-        affinity: snap.affinity,
-        keyInflight: snap.keyInflight,
+        affinity: fromPrevious ? previous!.worker : snap.affinity,
+        keyInflight: fromPrevious ? previous!.keyInflight : snap.keyInflight,
         totalBlocks: blocks.length,
         promptBlocks,
         promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined,
@@ -345,7 +373,8 @@ export class Gate {
         workers: q.workers,
         blocks: q.blocks,
         worker: decision.worker,
-        preconditions: checkable(decision.preconditions, snap, all),
+        // Found under the previous key: the current key has no affinity, which is what the commit checks.
+        preconditions: fromPrevious ? withoutAffinity(checkable(decision.preconditions, snap, all)) : checkable(decision.preconditions, snap, all),
         affinityTtlMs: cfg.affinity.ttl_s * 1000,
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
@@ -750,6 +779,15 @@ function checkable(p: Preconditions, snap: Snapshot, views: readonly WorkerView[
   // Field by field (not `{ ...p, states }`: a property after a spread takes V8's slow path, every decision).
   const { affinity, below, atOrAbove, prefix } = p;
   return prefix !== undefined ? { affinity, below, atOrAbove, states, prefix } : { affinity, below, atOrAbove, states };
+}
+
+/**
+ * The preconditions with no affinity expected: a session found under the previous session hash key
+ * has none under the current one, which is the key the commit checks and writes.
+ */
+function withoutAffinity(p: Preconditions): Preconditions {
+  const { below, atOrAbove, states, prefix } = p;
+  return prefix !== undefined ? { affinity: undefined, below, atOrAbove, states, prefix } : { affinity: undefined, below, atOrAbove, states };
 }
 
 /** Tokens in one prompt block, estimated from its characters (`prefix.chars_per_token`). */

@@ -41,6 +41,11 @@ export interface RoutingKey {
   source: KeySource;
   /** Hex hash; safe to store and log. */
   hash: string;
+  /**
+   * A session's hash under the previous session hash key, while a rotation keeps one
+   * (`--session-hash-key-previous`): where its affinity was recorded before the rotation.
+   */
+  previousHash?: string;
 }
 
 export interface Understanding {
@@ -61,7 +66,20 @@ export interface Understanding {
    * input items). It lives on the worker that produced it, so the gate sends the request there.
    */
   storedResponse?: string;
+  /** `storedResponse` under the previous session hash key, while a rotation keeps one. */
+  storedResponsePrevious?: string;
 }
+
+/**
+ * The keys session ids and stored response ids are hashed under (hashing.ts `hashSessionId`):
+ * the gate's own (none: plain SHA-256) and, while a rotation keeps it, the one before it.
+ */
+export interface SessionHashKeys {
+  current: Uint8Array | undefined;
+  previous: Uint8Array | undefined;
+}
+
+const NO_HASH_KEYS: SessionHashKeys = { current: undefined, previous: undefined };
 
 /** Longest session id accepted; longer values are hashed only up to here (they are still unique enough). */
 const MAX_SESSION_ID_CHARS = 1024;
@@ -70,22 +88,28 @@ const MAX_SESSION_ID_CHARS = 1024;
  * `hashKey`: the key session ids (and stored response ids) are hashed under, when the gate has one
  * (hashing.ts `hashSessionId`); prompt blocks are never keyed (their hashes must match across
  * every gate and the simulator, and a prompt hash reveals only a prompt one already has).
+ * `previousKey`: the key before it, while a rotation keeps it: session keys and stored responses
+ * also carry their hash under it.
  */
-export function understand(req: RequestInfo, cfg: Config, hashKey?: Uint8Array): Understanding {
+export function understand(req: RequestInfo, cfg: Config, hashKey?: Uint8Array, previousKey?: Uint8Array): Understanding {
   const k = cfg.keys;
-  const prompt = readPrompt(req, cfg, hashKey);
-  const byPath = prompt.storedResponse === undefined ? responseOfPath(req.path, k.session_paths, hashKey) : undefined;
-  if (byPath !== undefined) prompt.storedResponse = byPath;
+  const h: SessionHashKeys = hashKey === undefined && previousKey === undefined ? NO_HASH_KEYS : { current: hashKey, previous: previousKey };
+  const prompt = readPrompt(req, cfg, h);
+  if (prompt.storedResponse === undefined) {
+    const byPath = responseOfPath(req.path, k.session_paths);
+    if (byPath !== undefined) prompt.storedResponse = responseIdHash(byPath, h.current);
+    if (byPath !== undefined && h.previous !== undefined) prompt.storedResponsePrevious = responseIdHash(byPath, h.previous);
+  }
   const fromHeader = headerValue(req.headers.get(k.session_header));
-  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header', hashKey));
+  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header', h));
 
   const cookieHeader = req.headers.get('cookie');
   if (cookieHeader) {
     const fromCookie = safeCookie(cookieHeader, k.session_cookie);
-    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie', hashKey));
+    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie', h));
   }
   if (prompt.body && k.body_session_fields) {
-    const fromBody = bodyKey(prompt.body, prompt.api, hashKey);
+    const fromBody = bodyKey(prompt.body, prompt.api, h);
     if (fromBody) return answer(prompt, fromBody);
   }
   return answer(prompt, prompt.prefixKey);
@@ -100,11 +124,12 @@ function answer(prompt: PromptFacts, key: RoutingKey | undefined): Understanding
   const u: Understanding = { key, model: prompt.model, blocks: prompt.blocks };
   if (prompt.bodyProblem !== undefined) u.bodyProblem = prompt.bodyProblem;
   if (prompt.storedResponse !== undefined) u.storedResponse = prompt.storedResponse;
+  if (prompt.storedResponsePrevious !== undefined) u.storedResponsePrevious = prompt.storedResponsePrevious;
   return u;
 }
 
 /** The body's own session or cache key, by API, in the order of this module's comment. */
-function bodyKey(body: Record<string, unknown>, api: PromptApi, hashKey: Uint8Array | undefined): RoutingKey | undefined {
+function bodyKey(body: Record<string, unknown>, api: PromptApi, hashKey: SessionHashKeys): RoutingKey | undefined {
   const metadata = objectField(body, 'metadata');
   if (api === 'messages') {
     const userId = metadata && stringField(metadata, 'user_id');
@@ -129,12 +154,12 @@ function bodyKey(body: Record<string, unknown>, api: PromptApi, hashKey: Uint8Ar
  * Responses path: the id's hash, else undefined. Cheap for every other path: one suffix test per
  * configured path, only when the path is longer than it.
  */
-function responseOfPath(path: string, paths: readonly string[], hashKey: Uint8Array | undefined): string | undefined {
+function responseOfPath(path: string, paths: readonly string[]): string | undefined {
   for (const p of paths) {
     if (path.length <= p.length + 1 || path.charCodeAt(p.length) !== 0x2f || !path.startsWith(p) || promptApiOf(p) !== 'responses') continue;
     const end = path.indexOf('/', p.length + 1);
     const id = path.slice(p.length + 1, end < 0 ? undefined : end);
-    return id ? responseIdHash(decodeSegment(id), hashKey) : undefined;
+    return id ? decodeSegment(id) : undefined;
   }
   return undefined;
 }
@@ -166,6 +191,7 @@ interface PromptFacts {
   prefixKey?: RoutingKey;
   bodyProblem?: Understanding['bodyProblem'];
   storedResponse?: string;
+  storedResponsePrevious?: string;
 }
 
 /**
@@ -177,7 +203,7 @@ export function readsBody(req: Pick<RequestInfo, 'path'>, cfg: Config): boolean 
 }
 
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
-function readPrompt(req: RequestInfo, cfg: Config, hashKey: Uint8Array | undefined): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
+function readPrompt(req: RequestInfo, cfg: Config, hashKey: SessionHashKeys): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
   if (req.body === undefined || !readsBody(req, cfg)) return { model: undefined, blocks: [], api: 'openai' };
   const api = promptApiOf(req.path);
   if (req.body.length > cfg.limits.max_body_bytes) {
@@ -197,7 +223,8 @@ function readPrompt(req: RequestInfo, cfg: Config, hashKey: Uint8Array | undefin
   const body = parsed.value;
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
-  const storedResponse = previous ? responseIdHash(previous, hashKey) : undefined;
+  const storedResponse = previous ? responseIdHash(previous, hashKey.current) : undefined;
+  const storedResponsePrevious = previous && hashKey.previous !== undefined ? responseIdHash(previous, hashKey.previous) : undefined;
   const options = promptOptions(body, api);
   const salted = `${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`;
   const seed = seedFor(options === undefined ? salted : `${salted}\u0000${options}`);
@@ -206,6 +233,7 @@ function readPrompt(req: RequestInfo, cfg: Config, hashKey: Uint8Array | undefin
   const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
   const facts: PromptFacts = { model, blocks: [], api, body };
   if (storedResponse) facts.storedResponse = storedResponse;
+  if (storedResponsePrevious) facts.storedResponsePrevious = storedResponsePrevious;
   if (!hashed) return facts;
   const blocks = hashed.chain.map(hex);
   // The key is one of the chain's blocks (its hex already made), or the short prompt's hash.
@@ -270,8 +298,11 @@ function hex(h: bigint): string {
   return h.toString(16).padStart(16, '0');
 }
 
-function sessionKey(id: string, source: KeySource, hashKey: Uint8Array | undefined): RoutingKey {
-  return { kind: 'session', source, hash: hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS), hashKey) };
+function sessionKey(id: string, source: KeySource, hashKey: SessionHashKeys): RoutingKey {
+  const cut = id.slice(0, MAX_SESSION_ID_CHARS);
+  const key: RoutingKey = { kind: 'session', source, hash: hashSessionId(cut, hashKey.current) };
+  if (hashKey.previous !== undefined) key.previousHash = hashSessionId(cut, hashKey.previous);
+  return key;
 }
 
 /**

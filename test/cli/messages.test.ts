@@ -55,6 +55,16 @@ describe('exit status and usage', () => {
     assert.match(r.stderr, /session hash key \(--session-hash-key, KVGATE_SESSION_HASH_KEY\) has 7 bytes; it needs at least 16/);
   });
 
+  test('so is a previous session hash key (a rotation) too short, read from its variable', () => {
+    const r = spawnSync(process.execPath, [...KVGATE, 'serve', '--config', EXAMPLE, '--grpc-port', '0', '--admin-port', '0'], {
+      encoding: 'utf8',
+      timeout: 30_000,
+      env: { ...process.env, KVGATE_SESSION_HASH_KEY: 'a-key-long-enough-to-be-secret', KVGATE_SESSION_HASH_KEY_PREVIOUS: 'old' },
+    });
+    assert.equal(r.status, 2);
+    assert.match(r.stderr, /previous session hash key \(--session-hash-key-previous, KVGATE_SESSION_HASH_KEY_PREVIOUS\) has 3 bytes; it needs at least 16/);
+  });
+
   test('serve without a config names both ways to give it and the example config, status 2', () => {
     const { KVGATE_CONFIG: _unset, ...env } = process.env;
     void _unset;

@@ -13,14 +13,19 @@ import type { Outcome, UpstreamRequest, UpstreamResponse } from '../harness/envo
 import { startKvgate } from '../../src/app.js';
 import { parseConfig } from '../../src/config/load.js';
 import { KvgateError } from '../../src/errors.js';
+import { Gate } from '../../src/gate/gate.js';
 import { hashSessionId, initHashing } from '../../src/request/hashing.js';
 import { understand } from '../../src/request/keys.js';
+import { MemoryStore } from '../../src/state/memory-store.js';
 import { chat, harness } from '../helpers/envoy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { silentLogger } from '../helpers/logger.js';
+import { chatRequest } from '../helpers/requests.js';
 import { startRedis, type TestRedis } from '../helpers/redis-server.js';
 
 const KEY = 'c2VjcmV0LWtleS1mb3ItdGVzdHMtb25seS0xMjM0NTY3OA';
+/** The key a rotation moves to. */
+const NEXT_KEY = 'bmV4dC1rZXktZm9yLXRlc3RzLW9ubHktYWJjZGVmZ2hpams';
 const WORKERS = ['worker_1', 'worker_2', 'worker_3'].map((id) => ({ id, cluster: id, max_inflight: 8 }));
 const hmac = (id: string, key = KEY) => createHmac('sha256', key).update(id).digest('hex').slice(0, 32);
 const sha = (id: string) => createHash('sha256').update(id).digest('hex').slice(0, 32);
@@ -148,6 +153,108 @@ describe('session hash key: replicas sharing Redis', () => {
   });
 });
 
+describe('session hash key: a rotation', () => {
+  before(() => initHashing());
+  const cfg = parseConfig({ workers: WORKERS });
+
+  test('with the previous key, a session and a stored response carry their hash under it too', () => {
+    const r = chatRequest('hi', { session: 'sess-9' });
+    const k = understand(r, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY)).key;
+    assert.equal(k?.hash, hmac('sess-9', NEXT_KEY));
+    assert.equal(k?.previousHash, hmac('sess-9'));
+    assert.equal(understand(r, cfg, Buffer.from(NEXT_KEY)).key?.previousHash, undefined, 'none without a previous key');
+    const cont = { method: 'POST', path: '/v1/responses', headers: new Map(), body: Buffer.from(JSON.stringify({ model: 'llama', previous_response_id: 'resp_1', input: 'more' })) };
+    const u = understand(cont, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY));
+    assert.equal(u.storedResponse, hmac('resp_1', NEXT_KEY));
+    assert.equal(u.storedResponsePrevious, hmac('resp_1'));
+    const byPath = understand({ method: 'GET', path: '/v1/responses/resp_2', headers: new Map() }, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY));
+    assert.equal(byPath.storedResponse, hmac('resp_2', NEXT_KEY));
+    assert.equal(byPath.storedResponsePrevious, hmac('resp_2'));
+  });
+
+  test('memory store: sessions placed under the old key stay on their workers under the new one, and are then recorded under it', async () => {
+    const store = new MemoryStore();
+    const before = new Gate(cfg, store, silentLogger(), undefined, Buffer.from(KEY));
+    const rotated = new Gate(cfg, store, silentLogger(), undefined, Buffer.from(NEXT_KEY), Buffer.from(KEY));
+    const homes = new Map<string, string>();
+    for (let i = 0; i < 6; i++) {
+      const r = await before.route(chatRequest(`conversation ${i} ${'q'.repeat(300)}`, { session: `s-${i}` }));
+      assert.equal(r.kind, 'route');
+      if (r.kind === 'route') {
+        homes.set(`s-${i}`, r.worker);
+        await before.release(r.lease);
+      }
+    }
+    assert.ok(new Set(homes.values()).size >= 2, `sessions spread: ${JSON.stringify([...homes])}`);
+    for (const [id, home] of homes) {
+      // A different prompt, so only the affinity can keep it home.
+      const r = await rotated.route(chatRequest(`another turn ${'r'.repeat(300)}`, { session: id }));
+      assert.equal(r.kind === 'route' && r.worker, home, id);
+      assert.equal(r.kind === 'route' && r.outcome, 'affinity_hit', `${id}: found under the previous key`);
+      if (r.kind === 'route') await rotated.release(r.lease);
+      // Recorded under the new key: found there without the previous one.
+      const snap = await store.snapshot({ pool: rotated.pool, key: `s:${hmac(id, NEXT_KEY)}`, workers: WORKERS.map((w) => w.id), blocks: [] });
+      assert.equal(snap.affinity, home, `${id} recorded under the new key`);
+    }
+  });
+
+  describe('replicas on Redis, restarted with a new key', () => {
+    let redis: TestRedis;
+    let old: TestGate;
+    let rotated: TestGate;
+    let plain: TestGate;
+    before(async () => {
+      redis = await startRedis();
+      old = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: KEY });
+      rotated = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: NEXT_KEY, sessionHashKeyPrevious: KEY });
+      plain = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: NEXT_KEY });
+    });
+    after(async () => {
+      await old.close(100);
+      await rotated.close(100);
+      await plain.close(100);
+      await redis.stop();
+    });
+
+    test('sessions and a stored response recorded under the old key are found by the rotated replica', async () => {
+      const ho = harness(old.target);
+      const hr = harness(rotated.target);
+      const hp = harness(plain.target);
+      try {
+        const homes = new Map<string, string>();
+        for (let i = 0; i < 6; i++) {
+          const id = `rot-${i}@example.com`;
+          homes.set(id, clusterOf(await ho.request(chat({ user: id, text: `conversation ${i} ${'q'.repeat(300)}` }), { status: 200, body: '{}' })));
+        }
+        assert.ok(new Set(homes.values()).size >= 2, `sessions spread: ${JSON.stringify([...homes])}`);
+        // Without the previous key, the new key finds nothing: a new session (what the rotation would cost).
+        await hp.request(chat({ user: 'rot-0@example.com', text: `a turn ${'p'.repeat(300)}` }), { status: 200, body: '{}' });
+        const lost = plain.results.find((r) => r.kind === 'route');
+        assert.equal(lost?.kind === 'route' && lost.outcome, 'new');
+        for (const [id, home] of homes) {
+          if (id === 'rot-0@example.com') continue; // placed anew by the replica without the previous key
+          assert.equal(clusterOf(await hr.request(chat({ user: id, text: `another turn ${'r'.repeat(300)}` }), { status: 200, body: '{}' })), home, id);
+        }
+        const found = rotated.results.filter((r) => r.kind === 'route');
+        assert.ok(found.length >= 5 && found.every((r) => r.kind === 'route' && r.outcome === 'affinity_hit'), JSON.stringify(found.map((r) => r.kind === 'route' && r.outcome)));
+
+        const r = await ho.request({ method: 'POST', path: '/v1/responses', headers: { host: 'llm.example', 'content-type': 'application/json' }, body: JSON.stringify({ model: 'llama', input: `first ${'x'.repeat(600)}` }) }, json);
+        const responseId = r.kind === 'upstream' ? (JSON.parse(r.responseBody.toString()) as { id: string }).id : '';
+        for (let i = 0; i < 3; i++) {
+          const c = await hr.request({ method: 'POST', path: '/v1/responses', headers: { host: 'llm.example', 'content-type': 'application/json', 'x-session-id': `rot-other-${i}` }, body: JSON.stringify({ model: 'llama', previous_response_id: responseId, input: `next ${i}` }) }, json);
+          assert.equal(clusterOf(c), clusterOf(r), 'the continuation goes where the response is stored');
+        }
+        const pinned = rotated.results.filter((x) => x.kind === 'route' && x.key?.source === 'header');
+        assert.equal(pinned.length, 3);
+      } finally {
+        ho.close();
+        hr.close();
+        hp.close();
+      }
+    });
+  });
+});
+
 describe('session hash key: at start', () => {
   const start = (sessionHashKey: string) =>
     startKvgate({ config: parseConfig({ workers: WORKERS }), logger: silentLogger(), store: 'memory', grpcHost: '127.0.0.1', grpcPort: 0, adminHost: '127.0.0.1', adminPort: 0, processMetrics: false, sessionHashKey });
@@ -159,6 +266,18 @@ describe('session hash key: at start', () => {
       assert.match(err.message, /--session-hash-key/);
       assert.match(err.message, /KVGATE_SESSION_HASH_KEY/);
       assert.match(err.message, /at least 16/);
+      return true;
+    });
+  });
+
+  test('a previous key shorter than 16 bytes is refused, naming its flag and variable', async () => {
+    const startWith = (sessionHashKeyPrevious: string) =>
+      startKvgate({ config: parseConfig({ workers: WORKERS }), logger: silentLogger(), store: 'memory', grpcHost: '127.0.0.1', grpcPort: 0, adminHost: '127.0.0.1', adminPort: 0, processMetrics: false, sessionHashKey: KEY, sessionHashKeyPrevious });
+    await assert.rejects(startWith('short-key'), (err: unknown) => {
+      assert.ok(err instanceof KvgateError);
+      assert.equal(err.code, 'invalid_config');
+      assert.match(err.message, /--session-hash-key-previous/);
+      assert.match(err.message, /KVGATE_SESSION_HASH_KEY_PREVIOUS/);
       return true;
     });
   });

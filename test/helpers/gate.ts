@@ -17,7 +17,7 @@ export async function startTestGate(
   rawConfig: unknown,
   opts: { store?: string; logger?: Logger; processMetrics?: boolean; configFile?: string; reloadDebounceMs?: number; adminHost?: string } & Pick<
     StartOptions,
-    'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams' | 'adminToken' | 'sessionHashKey'
+    'storeTls' | 'tls' | 'fullDuplexBodyWaitMs' | 'connectionAgeMs' | 'connectionMaxStreams' | 'adminToken' | 'sessionHashKey' | 'sessionHashKeyPrevious'
   > = {},
 ): Promise<TestGate> {
   const results: GateResult[] = [];
@@ -33,6 +33,7 @@ export async function startTestGate(
     adminPort: 0,
     ...(opts.adminToken !== undefined ? { adminToken: opts.adminToken } : {}),
     ...(opts.sessionHashKey !== undefined ? { sessionHashKey: opts.sessionHashKey } : {}),
+    ...(opts.sessionHashKeyPrevious !== undefined ? { sessionHashKeyPrevious: opts.sessionHashKeyPrevious } : {}),
     onResult: (r) => results.push(r),
     // Node's process metrics add a timer per gate; tests that want them ask.
     processMetrics: opts.processMetrics ?? false,
