@@ -16,7 +16,7 @@ import { ExtProcServer, maxMessageBytesFor } from './extproc/server.js';
 import { Gate, type GateResult } from './gate/gate.js';
 import type { Pool } from './gate/pools.js';
 import { Readiness, unreachableReason } from './health/readiness.js';
-import { initHashing, MIN_SESSION_HASH_KEY_BYTES } from './request/hashing.js';
+import { initHashing, MIN_SESSION_HASH_KEY_BYTES, UNKEYED_PREVIOUS } from './request/hashing.js';
 import { SignalCollector } from './signals/collector.js';
 import { createStore, describeStore, readPem, type StoreTlsFiles } from './state/create-store.js';
 import type { RedisStore } from './state/redis-store.js';
@@ -113,7 +113,11 @@ const STORE_STARTUP_WAIT_MS = 3000;
 export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
   const { config, logger } = opts;
   const hashKey = sessionHashKeyOf(opts.sessionHashKey);
-  const previousHashKey = sessionHashKeyOf(opts.sessionHashKeyPrevious, 'the previous session hash key (--session-hash-key-previous, KVGATE_SESSION_HASH_KEY_PREVIOUS)');
+  // `unkeyed`: the sessions before the rotation were hashed without a key (a first key being set).
+  const previousHashKey =
+    opts.sessionHashKeyPrevious === UNKEYED_PREVIOUS
+      ? new Uint8Array(0)
+      : sessionHashKeyOf(opts.sessionHashKeyPrevious, 'the previous session hash key (--session-hash-key-previous, KVGATE_SESSION_HASH_KEY_PREVIOUS)');
   await initHashing();
   installTraceContext();
   const credentials = grpcCredentials(opts.tls);
@@ -206,7 +210,7 @@ export async function startKvgate(opts: StartOptions): Promise<RunningKvgate> {
       // Whether session ids are hashed under a key: replicas with different answers disagree on every session.
       session_hashes: hashKey ? 'keyed' : 'sha256',
       // A rotation in progress: sessions recorded under the previous key are still found.
-      ...(previousHashKey ? { session_hashes_previous: 'keyed' } : {}),
+      ...(previousHashKey ? { session_hashes_previous: previousHashKey.length > 0 ? 'keyed' : 'sha256' } : {}),
       pools: config.pools.length,
       workers: config.workers.length,
       protocol: config.routing.protocol,

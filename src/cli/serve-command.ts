@@ -77,7 +77,7 @@ export function registerServeCommand(program: Command): void {
     .addOption(
       new Option(
         '--session-hash-key-previous <key>',
-        'while rotating the session hash key: the key before it, under which sessions and stored responses recorded before the rotation are still found (keep it for one affinity TTL)',
+        'while rotating the session hash key: the key before it, under which sessions and stored responses recorded before the rotation are still found (keep it for one affinity TTL); `unkeyed` when setting a first key',
       ).env('KVGATE_SESSION_HASH_KEY_PREVIOUS'),
     )
     .addOption(new Option('--log-level <level>', 'log level').env('KVGATE_LOG_LEVEL').choices(LOG_LEVELS).default(DEFAULTS.logLevel))

@@ -55,7 +55,9 @@ const oneShot: ((algorithm: string, data: string, encoding: 'hex') => string) | 
  * the key, which never leaves the gates (docs/DESIGN.md "Session ids are hashed, optionally keyed").
  */
 export function hashSessionId(id: string, key?: Uint8Array): string {
-  if (key !== undefined) return crypto.createHmac('sha256', key).update(id).digest('hex').slice(0, 32);
+  // A key of no bytes is none: the previous key of a rotation that starts from unkeyed hashes
+  // (UNKEYED_PREVIOUS). No other empty key reaches here: an empty setting is no key at start.
+  if (key !== undefined && key.length > 0) return crypto.createHmac('sha256', key).update(id).digest('hex').slice(0, 32);
   const hex = oneShot ? oneShot('sha256', id, 'hex') : crypto.createHash('sha256').update(id).digest('hex');
   return hex.slice(0, 32);
 }
@@ -66,3 +68,10 @@ export function hashSessionId(id: string, key?: Uint8Array): string {
  * randomness, e.g. `openssl rand -hex 32`. A shorter one is refused at start rather than trusted.
  */
 export const MIN_SESSION_HASH_KEY_BYTES = 16;
+
+/**
+ * `--session-hash-key-previous unkeyed`: the sessions recorded before the rotation were hashed
+ * without a key (plain SHA-256), as before a first key is set. It cannot be a key: it is shorter
+ * than MIN_SESSION_HASH_KEY_BYTES.
+ */
+export const UNKEYED_PREVIOUS = 'unkeyed';

@@ -198,22 +198,53 @@ describe('session hash key: a rotation', () => {
     }
   });
 
+  test('a first key: with `unkeyed` as the previous key, sessions hashed without a key stay home', async () => {
+    const store = new MemoryStore();
+    const plainGate = new Gate(cfg, store, silentLogger());
+    // As startKvgate builds it: the unkeyed previous key is no bytes (the Redis test below starts one).
+    const rotated = new Gate(cfg, store, silentLogger(), undefined, Buffer.from(NEXT_KEY), new Uint8Array(0));
+    const homes = new Map<string, string>();
+    for (let i = 0; i < 6; i++) {
+      const r = await plainGate.route(chatRequest(`conversation ${i} ${'q'.repeat(300)}`, { session: `u-${i}` }));
+      if (r.kind === 'route') {
+        homes.set(`u-${i}`, r.worker);
+        await plainGate.release(r.lease);
+      }
+    }
+    assert.equal(homes.size, 6);
+    for (const [id, home] of homes) {
+      const r = await rotated.route(chatRequest(`another turn ${'r'.repeat(300)}`, { session: id }));
+      assert.equal(r.kind === 'route' && r.outcome, 'affinity_hit', id);
+      assert.equal(r.kind === 'route' && r.worker, home, id);
+      if (r.kind === 'route') assert.equal(r.key?.previousHash, sha(id), 'the previous hash is plain SHA-256');
+    }
+  });
+
   describe('replicas on Redis, restarted with a new key', () => {
-    let redis: TestRedis;
+    let redis: TestRedis | undefined;
+    const started: TestGate[] = [];
     let old: TestGate;
     let rotated: TestGate;
     let plain: TestGate;
+    let unkeyed: TestGate;
+    let firstKey: TestGate;
     before(async () => {
       redis = await startRedis();
-      old = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: KEY });
-      rotated = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: NEXT_KEY, sessionHashKeyPrevious: KEY });
-      plain = await startTestGate({ workers: WORKERS }, { store: `${redis.url}/5`, sessionHashKey: NEXT_KEY });
+      const start = async (opts: Parameters<typeof startTestGate>[1]) => {
+        const g = await startTestGate({ workers: WORKERS }, opts);
+        started.push(g);
+        return g;
+      };
+      unkeyed = await start({ store: `${redis.url}/6` });
+      firstKey = await start({ store: `${redis.url}/6`, sessionHashKey: NEXT_KEY, sessionHashKeyPrevious: 'unkeyed' });
+      old = await start({ store: `${redis.url}/5`, sessionHashKey: KEY });
+      rotated = await start({ store: `${redis.url}/5`, sessionHashKey: NEXT_KEY, sessionHashKeyPrevious: KEY });
+      plain = await start({ store: `${redis.url}/5`, sessionHashKey: NEXT_KEY });
     });
+    // Whatever started, stopped: a gate that failed to start must not leave the others running.
     after(async () => {
-      await old.close(100);
-      await rotated.close(100);
-      await plain.close(100);
-      await redis.stop();
+      for (const g of started) await g.close(100);
+      await redis?.stop();
     });
 
     test('sessions and a stored response recorded under the old key are found by the rotated replica', async () => {
@@ -250,6 +281,33 @@ describe('session hash key: a rotation', () => {
         ho.close();
         hr.close();
         hp.close();
+      }
+    });
+
+    test('a first key, with `unkeyed` as the previous one: sessions hashed without a key keep their workers', async () => {
+      const hu = harness(unkeyed.target);
+      const hf = harness(firstKey.target);
+      try {
+        const homes = new Map<string, string>();
+        for (let i = 0; i < 6; i++) {
+          const id = `first-${i}@example.com`;
+          homes.set(id, clusterOf(await hu.request(chat({ user: id, text: `conversation ${i} ${'q'.repeat(300)}` }), { status: 200, body: '{}' })));
+        }
+        for (const [id, home] of homes) {
+          assert.equal(clusterOf(await hf.request(chat({ user: id, text: `another turn ${'r'.repeat(300)}` }), { status: 200, body: '{}' })), home, id);
+        }
+        const routed = firstKey.results.filter((r) => r.kind === 'route');
+        assert.equal(routed.length, 6);
+        for (const r of routed) {
+          assert.equal(r.kind === 'route' && r.outcome, 'affinity_hit');
+          // Found under its plain hash, routed under its hash with the new key.
+          const id = [...homes.keys()].find((u) => sha(u) === r.key?.previousHash);
+          assert.ok(id, 'the previous hash is a session of the unkeyed gate');
+          assert.equal(r.key?.hash, hmac(id, NEXT_KEY));
+        }
+      } finally {
+        hu.close();
+        hf.close();
       }
     });
   });
