@@ -43,6 +43,11 @@ export type GateResult =
       key: RoutingKey | undefined;
       /** Routed on local state because the shared store was unreachable. */
       degraded: boolean;
+      /**
+       * Its session's worker, or its stored response's, was found only under the previous session
+       * hash key (a rotation in progress): while any are, the previous key is still needed.
+       */
+      fromPreviousKey?: true;
       /** Store commits it took (1 unless another replica raced this one). */
       attempts: number;
       /** Why: every candidate with its load, prefix match and score. */
@@ -288,11 +293,15 @@ export class Gate {
 
     // A continued stored response can only be served where it was stored: that worker alone.
     let pinned: string | undefined;
+    let pinnedByPreviousKey = false;
     if (storedResponse !== undefined) {
       t0 = performance.now();
       pinned = await this.store.responseWorker(pool.name, storedResponse, scope);
       // Stored before a key rotation: recorded under the previous key's hash.
-      if (pinned === undefined && storedResponsePrevious !== undefined) pinned = await this.store.responseWorker(pool.name, storedResponsePrevious, scope);
+      if (pinned === undefined && storedResponsePrevious !== undefined) {
+        pinned = await this.store.responseWorker(pool.name, storedResponsePrevious, scope);
+        pinnedByPreviousKey = pinned !== undefined;
+      }
       storeMs += performance.now() - t0;
     }
     if (pinned !== undefined) {
@@ -387,7 +396,9 @@ export class Gate {
         if (cfg.scoring.backlog_weight > 0 || pool.workers.get(decision.worker)?.metrics_url !== undefined) {
           this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
         }
-        return this.routed(decision, pool, res.lease, key, model, res.degraded, attempt, storeMs, cls, views, scope);
+        const routed = this.routed(decision, pool, res.lease, key, model, res.degraded, attempt, storeMs, cls, views, scope);
+        if ((pinnedByPreviousKey || fromPrevious) && routed.kind === 'route') routed.fromPreviousKey = true;
+        return routed;
       }
       snap = res.snapshot;
       fresh = true;

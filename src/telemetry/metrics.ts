@@ -117,6 +117,13 @@ export class Metrics {
     registers: [this.registry],
   });
 
+  /** No `pool`: a key rotation is the fleet's, the same for every pool. */
+  readonly previousKeyFinds = new Counter({
+    name: 'kvgate_session_previous_key_finds_total',
+    help: 'Requests whose session or stored response was found only under the previous session hash key (a rotation in progress; near zero for a while: the previous key can go).',
+    registers: [this.registry],
+  });
+
   /**
    * By pool: a pool's decision time grows with its worker count (the snapshot read and scored per
    * decision), so a slow pool must not hide in the others' quantiles. Bounded: outcomes x pools.

@@ -152,6 +152,7 @@ export class RequestTelemetry implements RequestScope {
       if (result.kind === 'route') {
         if (result.outcome === 'migrated') m.migrations.inc({ from: result.from ?? 'unknown' });
         if (result.degraded) m.degradedDecisions.inc();
+        if (result.fromPreviousKey) m.previousKeyFinds.inc();
       } else if (outcome === 'shed') {
         m.sheds.inc({ reason: result.error.code, status: String(facts.status ?? ''), class: result.class ?? '', pool });
       }

@@ -191,7 +191,13 @@ describe('session hash key: a rotation', () => {
       const r = await rotated.route(chatRequest(`another turn ${'r'.repeat(300)}`, { session: id }));
       assert.equal(r.kind === 'route' && r.worker, home, id);
       assert.equal(r.kind === 'route' && r.outcome, 'affinity_hit', `${id}: found under the previous key`);
+      assert.equal(r.kind === 'route' && r.fromPreviousKey, true, `${id}: marked as found under the previous key`);
       if (r.kind === 'route') await rotated.release(r.lease);
+      // The next request finds it under the new key: the previous key was not needed.
+      const again = await rotated.route(chatRequest(`a third turn ${'s'.repeat(300)}`, { session: id }));
+      assert.equal(again.kind === 'route' && again.worker, home, id);
+      assert.equal(again.kind === 'route' ? again.fromPreviousKey : 'shed', undefined, `${id}: found under the new key`);
+      if (again.kind === 'route') await rotated.release(again.lease);
       // Recorded under the new key: found there without the previous one.
       const snap = await store.snapshot({ pool: rotated.pool, key: `s:${hmac(id, NEXT_KEY)}`, workers: WORKERS.map((w) => w.id), blocks: [] });
       assert.equal(snap.affinity, home, `${id} recorded under the new key`);
@@ -277,6 +283,10 @@ describe('session hash key: a rotation', () => {
         }
         const pinned = rotated.results.filter((x) => x.kind === 'route' && x.key?.source === 'header');
         assert.equal(pinned.length, 3);
+        // Five sessions and three continuations needed the previous key: what tells an operator
+        // the rotation is not over yet.
+        const metrics = await (await fetch(`${rotated.admin}/metrics`)).text();
+        assert.match(metrics, /^kvgate_session_previous_key_finds_total 8$/m);
       } finally {
         ho.close();
         hr.close();
