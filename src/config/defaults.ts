@@ -208,9 +208,10 @@ export const DEFAULTS = {
   overflowFactor: 4,
   /**
    * A one-off request goes to a worker past KV pressure only if that worker's free KV holds this
-   * many times its prompt (3: at 2, on held-out slices of the Mooncake conversation trace, tokens/s
-   * past capacity fell 4-7% against no fit; at 3, 3-4%, docs/BENCHMARKS.md twelfth round) (src/routing/overflow.ts `fitsOneOff`), its tokens estimated from its
-   * characters at `prefix.chars_per_token`. The rest covers its output, what other gates sent since
+   * many times its prompt (src/routing/overflow.ts `fitsOneOff`), its tokens estimated from its
+   * characters at `prefix.chars_per_token`. 3: at 2, on held-out slices of the Mooncake conversation
+   * trace, tokens/s past capacity fell 4-7% against no fit; at 3, 3-4% (docs/BENCHMARKS.md, twelfth
+   * round). The rest covers its output, what other gates sent since
    * the scrape, and the estimate's error (code and other scripts run at fewer characters a token
    * than English's 4). Where it is short, the engine queues the request until memory frees: a wait,
    * not a failure, and the next scrape reports the queue, which stops the fit.

@@ -10,7 +10,6 @@ import { plural } from '../util/plural.js';
 /** Sessions listed in the live frame; the rest are counted, so the frame fits a terminal. */
 const MAX_SESSION_ROWS = 24;
 
-/** `1 session`, `2 sessions`. */
 const pct = (x: number) => `${(x * 100).toFixed(1)}%`;
 const ms = (x: number) => (Number.isFinite(x) ? `${Math.round(x)} ms` : '-');
 

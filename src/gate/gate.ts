@@ -9,7 +9,7 @@ import type { Config, WorkerConfig } from '../config/schema.js';
 import { DEFAULTS } from '../config/defaults.js';
 import { applyKnobs, type Knobs } from '../config/knobs.js';
 import { KvgateError } from '../errors.js';
-import { responseIdHash, understand, type RoutingKey } from '../request/keys.js';
+import { NO_HASH_KEYS, responseIdHash, understand, type RoutingKey, type SessionHashKeys } from '../request/keys.js';
 import type { RequestInfo } from '../request/request.js';
 import { serviceClass, type ServiceClass } from '../request/service-class.js';
 import { classLimit } from '../routing/filters/class-share.js';
@@ -118,6 +118,8 @@ export class Gate {
   private readonly problems = new LogThrottle(DEFAULTS.knobProblemLogIntervalMs);
   /** Prompt blocks of this gate's leases that their workers must still compute (the backlog scorer's input). */
   private readonly pending = new PendingPrefill();
+  /** What session ids are hashed under: the key, and the previous one during a rotation (built once). */
+  private readonly hashKeys: SessionHashKeys;
   /** Requests without a key routed so far: each one's tie-break seed, so that they spread over tied workers. */
   private keyless = 0;
 
@@ -142,8 +144,9 @@ export class Gate {
      * placed again under the current key where it was found. One store read more for each such
      * request, so it is kept for one affinity TTL, not for good.
      */
-    private readonly previousSessionHashKey?: Uint8Array,
+    previousSessionHashKey?: Uint8Array,
   ) {
+    this.hashKeys = sessionHashKey === undefined && previousSessionHashKey === undefined ? NO_HASH_KEYS : { current: sessionHashKey, previous: previousSessionHashKey };
     this.setup = { config, pools: new PoolTable(config) };
     // The store learns the config's pools from the start (readiness on a cluster checks each one).
     this.store.retainPools(this.setup.pools.all().map((p) => p.name));
@@ -238,7 +241,7 @@ export class Gate {
     let storedResponse: string | undefined;
     let storedResponsePrevious: string | undefined;
     try {
-      const u = understand(req, cfg, this.sessionHashKey, this.previousSessionHashKey);
+      const u = understand(req, cfg, this.hashKeys);
       key = u.key;
       blocks = u.blocks;
       model = u.model;
@@ -340,13 +343,13 @@ export class Gate {
       // Every field written, absent ones as undefined: conditional spreads (`...(c ? { x } : {})`)
       // copied through V8's generic path on every decision. The policy reads both as absent.
       // The previous key's affinity stands in while the current key has none.
-      const fromPrevious = snap.affinity === undefined && previous !== undefined;
+      const fromPrevious = snap.affinity === undefined ? previous : undefined;
       const decided = decide({
         keyHash: key?.hash,
         tieSeed,
         session,
-        affinity: fromPrevious ? previous!.worker : snap.affinity,
-        keyInflight: fromPrevious ? previous!.keyInflight : snap.keyInflight,
+        affinity: fromPrevious?.worker ?? snap.affinity,
+        keyInflight: fromPrevious?.keyInflight ?? snap.keyInflight,
         totalBlocks: blocks.length,
         promptBlocks,
         promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined,
@@ -373,6 +376,7 @@ export class Gate {
         }
         return this.shed(decision, key, model, pool, answer, views, cls, scope);
       }
+      const preconditions = checkable(decision.preconditions, snap, all);
       t0 = performance.now();
       // Field by field, not `{ ...q, worker, ... }`: each property added after a spread went
       // through V8's slow path (a runtime call apiece, ~10% of Gate.route at 2 KB).
@@ -383,7 +387,7 @@ export class Gate {
         blocks: q.blocks,
         worker: decision.worker,
         // Found under the previous key: the current key has no affinity, which is what the commit checks.
-        preconditions: fromPrevious ? withoutAffinity(checkable(decision.preconditions, snap, all)) : checkable(decision.preconditions, snap, all),
+        preconditions: fromPrevious ? withoutAffinity(preconditions) : preconditions,
         affinityTtlMs: cfg.affinity.ttl_s * 1000,
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
@@ -397,7 +401,7 @@ export class Gate {
           this.pending.add(res.lease, promptBlocks - (views.find((w) => w.id === decision.worker)?.prefixBlocks ?? 0));
         }
         const routed = this.routed(decision, pool, res.lease, key, model, res.degraded, attempt, storeMs, cls, views, scope);
-        if ((pinnedByPreviousKey || fromPrevious) && routed.kind === 'route') routed.fromPreviousKey = true;
+        if ((pinnedByPreviousKey || fromPrevious !== undefined) && routed.kind === 'route') routed.fromPreviousKey = true;
         return routed;
       }
       snap = res.snapshot;

@@ -79,40 +79,36 @@ export interface SessionHashKeys {
   previous: Uint8Array | undefined;
 }
 
-const NO_HASH_KEYS: SessionHashKeys = { current: undefined, previous: undefined };
+/** No keys: plain SHA-256, no rotation. */
+export const NO_HASH_KEYS: SessionHashKeys = Object.freeze({ current: undefined, previous: undefined });
 
 /** Longest session id accepted; longer values are hashed only up to here (they are still unique enough). */
 const MAX_SESSION_ID_CHARS = 1024;
 
 /**
- * `hashKey`: the key session ids (and stored response ids) are hashed under, when the gate has one
- * (hashing.ts `hashSessionId`); prompt blocks are never keyed (their hashes must match across
- * every gate and the simulator, and a prompt hash reveals only a prompt one already has).
- * `previousKey`: the key before it, while a rotation keeps it: session keys and stored responses
- * also carry their hash under it.
+ * `keys`: what session ids (and stored response ids) are hashed under (hashing.ts
+ * `hashSessionId`): the gate's key, when it has one, and during a rotation the previous one, under
+ * which session keys and stored responses also carry a hash. Prompt blocks are never keyed (their
+ * hashes must match across every gate and the simulator, and a prompt hash reveals only a prompt
+ * one already has).
  */
-export function understand(req: RequestInfo, cfg: Config, hashKey?: Uint8Array, previousKey?: Uint8Array): Understanding {
+export function understand(req: RequestInfo, cfg: Config, keys: SessionHashKeys = NO_HASH_KEYS): Understanding {
   const k = cfg.keys;
-  const h: SessionHashKeys = hashKey === undefined && previousKey === undefined ? NO_HASH_KEYS : { current: hashKey, previous: previousKey };
-  const prompt = readPrompt(req, cfg, h);
-  if (prompt.storedResponse === undefined) {
-    const byPath = responseOfPath(req.path, k.session_paths);
-    if (byPath !== undefined) prompt.storedResponse = responseIdHash(byPath, h.current);
-    if (byPath !== undefined && h.previous !== undefined) prompt.storedResponsePrevious = responseIdHash(byPath, h.previous);
-  }
+  const prompt = readPrompt(req, cfg);
+  prompt.responseId ??= responseOfPath(req.path, k.session_paths);
   const fromHeader = headerValue(req.headers.get(k.session_header));
-  if (fromHeader) return answer(prompt, sessionKey(fromHeader, 'header', h));
+  if (fromHeader) return answer(prompt, keys, sessionKey(fromHeader, 'header', keys));
 
   const cookieHeader = req.headers.get('cookie');
   if (cookieHeader) {
     const fromCookie = safeCookie(cookieHeader, k.session_cookie);
-    if (fromCookie) return answer(prompt, sessionKey(fromCookie, 'cookie', h));
+    if (fromCookie) return answer(prompt, keys, sessionKey(fromCookie, 'cookie', keys));
   }
   if (prompt.body && k.body_session_fields) {
-    const fromBody = bodyKey(prompt.body, prompt.api, h);
-    if (fromBody) return answer(prompt, fromBody);
+    const fromBody = bodyKey(prompt.body, prompt.api, keys);
+    if (fromBody) return answer(prompt, keys, fromBody);
   }
-  return answer(prompt, prompt.prefixKey);
+  return answer(prompt, keys, prompt.prefixKey);
 }
 
 /**
@@ -120,38 +116,42 @@ export function understand(req: RequestInfo, cfg: Config, hashKey?: Uint8Array, 
  * object whose shape varies by request through V8's generic path, and carried the parsed body
  * and other internals out with it.
  */
-function answer(prompt: PromptFacts, key: RoutingKey | undefined): Understanding {
+function answer(prompt: PromptFacts, keys: SessionHashKeys, key: RoutingKey | undefined): Understanding {
   const u: Understanding = { key, model: prompt.model, blocks: prompt.blocks };
   if (prompt.bodyProblem !== undefined) u.bodyProblem = prompt.bodyProblem;
-  if (prompt.storedResponse !== undefined) u.storedResponse = prompt.storedResponse;
-  if (prompt.storedResponsePrevious !== undefined) u.storedResponsePrevious = prompt.storedResponsePrevious;
+  // A stored response's id, hashed here alone: under the gate's key, and during a rotation the previous one.
+  const id = prompt.responseId;
+  if (id !== undefined) {
+    u.storedResponse = responseIdHash(id, keys.current);
+    if (keys.previous !== undefined) u.storedResponsePrevious = responseIdHash(id, keys.previous);
+  }
   return u;
 }
 
 /** The body's own session or cache key, by API, in the order of this module's comment. */
-function bodyKey(body: Record<string, unknown>, api: PromptApi, hashKey: SessionHashKeys): RoutingKey | undefined {
+function bodyKey(body: Record<string, unknown>, api: PromptApi, keys: SessionHashKeys): RoutingKey | undefined {
   const metadata = objectField(body, 'metadata');
   if (api === 'messages') {
     const userId = metadata && stringField(metadata, 'user_id');
-    return userId ? sessionKey(userId, 'body_metadata_user_id', hashKey) : undefined;
+    return userId ? sessionKey(userId, 'body_metadata_user_id', keys) : undefined;
   }
   if (api === 'responses') {
     const conversation = conversationId(body['conversation']);
-    if (conversation) return sessionKey(conversation, 'body_conversation', hashKey);
+    if (conversation) return sessionKey(conversation, 'body_conversation', keys);
   }
   const metaSession = metadata && stringField(metadata, 'session_id');
-  if (metaSession) return sessionKey(metaSession, 'body_metadata', hashKey);
+  if (metaSession) return sessionKey(metaSession, 'body_metadata', keys);
   const cacheKey = stringField(body, 'prompt_cache_key');
   // Its own namespace: a cache key "abc" and a session "abc" are different things.
-  if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key', hashKey);
+  if (cacheKey) return sessionKey(`${CACHE_KEY_NAMESPACE}${cacheKey}`, 'prompt_cache_key', keys);
   const user = stringField(body, 'user');
-  if (user) return sessionKey(user, 'body_user', hashKey);
+  if (user) return sessionKey(user, 'body_user', keys);
   return undefined;
 }
 
 /**
  * `/v1/responses/{id}` and what hangs below it (`/cancel`, `/input_items`), for each configured
- * Responses path: the id's hash, else undefined. Cheap for every other path: one suffix test per
+ * Responses path: the id (not hashed), else undefined. Cheap for every other path: one suffix test per
  * configured path, only when the path is longer than it.
  */
 function responseOfPath(path: string, paths: readonly string[]): string | undefined {
@@ -190,8 +190,8 @@ interface PromptFacts {
   body?: Record<string, unknown>;
   prefixKey?: RoutingKey;
   bodyProblem?: Understanding['bodyProblem'];
-  storedResponse?: string;
-  storedResponsePrevious?: string;
+  /** The stored response a request names (its `previous_response_id`, or the id in its path), not yet hashed. */
+  responseId?: string;
 }
 
 /**
@@ -203,7 +203,7 @@ export function readsBody(req: Pick<RequestInfo, 'path'>, cfg: Config): boolean 
 }
 
 /** Reads the body once: model, prompt block chain and the sessionless prefix key. */
-function readPrompt(req: RequestInfo, cfg: Config, hashKey: SessionHashKeys): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
+function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understanding, 'model' | 'blocks'> {
   if (req.body === undefined || !readsBody(req, cfg)) return { model: undefined, blocks: [], api: 'openai' };
   const api = promptApiOf(req.path);
   if (req.body.length > cfg.limits.max_body_bytes) {
@@ -223,8 +223,6 @@ function readPrompt(req: RequestInfo, cfg: Config, hashKey: SessionHashKeys): Pr
   const body = parsed.value;
   const model = stringField(body, 'model');
   const previous = api === 'responses' ? stringField(body, 'previous_response_id') : undefined;
-  const storedResponse = previous ? responseIdHash(previous, hashKey.current) : undefined;
-  const storedResponsePrevious = previous && hashKey.previous !== undefined ? responseIdHash(previous, hashKey.previous) : undefined;
   const options = promptOptions(body, api);
   const salted = `${model ?? ''}\u0000${stringField(body, 'cache_salt') ?? ''}`;
   const seed = seedFor(options === undefined ? salted : `${salted}\u0000${options}`);
@@ -232,8 +230,7 @@ function readPrompt(req: RequestInfo, cfg: Config, hashKey: SessionHashKeys): Pr
   // same hashes as chainedBlockHashes of prompt.ts's text (prompt-blocks.ts; the tests hold it to that).
   const hashed = promptBlocks(api, body, cfg.prefix.block_chars, cfg.prefix.max_blocks, seed);
   const facts: PromptFacts = { model, blocks: [], api, body };
-  if (storedResponse) facts.storedResponse = storedResponse;
-  if (storedResponsePrevious) facts.storedResponsePrevious = storedResponsePrevious;
+  if (previous) facts.responseId = previous;
   if (!hashed) return facts;
   const blocks = hashed.chain.map(hex);
   // The key is one of the chain's blocks (its hex already made), or the short prompt's hash.
@@ -298,10 +295,10 @@ function hex(h: bigint): string {
   return h.toString(16).padStart(16, '0');
 }
 
-function sessionKey(id: string, source: KeySource, hashKey: SessionHashKeys): RoutingKey {
+function sessionKey(id: string, source: KeySource, keys: SessionHashKeys): RoutingKey {
   const cut = id.slice(0, MAX_SESSION_ID_CHARS);
-  const key: RoutingKey = { kind: 'session', source, hash: hashSessionId(cut, hashKey.current) };
-  if (hashKey.previous !== undefined) key.previousHash = hashSessionId(cut, hashKey.previous);
+  const key: RoutingKey = { kind: 'session', source, hash: hashSessionId(cut, keys.current) };
+  if (keys.previous !== undefined) key.previousHash = hashSessionId(cut, keys.previous);
   return key;
 }
 

@@ -271,11 +271,7 @@ if m > 0 then
         local untils = redis.call('HMGET', hk, unpack(ids, d + 1, last))
         local reached = d
         for k = 1, last - d do
-          local v = untils[k]
-          if not v then break end
-          if #v == nowLen then
-            if v < nowS then break end
-          elseif tonumber(v) < now then break end
+          if not isLive(untils[k]) then break end
           reached = d + k
         end
         local whole = reached == last

@@ -15,7 +15,7 @@ import { parseConfig } from '../../src/config/load.js';
 import { KvgateError } from '../../src/errors.js';
 import { Gate } from '../../src/gate/gate.js';
 import { hashSessionId, initHashing } from '../../src/request/hashing.js';
-import { understand } from '../../src/request/keys.js';
+import { understand, type SessionHashKeys } from '../../src/request/keys.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { chat, harness } from '../helpers/envoy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
@@ -27,6 +27,9 @@ const KEY = 'c2VjcmV0LWtleS1mb3ItdGVzdHMtb25seS0xMjM0NTY3OA';
 /** The key a rotation moves to. */
 const NEXT_KEY = 'bmV4dC1rZXktZm9yLXRlc3RzLW9ubHktYWJjZGVmZ2hpams';
 const WORKERS = ['worker_1', 'worker_2', 'worker_3'].map((id) => ({ id, cluster: id, max_inflight: 8 }));
+/** The gate's key alone, and a rotation from KEY to NEXT_KEY, as the gate passes them to understand(). */
+const keyed = (key: Uint8Array): SessionHashKeys => ({ current: key, previous: undefined });
+const rotating: SessionHashKeys = { current: Buffer.from(NEXT_KEY), previous: Buffer.from(KEY) };
 const hmac = (id: string, key = KEY) => createHmac('sha256', key).update(id).digest('hex').slice(0, 32);
 const sha = (id: string) => createHash('sha256').update(id).digest('hex').slice(0, 32);
 
@@ -63,17 +66,17 @@ describe('session hash key: the hashes', () => {
     ];
     for (const [headers, body, id] of cases) {
       const r = req(headers, body) as Parameters<typeof understand>[0];
-      assert.equal(understand(r, cfg, key).key?.hash, hmac(id), id);
+      assert.equal(understand(r, cfg, keyed(key)).key?.hash, hmac(id), id);
       assert.equal(understand(r, cfg).key?.hash, sha(id), `${id} unkeyed`);
     }
     // A stored response named by a continuation is hashed the same way.
     const cont = req({}, { previous_response_id: 'resp_abc', input: 'more' }) as Parameters<typeof understand>[0];
-    assert.equal(understand(cont, cfg, key).storedResponse, hmac('resp_abc'));
+    assert.equal(understand(cont, cfg, keyed(key)).storedResponse, hmac('resp_abc'));
   });
 
   test('the prompt\'s hashes and prefix key do not depend on the key', () => {
     const r = req({}, { messages: [{ role: 'system', content: prompt }, { role: 'user', content: 'hi' }] }) as Parameters<typeof understand>[0];
-    const keyed = understand(r, cfg, Buffer.from(KEY));
+    const keyed = understand(r, cfg, { current: Buffer.from(KEY), previous: undefined });
     const plain = understand(r, cfg);
     assert.ok(plain.blocks.length >= 4, `a prompt of several blocks (${plain.blocks.length})`);
     assert.deepEqual(keyed.blocks, plain.blocks);
@@ -159,15 +162,15 @@ describe('session hash key: a rotation', () => {
 
   test('with the previous key, a session and a stored response carry their hash under it too', () => {
     const r = chatRequest('hi', { session: 'sess-9' });
-    const k = understand(r, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY)).key;
+    const k = understand(r, cfg, rotating).key;
     assert.equal(k?.hash, hmac('sess-9', NEXT_KEY));
     assert.equal(k?.previousHash, hmac('sess-9'));
-    assert.equal(understand(r, cfg, Buffer.from(NEXT_KEY)).key?.previousHash, undefined, 'none without a previous key');
+    assert.equal(understand(r, cfg, keyed(Buffer.from(NEXT_KEY))).key?.previousHash, undefined, 'none without a previous key');
     const cont = { method: 'POST', path: '/v1/responses', headers: new Map(), body: Buffer.from(JSON.stringify({ model: 'llama', previous_response_id: 'resp_1', input: 'more' })) };
-    const u = understand(cont, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY));
+    const u = understand(cont, cfg, rotating);
     assert.equal(u.storedResponse, hmac('resp_1', NEXT_KEY));
     assert.equal(u.storedResponsePrevious, hmac('resp_1'));
-    const byPath = understand({ method: 'GET', path: '/v1/responses/resp_2', headers: new Map() }, cfg, Buffer.from(NEXT_KEY), Buffer.from(KEY));
+    const byPath = understand({ method: 'GET', path: '/v1/responses/resp_2', headers: new Map() }, cfg, rotating);
     assert.equal(byPath.storedResponse, hmac('resp_2', NEXT_KEY));
     assert.equal(byPath.storedResponsePrevious, hmac('resp_2'));
   });
