@@ -21,7 +21,7 @@ import { parse as parseCookies } from 'cookie';
 import type { Config } from '../config/schema.js';
 import { KvgateError } from '../errors.js';
 import { objectField, parseJsonBody, stringField, type ParsedBody } from './body.js';
-import { hashSessionId, seedFor } from './hashing.js';
+import { hashSessionId, hex64, seedFor } from './hashing.js';
 import { promptBlocks } from './prompt-blocks.js';
 import { promptApiOf, stableJson, type PromptApi } from './prompt.js';
 import type { RequestInfo } from './request.js';
@@ -232,9 +232,9 @@ function readPrompt(req: RequestInfo, cfg: Config): PromptFacts & Pick<Understan
   const facts: PromptFacts = { model, blocks: [], api, body };
   if (previous) facts.responseId = previous;
   if (!hashed) return facts;
-  const blocks = hashed.chain.map(hex);
+  const blocks = hashed.chain.map(hex64);
   // The key is one of the chain's blocks (its hex already made), or the short prompt's hash.
-  const keyHash = blocks.length > 0 ? blocks[Math.min(cfg.keys.prefix_key_blocks, blocks.length) - 1]! : hex(hashed.short!);
+  const keyHash = blocks.length > 0 ? blocks[Math.min(cfg.keys.prefix_key_blocks, blocks.length) - 1]! : hex64(hashed.short!);
   facts.blocks = blocks;
   facts.prefixKey = { kind: 'prefix', source: 'prompt_prefix', hash: keyHash };
   return facts;
@@ -289,10 +289,6 @@ function promptOptions(body: Record<string, unknown>, api: PromptApi): string | 
  */
 export function responseIdHash(id: string, hashKey?: Uint8Array): string {
   return hashSessionId(id.slice(0, MAX_SESSION_ID_CHARS), hashKey);
-}
-
-function hex(h: bigint): string {
-  return h.toString(16).padStart(16, '0');
 }
 
 function sessionKey(id: string, source: KeySource, keys: SessionHashKeys): RoutingKey {

@@ -10,7 +10,7 @@
  * A block is still made a string of its 256 characters before encoding, so a surrogate pair
  * split between two parts, or a lone surrogate, encodes exactly as it does in the joined text.
  */
-import { xxh } from '../util/xxhash.js';
+import { DIRECT_BYTES, directXxh64, xxh, type DirectXxh64 } from '../util/xxhash.js';
 import { hashText } from './hashing.js';
 import { firstPrompt, isInstructionRole, PART_JOIN, partText, SEP, stableJson, SYSTEM_JOIN, toolsJson as toolsPartJson, turnExtras, withoutCacheControl, type PromptApi } from './prompt.js';
 
@@ -34,6 +34,18 @@ class BlockHasher {
   private pending = '';
   private prev: bigint;
   private readonly h64 = xxh().h64;
+  /**
+   * The direct hasher while runs are tried: when loaded, and until a run is found not to be ASCII
+   * (then every later block of this prompt is hashed one string at a time, as before runs).
+   */
+  private direct: DirectXxh64 | undefined;
+  /** Blocks in the first run of each string fed, and in the longest (runs double from one to the other). */
+  private readonly firstRun: number;
+  private readonly longestRun: number;
+  /** Blocks in the next run of the string being fed. */
+  private run = 0;
+  /** The direct hasher's memory, `longestRun` blocks long. */
+  private readonly runBytes: Uint8Array | undefined;
 
   constructor(
     private readonly blockChars: number,
@@ -41,6 +53,18 @@ class BlockHasher {
     seed: bigint,
   ) {
     this.prev = seed;
+    // Runs are short, 1 Ki to 4 Ki characters (4 to 16 blocks of 256), because a run that is not
+    // ASCII is encoded for nothing, and V8 encodes everything after a string's first non-ASCII
+    // character about fifteen times slower than ASCII (~1 ns a character): so a prompt that is not
+    // all ASCII pays at most one such run, mostly a short one, over what it cost before runs.
+    // A run is one encodeInto call and one string slice, small against the 16 blocks it hashes.
+    // An ASCII run takes a byte a character, so it fits the module's memory; a block longer than
+    // that memory is hashed through the library.
+    const direct = directXxh64();
+    this.direct = direct !== undefined && blockChars <= DIRECT_BYTES ? direct : undefined;
+    this.firstRun = Math.max(1, Math.floor(1024 / blockChars));
+    this.longestRun = Math.max(1, Math.floor(4096 / blockChars));
+    this.runBytes = this.direct === undefined ? undefined : runView(this.direct, this.longestRun * blockChars);
   }
 
   get done(): boolean {
@@ -54,6 +78,7 @@ class BlockHasher {
 
   feed(s: string): void {
     let pos = 0;
+    this.run = this.firstRun;
     while (pos < s.length && !this.done) {
       const need = this.blockChars - this.pending.length;
       const left = s.length - pos;
@@ -61,6 +86,17 @@ class BlockHasher {
         this.pending += pos === 0 ? s : s.slice(pos);
         this.total += left;
         return;
+      }
+      // Whole blocks of this string alone: hashed as a run while the text is ASCII.
+      if (this.pending.length === 0 && this.direct !== undefined) {
+        const run = Math.min(Math.floor(left / this.blockChars), this.run, this.maxBlocks - this.chain.length);
+        if (this.asciiRun(s, pos, run)) {
+          pos += run * this.blockChars;
+          this.total += run * this.blockChars;
+          this.run = Math.min(this.run * 2, this.longestRun);
+          continue;
+        }
+        this.direct = undefined;
       }
       const block = this.pending + s.slice(pos, pos + need);
       this.pending = '';
@@ -73,6 +109,39 @@ class BlockHasher {
       this.chain.push(this.prev);
     }
   }
+
+  /**
+   * `run` whole blocks of `s` from `pos`, when every character of them is ASCII: encoded into the
+   * direct hasher's memory with one `encodeInto` and each block hashed where it lies. ASCII is one
+   * byte a character, so block i's bytes are exactly `bytes[i × blockChars, (i + 1) × blockChars)`,
+   * the UTF-8 of its text, which is what h64 of the block's string hashes. Any other character
+   * takes two to four bytes for its one or two UTF-16 units (a lone surrogate three), so the
+   * bytes outnumber the characters (or the run's bytes overflow the memory given and fewer are
+   * read): then nothing is hashed and false tells the caller to hash blocks one string at a time,
+   * where a surrogate pair cut by a block's end encodes as it always has.
+   */
+  private asciiRun(s: string, pos: number, run: number): boolean {
+    const chars = run * this.blockChars;
+    const d = this.direct!;
+    const { read, written } = encoder.encodeInto(pos === 0 && chars === s.length ? s : s.slice(pos, pos + chars), this.runBytes!);
+    if (read !== chars || written !== chars) return false;
+    let prev = this.prev;
+    for (let i = 0, at = 0; i < run; i++, at += this.blockChars) {
+      prev = d.at(at, this.blockChars, prev);
+      this.chain.push(prev);
+    }
+    this.prev = prev;
+    return true;
+  }
+}
+
+const encoder = new TextEncoder();
+
+/** The first `length` bytes of the direct hasher's memory, one view per length (block_chars rarely changes). */
+let runViewCache: Uint8Array | undefined;
+function runView(d: DirectXxh64, length: number): Uint8Array {
+  if (runViewCache === undefined || runViewCache.length !== length || runViewCache.buffer !== d.bytes.buffer) runViewCache = d.bytes.subarray(0, length);
+  return runViewCache;
 }
 
 /**

@@ -12,6 +12,7 @@ import fc from 'fast-check';
 import { chainedBlockHashes, hashText, initHashing } from '../../src/request/hashing.js';
 import { canonicalPrompt, messagesPrompt, responsesPrompt, type PromptApi } from '../../src/request/prompt.js';
 import { promptBlocks } from '../../src/request/prompt-blocks.js';
+import { directXxh64, withoutDirectXxh64 } from '../../src/util/xxhash.js';
 
 before(async () => {
   await initHashing();
@@ -240,6 +241,64 @@ describe('promptBlocks gives exactly the reference hashes', () => {
     for (const c of cases) for (const [bc, mb] of [[256, 512], [4, 3], [1, 1], [255, 2]] as const) {
       for (const api of ['openai', 'messages', 'responses'] as const) {
         assert.deepEqual(promptBlocks(api, c, bc, mb, 1n), reference(c, bc, mb, 1n, api), `${api} ${JSON.stringify(c).slice(0, 80)}`);
+      }
+    }
+  });
+});
+
+/**
+ * Whole blocks of ASCII text are encoded in runs into the direct hasher's memory and hashed where
+ * they lie; from the first run that is not ASCII on, every block goes through h64 of its string.
+ * Both must give the reference's hashes (and each other's) wherever the non-ASCII characters
+ * fall: at a run's first or last character, astride a block's end, as a lone surrogate, at U+007F
+ * and U+0080, or nowhere; with block sizes that make runs of one block and blocks longer than the
+ * module's memory.
+ */
+describe('ASCII runs hashed in place give the same hashes as one string per block', () => {
+  const ascii = fc.constantFrom('a', ' ', 'the quick brown fox ', '\u007f', '\u0000', '{"x":1}\n');
+  const other = fc.constantFrom('é', '€', '😀', '\ud83d', '\ude00', '\u0080', 'ÿ');
+  const mostlyAscii = fc.string({ unit: fc.oneof({ weight: 60, arbitrary: ascii }, { weight: 1, arbitrary: other }), maxLength: 3000 });
+  const sizes = fc.oneof(fc.integer({ min: 1, max: 64 }), fc.constantFrom(255, 256, 257, 1000, 16_384, 16_385, 65_536, 65_537));
+  const chat = fc.array(fc.record({ role: fc.constantFrom('system', 'user', 'assistant'), content: mostlyAscii }), { minLength: 1, maxLength: 8 }).map((messages) => ({ messages }));
+
+  test('the direct hasher is loaded, so the tests below reach it', () => {
+    assert.ok(directXxh64());
+  });
+
+  test('chat bodies of mostly ASCII text, any block size and cap', () => {
+    fc.assert(
+      fc.property(chat, sizes, fc.integer({ min: 1, max: 600 }), fc.bigInt({ min: 0n, max: (1n << 64n) - 1n }), (b, bc, mb, seed) => {
+        const got = promptBlocks('openai', b, bc, mb, seed);
+        assert.deepEqual(got, reference(b, bc, mb, seed));
+        assert.deepEqual(got, withoutDirectXxh64(() => promptBlocks('openai', b, bc, mb, seed)));
+      }),
+      { numRuns: 1500 },
+    );
+  });
+
+  test('huge prompts: one character out of ASCII anywhere, or none', () => {
+    const base = 'All work and no play makes Jack a dull boy. '.repeat(10_000).slice(0, 400_000);
+    const places = [undefined, 0, 1, 255, 256, 257, 16_383, 16_384, 16_385, 65_535, 65_536, 131_071, 399_999];
+    for (const at of places) {
+      for (const ch of ['é', '😀', '\ud83d', '\u0080']) {
+        const prompt = at === undefined ? base : base.slice(0, at) + ch + base.slice(at + 1);
+        const b = { messages: [{ role: 'user', content: prompt }] };
+        for (const [bc, mb] of [[256, 512], [256, 2000], [1, 600], [16_384, 30], [70_000, 4]] as const) {
+          const got = promptBlocks('openai', b, bc, mb, 11n);
+          assert.deepEqual(got, reference(b, bc, mb, 11n), `at ${at} ${JSON.stringify(ch)} ${bc}x${mb}`);
+          assert.deepEqual(got, withoutDirectXxh64(() => promptBlocks('openai', b, bc, mb, 11n)));
+        }
+        if (at === undefined) break;
+      }
+    }
+  });
+
+  test('empty and all non-ASCII prompts', () => {
+    for (const content of ['', 'x', '€'.repeat(5000), '😀'.repeat(3000), '\ud83d'.repeat(700), 'a'.repeat(256) + '€'.repeat(256) + 'a'.repeat(256)]) {
+      const b = { messages: [{ role: 'user', content }] };
+      for (const [bc, mb] of [[256, 512], [3, 100]] as const) {
+        assert.deepEqual(promptBlocks('openai', b, bc, mb, 5n), reference(b, bc, mb, 5n));
+        assert.deepEqual(promptBlocks('openai', b, bc, mb, 5n), withoutDirectXxh64(() => promptBlocks('openai', b, bc, mb, 5n)));
       }
     }
   });
