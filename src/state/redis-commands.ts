@@ -161,6 +161,11 @@ export interface DecideCommit {
   leaseMember: string;
   leaseTtlMs: number;
   prefixTtlMs: number;
+  /**
+   * A prefix the chosen worker was sent less than this long ago (ms) is not written again, only
+   * the blocks past it (DECIDE_LUA); 0: every block of every commit is written.
+   */
+  freshMs: number;
   capacityBlocks: number;
   /** Redis time (ms) after which the commit must write nothing (0: no limit). */
   notAfter: number;
@@ -210,6 +215,7 @@ interface DecideSpec {
   leaseMember?: string;
   leaseTtlMs?: number;
   prefixTtlMs?: number;
+  freshMs?: number;
   capacityBlocks?: number;
   notAfter?: number;
 }
@@ -310,6 +316,7 @@ function decideSpec(keys: PoolKeys, q: DecideQuery, width: number, commit?: Deci
       leaseMember: commit.leaseMember,
       leaseTtlMs: commit.leaseTtlMs,
       prefixTtlMs: commit.prefixTtlMs,
+      freshMs: commit.freshMs,
       capacityBlocks: commit.capacityBlocks,
       notAfter: commit.notAfter,
     } satisfies Partial<DecideSpec>);

@@ -65,8 +65,10 @@ end
  * where the per-block layout it replaced cost one per block up to the first nobody held: cheaper
  * for long prompts, dearer for prompts of fewer blocks than the pool has workers (docs/DESIGN.md §10).
  *
- * Every commit writes each holding of the chosen worker afresh (until now + TTL): the recency write
- * was needed for every block anyway, and the holdings write is one variadic HSET beside it.
+ * A commit writes each holding of the chosen worker afresh (until now + TTL, one variadic HSET and
+ * one variadic ZADD), except a prefix the worker was sent less than `freshMs` ago (redis-store.ts
+ * `freshWindowMs`: 1 s at the default TTL): that one stands as written, and only the blocks past
+ * it are (see the commit below for why the chains stay exact).
  *
  * Releases ride along (`spec.released`: lease members by worker index): this replica's leases that
  * ended since its last command to the pool are removed first, before anything is counted or the
@@ -84,6 +86,30 @@ export const DECIDE_LUA = `${EXTEND_EXPIRY_LUA}
 local function inSlices(command, key, args)
   local n = #args
   for s = 1, n, 1000 do redis.call(command, key, unpack(args, s, math.min(s + 999, n))) end
+end
+
+-- After a commit wrote holdings: the worker keeps at most capacity blocks, the least recently
+-- routed dropped. Redis under maxmemory may evict one key of the two (volatile-lru, as the shipped
+-- manifest sets, takes the recency set first: only commits touch it, every decision reads the
+-- holdings). Holdings the recency set lost would never be trimmed, and every commit keeps the hash
+-- alive: it would grow by a capacity per eviction. One HLEN notices; the rare repair drops them.
+local function trimHoldings(hk, lru, capacity)
+  local card = redis.call('ZCARD', lru)
+  if redis.call('HLEN', hk) - 1 > card then
+    local lost = {}
+    for _, b in ipairs(redis.call('HKEYS', hk)) do
+      if b ~= '${HOLDINGS_ENCODING_FIELD}' and not redis.call('ZSCORE', lru, b) then lost[#lost + 1] = b end
+    end
+    inSlices('HDEL', hk, lost)
+  end
+  local over = card - capacity
+  if over > 0 then
+    -- The lowest scores go: the least recently routed blocks, deepest first (a prompt longer
+    -- than the capacity keeps its first blocks).
+    local gone = redis.call('ZRANGE', lru, 0, over - 1)
+    redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
+    inSlices('HDEL', hk, gone)
+  end
 end
 
 local spec = cjson.decode(ARGV[1])
@@ -345,84 +371,105 @@ if spec.mode == 'commit' then
       local hk = KEYS[K_HOLDINGS + spec.chosen]
       local lru = KEYS[K_CHOSEN_RECENCY]
       local untilS = string.format('%d', now + spec.prefixTtlMs)
-      -- Every routing's blocks rank above all the worker's earlier ones, so the trim is the exact
-      -- LRU the process index keeps: the millisecond alone (× 1000) tied routings of one
-      -- millisecond, and put the deep blocks of a prompt longer than 1000 blocks below the shallow
-      -- ones of a routing a few milliseconds older. Only the order of scores means anything.
-      local base = now * 1000 + 100000
-      local top = redis.call('ZRANGE', lru, -1, -1, 'WITHSCORES')
-      if top[2] then
-        local above = tonumber(top[2]) + m + 1
-        if above > base then base = above end
-      end
-      -- A hash of up to hash-max-listpack-entries (512 by default) fields is a listpack, which
-      -- finds a field by scanning them all: a read of a few hundred blocks compared tens of
-      -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
-      -- table for good (an RDB reload keeps it so); the field is no block id, so no read asks for
-      -- it, and written first in the same HSET, it converts the hash before the blocks go in.
-      -- The mark the match reads (see there): the latest lapse time written here, and until when
-      -- the worker is read block by block. A commit whose lapse time is below the latest keeps
-      -- the worker scanned until the latest has passed; a hash without a mark (a replica of an
-      -- earlier release wrote it) until the key's own expiry (-1, none: for good).
       local lapse = now + spec.prefixTtlMs
-      local latest, scanUntil = lapse, 0
+      -- The mark the match reads (see there): the latest lapse time written, and until when the
+      -- worker is read block by block. A commit whose lapse time is below the latest keeps the
+      -- worker scanned until the latest has passed; a hash without a mark (a replica of an earlier
+      -- release wrote it) until the key's own expiry (-1, none: for good).
       local mark = chosenMark
       if not chosenMarkRead then mark = redis.call('HGET', hk, '${HOLDINGS_ENCODING_FIELD}') end
       local l, u
       if mark then l, u = string.match(mark, '^(%d+) (%d+) ') end
-      if l then
-        latest, scanUntil = tonumber(l), tonumber(u)
-        if lapse < latest then
-          if latest > scanUntil then scanUntil = latest end
-        else
-          latest = lapse
+      -- A prefix the worker was sent less than freshMs ago is not written again: its holdings
+      -- and recency stand as that commit wrote them, and only the blocks past it are written, with
+      -- its lapse time and below its scores. A hot shared prompt (an app's instructions, an agent's
+      -- tools, a conversation's history) was rewritten by every request routed to its worker, and
+      -- rewriting existing fields is most of what a commit costs Redis: a cache miss per field in
+      -- the HSET, a skip-list move per member in the ZADD. Chains stay gap-free: block d's lapse
+      -- time is at least that of any deeper block of its chain already held (every commit that
+      -- wrote one wrote d with it, and only later ones rewrote d), the new blocks take exactly it,
+      -- and their scores fall from d's along the chain. Only while the mark allows the search (no
+      -- lapse time below another in flight) and d's lapse time is one this TTL gives, so a TTL a
+      -- reload changed is written in full as before. The cost: a prefix lapses and ranks up to
+      -- freshMs older than its last routing made it (the replica's local index skips its own
+      -- record for the same window).
+      local from, keptLapse, keptBase = 0, nil, nil
+      local d = depth[chosen] or 0
+      if d > 0 and (spec.freshMs or 0) > 0 and u and tonumber(u) < now then
+        local v = redis.call('HGET', hk, ids[d])
+        local score = v and redis.call('ZSCORE', lru, ids[d])
+        if score and #v == #untilS and v <= untilS and tonumber(v) >= lapse - spec.freshMs then
+          from, keptLapse, keptBase = d, v, tonumber(score) + d
+        end
+      end
+      if from > 0 then
+        -- The blocks past the fresh prefix, if any. Both keys already live past keptLapse: the
+        -- commit that wrote it extended them.
+        if from < m then
+          local held, recency = {}, {}
+          for j = from + 1, m do
+            local id = ids[j]
+            held[#held + 1] = id
+            held[#held + 1] = keptLapse
+            recency[#recency + 1] = string.format('%d', keptBase - j)
+            recency[#recency + 1] = id
+          end
+          inSlices('HSET', hk, held)
+          inSlices('ZADD', lru, recency)
+          trimHoldings(hk, lru, spec.capacityBlocks)
         end
       else
-        local pttl = redis.call('PTTL', hk)
-        if pttl == -1 then
-          scanUntil = 1e15
-        elseif pttl >= 0 then
-          scanUntil = now + pttl
-          if scanUntil > latest then latest = scanUntil end
+        local latest, scanUntil = lapse, 0
+        if l then
+          latest, scanUntil = tonumber(l), tonumber(u)
+          if lapse < latest then
+            if latest > scanUntil then scanUntil = latest end
+          else
+            latest = lapse
+          end
+        else
+          local pttl = redis.call('PTTL', hk)
+          if pttl == -1 then
+            scanUntil = 1e15
+          elseif pttl >= 0 then
+            scanUntil = now + pttl
+            if scanUntil > latest then latest = scanUntil end
+          end
         end
-      end
-      local held = {'${HOLDINGS_ENCODING_FIELD}', string.format('%d %d ', latest, scanUntil) .. '${HOLDINGS_ENCODING_VALUE}'}
-      local recency = {}
-      for j = 1, m do
-        local id = ids[j]
-        held[2 * j + 1] = id
-        held[2 * j + 2] = untilS
-        recency[2 * j - 1] = string.format('%d', base - j)
-        recency[2 * j] = id
-      end
-      inSlices('HSET', hk, held)
-      inSlices('ZADD', lru, recency)
-      -- Both keys live as long as their longest-lived holding: a commit under a shorter TTL never
-      -- cuts short the holdings recorded under a longer one. A lapsed holding stays (it no longer
-      -- matches) until the worker's capacity or the keys' TTL takes it out: the two keys have the
-      -- same blocks after every commit (the hash has its one field more), at most the worker's capacity.
-      extendExpiry(hk, spec.prefixTtlMs)
-      extendExpiry(lru, spec.prefixTtlMs)
-      local card = redis.call('ZCARD', lru)
-      -- Redis under maxmemory may evict one key of the two (volatile-lru, as the shipped manifest
-      -- sets, takes the recency set first: only commits touch it, every decision reads the
-      -- holdings). Holdings the recency set lost would never be trimmed, and every commit keeps the
-      -- hash alive: it would grow by a capacity per eviction. One HLEN notices; the rare repair
-      -- drops them.
-      if redis.call('HLEN', hk) - 1 > card then
-        local lost = {}
-        for _, b in ipairs(redis.call('HKEYS', hk)) do
-          if b ~= '${HOLDINGS_ENCODING_FIELD}' and not redis.call('ZSCORE', lru, b) then lost[#lost + 1] = b end
+        -- Every routing's blocks rank above all the worker's earlier ones, so the trim is the
+        -- exact LRU the process index keeps (up to freshMs, above): the millisecond alone
+        -- (× 1000) tied routings of one millisecond, and put the deep blocks of a prompt longer
+        -- than 1000 blocks below the shallow ones of a routing a few milliseconds older. Only the
+        -- order of scores means anything.
+        local base = now * 1000 + 100000
+        local top = redis.call('ZRANGE', lru, -1, -1, 'WITHSCORES')
+        if top[2] then
+          local above = tonumber(top[2]) + m + 1
+          if above > base then base = above end
         end
-        inSlices('HDEL', hk, lost)
-      end
-      local over = card - spec.capacityBlocks
-      if over > 0 then
-        -- The lowest scores go: the least recently routed blocks, deepest first (a prompt longer
-        -- than the capacity keeps its first blocks).
-        local gone = redis.call('ZRANGE', lru, 0, over - 1)
-        redis.call('ZREMRANGEBYRANK', lru, 0, over - 1)
-        inSlices('HDEL', hk, gone)
+        -- A hash of up to hash-max-listpack-entries (512 by default) fields is a listpack, which
+        -- finds a field by scanning them all: a read of a few hundred blocks compared tens of
+        -- thousands of strings. A value longer than hash-max-listpack-value (64) makes it a hash
+        -- table for good (an RDB reload keeps it so); the mark's field is no block id, so no read
+        -- asks for it, and written first in the same HSET, it converts the hash before the blocks go in.
+        local held = {'${HOLDINGS_ENCODING_FIELD}', string.format('%d %d ', latest, scanUntil) .. '${HOLDINGS_ENCODING_VALUE}'}
+        local recency = {}
+        for j = 1, m do
+          local id = ids[j]
+          held[2 * j + 1] = id
+          held[2 * j + 2] = untilS
+          recency[2 * j - 1] = string.format('%d', base - j)
+          recency[2 * j] = id
+        end
+        inSlices('HSET', hk, held)
+        inSlices('ZADD', lru, recency)
+        -- Both keys live as long as their longest-lived holding: a commit under a shorter TTL never
+        -- cuts short the holdings recorded under a longer one. A lapsed holding stays (it no longer
+        -- matches) until the worker's capacity or the keys' TTL takes it out: the two keys have the
+        -- same blocks after every commit (the hash has its one field more), at most the worker's capacity.
+        extendExpiry(hk, spec.prefixTtlMs)
+        extendExpiry(lru, spec.prefixTtlMs)
+        trimHoldings(hk, lru, spec.capacityBlocks)
       end
     end
   end

@@ -86,6 +86,12 @@ export interface RedisStoreOptions {
   localAffinityCacheSize: number;
   /** TTL of the local prefix index in front of Redis's. */
   prefixTtlMs?: number;
+  /**
+   * How recently a prefix must have been recorded for a commit to leave it as it is (`freshWindowMs`
+   * of the prefix TTL by default). 0 records every commit in full: the exact LRU the memory store
+   * keeps, which the tests that compare the two stores block for block ask for.
+   */
+  prefixFreshMs?: number;
   logger: Logger;
   /** CA / client certificate for rediss:// URLs. */
   tls?: StoreTls;
@@ -132,12 +138,14 @@ interface PoolView {
 type OwnStates = Map<string, { state: WorkerState | undefined; issued: number }>;
 
 /**
- * How recently a replica must have recorded a chain in its local prefix index (the copy in front of
- * Redis's) for it to skip recording it again: a thousandth of the prefix TTL, at most a second
- * (30 min TTL: 1 s). A skipped record lets the local holding lapse at most this much earlier than
- * routing would have made it (0.06% of the TTL: a block about to leave a busy worker's HBM either
- * way); Redis re-teaches it on the next reply that matches it. Redis's own holdings are rewritten by
- * every commit (DECIDE_LUA).
+ * How recently a prefix must have been recorded for a commit to skip recording it again: a
+ * thousandth of the prefix TTL, at most a second (30 min TTL: 1 s). It applies twice: a replica's
+ * local prefix index (the copy in front of Redis's) skips recording a chain it recorded that
+ * recently, and Redis skips rewriting the holdings of a prefix the chosen worker was sent that
+ * recently, writing only the blocks past it (DECIDE_LUA). A skipped record lets a holding lapse,
+ * and rank for the capacity trim, at most this much older than routing would have made it (0.06%
+ * of the TTL: a block about to leave a busy worker's HBM either way); a local one is re-taught by
+ * Redis on the next reply that matches it.
  */
 function freshWindowMs(prefixTtlMs: number): number {
   return Math.min(1000, Math.floor(prefixTtlMs / 1000));
@@ -313,6 +321,7 @@ export class RedisStore implements RoutingStore {
       leaseMember: member,
       leaseTtlMs: this.opts.leaseTtlMs,
       prefixTtlMs: req.prefixTtlMs,
+      freshMs: this.opts.prefixFreshMs ?? freshWindowMs(req.prefixTtlMs),
       capacityBlocks: req.capacityBlocks,
     };
     let reply: IssuedReply;
@@ -728,14 +737,14 @@ export class RedisStore implements RoutingStore {
   private recordUnlessFresh(view: PoolView, worker: string, blocks: readonly string[], depth: number, capacityBlocks: number | undefined, known: boolean): void {
     if (depth <= 0) return;
     const now = Date.now();
-    const window = freshWindowMs(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
+    const window = this.opts.prefixFreshMs ?? freshWindowMs(this.opts.prefixTtlMs ?? DEFAULT_LOCAL_PREFIX_TTL_MS);
     if (now - view.recordedSince > window) {
       view.recorded.clear();
       view.recordedSince = now;
     }
     const memo = `${worker}\u0000${capacityBlocks ?? ''}\u0000${blocks[depth - 1]!}`;
     const at = view.recorded.get(memo);
-    if (known && at !== undefined && now - at <= window) return;
+    if (known && window > 0 && at !== undefined && now - at <= window) return;
     view.index.record(worker, depth === blocks.length ? blocks : blocks.slice(0, depth), capacityBlocks);
     view.recorded.set(memo, now);
   }

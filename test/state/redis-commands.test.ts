@@ -28,6 +28,7 @@ function commitOn(worker: string, affinity: string | undefined): DecideCommit {
     leaseMember: 'id|k',
     leaseTtlMs: 1000,
     prefixTtlMs: 1000,
+    freshMs: 0,
     capacityBlocks: 10,
     notAfter: 0,
   };

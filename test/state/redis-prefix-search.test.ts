@@ -53,7 +53,8 @@ function chainIds(tokens: readonly number[]): string[] {
   return ids;
 }
 
-function commit(worker: string, prefixTtlMs: number, capacityBlocks: number): DecideCommit {
+/** `freshMs`: a prefix the worker was sent less than this long ago is not written again (0: always written). */
+function commit(worker: string, prefixTtlMs: number, capacityBlocks: number, freshMs = 0): DecideCommit {
   return {
     worker,
     preconditions: NO_PRECONDITIONS,
@@ -61,6 +62,7 @@ function commit(worker: string, prefixTtlMs: number, capacityBlocks: number): De
     leaseMember: `l${worker}|k`,
     leaseTtlMs: 60_000,
     prefixTtlMs,
+    freshMs,
     capacityBlocks,
     notAfter: 0,
   };
@@ -112,11 +114,13 @@ class Scenario {
   readonly keys: PoolKeys;
   readonly workers: string[];
   readonly prompts: string[][] = [];
+  /** @param freshMs passed on every commit: with it, a prefix committed that recently is not written again. */
   constructor(
     readonly seed: number,
+    readonly freshMs = 0,
     readonly r = rng(seed),
   ) {
-    this.keys = new PoolKeys('search', `p${seed}`);
+    this.keys = new PoolKeys('search', `p${seed}-${freshMs}`);
     this.workers = Array.from({ length: 1 + r(5) }, (_, i) => `w${i}`);
     // Token streams: the first from scratch, each later one a prefix of an earlier one (any
     // length, none included) and its own continuation. Up to 700 blocks (past max_blocks, 512).
@@ -142,7 +146,7 @@ class Scenario {
       const w = this.workers[this.r(this.workers.length)]!;
       const capacity = [15, 60, 200, 800, 5000][this.r(5)]!;
       const blocks = this.prompt();
-      const reply = await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, capacity));
+      const reply = await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, capacity, this.freshMs));
       assert.equal(reply.ok, true);
       this.routed.push([w, blocks]);
     }
@@ -158,7 +162,7 @@ class Scenario {
       const [w, p] = this.routed[this.r(this.routed.length)]!;
       if (p.length < 2) continue;
       const blocks = p.slice(0, 1 + this.r(p.length - 1));
-      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000));
+      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000, this.freshMs));
       done.push([w, blocks]);
     }
     return done;
@@ -167,7 +171,7 @@ class Scenario {
     for (const [w, p] of picked) {
       if (p.length < 2) continue;
       const blocks = p.slice(0, 1 + this.r(p.length - 1));
-      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000));
+      await decide(redis, this.keys, { workers: this.workers, key: undefined, blocks }, commit(w, ttlMs, 5000, this.freshMs));
     }
   }
   async reads(tally: Checked, what: string): Promise<void> {
@@ -177,24 +181,28 @@ class Scenario {
 }
 
 describe('DECIDE_LUA: the search for the deepest live block answers what the scan does', () => {
-  test('random chains, partial holdings, capacity trims, several workers, long prompts', async () => {
-    const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
-    const scenarios = Array.from({ length: 40 }, (_, i) => new Scenario(1000 + i));
-    await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
-    await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL')));
-    await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
-    await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL, more commits')));
-    // The search ran, often on part of a prompt, and nothing made the script fall back to the scan.
-    assert.ok(tally.searched > 200, `searched ${tally.searched}`);
-    assert.ok(tally.partial > 50, `partial ${tally.partial}`);
-    assert.equal(tally.scanned, 0);
-  });
+  // Every commit of a test comes within milliseconds of the last: with freshMs as long as the TTL,
+  // every prefix a worker holds counts as fresh, and commits write only the blocks past it.
+  for (const freshMs of [0, 60_000]) {
+    test(`random chains, partial holdings, capacity trims, several workers, long prompts (freshMs ${freshMs})`, async () => {
+      const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
+      const scenarios = Array.from({ length: 40 }, (_, i) => new Scenario(1000 + i, freshMs));
+      await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
+      await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL')));
+      await Promise.all(scenarios.map((s) => s.commits(12, 60_000)));
+      await Promise.all(scenarios.map((s) => s.reads(tally, 'one TTL, more commits')));
+      // The search ran, often on part of a prompt, and nothing made the script fall back to the scan.
+      assert.ok(tally.searched > 200, `searched ${tally.searched}`);
+      assert.ok(tally.partial > 50, `partial ${tally.partial}`);
+      assert.equal(tally.scanned, 0);
+    });
+  }
 
-  test('a shorter prefix TTL over deeper blocks written under a longer one: scanned until they lapse, then searched', async () => {
+  for (const freshMs of [0, 60_000]) test(`a shorter prefix TTL over deeper blocks written under a longer one: scanned until they lapse, then searched (freshMs ${freshMs})`, async () => {
     const SHORT = 150;
     const LONG = 1500;
     const tally: Checked = { held: 0, searched: 0, partial: 0, scanned: 0 };
-    const scenarios = Array.from({ length: 30 }, (_, i) => new Scenario(2000 + i));
+    const scenarios = Array.from({ length: 30 }, (_, i) => new Scenario(2000 + i, freshMs));
     await Promise.all(scenarios.map((s) => s.commits(10, LONG)));
     const longAt = Date.now();
     await Promise.all(scenarios.map((s) => s.reads(tally, 'long TTL')));
@@ -239,5 +247,77 @@ describe('DECIDE_LUA: the search for the deepest live block answers what the sca
     await checkRead(keys, workers, blocks, tally, 'marked by a commit');
     assert.equal(tally.searched, 0);
     assert.equal(tally.scanned, 2);
+  });
+});
+
+describe('DECIDE_LUA: a prefix committed less than freshMs ago is not written again', () => {
+  const workers = ['w1', 'w2'];
+  const blocks = chainIds(Array.from({ length: 40 }, (_, j) => 7000 + j));
+  async function holdings(keys: PoolKeys): Promise<{ lapse: string[]; score: number[]; mark: string }> {
+    const lapse = await redis.hmget(keys.holdings('w1'), ...blocks);
+    const score = await Promise.all(blocks.map(async (b) => Number(await redis.zscore(keys.recency('w1'), b))));
+    const mark = (await redis.hget(keys.holdings('w1'), HOLDINGS_ENCODING_FIELD)) ?? '';
+    return { lapse: lapse.map((v) => v ?? ''), score, mark };
+  }
+  const route = (keys: PoolKeys, n: number, ttlMs: number, freshMs: number, capacity = 1000) =>
+    decide(redis, keys, { workers, key: undefined, blocks: blocks.slice(0, n) }, commit('w1', ttlMs, capacity, freshMs));
+
+  test('only the blocks past a fresh prefix are written, with its lapse time and below its scores', async () => {
+    const keys = new PoolKeys('search', 'fresh');
+    assert.equal((await route(keys, 20, 60_000, 1000)).ok, true);
+    const first = await holdings(keys);
+    await sleep(5);
+    // The whole prompt, its first 20 blocks routed 5 ms ago.
+    assert.equal((await route(keys, 40, 60_000, 1000)).ok, true);
+    const second = await holdings(keys);
+    assert.deepEqual(second.lapse.slice(0, 20), first.lapse.slice(0, 20), 'the fresh prefix is not rewritten');
+    assert.deepEqual(second.score.slice(0, 20), first.score.slice(0, 20));
+    assert.deepEqual(second.lapse.slice(20), Array(20).fill(first.lapse[19]), 'the new blocks lapse with the prefix');
+    for (let j = 1; j < 40; j++) assert.equal(second.score[j], second.score[j - 1]! - 1, `recency falls along the chain at block ${j + 1}`);
+    assert.equal(second.mark, first.mark, 'the mark is unchanged: nothing lapses later than before');
+    // All of it fresh now: the commit goes through and writes no holding.
+    await sleep(5);
+    assert.equal((await route(keys, 40, 60_000, 1000)).ok, true);
+    assert.deepEqual(await holdings(keys), second);
+  });
+
+  test('without freshMs, past it, or under another TTL, every block is written afresh', async () => {
+    const keys = new PoolKeys('search', 'stale');
+    await route(keys, 20, 60_000, 1000);
+    const first = await holdings(keys);
+    await sleep(5);
+    await route(keys, 40, 60_000, 0);
+    const unthrottled = await holdings(keys);
+    assert.ok(Number(unthrottled.lapse[0]) > Number(first.lapse[0]), 'freshMs 0: rewritten');
+    assert.deepEqual(unthrottled.lapse, Array(40).fill(unthrottled.lapse[0]));
+    assert.ok(unthrottled.score[0]! > first.score[0]!, 'and ranked above every earlier routing');
+    await sleep(30);
+    await route(keys, 40, 60_000, 20);
+    const past = await holdings(keys);
+    assert.ok(Number(past.lapse[0]) > Number(unthrottled.lapse[0]), 'older than freshMs: rewritten');
+    // A shorter TTL (a reload): written in full, and the mark keeps the worker scanned.
+    await sleep(5);
+    await route(keys, 40, 30_000, 60_000);
+    const shorter = await holdings(keys);
+    assert.ok(Number(shorter.lapse[0]) < Number(past.lapse[0]), 'the shorter TTL is written');
+    const [latest, scanUntil] = /^(\d+) (\d+) /.exec(shorter.mark)!.slice(1).map(Number);
+    assert.equal(latest, Number(past.lapse[0]));
+    assert.equal(scanUntil, latest);
+  });
+
+  test('a fresh prefix past the capacity: the deepest, least recent blocks go, no gap', async () => {
+    const keys = new PoolKeys('search', 'trimmed');
+    const other = chainIds(Array.from({ length: 10 }, (_, j) => 9000 + j));
+    await decide(redis, keys, { workers, key: undefined, blocks: other }, commit('w1', 60_000, 30, 1000));
+    await sleep(2);
+    await route(keys, 20, 60_000, 1000, 30);
+    await sleep(2);
+    // 10 + 40 blocks for room for 30: the ten of the other prompt (routed first) and the ten
+    // deepest of this one go.
+    await route(keys, 40, 60_000, 1000, 30);
+    const kept = await redis.hmget(keys.holdings('w1'), ...blocks);
+    assert.deepEqual(kept.map((v) => v !== null), [...Array(30).fill(true), ...Array(10).fill(false)]);
+    assert.deepEqual(await redis.hmget(keys.holdings('w1'), ...other), Array(10).fill(null));
+    assert.equal(await redis.zcard(keys.recency('w1')), 30);
   });
 });

@@ -786,23 +786,31 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
   };
   const depths = async (store: RedisStore, blocks: readonly string[]) => (await store.snapshot({ pool: 'p', key: undefined, workers, blocks })).prefix;
 
-  test('every commit rewrites the chosen worker’s holdings: each lapses one TTL after its latest routing', () =>
+  test('a commit rewrites the chosen worker’s holdings once they are older than the freshness window: each lapses one TTL after its latest routing past it', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      const TTL = 60_000;
+      // A 20 s TTL: the window is a thousandth of it, 20 ms.
+      const TTL = 20_000;
       const blocks = Array.from({ length: 40 }, (_, i) => `again${i}`);
       const held = async () => (await raw.hmget('kvgate-test:{p}:bh:w1', ...blocks)).map(Number);
       const t1 = await redisNow(raw);
       await commitOn(store, 'w1', blocks, { prefixTtlMs: TTL });
-      for (const u of await held()) assert.ok(u >= t1 + TTL, 'written: until now + TTL');
-      await new Promise((r) => setTimeout(r, 20));
-      // Again 20 ms later: rewritten, not left as it was (there is no freshness window any more).
+      const first = await held();
+      for (const u of first) assert.ok(u >= t1 + TTL, 'written: until now + TTL');
+      // Again at once, and longer: the prompt's holdings stand as written, the blocks past it lapse with them.
+      const longer = [...blocks, 'again40', 'again41'];
+      await commitOn(store, 'w1', longer, { prefixTtlMs: TTL });
+      assert.deepEqual(await held(), first, 'inside the window: left as written');
+      assert.deepEqual((await raw.hmget('kvgate-test:{p}:bh:w1', 'again40', 'again41')).map(Number), [first[39], first[39]]);
+      await new Promise((r) => setTimeout(r, 40));
+      // Again past the window: rewritten.
       const t2 = await redisNow(raw);
       await commitOn(store, 'w1', blocks, { prefixTtlMs: TTL });
       for (const u of await held()) assert.ok(u >= t2 + TTL, `rewritten: until ${t2} + TTL`);
       for (const k of ['bh', 'br']) assert.ok((await raw.pttl(`kvgate-test:{p}:${k}:w1`)) > TTL - 1000, `${k}:w1 lives as long as its newest holding`);
-      assert.equal((await depths(store, blocks)).get('w1'), blocks.length);
+      assert.equal((await depths(store, longer)).get('w1'), longer.length);
     }));
+
 
   test('a holding that lapsed mid-run ends the worker’s run there, wherever it falls among the chunks a scan or the probes of a search read', () =>
     withRedis(async ({ raw, store: open }) => {
@@ -937,7 +945,10 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
   test('matches what the memory store matches, over random prompts, workers and capacities', () =>
     withRedis(async ({ store: open }) => {
       const { default: fc } = await import('fast-check');
-      const redis = await open({ refreshMs: 60_000 });
+      // Every commit recorded in full, as the memory store records it: the freshness window (which
+      // the store's own tests cover) would leave a prompt routed again within milliseconds at its
+      // first routing's rank, and these capacities are small enough for that rank to decide a trim.
+      const redis = await open({ refreshMs: 60_000, prefixFreshMs: 0 });
       // Prompts branch off shared roots, as chained block hashes do: a branch's block i is named by
       // its root and the branch it left the root at, so two prompts share exactly their common prefix.
       const prompt = (root: number, forkAt: number, branch: number, length: number) =>
