@@ -18,12 +18,14 @@
 import {
   isSpanContextValid,
   propagation,
+  ProxyTracerProvider,
   ROOT_CONTEXT,
   SpanKind,
   SpanStatusCode,
   trace,
   type Attributes,
   type Span,
+  type SpanContext,
   type TextMapGetter,
 } from '@opentelemetry/api';
 import { KvgateError } from '../errors.js';
@@ -65,13 +67,35 @@ const MAX_PATH_CHARS = 256;
  */
 const MAX_MODEL_CHARS = 256;
 
+/**
+ * Whether spans are recorded anywhere: a tracer provider is registered (startTracing, or a test's).
+ * Without one the API's tracer makes non-recording spans, and a request needs none of them: its
+ * log lines only want the parent's ids.
+ */
+function tracing(): boolean {
+  const provider = trace.getTracerProvider();
+  return !(provider instanceof ProxyTracerProvider) || provider.getDelegateTracer(TRACER_NAME) !== undefined;
+}
+
+/**
+ * Whether a carrier holds a header any of the propagators (tracing.ts) extracts a parent from: W3C's
+ * `traceparent`, B3's single `b3` or multi-header `x-b3-traceid`. Without one no parent can come
+ * out of it, so it is not extracted (most requests carry no trace).
+ */
+function mayCarryTrace(carrier: ReadonlyMap<string, string>): boolean {
+  return carrier.size > 0 && (carrier.has('traceparent') || carrier.has('b3') || carrier.has('x-b3-traceid'));
+}
+
 export class RequestTelemetry implements RequestScope {
   private span: Span | undefined;
+  /** With no tracer provider: the parent's ids (Envoy's or the client's), for log lines; no span is made. */
+  private parentIds: SpanContext | undefined;
+  private begun = false;
   private ended = false;
   /** The stream is over (close()): a decision answered after this was never applied. */
   private closed = false;
   readonly storeUsage: StoreUsage = newStoreUsage();
-  private decisionStart: bigint | undefined;
+  private decisionStart: number | undefined;
 
   /**
    * @param callTraceHeaders the trace-context headers (tracing.ts TRACE_CONTEXT_HEADERS) from the ext_proc call's gRPC metadata.
@@ -88,14 +112,22 @@ export class RequestTelemetry implements RequestScope {
 
   /** The request headers arrived: starts the span under Envoy's (or the client's) trace. */
   begin(headers: ReadonlyMap<string, string>, request: { method: string; path: string }): void {
-    if (this.span) return;
+    if (this.begun) return;
+    this.begun = true;
     safely(() => {
       let source: ParentSource = 'none';
-      let parent = propagation.extract(ROOT_CONTEXT, this.callTraceHeaders, mapGetter);
-      if (trace.getSpanContext(parent)) source = 'grpc_metadata';
-      else {
+      let parent = ROOT_CONTEXT;
+      if (mayCarryTrace(this.callTraceHeaders)) {
+        parent = propagation.extract(ROOT_CONTEXT, this.callTraceHeaders, mapGetter);
+        if (trace.getSpanContext(parent)) source = 'grpc_metadata';
+      }
+      if (source === 'none' && mayCarryTrace(headers)) {
         parent = propagation.extract(ROOT_CONTEXT, headers, mapGetter);
         if (trace.getSpanContext(parent)) source = 'request_headers';
+      }
+      if (!tracing()) {
+        this.parentIds = trace.getSpanContext(parent);
+        return;
       }
       this.span = trace.getTracer(TRACER_NAME).startSpan(
         'kvgate.route',
@@ -125,7 +157,7 @@ export class RequestTelemetry implements RequestScope {
    */
   get logIds(): Readonly<Record<string, string>> | undefined {
     try {
-      const sc = this.span?.spanContext();
+      const sc = this.span?.spanContext() ?? this.parentIds;
       return sc && isSpanContextValid(sc) ? { trace_id: sc.traceId, span_id: sc.spanId } : undefined;
     } catch {
       return undefined;
@@ -134,7 +166,7 @@ export class RequestTelemetry implements RequestScope {
 
   /** The decision starts now (for the latency histogram). */
   deciding(): void {
-    this.decisionStart = process.hrtime.bigint();
+    this.decisionStart = performance.now();
   }
 
   /** kvgate answered with a decision: records it and ends the span. */
@@ -145,7 +177,7 @@ export class RequestTelemetry implements RequestScope {
       const pool = poolOf(result);
       if (this.closed) return this.abandoned(pool);
       const outcome = outcomeOf(result);
-      const seconds = this.decisionStart === undefined ? undefined : Number(process.hrtime.bigint() - this.decisionStart) / 1e9;
+      const seconds = this.decisionStart === undefined ? undefined : (performance.now() - this.decisionStart) / 1000;
       const m = this.metrics;
       m.decisions.inc({ outcome, pool });
       if (seconds !== undefined) m.decisionSeconds.observe({ outcome, pool }, seconds);

@@ -10,6 +10,7 @@ import type { GateResult } from '../../src/gate/gate.js';
 import { KvgateError } from '../../src/errors.js';
 import { Metrics } from '../../src/telemetry/metrics.js';
 import { RequestTelemetry } from '../../src/telemetry/request-telemetry.js';
+import { installTraceContext } from '../../src/telemetry/tracing.js';
 
 const ROUTE: GateResult = {
   kind: 'route',
@@ -138,5 +139,40 @@ describe('request telemetry', () => {
     assert.equal(b!.attributes['http.request.method'], 'POST');
     assert.equal(b!.attributes['http.request.method_original'], undefined);
     assert.equal(b!.attributes['url.path'], '/v1/completions');
+  });
+});
+
+describe('request telemetry with no tracer provider (export off)', () => {
+  before(() => {
+    trace.disable();
+    installTraceContext();
+  });
+  const begun = (call: Record<string, string>, headers: Record<string, string>) => {
+    const t = new RequestTelemetry(new Metrics(), new Map(Object.entries(call)));
+    t.begin(new Map(Object.entries(headers)), { method: 'POST', path: '/v1/chat/completions' });
+    return t;
+  };
+  const [trace1, span1, trace2, span2] = ['0af7651916cd43dd8448eb211c80319c', 'b7ad6b7169203331', '463ac35c9f6413ad48485a3953bb6124', 'a2fb4a1d1a96d312'];
+
+  test("log lines carry the parent's ids: Envoy's from the call, else the client's, W3C or B3", () => {
+    assert.deepEqual(begun({ traceparent: `00-${trace1}-${span1}-01` }, { traceparent: `00-${trace2}-${span2}-01` }).logIds, { trace_id: trace1, span_id: span1 });
+    assert.deepEqual(begun({}, { traceparent: `00-${trace2}-${span2}-01` }).logIds, { trace_id: trace2, span_id: span2 });
+    assert.deepEqual(begun({}, { 'x-b3-traceid': trace2, 'x-b3-spanid': span2, 'x-b3-sampled': '1' }).logIds, { trace_id: trace2, span_id: span2 });
+    assert.deepEqual(begun({ b3: `${trace1}-${span1}-1` }, {}).logIds, { trace_id: trace1, span_id: span1 });
+  });
+
+  test('no trace anywhere, or one that does not parse: no ids', () => {
+    assert.equal(begun({}, { 'content-type': 'application/json' }).logIds, undefined);
+    assert.equal(begun({ traceparent: 'garbage' }, { 'x-b3-sampled': '1' }).logIds, undefined);
+  });
+
+  test('the decision is still counted', async () => {
+    const m = new Metrics();
+    const t = new RequestTelemetry(m, new Map());
+    t.begin(new Map(), { method: 'POST', path: '/' });
+    t.deciding();
+    t.decided(ROUTE);
+    t.close();
+    assert.equal(await decisionCount(m, 'new', 'default'), 1);
   });
 });
