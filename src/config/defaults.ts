@@ -137,7 +137,7 @@ export const DEFAULTS = {
    * seeds (101, 102; loads 0.2-1.6): sheds at 1.4 81 → 10 and 11 → 0, imbalance at 1.4 1.62 →
    * 1.29 and 1.18 → 1.08, goodput 1.25 → 1.25 and 1.35 → 1.40. A floor of 3 gained more goodput
    * (1.40, 1.45) but cost the mix (seed 101 at 0.8 of capacity: 39 requests shed against 7, where
-   * perturbing an unrelated weight gives 7-23); floors of 4 and 8 cost it the 23 that 6 does, and
+   * seven runs perturbing an unrelated weight give 7-23); floors of 4 and 8 cost it the 23 that 6 does, and
    * 10 nothing, but at 8 and 10 agent seed 102 lost goodput (1.35 → 1.30). 0 turns it off. docs/BENCHMARKS.md,
    * fifteenth round.
    */
