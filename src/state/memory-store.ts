@@ -136,6 +136,8 @@ export class MemoryStore implements RoutingStore {
       m.delete(req.key);
       m.set(req.key, this.now());
       if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, this.now());
+      // Moved without a weight (the proxy reported another worker serving it): its count goes along.
+      else if (before !== undefined && before !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
     }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');

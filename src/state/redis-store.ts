@@ -302,9 +302,14 @@ export class RedisStore implements RoutingStore {
     return snap;
   }
 
-  /** A committed session's weight among its worker's live sessions, as this replica saw the commit. */
+  /**
+   * A committed session's weight among its worker's live sessions, as this replica saw the commit;
+   * moved without a weight (the proxy reported another worker serving it), its count goes along.
+   */
   private recordLive(req: CommitRequest): void {
-    if (req.key !== undefined && req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, Date.now());
+    if (req.key === undefined) return;
+    if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, Date.now());
+    else if (req.preconditions.affinity !== undefined && req.preconditions.affinity !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
   }
 
   private liveOf(pool: string): LiveSessions {

@@ -419,6 +419,8 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.deepEqual(await live(), [['w1', 1], ['w3', 1]]);
       await store.migrate(p, 'w1', [{ key: 's:a', to: 'w2' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
       assert.deepEqual(await live(), [['w2', 1], ['w3', 1]]);
+      await commit('s:b', 'w1', undefined, 'w3'); // moved without a weight (another worker served it): its count goes along
+      assert.deepEqual(await live(), [['w1', 1], ['w2', 1]]);
       await new Promise((r) => setTimeout(r, 60));
       assert.deepEqual([...((await store.snapshot({ ...q(p, undefined), liveWindowMs: 30 })).live ?? [])], [], 'all routed before the window');
     });
