@@ -200,6 +200,7 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
       if (input.adapter) c.adapter = adapterFit(w, input.adapter.name);
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       if (w.kvRoomTokens !== undefined) c.kvRoomTokens = w.kvRoomTokens;
+      if (w.liveSessions !== undefined) c.liveSessions = w.liveSessions;
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;
       return c;

@@ -166,6 +166,8 @@ export interface CandidateExplanation {
   work?: number;
   /** For a worker pressured by KV alone: the free KV in tokens a one-off had to fit in (WorkerView `kvRoomTokens`). */
   kvRoomTokens?: number;
+  /** Its live sessions of long prompts (the sessions term's input), where the gate counts them. */
+  liveSessions?: number;
   /** Undefined for workers that could not take the request. */
   score?: number;
 }

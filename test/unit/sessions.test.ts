@@ -148,6 +148,8 @@ describe('through the gate', () => {
       assert.ok(second.explanation.candidates.find((c) => c.worker === first.worker)!.prefixBlocks >= 24, 'its instructions are held there');
       if (apart) assert.notEqual(second.worker, first.worker, 'one live session over a mean of 0.5 (floor 1) costs 3 × 0.5, more than the prefix held is worth');
       else assert.equal(second.worker, first.worker);
+      // The explanation shows the count the term weighed (only where the gate counts sessions).
+      assert.equal(second.explanation.candidates.find((c) => c.worker === first.worker)!.liveSessions, apart ? 1 : undefined);
       await gate.release(second.lease);
     }
   });
