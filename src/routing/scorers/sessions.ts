@@ -14,12 +14,14 @@ import { finite } from '../score.js';
 export const sessionsScorer: Scorer = {
   name: 'sessions',
   score(candidates, { input, fleet, staying }) {
-    // Staying on its own worker is no new placement: no fair-share term there.
     const out = new Array<number>(candidates.length);
+    // No session placed (no fleet figures), or one of a short prompt (a chat turn): no term.
     if (fleet === undefined || (input.promptTokens ?? 0) < (input.sessionsMinTokens ?? 0)) return out.fill(0);
+    const share = Math.max(fleet.meanSessions, fleet.sessionsFloor, 1e-9);
     for (let i = 0; i < candidates.length; i++) {
       const w = candidates[i]!;
-      out[i] = -(fleet && w !== staying ? Math.min(1, Math.max(0, finite(w.liveSessions) - fleet.meanSessions) / Math.max(fleet.meanSessions, fleet.sessionsFloor, 1e-9)) : 0);
+      // Staying on its own worker is no new placement: no fair-share term there.
+      out[i] = w === staying ? 0 : -Math.min(1, Math.max(0, finite(w.liveSessions) - fleet.meanSessions) / share);
     }
     return out;
   },
