@@ -129,6 +129,35 @@ export const DEFAULTS = {
    */
   backlogWeight: 1,
   /**
+   * The sessions term (src/routing/scorers/sessions.ts): a worker's excess over its fair share of
+   * the fleet's live sessions, weighed where a session with a long prompt is placed. Agent loops
+   * spend most of their time in tool calls, so a worker holding many live agent sessions can report
+   * an empty queue and the balance term keeps placing new ones there; their next steps then pile
+   * up on it. At weight 3 (the balance term's) and a floor of 6 sessions, on the held-out agent
+   * seeds (101, 102; loads 0.2-1.6): sheds at 1.4 81 → 10 and 11 → 0, imbalance at 1.4 1.62 →
+   * 1.29 and 1.18 → 1.08, goodput 1.25 → 1.25 and 1.35 → 1.40. A floor of 3 gained more goodput
+   * (1.40, 1.45) but cost the mix (seed 101 at 0.8 of capacity: 39 requests shed against 7, where
+   * seven runs perturbing an unrelated weight give 7-23); floors of 4 and 8 cost it the 23 that 6 does, and
+   * 10 nothing, but at 8 and 10 agent seed 102 lost goodput (1.35 → 1.30). 0 turns it off. docs/BENCHMARKS.md,
+   * fifteenth round.
+   */
+  sessionsWeight: 3,
+  /** Live sessions below which no worker counts as ahead of its share of them (the balance floor's role). */
+  sessionsFloor: 6,
+  /**
+   * A session is live on its worker for this long after its last request was routed: an agent's
+   * step comes every few seconds (a tool call between), and one that ended stops counting soon. 30 s
+   * counted finished sessions too: held-out agent seed 101 at 1.4 shed 57 requests, against 0 at 10 s.
+   */
+  sessionsWindowS: 10,
+  /**
+   * Only sessions whose last prompt held this many tokens count, and only a session placed with
+   * such a prompt is weighed by the term: agent loops (4k-8k tokens of instructions), not chat
+   * turns. Counting every session spread the sessions a shared system prompt draws to its holder;
+   * with a chat placement weighed too, held-out chat lost goodput (2.54 → 2.50, 2.41 → 2.34).
+   */
+  sessionsMinTokens: 4096,
+  /**
    * Mean work (running + queued requests) below which excess is counted against this figure
    * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
    * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than

@@ -237,6 +237,10 @@ const configObject = z.strictObject({
       adapter_weight: z.number().nonnegative().default(DEFAULTS.adapterWeight),
       adapter_filter: z.boolean().default(DEFAULTS.adapterFilter),
       backlog_weight: z.number().nonnegative().default(DEFAULTS.backlogWeight),
+      sessions_weight: z.number().nonnegative().default(DEFAULTS.sessionsWeight),
+      sessions_floor: z.number().nonnegative().default(DEFAULTS.sessionsFloor),
+      sessions_window_s: z.number().positive().default(DEFAULTS.sessionsWindowS),
+      sessions_min_tokens: z.number().nonnegative().default(DEFAULTS.sessionsMinTokens),
     })
     .prefault({}),
   affinity: z

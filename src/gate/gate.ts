@@ -289,6 +289,9 @@ export class Gate {
     // session placed by a sticky route would fail every commit on a non-sticky one).
     const sticky = cfg.routing.policy === 'both' || cfg.routing.policy === 'session';
     const q: StateQuery = { pool: pool.name, key: sticky ? storeKeyOf(key) : undefined, workers: pool.workerIds, blocks };
+    // The sessions term reads each worker's live sessions; only where it is weighed.
+    const countLive = sticky && cfg.scoring.sessions_weight > 0;
+    if (countLive) q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
     // Time waiting on the store. (Timed inline, not through a helper: a closure and an async
     // wrapper per request showed in the profile; a rejected call ends the request anyway.)
     let storeMs = 0;
@@ -357,6 +360,8 @@ export class Gate {
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
         balanceFloor: cfg.scoring.balance_floor,
+        sessionsFloor: cfg.scoring.sessions_floor,
+        sessionsMinTokens: cfg.scoring.sessions_min_tokens,
         maxInflightPerSession: cfg.affinity.max_inflight_per_session,
         overflowFactor: cfg.limits.overflow_factor,
         classShare: cls.share < 1 ? cls.share : undefined,
@@ -391,6 +396,8 @@ export class Gate {
         affinityTtlMs: cfg.affinity.ttl_s * 1000,
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
+        // Counted among its worker's live sessions while its prompt is long enough (an agent's, not a chat turn's).
+        liveWeight: countLive && session && q.key !== undefined ? (promptBlocks * tokensPerBlock(cfg) >= cfg.scoring.sessions_min_tokens ? 1 : 0) : undefined,
       }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {
@@ -493,6 +500,8 @@ export class Gate {
         maxInflight: maxInflight ?? w.max_inflight ?? pool.config.max_inflight ?? defaultMaxInflight,
         prefixBlocks: snap.prefix.get(id) ?? 0,
       };
+      const live = snap.live?.get(id);
+      if (live !== undefined) view.liveSessions = live;
       const pending = this.pending.of(id);
       if (pending > 0) view.pendingPrefill = pending;
       const s = sig?.record?.signals;

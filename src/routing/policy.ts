@@ -97,7 +97,7 @@ export function decide(input: DecisionInput): Decision {
   // next one. Weighing the backlog on spills too (scorers/backlog.ts) cost agent seed 101 the
   // same 1.35 to 1.2, and the mix at 0.8 of capacity 3 points of hit rate and 65 more shed.
   const placing = sticky && !spilled;
-  const fleet = usePrefix && placing ? fleetLoad(input.workers, input.balanceFloor) : undefined;
+  const fleet = usePrefix && placing ? fleetLoad(input.workers, input.balanceFloor, input.sessionsFloor) : undefined;
   const profile = usePrefix ? profiles.prefix : profiles.load;
   // The session's worker past its limit is scored as staying: no fair-share term, and the load counts past the limit.
   const staying = home !== undefined ? affine : undefined;
@@ -200,6 +200,7 @@ function explain(input: DecisionInput, rule: Explanation['rule'], spilled: boole
       if (input.adapter) c.adapter = adapterFit(w, input.adapter.name);
       if (w.running !== undefined || w.waiting !== undefined) c.work = work(w);
       if (w.kvRoomTokens !== undefined) c.kvRoomTokens = w.kvRoomTokens;
+      if (w.liveSessions !== undefined) c.liveSessions = w.liveSessions;
       const s = scores.get(w.id);
       if (s !== undefined) c.score = Math.round(s * 1e6) / 1e6;
       return c;

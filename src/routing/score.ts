@@ -37,6 +37,10 @@ export interface FleetLoad {
   meanWork: number;
   /** Work below which no worker counts as ahead of its share (src/config/defaults.ts `balanceFloor`). */
   floor: number;
+  /** Mean `liveSessions` over the same workers. */
+  meanSessions: number;
+  /** Live sessions below which no worker counts as ahead of its share of them. */
+  sessionsFloor: number;
 }
 
 /** What a worker is busy with: the engine's running and queued requests, or the gate's count if larger. */
@@ -54,15 +58,17 @@ export function work(w: WorkerView): number {
 }
 
 /** The mean work of the workers serving anything (healthy or pressured): each one's fair share. */
-export function fleetLoad(workers: readonly WorkerView[], floor: number): FleetLoad {
+export function fleetLoad(workers: readonly WorkerView[], floor: number, sessionsFloor = 1): FleetLoad {
   let total = 0;
+  let sessions = 0;
   let n = 0;
   for (const w of workers) {
     if (w.state !== 'healthy' && w.state !== 'pressured') continue;
     total += work(w);
+    sessions += finite(w.liveSessions);
     n++;
   }
-  return { meanWork: n > 0 ? total / n : 0, floor };
+  return { meanWork: n > 0 ? total / n : 0, floor, meanSessions: n > 0 ? sessions / n : 0, sessionsFloor };
 }
 
 /** A reported figure, or 0 when absent, negative or not a number. */

@@ -59,6 +59,12 @@ export interface WorkerView {
    * waiting requests, and how many one batch may hold. Absent when it reports none.
    */
   adapters?: { names: readonly string[]; max: number };
+  /**
+   * The worker's live sessions: those routed there within `scoring.sessions_window_s` whose prompt
+   * then held at least `scoring.sessions_min_tokens`. Absent: none, or not counted (the sessions
+   * term at weight 0).
+   */
+  liveSessions?: number;
 }
 
 /**
@@ -104,6 +110,14 @@ export interface DecisionInput {
   weights: ScoreWeights;
   /** Work (running + queued) below which no worker counts as ahead of its fair share. */
   balanceFloor: number;
+  /** Live sessions below which no worker counts as ahead of its share of them (the sessions term); absent: 1. */
+  sessionsFloor?: number;
+  /**
+   * The prompt tokens below which a session is not counted among its worker's live sessions
+   * (`scoring.sessions_min_tokens`); a session placed with a shorter prompt has no sessions term
+   * either. Absent: 0.
+   */
+  sessionsMinTokens?: number;
   /** A session with this many requests in flight on its worker spills to scoring. */
   maxInflightPerSession: number;
   /**
@@ -152,6 +166,8 @@ export interface CandidateExplanation {
   work?: number;
   /** For a worker pressured by KV alone: the free KV in tokens a one-off had to fit in (WorkerView `kvRoomTokens`). */
   kvRoomTokens?: number;
+  /** Its live sessions of long prompts (the sessions term's input), where the gate counts them. */
+  liveSessions?: number;
   /** Undefined for workers that could not take the request. */
   score?: number;
 }

@@ -9,6 +9,7 @@ import { LRUCache } from 'lru-cache';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { keepScrape, scrapeRecord, type KeptScrape } from './scrape-record.js';
 import type { WorkerState } from '../routing/types.js';
+import { LiveSessions } from './live-sessions.js';
 import { lruClock } from './lru-clock.js';
 import { PrefixIndex } from './prefix-index.js';
 import { MAX_LOCAL_RESPONSES, ResponseDirectory } from './response-directory.js';
@@ -46,6 +47,8 @@ export class MemoryStore implements RoutingStore {
   private readonly indexes = new Map<string, PrefixIndex>();
   /** pool → worker → session key → last routed (ms): which sessions are coldest */
   private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
+  /** pool → its live sessions by worker, with the weights their commits gave them */
+  private readonly live = new Map<string, LiveSessions>();
   private readonly signals = new Map<string, Map<string, KeptScrape>>();
   private readonly events = new EventEmitter();
   private readonly locks = new Map<string, number>();
@@ -87,7 +90,7 @@ export class MemoryStore implements RoutingStore {
     if (affinity !== undefined && q.key !== undefined) {
       for (const k of live?.get(affinity)?.values() ?? []) if (k === q.key) keyInflight++;
     }
-    return {
+    const snap: Snapshot = {
       affinity,
       inflight,
       // A copy (a snapshot is a moment; operator states change in place), or a shared empty one.
@@ -96,6 +99,8 @@ export class MemoryStore implements RoutingStore {
       prefix: (q.blocks.length > 0 ? this.indexes.get(q.pool)?.depths(q.blocks, q.workers) : undefined) ?? NO_PREFIX,
       keyInflight,
     };
+    if (q.liveWindowMs !== undefined) snap.live = this.liveOf(q.pool).totalsSince(this.now() - q.liveWindowMs, q.workers);
+    return snap;
   }
 
   snapshot(q: StateQuery): Promise<Snapshot> {
@@ -130,6 +135,9 @@ export class MemoryStore implements RoutingStore {
       // Re-insert so map order is recency order: the first entries are the coldest.
       m.delete(req.key);
       m.set(req.key, this.now());
+      if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, this.now());
+      // Moved without a weight (the proxy reported another worker serving it): its count goes along.
+      else if (before !== undefined && before !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
     }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };
     this.leaseMap(req.pool, req.worker).set(lease.id, req.key ?? '');
@@ -205,6 +213,7 @@ export class MemoryStore implements RoutingStore {
       const toSessions = this.sessionMap(pool, to);
       toSessions.delete(key);
       toSessions.set(key, routed);
+      this.live.get(pool)?.moved(key, to);
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: at };
       out.push(e);
       this.events.emit('offload', e);
@@ -236,6 +245,7 @@ export class MemoryStore implements RoutingStore {
     this.affinities.clear();
     this.leases.clear();
     for (const i of this.indexes.values()) i.clear();
+    for (const l of this.live.values()) l.clear();
     return Promise.resolve();
   }
 
@@ -253,6 +263,12 @@ export class MemoryStore implements RoutingStore {
     let i = this.indexes.get(pool);
     if (!i) this.indexes.set(pool, (i = new PrefixIndex(ttlMs, this.now)));
     return i;
+  }
+
+  private liveOf(pool: string): LiveSessions {
+    let l = this.live.get(pool);
+    if (!l) this.live.set(pool, (l = new LiveSessions()));
+    return l;
   }
 
   private sessionMap(pool: string, worker: string): Map<string, number> {

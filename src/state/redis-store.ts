@@ -31,6 +31,7 @@ import { Coalesced, skipWhileRunning } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
+import { LiveSessions } from './live-sessions.js';
 import { PrefixIndex } from './prefix-index.js';
 import * as cmd from './redis-commands.js';
 import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
@@ -158,6 +159,13 @@ export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
+  /**
+   * Pool → the live sessions this replica routed (`Snapshot.live`). Not shared through Redis: each
+   * replica counts the sessions whose requests it placed, as it counts the prefill it queued
+   * (src/gate/pending-prefill.ts). A session steps through many replicas, so each one's count is
+   * a sample of every worker's, which ranks the workers as the whole would.
+   */
+  private readonly live = new Map<string, LiveSessions>();
   /** The running config's pools (retainPools: the gate says at start and at each reload); undefined, for a store used without a gate, means every pool seen. */
   private configuredPools: ReadonlySet<string> | undefined;
   private readonly keys = new Map<string, PoolKeys>();
@@ -291,13 +299,31 @@ export class RedisStore implements RoutingStore {
     const inflight = new Map<string, number>();
     for (const w of q.workers) inflight.set(w, (view.inflight.get(w) ?? 0) + this.ledger.localCount(q.pool, w) + (sending ? (view.sending.get(w) ?? 0) : 0));
     const cached = q.key === undefined ? undefined : this.affinityCache.get(this.affinityCacheKey(q.pool, q.key));
-    return {
+    const snap: Snapshot = {
       affinity: cached?.worker,
       inflight,
       states: new Map(view.states),
       prefix: prefix ?? (q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>()),
       keyInflight: cached?.keyInflight ?? 0,
     };
+    if (q.liveWindowMs !== undefined) snap.live = this.liveOf(q.pool).totalsSince(Date.now() - q.liveWindowMs, q.workers);
+    return snap;
+  }
+
+  /**
+   * A committed session's weight among its worker's live sessions, as this replica saw the commit;
+   * moved without a weight (the proxy reported another worker serving it), its count goes along.
+   */
+  private recordLive(req: CommitRequest): void {
+    if (req.key === undefined) return;
+    if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, Date.now());
+    else if (req.preconditions.affinity !== undefined && req.preconditions.affinity !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
+  }
+
+  private liveOf(pool: string): LiveSessions {
+    let l = this.live.get(pool);
+    if (!l) this.live.set(pool, (l = new LiveSessions()));
+    return l;
   }
 
   async snapshot(q: StateQuery, scope?: RequestScope): Promise<Snapshot> {
@@ -364,6 +390,7 @@ export class RedisStore implements RoutingStore {
     this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
+    this.recordLive(req);
     return { ok: true, lease, degraded: false };
   }
 
@@ -479,6 +506,7 @@ export class RedisStore implements RoutingStore {
     return moved.map(({ key, to, ttlMs }) => {
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
       this.cacheAffinity(this.affinityCacheKey(pool, key), to, 0, ttlMs);
+      this.live.get(pool)?.moved(key, to);
       this.events.emit('offload', e);
       return e;
     });
@@ -766,6 +794,7 @@ export class RedisStore implements RoutingStore {
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.ledger.addLocal(lease);
+    this.recordLive(req);
     return { ok: true, lease, degraded: true };
   }
 

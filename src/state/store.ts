@@ -37,6 +37,11 @@ export interface StateQuery {
   workers: readonly string[];
   /** The request's chained prompt block hashes (hex), for prefix matching; may be empty. */
   blocks: readonly string[];
+  /**
+   * Count each worker's live sessions (`Snapshot.live`): those routed to it within this many
+   * milliseconds. Absent: not counted.
+   */
+  liveWindowMs?: number;
 }
 
 /** What a decision needs to know about a pool, one key and one prompt. */
@@ -50,6 +55,11 @@ export interface Snapshot {
   prefix: ReadonlyMap<string, number>;
   /** The key's requests in flight on its affine worker. */
   keyInflight: number;
+  /**
+   * Worker id → its live sessions, each by the weight its last commit gave it (`liveWeight`), when
+   * the query asked (`liveWindowMs`; missing = 0).
+   */
+  live?: ReadonlyMap<string, number>;
 }
 
 /** A taken in-flight slot; release it exactly once when the request finishes. */
@@ -69,6 +79,11 @@ export interface CommitRequest extends StateQuery {
   prefixTtlMs: number;
   /** Prefix blocks the chosen worker can hold; the least recently routed go first past this. */
   capacityBlocks: number;
+  /**
+   * For a session: what it weighs among the chosen worker's live sessions until it is routed again
+   * or its window lapses (`Snapshot.live`). Absent: the session is not counted.
+   */
+  liveWeight?: number;
 }
 
 /**

@@ -19,7 +19,7 @@ function input(workers: WorkerView[]): DecisionInput {
 
 test('weights are looked up by scorer name as <name>_weight; other keys are not weights', () => {
   assert.deepEqual(weightsByName({ prefix_weight: 1, load_weight: 2, gpu_temp_weight: 0.25, balance_floor: 3, adapter_filter: true }, ['prefix', 'load', 'gpu_temp', 'kv']), { prefix: 1, load: 2, gpu_temp: 0.25 });
-  assert.deepEqual([...SCORER_NAMES], ['prefix', 'load', 'kv', 'balance', 'adapter', 'backlog'], 'the order terms are added in');
+  assert.deepEqual([...SCORER_NAMES], ['prefix', 'load', 'kv', 'balance', 'adapter', 'backlog', 'sessions'], 'the order terms are added in');
 });
 
 test('profiles weigh each registered scorer by its name, in registry order, and leave out weight 0', () => {

@@ -11,8 +11,9 @@ import { balanceScorer } from './balance.js';
 import { kvScorer } from './kv.js';
 import { loadScorer } from './load.js';
 import { prefixScorer } from './prefix.js';
+import { sessionsScorer } from './sessions.js';
 
-export const SCORERS: readonly Scorer[] = [prefixScorer, loadScorer, kvScorer, balanceScorer, adapterScorer, backlogScorer];
+export const SCORERS: readonly Scorer[] = [prefixScorer, loadScorer, kvScorer, balanceScorer, adapterScorer, backlogScorer, sessionsScorer];
 
 /** Names of the configurable scorers, each weighed by `scoring.<name>_weight`. */
 export const SCORER_NAMES: readonly string[] = SCORERS.map((s) => s.name);
