@@ -289,9 +289,13 @@ export class Gate {
     // session placed by a sticky route would fail every commit on a non-sticky one).
     const sticky = cfg.routing.policy === 'both' || cfg.routing.policy === 'session';
     const q: StateQuery = { pool: pool.name, key: sticky ? storeKeyOf(key) : undefined, workers: pool.workerIds, blocks };
-    // The sessions term reads each worker's live sessions; only where it is weighed.
-    const countLive = sticky && cfg.scoring.sessions_weight > 0;
-    if (countLive) q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
+    const promptTokens = promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined;
+    // A session's commit keeps its worker's live sessions (weight 1 while its prompt is an agent's,
+    // 0 for a chat turn's); the sessions term reads them only where it may weigh them: a session of
+    // a long prompt (no map per request for the others).
+    const countLive = session && sticky && cfg.scoring.sessions_weight > 0;
+    const longPrompt = (promptTokens ?? 0) >= cfg.scoring.sessions_min_tokens;
+    if (countLive && longPrompt) q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
     // Time waiting on the store. (Timed inline, not through a helper: a closure and an async
     // wrapper per request showed in the profile; a rejected call ends the request anyway.)
     let storeMs = 0;
@@ -355,7 +359,7 @@ export class Gate {
         keyInflight: fromPrevious?.keyInflight ?? snap.keyInflight,
         totalBlocks: blocks.length,
         promptBlocks,
-        promptTokens: promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined,
+        promptTokens,
         workers: pinned === undefined ? views : views.map(servingPin),
         mode: cfg.routing.policy,
         weights: scoreWeights(cfg.scoring),
@@ -397,7 +401,7 @@ export class Gate {
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
         // Counted among its worker's live sessions while its prompt is long enough (an agent's, not a chat turn's).
-        liveWeight: countLive && session && q.key !== undefined ? (promptBlocks * tokensPerBlock(cfg) >= cfg.scoring.sessions_min_tokens ? 1 : 0) : undefined,
+        liveWeight: countLive && q.key !== undefined ? (longPrompt ? 1 : 0) : undefined,
       }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {
