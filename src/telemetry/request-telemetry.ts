@@ -369,11 +369,11 @@ export function decisionAttributes(result: GateResult, outcome: DecisionOutcome,
       // Per candidate, in the order of `kvgate.candidates`; null where that worker has no value
       // (no score: it could not take the request; no kv_usage/work: its engine reports none), and
       // the array left out when no candidate has one.
-      const column = (field: 'score' | 'prefixBlocks' | 'kvUsage' | 'work', missing: number | null): (number | null)[] | undefined => {
+      const column = (field: 'score' | 'prefixBlocks' | 'kvUsage' | 'work' | 'liveSessions', missing: number | null): (number | null)[] | undefined => {
         const values = views.map((w) => num(byWorker.get(w.id)?.[field]));
         return values.some((v) => v !== undefined) ? values.map((v) => v ?? missing) : undefined;
       };
-      const columns = { 'kvgate.candidates.score': column('score', null), 'kvgate.candidates.matched_blocks': column('prefixBlocks', 0), 'kvgate.candidates.kv_usage': column('kvUsage', null), 'kvgate.candidates.work': column('work', null) };
+      const columns = { 'kvgate.candidates.score': column('score', null), 'kvgate.candidates.matched_blocks': column('prefixBlocks', 0), 'kvgate.candidates.kv_usage': column('kvUsage', null), 'kvgate.candidates.work': column('work', null), 'kvgate.candidates.live_sessions': column('liveSessions', 0) };
       for (const [name, values] of Object.entries(columns)) if (values) a[name] = values;
     }
   }

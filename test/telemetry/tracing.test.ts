@@ -385,7 +385,7 @@ describe('tracing configuration', () => {
         rule: 'scored',
         spilled: true,
         candidates: [
-          { worker: 'w1', state: 'healthy', inflight: 7, maxInflight: 8, prefixBlocks: 5, kvUsage: 0.9, work: 12, score: 0.1 },
+          { worker: 'w1', state: 'healthy', inflight: 7, maxInflight: 8, prefixBlocks: 5, kvUsage: 0.9, work: 12, liveSessions: 4, score: 0.1 },
           { worker: 'w2', state: 'healthy', inflight: 1, maxInflight: 8, prefixBlocks: 3, score: 0.4 },
         ],
       },
@@ -404,6 +404,7 @@ describe('tracing configuration', () => {
     assert.deepEqual(a['kvgate.candidates.score'], [0.1, 0.4]);
     assert.deepEqual(a['kvgate.candidates.kv_usage'], [0.9, null], 'null where the worker reports none');
     assert.deepEqual(a['kvgate.candidates.work'], [12, null]);
+    assert.deepEqual(a['kvgate.candidates.live_sessions'], [4, 0], 'the sessions term\'s count, 0 where none is live');
     // The model is the client's to write: bounded on the span.
     const long = decisionAttributes({ ...routed, model: 'm'.repeat(5000) }, 'prefix_hit', {});
     assert.equal(String(long['gen_ai.request.model']).length, 256);
@@ -420,6 +421,7 @@ describe('tracing configuration', () => {
     assert.equal(s['kvgate.prefix.total_blocks'], 2);
     assert.equal(s['kvgate.prefix.matched_blocks'], undefined, 'no worker was chosen');
     assert.equal(s['kvgate.candidates.kv_usage'], undefined, 'no candidate reports it: no array of nulls');
+    assert.equal(s['kvgate.candidates.live_sessions'], undefined, 'not counted: no array');
   });
 
   test('decision attributes ignore an explanation of the wrong shape, and a shed carries its status', () => {
