@@ -402,6 +402,8 @@ export class Gate {
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
         // Counted among its worker's live sessions while its prompt is long enough (an agent's, not a chat turn's).
         liveWeight: countLive && q.key !== undefined ? (longPrompt ? 1 : 0) : undefined,
+        // And the counts asked for again: on Redis the commit's reply brings them, for the next decision.
+        liveWindowMs: q.liveWindowMs,
       }, scope);
       storeMs += performance.now() - t0;
       if (res.ok) {

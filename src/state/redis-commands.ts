@@ -98,15 +98,19 @@ export class PoolKeys {
   holdingsKeys(workers: readonly string[]): readonly string[] {
     return this.workerKeys(workers).holdings;
   }
-  private workerKeys(workers: readonly string[]): { inflight: readonly string[]; holdings: readonly string[] } {
+  /** `live` of each worker, built once per workers array. */
+  liveKeys(workers: readonly string[]): readonly string[] {
+    return this.workerKeys(workers).live;
+  }
+  private workerKeys(workers: readonly string[]): WorkerKeys {
     if (workers !== this.lastWorkers) {
-      this.lastKeys = { inflight: workers.map((w) => this.inflight(w)), holdings: workers.map((w) => this.holdings(w)) };
+      this.lastKeys = { inflight: workers.map((w) => this.inflight(w)), holdings: workers.map((w) => this.holdings(w)), live: workers.map((w) => this.live(w)) };
       this.lastWorkers = workers;
     }
     return this.lastKeys;
   }
   private lastWorkers: readonly string[] | undefined;
-  private lastKeys: { inflight: readonly string[]; holdings: readonly string[] } = { inflight: [], holdings: [] };
+  private lastKeys: WorkerKeys = { inflight: [], holdings: [], live: [] };
   /** The prompt blocks the worker holds, each with when its holding lapses (see the layout above). */
   holdings(worker: string): string {
     return `${this.tag}:bh:${worker}`;
@@ -117,6 +121,10 @@ export class PoolKeys {
   }
   sessions(worker: string): string {
     return `${this.tag}:ws:${worker}`;
+  }
+  /** The worker's live sessions of long prompts (sorted set: session key → when last routed, ms). */
+  live(worker: string): string {
+    return `${this.tag}:lv:${worker}`;
   }
   get signals(): string {
     return `${this.tag}:sig`;
@@ -138,12 +146,20 @@ export class PoolKeys {
   }
 }
 
+interface WorkerKeys {
+  inflight: readonly string[];
+  holdings: readonly string[];
+  live: readonly string[];
+}
+
 /** What a decision reads: a pool's workers, one key, one prompt. */
 export interface DecideQuery {
   workers: readonly string[];
   /** The session's store key; undefined when the request has none. */
   key: string | undefined;
   blocks: readonly string[];
+  /** Count each worker's live sessions routed within this many ms (`DecideReply.live`). */
+  liveWindowMs?: number;
 }
 
 /**
@@ -169,6 +185,12 @@ export interface DecideCommit {
   capacityBlocks: number;
   /** Redis time (ms) after which the commit must write nothing (0: no limit). */
   notAfter: number;
+  /**
+   * The session's weight among the chosen worker's live sessions (./store.ts `liveWeight`): above
+   * 0 it is counted there as routed now, 0 it is counted nowhere. Undefined: it is not weighed,
+   * and a session the commit moves takes its count, if any, along.
+   */
+  liveWeight?: number;
 }
 
 export interface DecideReply {
@@ -193,6 +215,8 @@ export interface DecideReply {
    * worker's depth from it; the chosen worker's it records itself (the whole prompt, with its capacity).
    */
   depth: Map<string, number>;
+  /** Live sessions per worker, in the query's worker order, when the query asked (`liveWindowMs`). */
+  live: number[] | undefined;
 }
 
 /** The script's JSON argument (DECIDE_LUA reads exactly these fields). */
@@ -218,6 +242,10 @@ interface DecideSpec {
   freshMs?: number;
   capacityBlocks?: number;
   notAfter?: number;
+  /** The workers' live-session keys are declared (after the holdings). */
+  liveKeys?: boolean;
+  liveWindowMs?: number;
+  liveWeight?: number;
 }
 
 /** The script's JSON reply (cjson writes an empty table as `{}`, hence the unions). */
@@ -231,6 +259,7 @@ interface RawDecideReply {
   inflight?: number[] | Record<string, never>;
   states?: Record<string, string>;
   depth?: Record<string, number>;
+  live?: number[] | Record<string, never>;
 }
 
 /** The KEYS of DECIDE_LUA, in the order its header lists them. */
@@ -249,7 +278,22 @@ export function decideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit
     const holdings = keys.holdingsKeys(q.workers);
     for (let i = 0; i < n; i++) k.push(holdings[i]!);
   }
+  if (declaresLive(q, commit)) {
+    const live = keys.liveKeys(q.workers);
+    for (let i = 0; i < n; i++) k.push(live[i]!);
+  }
   return k;
+}
+
+/**
+ * Whether a decision touches the workers' live sessions: it counts them, or its commit weighs its
+ * session or moves it (the count goes along).
+ */
+function declaresLive(q: DecideQuery, commit?: DecideCommit): boolean {
+  if (q.liveWindowMs !== undefined) return true;
+  if (!commit || q.key === undefined) return false;
+  const from = commit.preconditions.affinity;
+  return commit.liveWeight !== undefined || (from !== undefined && from !== commit.worker);
 }
 
 /**
@@ -292,6 +336,11 @@ export function packBlocks(blocks: readonly string[]): { width: number; arg: str
 /** DECIDE_LUA's JSON argument. */
 function decideSpec(keys: PoolKeys, q: DecideQuery, width: number, commit?: DecideCommit, released?: Releases): string {
   const spec: DecideSpec = { mode: commit ? 'commit' : 'read', keyed: q.key !== undefined, workers: q.workers, leaseKey: q.key ?? '', idWidth: width };
+  if (declaresLive(q, commit)) {
+    spec.liveKeys = true;
+    if (q.liveWindowMs !== undefined) spec.liveWindowMs = q.liveWindowMs;
+    if (commit?.liveWeight !== undefined) spec.liveWeight = commit.liveWeight;
+  }
   if (released && released.size > 0) {
     spec.released = [];
     for (const [worker, members] of released) {
@@ -336,6 +385,8 @@ function readDecideReply(q: DecideQuery, json: string): DecideReply {
     inflight: q.workers.map((_, i) => Number((Array.isArray(raw.inflight) ? raw.inflight[i] : 0) ?? 0)),
     states: new Map(Object.entries(raw.states ?? {})),
     depth: new Map(Object.entries(raw.depth ?? {}).map(([w, d]) => [w, Number(d)])),
+    // A late commit's reply counts nothing (it returned before the count).
+    live: q.liveWindowMs === undefined || raw.live === undefined ? undefined : q.workers.map((_, i) => Number((Array.isArray(raw.live) ? raw.live[i] : 0) ?? 0)),
   };
 }
 
@@ -348,7 +399,7 @@ export async function migrate(
   reason: string,
   opts: { defaultTtlMs: number; streamMaxLen: number },
 ): Promise<{ now: number; moved: Array<{ key: string; to: string; ttlMs: number }> }> {
-  const k = [keys.offload, keys.sessions(from), ...moves.flatMap((m) => [keys.affinity(m.key), keys.sessions(m.to)])];
+  const k = [keys.offload, keys.sessions(from), keys.live(from), ...moves.flatMap((m) => [keys.affinity(m.key), keys.sessions(m.to), keys.live(m.to)])];
   const spec = { from, reason, defaultTtlMs: opts.defaultTtlMs, streamMaxLen: opts.streamMaxLen, moves: moves.map((m) => ({ key: m.key, to: m.to })) };
   const raw = JSON.parse(await redis.kvgateMigrate(k.length, ...k, JSON.stringify(spec))) as { now: number; moved: Array<{ key: string; to: string; ttl?: number }> | Record<string, never> };
   return { now: Number(raw.now), moved: (Array.isArray(raw.moved) ? raw.moved : []).map((m) => ({ key: m.key, to: m.to, ttlMs: Math.max(0, Number(m.ttl) || 0) })) };

@@ -45,6 +45,8 @@ end
  *   4+n        the chosen worker's session set      } hash in their place, never touched
  *   5+n        the expected affinity's session set (also the states hash when there is none)
  *   5+n+i      worker i's block holdings, i = 1..n (only when the prompt has blocks)
+ *   then i     worker i's live sessions, i = 1..n, after the holdings (only when `spec.liveKeys`:
+ *              the decision counts them or its commit weighs or moves its session)
  * ARGV: [spec JSON, then the prompt's block ids, m of them, in order: when they all have one length
  * (the keys layer's ids do: 16 hex digits), `spec.idWidth`, as one string, cut apart here; else one
  * argument each]. One argument instead of 128 at 32 KB: the gate's Redis client spent 20 µs a
@@ -125,6 +127,9 @@ else
 end
 local m = #ids
 local K_CHOSEN_RECENCY, K_CHOSEN_SESSIONS, K_EXPECTED_SESSIONS, K_HOLDINGS = 3 + n, 4 + n, 5 + n, 5 + n
+-- Worker i's live sessions at K_LIVE + i, after the holdings (declared only when the prompt has blocks).
+local K_LIVE = K_HOLDINGS
+if m > 0 then K_LIVE = K_HOLDINGS + n end
 
 -- Releases this replica made since its last command to the pool: first, whatever happens next.
 if spec.released then
@@ -355,6 +360,35 @@ if spec.mode == 'commit' then
       end
       redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], string.format('%d', now + spec.affinityTtlMs), spec.leaseKey)
       extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
+      -- Live sessions (the sessions term): a session weighed above 0 counts on the chosen worker as
+      -- routed now, one weighed 0 (a chat turn) nowhere; a session moved without a weight (the
+      -- proxy reported another worker serving it) takes its entry, and its time, along.
+      if spec.liveKeys then
+        local lk = KEYS[K_LIVE + spec.chosen]
+        local keep = spec.liveWindowMs or spec.affinityTtlMs
+        local was = false
+        if aff and aff ~= chosen then
+          for i, w in ipairs(spec.workers) do if w == aff then was = KEYS[K_LIVE + i] end end
+        end
+        if spec.liveWeight then
+          if was then redis.call('ZREM', was, spec.leaseKey) end
+          if spec.liveWeight > 0 then
+            redis.call('ZADD', lk, nowS, spec.leaseKey)
+            -- Entries past the window count for nothing: a session joining drops them.
+            if spec.liveWindowMs then redis.call('ZREMRANGEBYSCORE', lk, '-inf', '(' .. string.format('%d', now - spec.liveWindowMs)) end
+            extendExpiry(lk, keep)
+          else
+            redis.call('ZREM', lk, spec.leaseKey)
+          end
+        elseif was then
+          local at = redis.call('ZSCORE', was, spec.leaseKey)
+          if at then
+            redis.call('ZREM', was, spec.leaseKey)
+            redis.call('ZADD', lk, at, spec.leaseKey)
+            extendExpiry(lk, keep)
+          end
+        end
+      end
       if aff ~= chosen then keyInflight = 0 end
       aff = chosen
       wrote = true
@@ -476,6 +510,14 @@ if spec.mode == 'commit' then
   reply.ok = ok
 end
 
+-- Each worker's live sessions: routed at or after now - window (after this commit's own).
+if spec.liveWindowMs then
+  local since = string.format('%d', now - spec.liveWindowMs)
+  local live = {}
+  for i = 1, n do live[i] = redis.call('ZCOUNT', KEYS[K_LIVE + i], since, '+inf') end
+  reply.live = live
+end
+
 reply.affinity = aff or ''
 -- How long the affinity has left (ms; -1: no expiry), so that the replica's copy lapses with it:
 -- one it restores after Redis lost its data, or decides on while Redis is away, must not outlive
@@ -558,8 +600,9 @@ return redis.call('ZRANGE', KEYS[1], 0, -1)
 /**
  * Moves sessions off a worker and records an offload event for each one moved. Only sessions still
  * on `from` move (another replica may have moved them).
- * KEYS: [offload stream, from's session set, then per move i: the session's affinity
- * (KEYS[1 + 2i]) and its target's session set (KEYS[2 + 2i])].
+ * KEYS: [offload stream, from's session set, from's live sessions, then per move i: the
+ * session's affinity (KEYS[1 + 3i]), its target's session set (KEYS[2 + 3i]) and live sessions
+ * (KEYS[3 + 3i])].
  * ARGV[1]: JSON {from, reason, defaultTtlMs, streamMaxLen, moves: [{key, to}]}.
  * Returns JSON {now, moved: [{key, to, ttl}]}, `ttl` what the moved affinity has left (ms).
  */
@@ -569,7 +612,7 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local moved = {}
 for i, mv in ipairs(spec.moves) do
-  local ak, toSessions = KEYS[1 + 2 * i], KEYS[2 + 2 * i]
+  local ak, toSessions, toLive = KEYS[1 + 3 * i], KEYS[2 + 3 * i], KEYS[3 + 3 * i]
   if redis.call('GET', ak) == spec.from then
     local ttl = redis.call('PTTL', ak)
     if ttl <= 0 then ttl = spec.defaultTtlMs end
@@ -584,6 +627,14 @@ for i, mv in ipairs(spec.moves) do
     end
     -- The target's other sessions may lapse later than this one.
     extendExpiry(toSessions, ttl)
+    -- A live session (the sessions term's) counts on the target from now on, as last routed.
+    local at = redis.call('ZSCORE', KEYS[3], mv.key)
+    if at then
+      local left = redis.call('PTTL', KEYS[3])
+      redis.call('ZREM', KEYS[3], mv.key)
+      redis.call('ZADD', toLive, at, mv.key)
+      if left > 0 then extendExpiry(toLive, left) end
+    end
     local session = mv.key
     if string.sub(mv.key, 1, 2) == 's:' then session = string.sub(mv.key, 3) end
     redis.call('XADD', KEYS[1], 'MAXLEN', '~', spec.streamMaxLen, '*', 'session', session, 'from', spec.from, 'to', mv.to, 'reason', spec.reason, 'time', tostring(now))
@@ -591,6 +642,7 @@ for i, mv in ipairs(spec.moves) do
   else
     -- Expired or moved elsewhere: it is no longer this worker's session.
     redis.call('ZREM', KEYS[2], mv.key)
+    redis.call('ZREM', KEYS[3], mv.key)
   end
 end
 return cjson.encode({now = now, moved = moved})

@@ -31,7 +31,6 @@ import { Coalesced, skipWhileRunning } from '../util/coalesced.js';
 import { requestLogger, type RequestScope } from '../util/request-scope.js';
 import type { SignalRecord, WorkerSignals } from '../routing/health.js';
 import { WORKER_STATES, type WorkerState } from '../routing/types.js';
-import { LiveSessions } from './live-sessions.js';
 import { PrefixIndex } from './prefix-index.js';
 import * as cmd from './redis-commands.js';
 import { PoolKeys, type DecideCommit, type DecideReply, type StoredScrape } from './redis-commands.js';
@@ -65,6 +64,8 @@ const RELEASE_FLUSH_MS = 5;
 
 /** The local prefix index's TTL when the options give none (the config default's 30 minutes). */
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
+/** A pool with no live session counted yet. */
+const NO_LIVE: ReadonlyMap<string, number> = new Map();
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
 /**
@@ -123,6 +124,12 @@ interface PoolView {
    * counts, instead of every one of them taking the same least loaded worker up to its limit.
    */
   sending: Map<string, number>;
+  /**
+   * Each worker's live sessions (the sessions term's), as Redis last counted them for a decision
+   * or a refresh that asked (`liveWindowMs`), and that window: the refresh asks again with it.
+   */
+  live: Map<string, number> | undefined;
+  liveWindowMs: number | undefined;
 }
 
 /**
@@ -159,13 +166,6 @@ export class RedisStore implements RoutingStore {
   readonly backend = 'redis' as const;
   private readonly redis: RedisClient;
   private readonly views = new Map<string, PoolView>();
-  /**
-   * Pool → the live sessions this replica routed (`Snapshot.live`). Not shared through Redis: each
-   * replica counts the sessions whose requests it placed, as it counts the prefill it queued
-   * (src/gate/pending-prefill.ts). A session steps through many replicas, so each one's count is
-   * a sample of every worker's, which ranks the workers as the whole would.
-   */
-  private readonly live = new Map<string, LiveSessions>();
   /** The running config's pools (retainPools: the gate says at start and at each reload); undefined, for a store used without a gate, means every pool seen. */
   private configuredPools: ReadonlySet<string> | undefined;
   private readonly keys = new Map<string, PoolKeys>();
@@ -306,24 +306,10 @@ export class RedisStore implements RoutingStore {
       prefix: prefix ?? (q.blocks.length > 0 ? view.index.match(q.blocks, q.workers) : new Map<string, number>()),
       keyInflight: cached?.keyInflight ?? 0,
     };
-    if (q.liveWindowMs !== undefined) snap.live = this.liveOf(q.pool).totalsSince(Date.now() - q.liveWindowMs, q.workers);
+    // Live sessions are counted in Redis, shared by every replica: as the last reply that counted
+    // them said (a commit's own, or the refresh's), like the in-flight counts.
+    if (q.liveWindowMs !== undefined) snap.live = view.live ?? NO_LIVE;
     return snap;
-  }
-
-  /**
-   * A committed session's weight among its worker's live sessions, as this replica saw the commit;
-   * moved without a weight (the proxy reported another worker serving it), its count goes along.
-   */
-  private recordLive(req: CommitRequest): void {
-    if (req.key === undefined) return;
-    if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, Date.now());
-    else if (req.preconditions.affinity !== undefined && req.preconditions.affinity !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
-  }
-
-  private liveOf(pool: string): LiveSessions {
-    let l = this.live.get(pool);
-    if (!l) this.live.set(pool, (l = new LiveSessions()));
-    return l;
   }
 
   async snapshot(q: StateQuery, scope?: RequestScope): Promise<Snapshot> {
@@ -350,6 +336,7 @@ export class RedisStore implements RoutingStore {
       freshMs: this.opts.prefixFreshMs ?? freshWindowMs(req.prefixTtlMs),
       capacityBlocks: req.capacityBlocks,
     };
+    if (req.liveWeight !== undefined) commit.liveWeight = req.liveWeight;
     let reply: IssuedReply;
     const sent = { value: false };
     const sending = this.view(pool, workers).sending;
@@ -390,7 +377,6 @@ export class RedisStore implements RoutingStore {
     this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
-    this.recordLive(req);
     return { ok: true, lease, degraded: false };
   }
 
@@ -506,7 +492,6 @@ export class RedisStore implements RoutingStore {
     return moved.map(({ key, to, ttlMs }) => {
       const e: OffloadEvent = { session: sessionHash(key), from, to, reason, time: now };
       this.cacheAffinity(this.affinityCacheKey(pool, key), to, 0, ttlMs);
-      this.live.get(pool)?.moved(key, to);
       this.events.emit('offload', e);
       return e;
     });
@@ -723,6 +708,14 @@ export class RedisStore implements RoutingStore {
   private learn(q: StateQuery, reply: IssuedReply, committed?: string): { prefix: Map<string, number>; committedDepth: number } {
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
+    if (reply.live !== undefined) {
+      const live = new Map<string, number>();
+      q.workers.forEach((w, i) => {
+        if ((reply.live![i] ?? 0) > 0) live.set(w, reply.live![i]!);
+      });
+      view.live = live;
+      view.liveWindowMs = q.liveWindowMs;
+    }
     view.states = parseStates(reply.states);
     const own = this.ownStates.get(q.pool);
     if (own !== undefined && own.size > 0) keepOwnStates(view.states, own, reply.issued);
@@ -794,7 +787,6 @@ export class RedisStore implements RoutingStore {
     this.view(req.pool, req.workers).index.record(req.worker, req.blocks, req.capacityBlocks);
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: false };
     this.ledger.addLocal(lease);
-    this.recordLive(req);
     return { ok: true, lease, degraded: true };
   }
 
@@ -855,6 +847,8 @@ export class RedisStore implements RoutingStore {
       }
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
+        // Counted again while decisions ask for live sessions (the window the last one asked).
+        if (view.liveWindowMs !== undefined) q.liveWindowMs = view.liveWindowMs;
         // Into the view only: nobody reads a snapshot of a refresh.
         this.learn(q, await this.decide(q));
       } catch (err) {
@@ -1016,7 +1010,7 @@ export class RedisStore implements RoutingStore {
       const states = new Map<string, WorkerState>();
       const own = this.ownStates.get(pool);
       if (own !== undefined) keepOwnStates(states, own, BEFORE_ANY_REPLY);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map() }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map(), live: undefined, liveWindowMs: undefined }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;

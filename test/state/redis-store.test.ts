@@ -982,6 +982,73 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
     }));
 });
 
+describe('redis store: live sessions are counted in Redis, for every replica', () => {
+  const workers = ['w1', 'w2'];
+  const WINDOW = 10_000;
+  const commit = async (store: RedisStore, key: string, worker: string, liveWeight: number | undefined, affinity?: string) => {
+    const res = await store.commit(commitRequest({ key, workers, worker, liveWeight, liveWindowMs: WINDOW, preconditions: { affinity } }));
+    assert.ok(res.ok && !res.degraded, 'res.ok && !res.degraded');
+    await store.release(res.lease);
+  };
+  const sorted = (m: ReadonlyMap<string, number> | undefined) => [...(m ?? [])].sort();
+
+  test('a replica counts the sessions another one routed; its decisions start from the count the last reply or refresh brought', () =>
+    withRedis(async ({ store: open }) => {
+      const a = await open({ refreshMs: 60_000 });
+      const b = await open({ refreshMs: 50 });
+      await commit(a, 's:1', 'w1', 1);
+      await commit(a, 's:2', 'w1', 1);
+      await commit(a, 's:3', 'w2', 1);
+      await commit(a, 's:4', 'w2', 0); // a chat turn: not counted
+      const q = { pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: WINDOW };
+      // b routed none of them.
+      assert.deepEqual(sorted((await b.snapshot(q)).live), [['w1', 2], ['w2', 1]]);
+      assert.deepEqual(sorted(b.cachedSnapshot(q).live), [['w1', 2], ['w2', 1]], 'the read taught its view');
+      // A session that moves leaves its old worker's count, on whichever replica routes it.
+      await commit(b, 's:1', 'w2', 1, 'w1');
+      assert.deepEqual(sorted(b.cachedSnapshot(q).live), [['w1', 1], ['w2', 2]], "the commit's own reply counts it");
+      // a's view has not seen that: its refresh (every 60 s) has not run, and it decided nothing since.
+      assert.deepEqual(sorted(a.cachedSnapshot(q).live), [['w1', 2], ['w2', 1]]);
+      // b's refresh asks again with the window its decisions asked for.
+      await commit(a, 's:5', 'w1', 1);
+      await waitFor(() => sorted(b.cachedSnapshot(q).live).join() === [['w1', 2], ['w2', 2]].join(), 3000, "b's refresh counts a's new session");
+    }));
+
+  test('through a gate: a long-prompt session\'s commit asks for the counts, so the next decision on this replica weighs the fleet\'s', () =>
+    withRedis(async ({ store: open }) => {
+      await initHashing();
+      const config = parseConfig({ workers: workers.map((id) => ({ id, cluster: id })), scoring: { sessions_min_tokens: 1000 } }, 'test');
+      const other = await open({ refreshMs: 60_000 });
+      const mine = await open({ refreshMs: 60_000 });
+      // Another replica routed two agents to w1.
+      for (const key of ['s:x', 's:y']) {
+        const res = await other.commit(commitRequest({ pool: 'default', key, workers, worker: 'w1', liveWeight: 1, liveWindowMs: WINDOW }));
+        assert.ok(res.ok, 'res.ok');
+        await other.release(res.lease);
+      }
+      const gate = new Gate(config, mine, silentLogger());
+      const long = 'an agent with a long prompt '.padEnd(8000, 'x');
+      const r = await gate.route(chatRequest(long, { session: 'agent-1' }));
+      assert.equal(r.kind, 'route');
+      if (r.kind === 'route') await gate.release(r.lease);
+      const worker = r.kind === 'route' ? r.worker : '';
+      // No read: this replica's view holds what its commit's reply counted, its own session too.
+      const q = { pool: gate.pool, key: undefined, workers, blocks: [], liveWindowMs: config.scoring.sessions_window_s * 1000 };
+      assert.deepEqual(sorted(mine.cachedSnapshot(q).live), worker === 'w1' ? [['w1', 3]] : [['w1', 2], ['w2', 1]]);
+    }));
+
+  test('a session moved without a weight (the proxy named another worker) takes its count along; migrated, too', () =>
+    withRedis(async ({ store: open }) => {
+      const a = await open({ refreshMs: 60_000 });
+      await commit(a, 's:1', 'w1', 1);
+      await commit(a, 's:1', 'w2', undefined, 'w1');
+      const q = { pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: WINDOW };
+      assert.deepEqual(sorted((await a.snapshot(q)).live), [['w2', 1]]);
+      await a.migrate('p', 'w2', [{ key: 's:1', to: 'w1' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
+      assert.deepEqual(sorted((await a.snapshot(q)).live), [['w1', 1]]);
+    }));
+});
+
 describe('redis store: what a commit counts and writes', () => {
   const workers = ['w1', 'w2'];
 
