@@ -290,9 +290,8 @@ export class Gate {
     const sticky = cfg.routing.policy === 'both' || cfg.routing.policy === 'session';
     const q: StateQuery = { pool: pool.name, key: sticky ? storeKeyOf(key) : undefined, workers: pool.workerIds, blocks };
     const promptTokens = promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined;
-    // A session's commit keeps its worker's live sessions (weight 1 while its prompt is an agent's,
-    // 0 for a chat turn's); the sessions term reads them only where it may weigh them: a session of
-    // a long prompt (no map per request for the others).
+    // A session of a long prompt (an agent's) is counted among its worker's live sessions by its
+    // commit, and only for one does the sessions term read them (no map per request for the others).
     const countLive = session && sticky && cfg.scoring.sessions_weight > 0;
     const longPrompt = (promptTokens ?? 0) >= cfg.scoring.sessions_min_tokens;
     if (countLive && longPrompt) q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
@@ -400,8 +399,10 @@ export class Gate {
         affinityTtlMs: cfg.affinity.ttl_s * 1000,
         prefixTtlMs: cfg.prefix.ttl_s * 1000,
         capacityBlocks: this.capacityBlocks(pool, decision.worker, cfg),
-        // Counted among its worker's live sessions while its prompt is long enough (an agent's, not a chat turn's).
-        liveWeight: countLive && q.key !== undefined ? (longPrompt ? 1 : 0) : undefined,
+        // Counted among its worker's live sessions while its prompt is long enough (an agent's). A
+        // chat turn's commit leaves them alone, so it costs Redis no key and no command; a session
+        // whose history was cut short stays counted until its window lapses.
+        liveWeight: countLive && longPrompt && q.key !== undefined ? 1 : undefined,
         // And the counts asked for again: on Redis the commit's reply brings them, for the next decision.
         liveWindowMs: q.liveWindowMs,
       }, scope);
