@@ -292,9 +292,9 @@ export class Gate {
     const promptTokens = promptBlocks > 0 ? Math.ceil(promptBlocks * tokensPerBlock(cfg)) : undefined;
     // A session of a long prompt (an agent's) is counted among its worker's live sessions by its
     // commit, and only for one does the sessions term read them (no map per request for the others).
-    const countLive = session && sticky && cfg.scoring.sessions_weight > 0;
-    const longPrompt = (promptTokens ?? 0) >= cfg.scoring.sessions_min_tokens;
-    if (countLive && longPrompt) q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
+    if (session && sticky && cfg.scoring.sessions_weight > 0 && (promptTokens ?? 0) >= cfg.scoring.sessions_min_tokens) {
+      q.liveWindowMs = cfg.scoring.sessions_window_s * 1000;
+    }
     // Time waiting on the store. (Timed inline, not through a helper: a closure and an async
     // wrapper per request showed in the profile; a rejected call ends the request anyway.)
     let storeMs = 0;
@@ -402,7 +402,7 @@ export class Gate {
         // Counted among its worker's live sessions while its prompt is long enough (an agent's). A
         // chat turn's commit leaves them alone, so it costs Redis no key and no command; a session
         // whose history was cut short stays counted until its window lapses.
-        liveWeight: countLive && longPrompt && q.key !== undefined ? 1 : undefined,
+        live: q.liveWindowMs !== undefined ? true : undefined,
         // And the counts asked for again: on Redis the commit's reply brings them, for the next decision.
         liveWindowMs: q.liveWindowMs,
       }, scope);

@@ -47,7 +47,7 @@ export class MemoryStore implements RoutingStore {
   private readonly indexes = new Map<string, PrefixIndex>();
   /** pool → worker → session key → last routed (ms): which sessions are coldest */
   private readonly sessions = new Map<string, Map<string, Map<string, number>>>();
-  /** pool → its live sessions by worker, with the weights their commits gave them */
+  /** pool → its live sessions by worker (the sessions term's) */
   private readonly live = new Map<string, LiveSessions>();
   private readonly signals = new Map<string, Map<string, KeptScrape>>();
   private readonly events = new EventEmitter();
@@ -135,8 +135,8 @@ export class MemoryStore implements RoutingStore {
       // Re-insert so map order is recency order: the first entries are the coldest.
       m.delete(req.key);
       m.set(req.key, this.now());
-      if (req.liveWeight !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.liveWeight, this.now());
-      // Moved without a weight (the proxy reported another worker serving it): its count goes along.
+      if (req.live !== undefined) this.liveOf(req.pool).record(req.key, req.worker, req.live, this.now());
+      // Moved without a say on its count (the proxy reported another worker serving it): its count goes along.
       else if (before !== undefined && before !== req.worker) this.live.get(req.pool)?.moved(req.key, req.worker);
     }
     const lease: Lease = { id: randomUUID(), pool: req.pool, worker: req.worker, shared: true };

@@ -186,11 +186,11 @@ export interface DecideCommit {
   /** Redis time (ms) after which the commit must write nothing (0: no limit). */
   notAfter: number;
   /**
-   * The session's weight among the chosen worker's live sessions (./store.ts `liveWeight`): above
-   * 0 it is counted there as routed now, 0 it is counted nowhere. Undefined: it is not weighed,
-   * and a session the commit moves takes its count, if any, along.
+   * The session among the workers' live sessions (./store.ts `live`): true, counted on the chosen
+   * worker as routed now; false, counted nowhere. Undefined: left as it was, and a session the
+   * commit moves takes its count, if any, along.
    */
-  liveWeight?: number;
+  live?: boolean;
 }
 
 export interface DecideReply {
@@ -245,7 +245,7 @@ interface DecideSpec {
   /** The workers' live-session keys are declared (after the holdings). */
   liveKeys?: boolean;
   liveWindowMs?: number;
-  liveWeight?: number;
+  live?: boolean;
 }
 
 /** The script's JSON reply (cjson writes an empty table as `{}`, hence the unions). */
@@ -293,7 +293,7 @@ function declaresLive(q: DecideQuery, commit?: DecideCommit): boolean {
   if (q.liveWindowMs !== undefined) return true;
   if (!commit || q.key === undefined) return false;
   const from = commit.preconditions.affinity;
-  return commit.liveWeight !== undefined || (from !== undefined && from !== commit.worker);
+  return commit.live !== undefined || (from !== undefined && from !== commit.worker);
 }
 
 /**
@@ -339,7 +339,7 @@ function decideSpec(keys: PoolKeys, q: DecideQuery, width: number, commit?: Deci
   if (declaresLive(q, commit)) {
     spec.liveKeys = true;
     if (q.liveWindowMs !== undefined) spec.liveWindowMs = q.liveWindowMs;
-    if (commit?.liveWeight !== undefined) spec.liveWeight = commit.liveWeight;
+    if (commit?.live !== undefined) spec.live = commit.live;
   }
   if (released && released.size > 0) {
     spec.released = [];

@@ -360,9 +360,9 @@ if spec.mode == 'commit' then
       end
       redis.call('ZADD', KEYS[K_CHOSEN_SESSIONS], string.format('%d', now + spec.affinityTtlMs), spec.leaseKey)
       extendExpiry(KEYS[K_CHOSEN_SESSIONS], spec.affinityTtlMs)
-      -- Live sessions (the sessions term): a session weighed above 0 counts on the chosen worker as
-      -- routed now, one weighed 0 (a chat turn) nowhere; a session moved without a weight (the
-      -- proxy reported another worker serving it) takes its entry, and its time, along.
+      -- Live sessions (the sessions term): a session marked live counts on the chosen worker as
+      -- routed now, one marked not live nowhere; a session moved without a mark (the proxy
+      -- reported another worker serving it) takes its entry, and its time, along.
       if spec.liveKeys then
         local lk = KEYS[K_LIVE + spec.chosen]
         local keep = spec.liveWindowMs or spec.affinityTtlMs
@@ -370,9 +370,9 @@ if spec.mode == 'commit' then
         if aff and aff ~= chosen then
           for i, w in ipairs(spec.workers) do if w == aff then was = KEYS[K_LIVE + i] end end
         end
-        if spec.liveWeight then
+        if spec.live ~= nil then
           if was then redis.call('ZREM', was, spec.leaseKey) end
-          if spec.liveWeight > 0 then
+          if spec.live then
             redis.call('ZADD', lk, nowS, spec.leaseKey)
             -- Entries past the window count for nothing: a session joining drops them.
             if spec.liveWindowMs then redis.call('ZREMRANGEBYSCORE', lk, '-inf', '(' .. string.format('%d', now - spec.liveWindowMs)) end

@@ -336,7 +336,7 @@ export class RedisStore implements RoutingStore {
       freshMs: this.opts.prefixFreshMs ?? freshWindowMs(req.prefixTtlMs),
       capacityBlocks: req.capacityBlocks,
     };
-    if (req.liveWeight !== undefined) commit.liveWeight = req.liveWeight;
+    if (req.live !== undefined) commit.live = req.live;
     let reply: IssuedReply;
     const sent = { value: false };
     const sending = this.view(pool, workers).sending;

@@ -56,8 +56,8 @@ export interface Snapshot {
   /** The key's requests in flight on its affine worker. */
   keyInflight: number;
   /**
-   * Worker id → its live sessions, each by the weight its last commit gave it (`liveWeight`), when
-   * the query asked (`liveWindowMs`; missing = 0).
+   * Worker id → how many live sessions it has (counted by their commits: `live`), when the query
+   * asked (`liveWindowMs`; missing = 0).
    */
   live?: ReadonlyMap<string, number>;
 }
@@ -80,10 +80,11 @@ export interface CommitRequest extends StateQuery {
   /** Prefix blocks the chosen worker can hold; the least recently routed go first past this. */
   capacityBlocks: number;
   /**
-   * For a session: what it weighs among the chosen worker's live sessions until it is routed again
-   * or its window lapses (`Snapshot.live`). Absent: the session is not counted.
+   * For a session: true, it counts among the chosen worker's live sessions (`Snapshot.live`) until
+   * it is routed again or its window lapses; false, it counts nowhere. Absent: left as it was, and
+   * a session the commit moves to another worker takes its count, if any, along.
    */
-  liveWeight?: number;
+  live?: boolean;
 }
 
 /**

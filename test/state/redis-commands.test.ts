@@ -18,7 +18,7 @@ function plainDecideKeys(keys: PoolKeys, q: DecideQuery, commit?: DecideCommit):
     expected !== undefined && commit ? keys.sessions(expected) : keys.states,
     ...(q.blocks.length > 0 ? q.workers.map((w) => keys.holdings(w)) : []),
     // Live sessions: counted by the decision, or its session weighed or moved by the commit.
-    ...(q.liveWindowMs !== undefined || (commit && q.key !== undefined && (commit.liveWeight !== undefined || (expected !== undefined && expected !== commit.worker)))
+    ...(q.liveWindowMs !== undefined || (commit && q.key !== undefined && (commit.live !== undefined || (expected !== undefined && expected !== commit.worker)))
       ? q.workers.map((w) => keys.live(w))
       : []),
   ];
@@ -50,12 +50,12 @@ describe('DECIDE_LUA keys', () => {
         fc.option(fc.nat(), { nil: undefined }),
         fc.boolean(),
         fc.option(fc.constantFrom(1, 10_000), { nil: undefined }),
-        fc.option(fc.constantFrom(0, 1), { nil: undefined }),
-        (workers, key, blocks, chosen, expected, isCommit, liveWindowMs, liveWeight) => {
+        fc.option(fc.boolean(), { nil: undefined }),
+        (workers, key, blocks, chosen, expected, isCommit, liveWindowMs, live) => {
           const keys = new PoolKeys('kv', 'pool-a');
           const q: DecideQuery = liveWindowMs === undefined ? { workers, key, blocks } : { workers, key, blocks, liveWindowMs };
           const commit = isCommit ? commitOn(workers[chosen % workers.length]!, expected === undefined ? undefined : workers[expected % workers.length]) : undefined;
-          if (commit && liveWeight !== undefined) commit.liveWeight = liveWeight;
+          if (commit && live !== undefined) commit.live = live;
           assert.deepEqual(decideKeys(keys, q, commit), plainDecideKeys(keys, q, commit));
         },
       ),

@@ -985,8 +985,8 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
 describe('redis store: live sessions are counted in Redis, for every replica', () => {
   const workers = ['w1', 'w2'];
   const WINDOW = 10_000;
-  const commit = async (store: RedisStore, key: string, worker: string, liveWeight: number | undefined, affinity?: string) => {
-    const res = await store.commit(commitRequest({ key, workers, worker, liveWeight, liveWindowMs: WINDOW, preconditions: { affinity } }));
+  const commit = async (store: RedisStore, key: string, worker: string, live: boolean | undefined, affinity?: string) => {
+    const res = await store.commit(commitRequest({ key, workers, worker, live, liveWindowMs: WINDOW, preconditions: { affinity } }));
     assert.ok(res.ok && !res.degraded, 'res.ok && !res.degraded');
     await store.release(res.lease);
   };
@@ -996,21 +996,21 @@ describe('redis store: live sessions are counted in Redis, for every replica', (
     withRedis(async ({ store: open }) => {
       const a = await open({ refreshMs: 60_000 });
       const b = await open({ refreshMs: 50 });
-      await commit(a, 's:1', 'w1', 1);
-      await commit(a, 's:2', 'w1', 1);
-      await commit(a, 's:3', 'w2', 1);
-      await commit(a, 's:4', 'w2', 0); // a chat turn: not counted
+      await commit(a, 's:1', 'w1', true);
+      await commit(a, 's:2', 'w1', true);
+      await commit(a, 's:3', 'w2', true);
+      await commit(a, 's:4', 'w2', false); // a chat turn: not counted
       const q = { pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: WINDOW };
       // b routed none of them.
       assert.deepEqual(sorted((await b.snapshot(q)).live), [['w1', 2], ['w2', 1]]);
       assert.deepEqual(sorted(b.cachedSnapshot(q).live), [['w1', 2], ['w2', 1]], 'the read taught its view');
       // A session that moves leaves its old worker's count, on whichever replica routes it.
-      await commit(b, 's:1', 'w2', 1, 'w1');
+      await commit(b, 's:1', 'w2', true, 'w1');
       assert.deepEqual(sorted(b.cachedSnapshot(q).live), [['w1', 1], ['w2', 2]], "the commit's own reply counts it");
       // a's view has not seen that: its refresh (every 60 s) has not run, and it decided nothing since.
       assert.deepEqual(sorted(a.cachedSnapshot(q).live), [['w1', 2], ['w2', 1]]);
       // b's refresh asks again with the window its decisions asked for.
-      await commit(a, 's:5', 'w1', 1);
+      await commit(a, 's:5', 'w1', true);
       await waitFor(() => sorted(b.cachedSnapshot(q).live).join() === [['w1', 2], ['w2', 2]].join(), 3000, "b's refresh counts a's new session");
     }));
 
@@ -1022,7 +1022,7 @@ describe('redis store: live sessions are counted in Redis, for every replica', (
       const mine = await open({ refreshMs: 60_000 });
       // Another replica routed two agents to w1.
       for (const key of ['s:x', 's:y']) {
-        const res = await other.commit(commitRequest({ pool: 'default', key, workers, worker: 'w1', liveWeight: 1, liveWindowMs: WINDOW }));
+        const res = await other.commit(commitRequest({ pool: 'default', key, workers, worker: 'w1', live: true, liveWindowMs: WINDOW }));
         assert.ok(res.ok, 'res.ok');
         await other.release(res.lease);
       }
@@ -1037,10 +1037,10 @@ describe('redis store: live sessions are counted in Redis, for every replica', (
       assert.deepEqual(sorted(mine.cachedSnapshot(q).live), worker === 'w1' ? [['w1', 3]] : [['w1', 2], ['w2', 1]]);
     }));
 
-  test('a session moved without a weight (the proxy named another worker) takes its count along; migrated, too', () =>
+  test('a session moved without a mark (the proxy named another worker) takes its count along; migrated, too', () =>
     withRedis(async ({ store: open }) => {
       const a = await open({ refreshMs: 60_000 });
-      await commit(a, 's:1', 'w1', 1);
+      await commit(a, 's:1', 'w1', true);
       await commit(a, 's:1', 'w2', undefined, 'w1');
       const q = { pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: WINDOW };
       assert.deepEqual(sorted((await a.snapshot(q)).live), [['w2', 1]]);

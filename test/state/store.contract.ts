@@ -400,26 +400,26 @@ export function storeContract(name: string, make: () => Promise<StoreFixture>): 
       assert.equal(await store.responseWorker(p, 'r1'), 'w2');
     });
 
-    test('live sessions: each worker counts the sessions its commits weighed, as last routed, and migrated', async () => {
+    test('live sessions: each worker counts the sessions its commits marked live, as last routed, and migrated', async () => {
       const p = pool();
       const live = async () => [...((await store.snapshot({ ...q(p, undefined), liveWindowMs: 60_000 })).live ?? [])].sort();
       assert.equal((await store.snapshot(q(p, undefined))).live, undefined, 'not asked: not counted');
-      const commit = async (key: string, worker: string, liveWeight?: number, affinity?: string) => {
-        const res = await store.commit(req(p, key, worker, { affinity }, 60_000, [], { liveWeight }));
+      const commit = async (key: string, worker: string, live?: boolean, affinity?: string) => {
+        const res = await store.commit(req(p, key, worker, { affinity }, 60_000, [], { live }));
         assert.ok(res.ok, 'res.ok');
         await store.release(res.lease);
       };
-      await commit('s:a', 'w1', 1);
-      await commit('s:b', 'w1', 1);
-      await commit('s:c', 'w2', 1);
-      await commit('s:d', 'w2'); // no weight: not counted
+      await commit('s:a', 'w1', true);
+      await commit('s:b', 'w1', true);
+      await commit('s:c', 'w2', true);
+      await commit('s:d', 'w2'); // no mark: not counted
       assert.deepEqual(await live(), [['w1', 2], ['w2', 1]]);
-      await commit('s:b', 'w3', 1, 'w1'); // routed again elsewhere: counted there only
-      await commit('s:c', 'w2', 0, 'w2'); // routed again with a short prompt: no longer counted
+      await commit('s:b', 'w3', true, 'w1'); // routed again elsewhere: counted there only
+      await commit('s:c', 'w2', false, 'w2'); // routed again with a short prompt: no longer counted
       assert.deepEqual(await live(), [['w1', 1], ['w3', 1]]);
       await store.migrate(p, 'w1', [{ key: 's:a', to: 'w2' }], 'kv_pressure', { affinityTtlMs: 60_000, streamMaxLen: 100 });
       assert.deepEqual(await live(), [['w2', 1], ['w3', 1]]);
-      await commit('s:b', 'w1', undefined, 'w3'); // moved without a weight (another worker served it): its count goes along
+      await commit('s:b', 'w1', undefined, 'w3'); // moved without a mark (another worker served it): its count goes along
       assert.deepEqual(await live(), [['w1', 1], ['w2', 1]]);
       await new Promise((r) => setTimeout(r, 60));
       assert.deepEqual([...((await store.snapshot({ ...q(p, undefined), liveWindowMs: 30 })).live ?? [])], [], 'all routed before the window');

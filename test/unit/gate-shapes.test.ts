@@ -67,10 +67,10 @@ describe('the gate per-request objects', () => {
     assert.equal(c.blocks.length, 10);
     assert.equal(c.worker, r.worker);
     assert.ok(c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0, "c.affinityTtlMs > 0 && c.prefixTtlMs > 0 && c.capacityBlocks > 0");
-    assert.deepEqual(Object.keys(c).sort(), ['affinityTtlMs', 'blocks', 'capacityBlocks', 'key', 'liveWeight', 'liveWindowMs', 'pool', 'preconditions', 'prefixTtlMs', 'worker', 'workers']);
+    assert.deepEqual(Object.keys(c).sort(), ['affinityTtlMs', 'blocks', 'capacityBlocks', 'key', 'live', 'liveWindowMs', 'pool', 'preconditions', 'prefixTtlMs', 'worker', 'workers']);
     // A session of 10 blocks (~640 tokens) is below sessions_min_tokens: not weighed among its
     // worker's live sessions, and the counts are not asked for.
-    assert.equal(c.liveWeight, undefined);
+    assert.equal(c.live, undefined);
     assert.equal(c.liveWindowMs, undefined);
     // The preconditions as the policy made them, the prefix bound included (the commit checks it).
     assert.deepEqual(Object.keys(c.preconditions), ['affinity', 'below', 'atOrAbove', 'states', 'prefix']);

@@ -86,32 +86,32 @@ describe('sessions scorer', () => {
 });
 
 describe('LiveSessions', () => {
-  test('a session counts on its last worker until its window lapses; routed again it moves, weight 0 drops it', () => {
+  test('a session counts on its last worker until its window lapses; routed again it moves, not live it drops out', () => {
     const l = new LiveSessions();
-    l.record('s1', 'a', 1, 0);
-    l.record('s2', 'a', 1, 1000);
-    l.record('s3', 'b', 1, 2000);
+    l.record('s1', 'a', true, 0);
+    l.record('s2', 'a', true, 1000);
+    l.record('s3', 'b', true, 2000);
     assert.deepEqual([...l.totalsSince(0, ['a', 'b', 'c'])], [['a', 2], ['b', 1]]);
-    l.record('s1', 'b', 1, 3000); // routed again, elsewhere
+    l.record('s1', 'b', true, 3000); // routed again, elsewhere
     assert.deepEqual([...l.totalsSince(0, ['a', 'b'])], [['a', 1], ['b', 2]]);
     l.moved('s3', 'a'); // migrated: counts on its new worker, with the time it had
     assert.deepEqual([...l.totalsSince(0, ['a', 'b'])], [['a', 2], ['b', 1]]);
     // s2 (1000) and s3 (2000) lapse; s1 (3000) stays.
     assert.deepEqual([...l.totalsSince(2500, ['a', 'b'])], [['b', 1]]);
-    l.record('s1', 'b', 0, 4000); // a short prompt now: not counted
+    l.record('s1', 'b', false, 4000); // a short prompt now: not counted
     assert.deepEqual([...l.totalsSince(2500, ['a', 'b'])], []);
   });
 
-  test('the memory store counts what commits weigh, within the window a snapshot asks for, on the store clock', async () => {
+  test('the memory store counts what commits mark live, within the window a snapshot asks for, on the store clock', async () => {
     let now = 0;
     const store = new MemoryStore({ now: () => now });
     const workers = ['a', 'b'];
-    const commit = (key: string, worker: string, liveWeight?: number) =>
-      store.commit({ pool: 'p', key, workers, blocks: [], worker, preconditions: NO_PRECONDITIONS, affinityTtlMs: 600_000, prefixTtlMs: 60_000, capacityBlocks: 100, liveWeight });
-    await commit('s:1', 'a', 1);
+    const commit = (key: string, worker: string, live?: boolean) =>
+      store.commit({ pool: 'p', key, workers, blocks: [], worker, preconditions: NO_PRECONDITIONS, affinityTtlMs: 600_000, prefixTtlMs: 60_000, capacityBlocks: 100, live });
+    await commit('s:1', 'a', true);
     await commit('s:2', 'a');
     now = 5000;
-    await commit('s:3', 'b', 1);
+    await commit('s:3', 'b', true);
     const snap = (windowMs?: number) => store.cachedSnapshot({ pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: windowMs });
     assert.equal(snap().live, undefined, 'not asked: not counted');
     assert.deepEqual([...snap(10_000).live!], [['a', 1], ['b', 1]], 'a commit without a weight is not counted');

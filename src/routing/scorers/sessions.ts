@@ -6,7 +6,7 @@
  * The balance term reads what the engines run and queue, and an agent loop spends most of its
  * time in tool calls between steps: a worker holding many live agent sessions can report an
  * empty queue and keep drawing new ones, whose later steps then pile up there. This term counts
- * the sessions themselves (the store's live sessions, each weighed as its commit said).
+ * the sessions themselves (the store's live sessions, as their commits marked them).
  */
 import type { Scorer } from '../plugins.js';
 import { finite } from '../score.js';
