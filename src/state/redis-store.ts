@@ -66,6 +66,15 @@ const RELEASE_FLUSH_MS = 5;
 const DEFAULT_LOCAL_PREFIX_TTL_MS = 1_800_000;
 /** A pool with no live session counted yet. */
 const NO_LIVE: ReadonlyMap<string, number> = new Map();
+/**
+ * The refresh keeps counting a pool's live sessions for this long after the last decision that
+ * asked for them, then stops and forgets the count. Long enough that a replica whose long-prompt
+ * sessions come minutes apart still starts each decision from a current count (the refresh's
+ * count costs Redis one ZCOUNT a worker); bounded so that once decisions stop asking (a reload
+ * turned the sessions term off, or no session's prompt reaches its threshold any more) the
+ * counting stops too.
+ */
+const LIVE_ASK_IDLE_MS = 600_000;
 /** At most this many releases ride on one script call (its arguments stay small). */
 const MAX_RELEASES_PER_CALL = 256;
 /**
@@ -99,6 +108,8 @@ export interface RedisStoreOptions {
   tls?: StoreTls;
   /** Decisions waiting on Redis past which this replica decides locally (`DEFAULTS.storeMaxWaitingDecisions`). */
   maxWaitingDecisions?: number;
+  /** How long the refresh counts live sessions after the last decision that asked (LIVE_ASK_IDLE_MS). */
+  liveAskIdleMs?: number;
 }
 
 interface PoolView {
@@ -126,10 +137,13 @@ interface PoolView {
   sending: Map<string, number>;
   /**
    * Each worker's live sessions (the sessions term's), as Redis last counted them for a decision
-   * or a refresh that asked (`liveWindowMs`), and that window: the refresh asks again with it.
+   * or a refresh that asked (`liveWindowMs`), and that window: the refresh asks again with it
+   * until no decision has asked for `liveAskIdleMs` (then both are cleared).
    */
   live: Map<string, number> | undefined;
   liveWindowMs: number | undefined;
+  /** When a decision (not a refresh) last asked for live sessions, in ms since the epoch. */
+  liveAskedAt: number;
 }
 
 /**
@@ -705,9 +719,10 @@ export class RedisStore implements RoutingStore {
    * a commit just gave the whole prompt, which the caller records itself (with its capacity), told
    * how deep the local index matched the prompt on it before.
    */
-  private learn(q: StateQuery, reply: IssuedReply, committed?: string): { prefix: Map<string, number>; committedDepth: number } {
+  private learn(q: StateQuery, reply: IssuedReply, committed?: string, refresh = false): { prefix: Map<string, number>; committedDepth: number } {
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
+    if (q.liveWindowMs !== undefined && !refresh) view.liveAskedAt = Date.now();
     if (reply.live !== undefined) {
       const live = new Map<string, number>();
       q.workers.forEach((w, i) => {
@@ -848,9 +863,12 @@ export class RedisStore implements RoutingStore {
       try {
         const q: StateQuery = { pool, key: undefined, workers: view.workers, blocks: [] };
         // Counted again while decisions ask for live sessions (the window the last one asked).
-        if (view.liveWindowMs !== undefined) q.liveWindowMs = view.liveWindowMs;
+        if (view.liveWindowMs !== undefined) {
+          if (Date.now() - view.liveAskedAt <= (this.opts.liveAskIdleMs ?? LIVE_ASK_IDLE_MS)) q.liveWindowMs = view.liveWindowMs;
+          else view.live = view.liveWindowMs = undefined;
+        }
         // Into the view only: nobody reads a snapshot of a refresh.
-        this.learn(q, await this.decide(q));
+        this.learn(q, await this.decide(q), undefined, true);
       } catch (err) {
         this.logFailure('redis refresh failed', err);
       }
@@ -1010,7 +1028,7 @@ export class RedisStore implements RoutingStore {
       const states = new Map<string, WorkerState>();
       const own = this.ownStates.get(pool);
       if (own !== undefined) keepOwnStates(states, own, BEFORE_ANY_REPLY);
-      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map(), live: undefined, liveWindowMs: undefined }));
+      this.views.set(pool, (v = { workers, workerSet: new Set(workers), inflight: new Map(), states, index, recorded: new Map(), recordedSince: Date.now(), sending: new Map(), live: undefined, liveWindowMs: undefined, liveAskedAt: 0 }));
       this.writeMarker(pool);
     } else if (v.workers !== workers) {
       v.workers = workers;

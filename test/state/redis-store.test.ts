@@ -1014,6 +1014,28 @@ describe('redis store: live sessions are counted in Redis, for every replica', (
       await waitFor(() => sorted(b.cachedSnapshot(q).live).join() === [['w1', 2], ['w2', 2]].join(), 3000, "b's refresh counts a's new session");
     }));
 
+  test('the refresh stops counting once no decision has asked for a while (a reload turned the term off), and starts again with the next that asks', () =>
+    withRedis(async ({ raw, store: open }) => {
+      const a = await open({ refreshMs: 60_000 });
+      const b = await open({ refreshMs: 30, liveAskIdleMs: 300 });
+      const calls = async (command: string) => Number(new RegExp(`cmdstat_${command}:calls=(\\d+)`).exec(await raw.info('commandstats'))?.[1] ?? 0);
+      const q = { pool: 'p', key: undefined, workers, blocks: [], liveWindowMs: WINDOW };
+      await commit(b, 's:1', 'w1', true);
+      // While b's decisions ask, its refresh counts what a routes.
+      await commit(a, 's:2', 'w2', true);
+      await waitFor(() => sorted(b.cachedSnapshot(q).live).join() === [['w1', 1], ['w2', 1]].join(), 3000, "b's refresh counts a's session");
+      // b asks no more: past the idle time its refresh forgets the count and stops asking Redis.
+      await waitFor(() => b.cachedSnapshot(q).live?.size === 0, 3000, 'the count is forgotten');
+      const zcounts = await calls('zcount');
+      const evals = await calls('evalsha');
+      await waitFor(async () => (await calls('evalsha')) >= evals + 3, 3000, 'three more refreshes');
+      assert.equal(await calls('zcount'), zcounts, 'no refresh counted live sessions');
+      // The next decision that asks brings the counting back, the other replica's sessions too.
+      await commit(b, 's:3', 'w1', true);
+      await commit(a, 's:4', 'w2', true);
+      await waitFor(() => sorted(b.cachedSnapshot(q).live).join() === [['w1', 2], ['w2', 2]].join(), 3000, "b's refresh counts again");
+    }));
+
   test('through a gate: a long-prompt session\'s commit asks for the counts, so the next decision on this replica weighs the fleet\'s', () =>
     withRedis(async ({ store: open }) => {
       await initHashing();
