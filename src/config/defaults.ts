@@ -138,7 +138,7 @@ export const DEFAULTS = {
    * 1.29 and 1.18 → 1.08, goodput 1.25 → 1.25 and 1.35 → 1.40. A floor of 3 gained more goodput
    * (1.40, 1.45) but cost the mix (seed 101 at 0.8 of capacity: 39 requests shed against 7, where
    * seven runs perturbing an unrelated weight give 7-23); floors of 4 and 8 cost it the 23 that 6 does, and
-   * 10 nothing, but at 8 and 10 agent seed 102 lost goodput (1.35 → 1.30). 0 turns it off. docs/BENCHMARKS.md,
+   * 10 nothing, but at 8 and 10 agent seed 102 lost goodput (1.35 → 1.30). 0 turns it off. docs/benchmarks/policy-rounds.md,
    * fifteenth round.
    */
   sessionsWeight: 3,
@@ -239,7 +239,7 @@ export const DEFAULTS = {
    * A one-off request goes to a worker past KV pressure only if that worker's free KV holds this
    * many times its prompt (src/routing/overflow.ts `fitsOneOff`), its tokens estimated from its
    * characters at `prefix.chars_per_token`. 3: at 2, on held-out slices of the Mooncake conversation
-   * trace, tokens/s past capacity fell 4-7% against no fit; at 3, 3-4% (docs/BENCHMARKS.md, twelfth
+   * trace, tokens/s past capacity fell 4-7% against no fit; at 3, 3-4% (docs/benchmarks/policy-rounds.md, twelfth
    * round). The rest covers its output, what other gates sent since
    * the scrape, and the estimate's error (code and other scripts run at fewer characters a token
    * than English's 4). Where it is short, the engine queues the request until memory frees: a wait,
