@@ -16,6 +16,7 @@ import type { LoraSignals } from '../../src/routing/health.js';
 import { parseSignals } from '../../src/signals/parse.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { initHashing } from '../../src/util/xxhash.js';
+import { decisionInput } from '../helpers/decisions.js';
 import { waitFor } from '../helpers/envoy.js';
 import { silentLogger } from '../helpers/logger.js';
 import { chatRequest } from '../helpers/requests.js';
@@ -77,20 +78,7 @@ function w(id: string, inflight: number, adapters?: { names: string[]; max: numb
 }
 
 function input(workers: WorkerView[], p: Partial<DecisionInput> = {}): DecisionInput {
-  return {
-    keyHash: 'k',
-    session: false,
-    affinity: undefined,
-    keyInflight: 0,
-    totalBlocks: 0,
-    mode: 'both',
-    weights: { prefix: 1, load: 1, kv: 0.5, balance: 1, adapter: 0.5 },
-    balanceFloor: 1,
-    maxInflightPerSession: 4,
-    adapter: { name: 'sql-lora' },
-    workers,
-    ...p,
-  };
+  return decisionInput(workers, { session: false, weights: { prefix: 1, load: 1, kv: 0.5, balance: 1, adapter: 0.5 }, balanceFloor: 1, adapter: { name: 'sql-lora' }, ...p });
 }
 
 const routedTo = (d: ReturnType<typeof decide>) => (d.kind === 'route' ? d.worker : `shed:${d.reason}`);

@@ -6,6 +6,7 @@ import { buildProfiles, weightsByName } from '../../src/routing/profiles.js';
 import { SCORER_NAMES } from '../../src/routing/scorers/index.js';
 import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
+import { decisionInput } from '../helpers/decisions.js';
 
 before(() => initHashing());
 
@@ -14,7 +15,7 @@ function w(id: string, inflight: number, extra: Partial<WorkerView> = {}): Worke
 }
 
 function input(workers: WorkerView[]): DecisionInput {
-  return { keyHash: 'k', session: false, affinity: undefined, keyInflight: 0, totalBlocks: 8, workers, mode: 'both', weights: { prefix: 1, load: 1, kv: 0.5, balance: 3 }, balanceFloor: 3, maxInflightPerSession: 4 };
+  return decisionInput(workers, { session: false, totalBlocks: 8, weights: { prefix: 1, load: 1, kv: 0.5, balance: 3 }, balanceFloor: 3 });
 }
 
 test('weights are looked up by scorer name as <name>_weight; other keys are not weights', () => {

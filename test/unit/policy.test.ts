@@ -1,10 +1,10 @@
 import assert from 'node:assert/strict';
 import { before, describe, test } from 'node:test';
-import { DEFAULTS } from '../../src/config/defaults.js';
 import { assessHealth, hasEngineRoom } from '../../src/routing/health.js';
 import { decide } from '../../src/routing/policy.js';
 import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { initHashing } from '../../src/util/xxhash.js';
+import { decisionInput } from '../helpers/decisions.js';
 
 before(() => initHashing());
 
@@ -14,18 +14,7 @@ function w(id: string, inflight: number, maxInflight = 10, state: WorkerView['st
 
 /** A decision input with the gate's defaults; tests override what they are about. */
 function input(p: Partial<DecisionInput> & Pick<DecisionInput, 'workers'>): DecisionInput {
-  return {
-    keyHash: 'k',
-    session: true,
-    affinity: undefined,
-    keyInflight: 0,
-    totalBlocks: 0,
-    mode: 'both',
-    weights: { prefix: DEFAULTS.prefixWeight, load: DEFAULTS.loadWeight, kv: DEFAULTS.kvWeight, balance: DEFAULTS.balanceWeight },
-    balanceFloor: DEFAULTS.balanceFloor,
-    maxInflightPerSession: 4,
-    ...p,
-  };
+  return decisionInput(p.workers, p);
 }
 
 describe('routing policy', () => {
