@@ -134,6 +134,16 @@ export class LoadClient {
       // back waits for a window update every 512 KiB instead of every 32 KiB: closer to Envoy, not
       // equal to it. Only what kvgate sends to the client depends on this window.
       'grpc-node.flow_control_window': STAND_IN_WINDOW_BYTES,
+      // A stream refused before the gate processed it is retried on a new connection (gRPC's
+      // transparent retry), however large its body. grpc-js refuses such streams itself when a
+      // gate retires a connection: those it asked for but had not written yet when it read the
+      // shutdown notice (nghttp2 starts no stream after a GOAWAY). Envoy writes a stream's HEADERS
+      // as it opens it and has none. grpc-js retries only calls whose messages fit its retry
+      // buffers (1 MiB a call, 16 MiB a channel by default): 64 streams of 400 KB did not, and
+      // the bench counted "Stream refused by server" errors the gate never saw. These are caps on
+      // references to the prepared messages, which are held anyway, not memory of their own.
+      'grpc.per_rpc_retry_buffer_size': 64 * 1024 * 1024,
+      'grpc.retry_buffer_size': 1024 * 1024 * 1024,
     });
   }
 
