@@ -2,7 +2,9 @@
  * `npm run bench`: every benchmark in one command, results written into docs/BENCHMARKS.md.
  *
  *   1. micro-benchmarks (scripts/bench-micro.ts): keying, hashing, decisions, store, Gate.route;
- *   2. `kvgate bench`: ext_proc load against kvgate (memory, Redis) and the no-op ceiling;
+ *   2. `kvgate bench`: ext_proc load against kvgate (memory, Redis) and the no-op ceiling; then
+ *      the same on the memory store in both body modes, buffered and Envoy's FULL_DUPLEX_STREAMED
+ *      (step `duplex`);
  *   3. `kvgate sim` on every synthetic workload, then on the shared traces when they are present
  *      (--traces DIR, $KVGATE_TRACES, or ../shared/data/traces beside the repo), read in place;
  *   4. `kvgate sim --sweep`: every policy at offered loads 0.2-1.6 on the report's workloads and,
@@ -12,7 +14,7 @@
  * next one's timings. The generated sections of docs/BENCHMARKS.md are replaced; the prose stays.
  *
  *   --quick        seconds instead of minutes: tiny runs that check the pipeline, not the numbers
- *   --only LIST    micro,gate,sim,sweep (default all); sections not run keep their previous content
+ *   --only LIST    micro,gate,duplex,sim,sweep (default all); sections not run keep their previous content
  *   --traces DIR   where the shared traces are
  *   --out FILE     the markdown to update (default docs/BENCHMARKS.md)
  *   --no-write     print the sections instead of writing them
@@ -36,7 +38,7 @@ import type { ResultRow } from '../src/sim/metrics.js';
 import { SYNTHETIC_WORKLOADS } from '../src/sim/workloads/synthetic.js';
 
 const root = join(dirname(fileURLToPath(import.meta.url)), '..');
-const ALL_STEPS = 'micro,gate,sim,sweep';
+const ALL_STEPS = 'micro,gate,duplex,sim,sweep';
 
 const { values } = parseArgs({
   options: {
@@ -82,7 +84,7 @@ function gitCommit(): string {
 }
 
 // Every step runs the compiled build (the micro-benchmarks import it): bring dist/ up to date first.
-if (steps.has('micro') || steps.has('gate') || steps.has('sim') || steps.has('sweep')) {
+if (steps.has('micro') || steps.has('gate') || steps.has('duplex') || steps.has('sim') || steps.has('sweep')) {
   log('npm run build');
   execFileSync(process.execPath, [join(root, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', 'tsconfig.build.json'], { cwd: root, stdio: 'inherit' });
 }
@@ -110,6 +112,18 @@ function simStamp(): string {
 
 const microArgs = ['scripts/bench-micro.ts', '--json', ...(quick ? ['--quick'] : [])];
 const gateArgs = ['src/cli/main.ts', 'bench', '--json', ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : [])];
+// Full duplex against buffered on the same store and sizes: its target compares the two modes, so
+// both run in one process, interleaved, as the gate step's servers are.
+const duplexArgs = [
+  'src/cli/main.ts',
+  'bench',
+  '--json',
+  '--body-modes',
+  'buffered,full_duplex',
+  '--stores',
+  'memory',
+  ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : ['--sizes', '2k,32k,400k']),
+];
 const simExtra = quick ? ['--requests', '60'] : [];
 const shown = (args: string[]) =>
   args[0] === 'src/cli/main.ts' ? `kvgate ${args.slice(1).join(' ')}` : `node --import tsx ${args.join(' ')}`;
@@ -121,15 +135,15 @@ if (steps.has('micro')) {
   sections['micro'] = [at, '', `Command: \`npm run bench:micro\` (\`${shown(microArgs)}\`; the suite runs from the compiled build)`, '', markdownMicro(micro.rows)].join('\n');
 }
 
-if (steps.has('gate')) {
-  log(`kvgate bench${quick ? ' (quick)' : ''}`);
+/** A `kvgate bench` section: when and how it ran, its table and its targets. */
+async function gateSection(args: string[]): Promise<string> {
   const at = stamp();
-  const report = JSON.parse(await node(gateArgs)) as BenchReport;
+  const report = JSON.parse(await node(args)) as BenchReport;
   const notes = anomalies(report);
-  sections['gate'] = [
+  return [
     at,
     '',
-    `Command: \`${shown(gateArgs)}\` (${report.wall_s} s). ${report.options.concurrency} streams at saturation from ${report.options.clientThreads} client thread(s), ` +
+    `Command: \`${shown(args)}\` (${report.wall_s} s). ${report.options.concurrency} streams at saturation from ${report.options.clientThreads} client thread(s), ` +
       `${report.options.rounds} interleaved rounds of ${report.options.durationMs / 1000} s per server and size (median shown), ${report.options.workers} workers` +
       (report.redis ? `; Redis: ${report.redis}.` : '.'),
     '',
@@ -140,6 +154,16 @@ if (steps.has('gate')) {
     markdownTargets(report.targets),
     ...(notes.length > 0 ? ['', ...notes.map((n) => `- ${n}`)] : []),
   ].join('\n');
+}
+
+if (steps.has('gate')) {
+  log(`kvgate bench${quick ? ' (quick)' : ''}`);
+  sections['gate'] = await gateSection(gateArgs);
+}
+
+if (steps.has('duplex')) {
+  log(`kvgate bench, buffered and full duplex${quick ? ' (quick)' : ''}`);
+  sections['gate-duplex'] = await gateSection(duplexArgs);
 }
 
 if (steps.has('sim')) {
