@@ -538,7 +538,7 @@ describe('deployment files', { concurrency: true }, () => {
     const limits = obj(resources.limits, 'limits');
     assert.equal(requests.memory, limits.memory, 'memory request = limit');
     assert.ok(quantityBytes(limits.memory) >= 1.2 * maxmemory, `memory ${String(limits.memory)} >= 1.2 x maxmemory ${maxmemory}`);
-    // BENCHMARKS.md: 74-260 µs of Redis CPU per decision; two replicas need half a core to one.
+    // BENCHMARKS.md: 80-235 µs of Redis CPU per decision; two replicas need half a core to most of one.
     const cpu = String(requests.cpu);
     const cores = cpu.endsWith('m') ? Number(cpu.slice(0, -1)) / 1000 : Number(cpu);
     assert.ok(cores >= 0.5, `Redis CPU request ${cpu}`);
