@@ -16,6 +16,7 @@ import type { DecisionInput, WorkerView } from '../../src/routing/types.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import type { Lease } from '../../src/state/store.js';
 import { initHashing } from '../../src/util/xxhash.js';
+import { decisionInput } from '../helpers/decisions.js';
 import { silentLogger } from '../helpers/logger.js';
 import { chatRequest } from '../helpers/requests.js';
 
@@ -25,21 +26,9 @@ function w(id: string, extra: Partial<WorkerView> = {}): WorkerView {
   return { id, state: 'healthy', inflight: 1, maxInflight: 16, prefixBlocks: 0, ...extra };
 }
 
+/** A session's placement (the term weighs sessions only: see the last test of this block). */
 function input(workers: WorkerView[], backlog: number, extra: Partial<DecisionInput> = {}): DecisionInput {
-  return {
-    keyHash: 'k',
-    // A session's placement: the term weighs sessions only (see the last test of this block).
-    session: true,
-    affinity: undefined,
-    keyInflight: 0,
-    totalBlocks: 40,
-    workers,
-    mode: 'both',
-    weights: { prefix: 1, load: 1, kv: 0, balance: 0, backlog },
-    balanceFloor: 3,
-    maxInflightPerSession: 4,
-    ...extra,
-  };
+  return decisionInput(workers, { totalBlocks: 40, weights: { prefix: 1, load: 1, kv: 0, balance: 0, backlog }, balanceFloor: 3, ...extra });
 }
 
 describe('backlog scorer', () => {

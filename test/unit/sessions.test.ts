@@ -16,6 +16,7 @@ import { LiveSessions } from '../../src/state/live-sessions.js';
 import { MemoryStore } from '../../src/state/memory-store.js';
 import { initHashing } from '../../src/util/xxhash.js';
 import { NO_PRECONDITIONS } from '../helpers/commits.js';
+import { decisionInput } from '../helpers/decisions.js';
 import { silentLogger } from '../helpers/logger.js';
 import { chatRequest } from '../helpers/requests.js';
 
@@ -26,22 +27,15 @@ function w(id: string, extra: Partial<WorkerView> = {}): WorkerView {
 }
 
 function input(workers: WorkerView[], sessions: number, extra: Partial<DecisionInput> = {}): DecisionInput {
-  return {
-    keyHash: 'k',
-    session: true,
-    affinity: undefined,
-    keyInflight: 0,
+  return decisionInput(workers, {
     totalBlocks: 40,
     promptTokens: 8000,
-    workers,
-    mode: 'both',
     weights: { prefix: 1, load: 1, kv: 0, balance: 0, backlog: 0, sessions },
     balanceFloor: 3,
     sessionsFloor: 3,
     sessionsMinTokens: 4096,
-    maxInflightPerSession: 4,
     ...extra,
-  };
+  });
 }
 
 function ctx(ws: WorkerView[], extra: Partial<DecisionInput> = {}, staying?: WorkerView) {
