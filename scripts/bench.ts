@@ -111,7 +111,9 @@ function simStamp(): string {
 }
 
 const microArgs = ['scripts/bench-micro.ts', '--json', ...(quick ? ['--quick'] : [])];
-const gateArgs = ['src/cli/main.ts', 'bench', '--json', ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : [])];
+/** `--quick`: one short round at 2 KB, enough to check the pipeline. */
+const quickGate = ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'];
+const gateArgs = ['src/cli/main.ts', 'bench', '--json', ...(quick ? quickGate : [])];
 // Full duplex against buffered on the same store and sizes: its target compares the two modes, so
 // both run in one process, interleaved, as the gate step's servers are.
 const duplexArgs = [
@@ -122,7 +124,7 @@ const duplexArgs = [
   'buffered,full_duplex',
   '--stores',
   'memory',
-  ...(quick ? ['--sizes', '2k', '--duration', '0.3', '--warmup', '0.1', '--rounds', '1', '--concurrency', '8'] : ['--sizes', '2k,32k,400k']),
+  ...(quick ? quickGate : ['--sizes', '2k,32k,400k']),
 ];
 const simExtra = quick ? ['--requests', '60'] : [];
 const shown = (args: string[]) =>
