@@ -387,7 +387,7 @@ export class RedisStore implements RoutingStore {
     if (!reply.ok) return { ok: false, snapshot: this.absorb(req, reply) };
     // No snapshot after a commit that held (nobody reads it): only what the reply teaches. The
     // chosen worker now holds the whole prompt (recorded with its capacity).
-    const { committedDepth } = this.learn(req, reply, req.worker);
+    const { committedDepth } = this.learn(req, reply, { committed: req.worker });
     this.recordUnlessFresh(this.view(pool, workers), req.worker, req.blocks, req.blocks.length, req.capacityBlocks, committedDepth === req.blocks.length);
     const lease: Lease = { id: member, pool, worker: req.worker, shared: true };
     this.ledger.addShared(lease);
@@ -717,9 +717,12 @@ export class RedisStore implements RoutingStore {
   /**
    * Folds a script reply into the local view; returns Redis's prefix match. `committed`: the worker
    * a commit just gave the whole prompt, which the caller records itself (with its capacity), told
-   * how deep the local index matched the prompt on it before.
+   * how deep the local index matched the prompt on it before. `refresh`: the reply answers the
+   * store's own refresh, not a decision, so it does not count as a decision asking for live
+   * sessions.
    */
-  private learn(q: StateQuery, reply: IssuedReply, committed?: string, refresh = false): { prefix: Map<string, number>; committedDepth: number } {
+  private learn(q: StateQuery, reply: IssuedReply, opts: { committed?: string; refresh?: boolean } = {}): { prefix: Map<string, number>; committedDepth: number } {
+    const { committed, refresh = false } = opts;
     const view = this.view(q.pool, q.workers);
     view.inflight = new Map(q.workers.map((w, i) => [w, reply.inflight[i] ?? 0]));
     if (q.liveWindowMs !== undefined && !refresh) view.liveAskedAt = Date.now();
@@ -868,7 +871,7 @@ export class RedisStore implements RoutingStore {
           else view.live = view.liveWindowMs = undefined;
         }
         // Into the view only: nobody reads a snapshot of a refresh.
-        this.learn(q, await this.decide(q), undefined, true);
+        this.learn(q, await this.decide(q), { refresh: true });
       } catch (err) {
         this.logFailure('redis refresh failed', err);
       }
