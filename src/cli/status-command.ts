@@ -74,9 +74,12 @@ async function fetchWorkers(admin: string): Promise<{ text: string; body: { stor
 /** Why the admin API could not be read, and what to try: fetch's own text is "fetch failed". */
 export function unreachableMessage(origin: string, err: unknown): string {
   if ((err as Error).name === 'TimeoutError') return `the admin API at ${origin} did not answer in ${ADMIN_TIMEOUT_MS} ms: is the gate overloaded or stopped?`;
-  const cause = (err as { cause?: { code?: string; message?: string } }).cause;
+  const cause = (err as { cause?: { code?: string; message?: string; name?: string } }).cause;
   const code = cause?.code ?? '';
-  if (code.startsWith('HPE_') || /parse error/i.test(cause?.message ?? '')) {
+  // An HTTP/2-only port answers fetch's HTTP/1.1 request with bytes its parser rejects. Node 20
+  // and 22 (undici 6) give the error an HPE_ code; Node 24 and later (undici 7) give the same
+  // HTTPParserError no code, so its name says it.
+  if (code.startsWith('HPE_') || cause?.name === 'HTTPParserError' || /parse error/i.test(cause?.message ?? '')) {
     return `${origin} does not answer HTTP/1.1: it looks like the gate's ext_proc gRPC port; the admin API is on the port of --admin-port (9090 by default; \`kvgate serve\` logs it as admin_port): pass that with --admin`;
   }
   if (code === 'ECONNREFUSED') return `nothing is listening at ${origin} (ECONNREFUSED): is the gate running? Pass its admin address with --admin (its --admin-port, 9090 by default; \`kvgate serve\` logs it as admin_port)`;

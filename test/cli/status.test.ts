@@ -8,7 +8,7 @@ import http from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { after, before, describe, test } from 'node:test';
 import { Command } from 'commander';
-import { registerStatusCommand } from '../../src/cli/status-command.js';
+import { registerStatusCommand, unreachableMessage } from '../../src/cli/status-command.js';
 import { harness, holdRequest } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
 import { freePort } from '../../src/util/free-port.js';
@@ -143,6 +143,15 @@ describe('kvgate status', () => {
 
   test("pointed at the gate's gRPC port: says so and names the flag for the admin port", async () => {
     await assert.rejects(status('--admin', `http://${gate.target}`), /does not answer HTTP\/1\.1: it looks like the gate's ext_proc gRPC port; the admin API is on the port of --admin-port/);
+  });
+
+  test('an HTTP parser error without a code (fetch on Node 24 and later) reads as the gRPC port too', () => {
+    // Node 24's fetch (undici 7) rejects an HTTP/2-only answer with an HTTPParserError that has no
+    // HPE_ code, where Node 20 and 22 give one: the test above sees only the running Node's shape.
+    const err = Object.assign(new TypeError('fetch failed'), {
+      cause: Object.assign(new Error('Response does not match the HTTP/1.1 protocol (Expected HTTP/, RTSP/ or ICE/)'), { name: 'HTTPParserError' }),
+    });
+    assert.match(unreachableMessage('http://127.0.0.1:18080', err), /^http:\/\/127\.0\.0\.1:18080 does not answer HTTP\/1\.1: it looks like the gate's ext_proc gRPC port/);
   });
 
   test("the store's health: an unreachable store is a NOT READY line with the reason and its error", async () => {
