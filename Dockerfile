@@ -1,4 +1,4 @@
-# kvgate's image: compiled JavaScript on Node 22 (one of the supported versions, 20 and 22),
+# kvgate's image: compiled JavaScript on Node 26, the active LTS (supported: 20, 22, 24 and 26),
 # production dependencies only, running as the unprivileged `node` user (uid/gid 1000).
 #
 #   docker build -t kvgate .
@@ -15,7 +15,7 @@
 # what it copies exists and that what `serve` imports is a production dependency.
 
 # Build stage: every dependency, TypeScript compiled to dist/, then the development ones dropped.
-FROM node:22-bookworm-slim AS build
+FROM node:26-bookworm-slim AS build
 WORKDIR /app
 COPY package.json package-lock.json ./
 # No dependency needs its install script (package.json's allowScripts denies them all); the
@@ -26,7 +26,7 @@ COPY src ./src
 RUN npm run build && npm prune --omit=dev --ignore-scripts --no-audit --no-fund
 
 # Run stage: no compiler, no sources, no npm cache.
-FROM node:22-bookworm-slim
+FROM node:26-bookworm-slim
 ENV NODE_ENV=production
 WORKDIR /app
 COPY --from=build /app/node_modules ./node_modules
