@@ -438,15 +438,12 @@ export function parseExtProc(name: string, raw: unknown, disabledByDefault = fal
       throw new Error(`${name}: processing_mode.${body} FULL_DUPLEX_STREAMED requires ${trailers}: SEND`);
     }
   }
-  // Nor does it take fail-open with a FULL_DUPLEX_STREAMED body (config.cc
-  // `verifyProcessingModeConfig`: "failure_mode_allow has to be left as false"; it checks the
-  // filter's own processing_mode only). Fail-open can still reach full duplex through per-route
-  // config (a per-route body mode on a fail-open filter, or a failure_mode_allow override), which
-  // `Filter::failureModeAllow` (ext_proc.cc) turns off once a duplex body was received; the
-  // harness's `extProcOverride` stands for such per-route config.
-  if (config.failureModeAllow && (pm.request_body_mode === 'FULL_DUPLEX_STREAMED' || pm.response_body_mode === 'FULL_DUPLEX_STREAMED')) {
-    throw new Error(`${name}: failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode`);
-  }
+  // Fail-open is accepted with a FULL_DUPLEX_STREAMED body: config.cc `verifyProcessingModeConfig`
+  // refused it in 1.35.0 and the check was reverted (on main and in a 1.35 patch release),
+  // because Envoy can fail open up to the point where it sent the first body chunk. What limits it is
+  // `Filter::failureModeAllow` (ext_proc.cc): false once a FULL_DUPLEX_STREAMED direction has
+  // sent body data, since Envoy keeps no copy of a chunk it handed to the server (the session's
+  // `failureModeAllow` models it).
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;
