@@ -128,6 +128,11 @@ export interface ExtProcPerRoute {
   processingMode?: ProcessingMode;
   /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
   forwardingNamespaces?: string[];
+  /**
+   * overrides.failure_mode_allow (a BoolValue, Envoy 1.35+); undefined: not overridden.
+   * Istio sets it on each InferencePool route from the pool's endpointPickerRef.failureMode.
+   */
+  failureModeAllow?: boolean;
 }
 
 /** type.matcher.v3.StringMatcher (the variants the harness supports). */
@@ -500,12 +505,14 @@ export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute
     return { disabled: true, grpcInitialMetadata: [] };
   }
   const o = obj(c.overrides, `${where}.overrides`);
-  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options' && k !== 'processing_mode');
+  const supported = ['grpc_initial_metadata', 'metadata_options', 'processing_mode', 'failure_mode_allow'];
+  const unsupported = Object.keys(o).filter((k) => !supported.includes(k));
   if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
   const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
   if (o.processing_mode !== undefined) out.processingMode = normalizeProcessingMode(o.processing_mode, `${where}.overrides.processing_mode`);
   const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
   if (fwd !== undefined) out.forwardingNamespaces = fwd;
+  if (o.failure_mode_allow !== undefined) out.failureModeAllow = bool(o.failure_mode_allow, `${where}.overrides.failure_mode_allow`);
   return out;
 }
 
