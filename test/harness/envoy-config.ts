@@ -207,6 +207,18 @@ export interface ParsedEnvoyConfig {
    * in ActiveStream::decodeHeaders before the route is picked and before any HTTP filter runs.
    */
   earlyHeaderMutations: RequestMutation[];
+  /**
+   * The HCM's request header limits (max_request_headers_kb, default 60;
+   * common_http_protocol_options.max_headers_count, default 100): the request header map carries
+   * them, and ext_proc checks its mutations against them (mutation_utils.cc).
+   */
+  requestHeaderLimits: HeaderLimits;
+}
+
+/** A header map's limits, as HeaderMap::maxHeadersKb / maxHeadersCount report them. */
+export interface HeaderLimits {
+  maxHeadersKb: number;
+  maxHeadersCount: number;
 }
 
 /**
@@ -765,6 +777,10 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     originalDstHeaders,
     originalDstClusters,
     earlyHeaderMutations: parseEarlyHeaderMutations(hcm.early_header_mutation_extensions),
+    requestHeaderLimits: {
+      maxHeadersKb: uint32Value(hcm.max_request_headers_kb, 'max_request_headers_kb', 60),
+      maxHeadersCount: uint32Value(obj(hcm.common_http_protocol_options, 'common_http_protocol_options').max_headers_count, 'common_http_protocol_options.max_headers_count', 100),
+    },
   };
 }
 
