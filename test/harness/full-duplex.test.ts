@@ -64,7 +64,7 @@ type Node = Record<string, unknown>;
  * envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by the merged InferencePool
  * settings above (and its own per-route ext_proc overrides dropped: the merge already holds Istio's).
  */
-function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
+function istioInferencePoolEnvoy(failOpen = false): ParsedEnvoyConfig {
   const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
   let replaced = 0;
   const visit = (n: unknown): void => {
@@ -72,7 +72,7 @@ function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
     else if (n && typeof n === 'object') {
       const o = n as Node;
       if (o.name === 'envoy.filters.http.ext_proc' && o.typed_config) {
-        o.typed_config = structuredClone(ISTIO_INFERENCE_POOL_FILTER);
+        o.typed_config = { ...structuredClone(ISTIO_INFERENCE_POOL_FILTER), failure_mode_allow: failOpen };
         replaced++;
       }
       // The merged settings stand for Istio's per-route override: no other per-route config.
@@ -411,6 +411,20 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
       assert.equal(again.endpoint, out.endpoint);
     });
   }
+
+  // failureMode: FailOpen puts failure_mode_allow: true beside the full-duplex modes (Istio's
+  // BuildInferencePoolExtProcFilter takes it from the pool). Envoy 1.35.0 refused that config;
+  // later Envoys take it, and kvgate serves it as it serves FailClose.
+  test("Istio's InferencePool filter with failureMode FailOpen: taken, and routed the same", async () => {
+    const h = new EnvoyHarness({ config: istioInferencePoolEnvoy(true), target: picker.target });
+    harnesses.push(h);
+    assert.equal(h.config.extProc?.failureModeAllow, true);
+    const req = bigChat(8 * 1024, { user: 'fail-open-pool' });
+    const out = asUpstream(await h.request(req, bigResponse(8 * 1024)));
+    assert.ok(out.endpoint && [A, B, C].includes(out.endpoint), `endpoint ${out.endpoint}`);
+    assert.ok(out.requestBody.equals(req.whole), 'request body differs');
+    assert.equal(out.stats?.failureModeAllowed, 0);
+  });
 
   test('trailers end the body on both paths; they reach the upstream and the client', async () => {
     const h = istio(picker);
