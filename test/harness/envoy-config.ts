@@ -128,6 +128,11 @@ export interface ExtProcPerRoute {
   processingMode?: ProcessingMode;
   /** overrides.metadata_options.forwarding_namespaces.untyped; undefined: not overridden. */
   forwardingNamespaces?: string[];
+  /**
+   * overrides.failure_mode_allow (a BoolValue, Envoy 1.35+); undefined: not overridden.
+   * Istio sets it on each InferencePool route from the pool's endpointPickerRef.failureMode.
+   */
+  failureModeAllow?: boolean;
 }
 
 /** type.matcher.v3.StringMatcher (the variants the harness supports). */
@@ -202,6 +207,18 @@ export interface ParsedEnvoyConfig {
    * in ActiveStream::decodeHeaders before the route is picked and before any HTTP filter runs.
    */
   earlyHeaderMutations: RequestMutation[];
+  /**
+   * The HCM's request header limits (max_request_headers_kb, default 60;
+   * common_http_protocol_options.max_headers_count, default 100): the request header map carries
+   * them, and ext_proc checks its mutations against them (mutation_utils.cc).
+   */
+  requestHeaderLimits: HeaderLimits;
+}
+
+/** A header map's limits, as HeaderMap::maxHeadersKb / maxHeadersCount report them. */
+export interface HeaderLimits {
+  maxHeadersKb: number;
+  maxHeadersCount: number;
 }
 
 /**
@@ -438,15 +455,12 @@ export function parseExtProc(name: string, raw: unknown, disabledByDefault = fal
       throw new Error(`${name}: processing_mode.${body} FULL_DUPLEX_STREAMED requires ${trailers}: SEND`);
     }
   }
-  // Nor does it take fail-open with a FULL_DUPLEX_STREAMED body (config.cc
-  // `verifyProcessingModeConfig`: "failure_mode_allow has to be left as false"; it checks the
-  // filter's own processing_mode only). Fail-open can still reach full duplex through per-route
-  // config (a per-route body mode on a fail-open filter, or a failure_mode_allow override), which
-  // `Filter::failureModeAllow` (ext_proc.cc) turns off once a duplex body was received; the
-  // harness's `extProcOverride` stands for such per-route config.
-  if (config.failureModeAllow && (pm.request_body_mode === 'FULL_DUPLEX_STREAMED' || pm.response_body_mode === 'FULL_DUPLEX_STREAMED')) {
-    throw new Error(`${name}: failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode`);
-  }
+  // Fail-open is accepted with a FULL_DUPLEX_STREAMED body: config.cc `verifyProcessingModeConfig`
+  // refused it in 1.35.0 and the check was reverted (on main and in a 1.35 patch release),
+  // because Envoy can fail open up to the point where it sent the first body chunk. What limits it is
+  // `Filter::failureModeAllow` (ext_proc.cc): false once a FULL_DUPLEX_STREAMED direction has
+  // sent body data, since Envoy keeps no copy of a chunk it handed to the server (the session's
+  // `failureModeAllow` models it).
   if (typeof envoyGrpc.cluster_name === 'string') config.grpcCluster = envoyGrpc.cluster_name;
   if (typeof envoyGrpc.authority === 'string') config.grpcAuthority = envoyGrpc.authority;
   return config;
@@ -503,12 +517,14 @@ export function parseExtProcPerRoute(v: unknown, where: string): ExtProcPerRoute
     return { disabled: true, grpcInitialMetadata: [] };
   }
   const o = obj(c.overrides, `${where}.overrides`);
-  const unsupported = Object.keys(o).filter((k) => k !== 'grpc_initial_metadata' && k !== 'metadata_options' && k !== 'processing_mode');
+  const supported = ['grpc_initial_metadata', 'metadata_options', 'processing_mode', 'failure_mode_allow'];
+  const unsupported = Object.keys(o).filter((k) => !supported.includes(k));
   if (unsupported.length > 0) throw new Error(`${where}.overrides: ${unsupported.join(', ')} not supported by the harness`);
   const out: ExtProcPerRoute = { disabled: false, grpcInitialMetadata: parseHeaderValues(o.grpc_initial_metadata, `${where}.overrides.grpc_initial_metadata`) };
   if (o.processing_mode !== undefined) out.processingMode = normalizeProcessingMode(o.processing_mode, `${where}.overrides.processing_mode`);
   const fwd = parseForwardingNamespaces(o.metadata_options, `${where}.overrides.metadata_options`);
   if (fwd !== undefined) out.forwardingNamespaces = fwd;
+  if (o.failure_mode_allow !== undefined) out.failureModeAllow = bool(o.failure_mode_allow, `${where}.overrides.failure_mode_allow`);
   return out;
 }
 
@@ -761,6 +777,10 @@ export function parseEnvoyBootstrap(doc: unknown): ParsedEnvoyConfig {
     originalDstHeaders,
     originalDstClusters,
     earlyHeaderMutations: parseEarlyHeaderMutations(hcm.early_header_mutation_extensions),
+    requestHeaderLimits: {
+      maxHeadersKb: uint32Value(hcm.max_request_headers_kb, 'max_request_headers_kb', 60),
+      maxHeadersCount: uint32Value(obj(hcm.common_http_protocol_options, 'common_http_protocol_options').max_headers_count, 'common_http_protocol_options.max_headers_count', 100),
+    },
   };
 }
 

@@ -160,6 +160,9 @@ export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined
     const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
     const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
     if (fwd) next.forwardingNamespaces = fwd;
+    // FilterConfigPerRoute(less, more): the more specific failure_mode_allow when it has one.
+    const fma = c.failureModeAllow ?? merged.failureModeAllow;
+    if (fma !== undefined) next.failureModeAllow = fma;
     // mergeProcessingMode: a disabled more specific config has none; else the more specific one's, else the other's.
     const mode = c.disabled ? undefined : (c.processingMode ?? merged.processingMode);
     if (mode) next.processingMode = mode;
@@ -200,6 +203,8 @@ export class ExtProcSession {
   grpcMetadata: Array<[string, string]>;
   /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
   forwardingNamespaces: string[];
+  /** Filter::failure_mode_allow_: the filter's, unless a per-route override set it (mergePerRouteConfig). */
+  private failureModeAllowSetting: boolean;
 
   constructor(
     readonly config: ExtProcConfig,
@@ -209,6 +214,7 @@ export class ExtProcSession {
   ) {
     this.grpcMetadata = [...baseMetadata];
     this.forwardingNamespaces = [...config.forwardingNamespaces];
+    this.failureModeAllowSetting = config.failureModeAllow;
     this.decoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
     this.encoding = { sendHeaders: true, bodyMode: 'NONE', sendTrailers: false };
     this.setProcessingMode(config.processingMode);
@@ -231,7 +237,8 @@ export class ExtProcSession {
   /**
    * Filter::mergePerRouteConfig, applied once before the first message: `disabled` turns every
    * phase off; a processing_mode replaces the filter's for both directions; grpc_initial_metadata replaces same-key entries of the filter's metadata (or is
-   * added); forwarding namespaces, when overridden, replace the filter's.
+   * added); forwarding namespaces and failure_mode_allow, when overridden, replace the filter's
+   * (a disabled route returns before either is read).
    */
   applyPerRoute(merged: ExtProcPerRoute): void {
     if (merged.disabled) {
@@ -248,6 +255,7 @@ export class ExtProcSession {
     if (merged.processingMode) this.setProcessingMode(merged.processingMode);
     this.grpcMetadata = mergeByKey(this.grpcMetadata, merged.grpcInitialMetadata);
     if (merged.forwardingNamespaces) this.forwardingNamespaces = [...merged.forwardingNamespaces];
+    if (merged.failureModeAllow !== undefined) this.failureModeAllowSetting = merged.failureModeAllow;
   }
 
   /** Modes where Envoy drops content-length because the server may change the body size. */
@@ -264,7 +272,7 @@ export class ExtProcSession {
   get failureModeAllow(): boolean {
     const duplexBody = (d: DirectionState): boolean => d.bodyMode === 'FULL_DUPLEX_STREAMED' && d.bodySent === true;
     if (duplexBody(this.decoding) || duplexBody(this.encoding)) return false;
-    return this.config.failureModeAllow;
+    return this.failureModeAllowSetting;
   }
 
   countRejected = (): void => {

@@ -64,7 +64,7 @@ type Node = Record<string, unknown>;
  * envoy/endpoint-picker/envoy.yaml with its ext_proc filter replaced by the merged InferencePool
  * settings above (and its own per-route ext_proc overrides dropped: the merge already holds Istio's).
  */
-function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
+function istioInferencePoolEnvoy(failOpen = false): ParsedEnvoyConfig {
   const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
   let replaced = 0;
   const visit = (n: unknown): void => {
@@ -72,7 +72,7 @@ function istioInferencePoolEnvoy(): ParsedEnvoyConfig {
     else if (n && typeof n === 'object') {
       const o = n as Node;
       if (o.name === 'envoy.filters.http.ext_proc' && o.typed_config) {
-        o.typed_config = structuredClone(ISTIO_INFERENCE_POOL_FILTER);
+        o.typed_config = { ...structuredClone(ISTIO_INFERENCE_POOL_FILTER), failure_mode_allow: failOpen };
         replaced++;
       }
       // The merged settings stand for Istio's per-route override: no other per-route config.
@@ -249,8 +249,8 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     }
   });
 
-  // The filter itself cannot be fail-open in full duplex (the test below); fail-open here is a
-  // per-route override's (extProcOverride), which Filter::failureModeAllow turns off once a body was sent.
+  // Fail-open here is a per-route override's (extProcOverride); the filter's own is tested below.
+  // Either way Filter::failureModeAllow turns it off once a body was sent.
   test("fail-open is off once a body was sent: a server error fails the request even with a per-route override's failure_mode_allow", async () => {
     const srv = await scripted((m, call) => {
       if (m.request === 'request_headers' && m.request_headers?.end_of_stream) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' });
@@ -294,16 +294,52 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     }
   });
 
-  test('Envoy refuses FULL_DUPLEX_STREAMED without trailer mode SEND, or with failure_mode_allow', () => {
+  test('Envoy refuses FULL_DUPLEX_STREAMED without trailer mode SEND, and takes it with failure_mode_allow', () => {
     const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
     const text = stringify(doc).replaceAll('request_body_mode: BUFFERED', 'request_body_mode: FULL_DUPLEX_STREAMED');
     assert.throws(() => parseEnvoyConfig(text), /requires request_trailer_mode: SEND/);
-    // The shipped endpoint-picker config is fail-open; with duplex bodies and trailers sent, that alone is refused.
+    // The shipped endpoint-picker config is fail-open; with duplex bodies and trailers sent, Envoy
+    // takes it as it is (config.cc no longer checks failure_mode_allow against the body mode).
     const failOpen = text.replaceAll('request_trailer_mode: SKIP', 'request_trailer_mode: SEND');
     assert.match(failOpen, /failure_mode_allow: true/);
-    assert.throws(() => parseEnvoyConfig(failOpen), /failure_mode_allow must be false with a FULL_DUPLEX_STREAMED body mode/);
+    assert.equal(parseEnvoyConfig(failOpen).extProc?.failureModeAllow, true);
     assert.doesNotThrow(() => parseEnvoyConfig(failOpen.replaceAll('failure_mode_allow: true', 'failure_mode_allow: false')));
     assert.doesNotThrow(() => istioInferencePoolEnvoy());
+  });
+
+  // The filter's own failure_mode_allow, with its own processing mode FULL_DUPLEX_STREAMED (as a
+  // GIE InferencePool with failureMode FailOpen asks for): open until a body chunk went out.
+  test("a fail-open full-duplex filter lets a failure through before any body went out, and fails the request after", async () => {
+    const srv = await scripted((m, call) => {
+      if (m.request === 'request_headers' && m.request_headers?.end_of_stream) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' });
+      if (m.request === 'request_body' && m.request_body?.end_of_stream) call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' });
+    });
+    const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Node;
+    let set = 0;
+    const visit = (n: unknown): void => {
+      if (Array.isArray(n)) n.forEach(visit);
+      else if (n && typeof n === 'object') {
+        const o = n as Node;
+        if (o['@type'] === ISTIO_INFERENCE_POOL_FILTER['@type'] && o.processing_mode) {
+          o.processing_mode = { ...(o.processing_mode as Node), ...DUPLEX };
+          o.failure_mode_allow = true;
+          set++;
+        }
+        Object.values(o).forEach(visit);
+      }
+    };
+    visit(doc);
+    assert.equal(set, 1, 'envoy.yaml has one ext_proc filter');
+    const h = new EnvoyHarness({ config: parseEnvoyConfig(stringify(doc)), target: srv.target });
+    try {
+      asUpstream(await h.request({ method: 'GET', path: '/v1/models' }, { status: 200 }));
+      const withBody = asLocal(await h.request(bigChat(2048), { status: 200 }));
+      assert.equal(withBody.status, 500);
+      assert.match(withBody.details ?? '', /ext_proc_error_gRPC_error_14/);
+    } finally {
+      h.close();
+      srv.close();
+    }
   });
 });
 
@@ -375,6 +411,20 @@ describe('kvgate in FULL_DUPLEX_STREAMED', () => {
       assert.equal(again.endpoint, out.endpoint);
     });
   }
+
+  // failureMode: FailOpen puts failure_mode_allow: true beside the full-duplex modes (Istio's
+  // BuildInferencePoolExtProcFilter takes it from the pool). Envoy 1.35.0 refused that config;
+  // later Envoys take it, and kvgate serves it as it serves FailClose.
+  test("Istio's InferencePool filter with failureMode FailOpen: taken, and routed the same", async () => {
+    const h = new EnvoyHarness({ config: istioInferencePoolEnvoy(true), target: picker.target });
+    harnesses.push(h);
+    assert.equal(h.config.extProc?.failureModeAllow, true);
+    const req = bigChat(8 * 1024, { user: 'fail-open-pool' });
+    const out = asUpstream(await h.request(req, bigResponse(8 * 1024)));
+    assert.ok(out.endpoint && [A, B, C].includes(out.endpoint), `endpoint ${out.endpoint}`);
+    assert.ok(out.requestBody.equals(req.whole), 'request body differs');
+    assert.equal(out.stats?.failureModeAllowed, 0);
+  });
 
   test('trailers end the body on both paths; they reach the upstream and the client', async () => {
     const h = istio(picker);

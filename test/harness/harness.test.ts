@@ -445,6 +445,48 @@ describe('header mutations', () => {
     );
   });
 
+  // mutation_utils.cc headerMutationResultCheck: the request header map keeps the HCM's limits
+  // (max_headers_count 100, max_request_headers_kb 60 by default), and a mutation that takes it
+  // past them is an error (HeaderMutationResultSizeFailWithRequestTrailer and its header twins).
+  test('a mutation that takes the request headers past the HCM count or size limit is a 500, even with failure_mode_allow', async () => {
+    // 4 pseudo-headers + x-forwarded-proto and x-request-id added by the HCM + 94 of the client's: 100.
+    const atLimit = (extra: number) => {
+      const headers: Record<string, string> = { host: 'gw.local' };
+      for (let i = 0; i < extra; i++) headers[`x-h${i}`] = 'v';
+      return { method: 'GET', path: '/v1/models', headers };
+    };
+    const adding = { header_mutation: { set_headers: [set('x-new', '1')] } };
+    await withHarness(
+      (m, call) => call.write(replyTo(m, m.request === 'request_headers' ? adding : {})),
+      async (h) => {
+        const full = asLocal(await h.request(atLimit(94)));
+        assert.equal(full.status, 500);
+        assert.match(full.details ?? '', /^Header_mutation_causes_end_result_header_count_101/);
+        assert.equal(full.stats?.rejectedHeaderMutations, 1);
+        // One header under the limit, the same mutation fits.
+        const room = asUpstream(await h.request(atLimit(93)));
+        assert.equal(room.requestHeaders.get('x-new'), '1');
+      },
+    );
+    // Overwriting a header the request has adds none: no error at the limit.
+    await withHarness(
+      (m, call) => call.write(replyTo(m, m.request === 'request_headers' ? { header_mutation: { set_headers: [set('x-h0', 'w')] } } : {})),
+      async (h) => {
+        const o = asUpstream(await h.request(atLimit(94)));
+        assert.equal(o.requestHeaders.get('x-h0'), 'w');
+      },
+    );
+    // The size limit: a value that takes the map past max_request_headers_kb.
+    await withHarness(
+      (m, call) => call.write(replyTo(m, m.request === 'request_headers' ? { header_mutation: { set_headers: [set('x-big', 'x'.repeat(61 * 1024))] } } : {})),
+      async (h) => {
+        const o = asLocal(await h.request(GET));
+        assert.equal(o.status, 500);
+        assert.match(o.details ?? '', /exceeding_the_count_limit_100_or_the_size_limit_60_kilobytes$/);
+      },
+    );
+  });
+
   test('BUFFERED body_mutation must match content-length unless the same reply fixes it', async () => {
     const rewrite = (fixLength: boolean): Script => (m, call) => {
       const body = Buffer.from('{"model":"m2"}');

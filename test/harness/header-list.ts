@@ -44,6 +44,13 @@ export class HeaderList {
     return this.items.length;
   }
 
+  /** HeaderMapImpl::byteSize: the bytes of every name and value (pseudo-headers included). */
+  get byteSize(): number {
+    let n = 0;
+    for (const [k, v] of this.items) n += Buffer.byteLength(k) + v.length;
+    return n;
+  }
+
   has(name: string): boolean {
     const key = name.toLowerCase();
     return this.items.some(([k]) => k === key);

@@ -5,7 +5,7 @@
  *  - `applyRequestMutations` mirrors the envoy.filters.http.header_mutation filter.
  */
 import type { ReceivedHeaderMutation as HeaderMutation } from '../../src/extproc/messages.js';
-import type { MutationRules, RequestMutation, StringMatcher } from './envoy-config.js';
+import type { HeaderLimits, MutationRules, RequestMutation, StringMatcher } from './envoy-config.js';
 import type { HeaderList } from './header-list.js';
 
 export type CheckOperation = 'set' | 'append' | 'remove';
@@ -73,6 +73,12 @@ export interface ApplyOptions {
   /** Modes where Envoy drops content-length also drop any content-length the server sets. */
   removeContentLength: boolean;
   onRejected: () => void;
+  /**
+   * The target header map's limits (the request headers: the HCM's), checked before and after the
+   * mutation; undefined where the harness does not model them (response headers, trailers, local
+   * replies).
+   */
+  limits?: HeaderLimits;
 }
 
 /**
@@ -88,6 +94,17 @@ export function applyExtProcHeaderMutation(
   headers: HeaderList,
   opts: ApplyOptions,
 ): string | undefined {
+  const limits = opts.limits;
+  // MutationUtils::responseHeaderSizeCheck: more remove or set entries than the map may hold
+  // headers is refused before anything is applied.
+  if (limits) {
+    const removes = mutation.remove_headers?.length ?? 0;
+    const sets = mutation.set_headers?.length ?? 0;
+    if (removes > limits.maxHeadersCount || sets > limits.maxHeadersCount) {
+      opts.onRejected();
+      return `Header mutation remove header count ${removes} or set header count ${sets} exceed the HCM header countlimit ${limits.maxHeadersCount}`;
+    }
+  }
   for (const raw of mutation.remove_headers ?? []) {
     if (!headerNameIsValid(raw)) {
       opts.onRejected();
@@ -127,6 +144,14 @@ export function applyExtProcHeaderMutation(
       opts.onRejected();
       if (result === 'fail') return `Invalid attempt to modify ${name}`;
     }
+  }
+  // MutationUtils::headerMutationResultCheck: the map after the mutation must still fit the
+  // limits the codec enforced on the way in. A request that arrived at the count limit (Envoy's
+  // own x-forwarded-proto and x-request-id count too) fails here when a header is added: a local
+  // reply with status_on_error, whatever failure_mode_allow says.
+  if (limits && (headers.byteSize > limits.maxHeadersKb * 1024 || headers.size > limits.maxHeadersCount)) {
+    opts.onRejected();
+    return `Header mutation causes end result header count ${headers.size} or header size ${headers.byteSize} bytes, exceeding the count limit ${limits.maxHeadersCount} or the size limit ${limits.maxHeadersKb} kilobytes`;
   }
   return undefined;
 }

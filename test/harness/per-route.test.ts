@@ -6,12 +6,14 @@
  * (reference: envoy-ext-proc.md §3.5-§3.7; ext_proc.cc mergePerRouteConfig, addDynamicMetadata).
  */
 import assert from 'node:assert/strict';
+import { readFileSync } from 'node:fs';
 import { after, before, describe, test } from 'node:test';
 import * as grpc from '@grpc/grpc-js';
-import { stringify } from 'yaml';
+import { parse, stringify } from 'yaml';
 import { forwardedNamespace } from '../../src/extproc/knob-source.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../../src/extproc/messages.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
+import { ENVOY_YAML } from '../helpers/envoy.js';
 import { parseEnvoyConfig } from './envoy-config.js';
 import { EnvoyHarness, type HarnessRequest } from './envoy-harness.js';
 import { mergePerRoute } from './ext-proc-session.js';
@@ -273,5 +275,59 @@ describe('ExtProcPerRoute processing_mode (mergeProcessingMode in ext_proc.cc)',
     assert.equal(mergePerRoute([vhost, route])?.processingMode?.response_body_mode, 'STREAMED');
     assert.equal(mergePerRoute([vhost, { disabled: false, grpcInitialMetadata: [] }])?.processingMode?.response_body_mode, 'NONE');
     assert.equal(mergePerRoute([route, { disabled: true, grpcInitialMetadata: [] }])?.processingMode, undefined);
+  });
+});
+
+describe('ExtProcPerRoute failure_mode_allow (FilterConfigPerRoute merge, Filter::mergePerRouteConfig)', () => {
+  test('the more specific value wins; a route without one keeps the virtual host’s', () => {
+    const vhost = { disabled: false, grpcInitialMetadata: [], failureModeAllow: true };
+    assert.equal(mergePerRoute([vhost, { disabled: false, grpcInitialMetadata: [], failureModeAllow: false }])?.failureModeAllow, false);
+    assert.equal(mergePerRoute([vhost, { disabled: false, grpcInitialMetadata: [] }])?.failureModeAllow, true);
+  });
+
+  // Istio writes this override on each InferencePool route, from the pool's failureMode.
+  test("a route's override opens a fail-closed filter for that route only", async () => {
+    const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Record<string, unknown>;
+    let filters = 0;
+    let routes = 0;
+    const visit = (n: unknown): void => {
+      if (Array.isArray(n)) n.forEach(visit);
+      else if (n && typeof n === 'object') {
+        const o = n as Record<string, unknown>;
+        if (o['@type'] === 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor') {
+          o.failure_mode_allow = false;
+          filters++;
+        }
+        if (o.name === 'batch') {
+          const pf = (o.typed_per_filter_config as Record<string, { overrides: Record<string, unknown> }>)['envoy.filters.http.ext_proc']!;
+          pf.overrides.failure_mode_allow = true;
+          routes++;
+        }
+        Object.values(o).forEach(visit);
+      }
+    };
+    visit(doc);
+    assert.deepEqual([filters, routes], [1, 1]);
+    const server = new grpc.Server();
+    server.addService(extProcServiceDefinition(), {
+      Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
+        call.on('data', () => call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'down' }));
+        call.on('error', () => {});
+      },
+    });
+    const port = await new Promise<number>((resolve, reject) =>
+      server.bindAsync('127.0.0.1:0', grpc.ServerCredentials.createInsecure(), (err, p) => (err ? reject(err) : resolve(p))),
+    );
+    const h = new EnvoyHarness({ config: parseEnvoyConfig(stringify(doc)), target: `127.0.0.1:${port}` });
+    try {
+      const batch = await h.request({ method: 'GET', path: '/v1/batch/jobs' }, { status: 200 });
+      assert.equal(batch.kind, 'upstream');
+      const other = await h.request({ method: 'GET', path: '/v1/models' }, { status: 200 });
+      assert.equal(other.kind, 'local');
+      assert.equal(other.kind === 'local' ? other.status : 0, 500);
+    } finally {
+      h.close();
+      server.forceShutdown();
+    }
   });
 });

@@ -516,6 +516,8 @@ export class RequestRun {
       replacingMessage: replacing,
       removeContentLength,
       onRejected: s.countRejected,
+      // The request header map carries the HCM's limits; other maps' limits are not modelled.
+      ...(target === this.headers ? { limits: this.config.requestHeaderLimits } : {}),
     });
   }
 

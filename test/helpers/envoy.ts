@@ -15,12 +15,23 @@ export function envoyConfig(): ParsedEnvoyConfig {
 }
 
 /**
+ * Request header limits high enough for the hostile inputs (2,000 headers, a 1 MB cookie, a 100 KB
+ * query string) to reach kvgate at all. Under the HCM's defaults (100 headers, 60 KB) Envoy's
+ * codec refuses such a request before ext_proc runs, and ext_proc refuses any mutation of a header
+ * map past them (mutation_utils.cc, modelled in test/harness/mutations.ts and tested at the
+ * defaults there); these tests stand for an Envoy whose limits were raised to let them in.
+ */
+const RAISED_HEADER_LIMITS = { maxHeadersKb: 8192, maxHeadersCount: 10_000 };
+
+/**
  * A harness for envoy/envoy.yaml. Its message timeout is raised from the config's 0.5 s to 5 s:
  * these tests are about what the gate answers, and a loaded CI machine must not turn a slow answer
- * into Envoy's fail-open fallback. Tests about timeouts set their own.
+ * into Envoy's fail-open fallback. Tests about timeouts set their own. Header limits are raised
+ * (RAISED_HEADER_LIMITS).
  */
 export function harness(target: string, opts: Omit<EnvoyHarnessOptions, 'target' | 'config'> & { config?: ParsedEnvoyConfig } = {}): EnvoyHarness {
-  return new EnvoyHarness({ config: opts.config ?? envoyConfig(), target, ...opts, extProcOverride: { messageTimeoutMs: 5000, ...opts.extProcOverride } });
+  const config = { ...(opts.config ?? envoyConfig()), requestHeaderLimits: RAISED_HEADER_LIMITS };
+  return new EnvoyHarness({ target, ...opts, config, extProcOverride: { messageTimeoutMs: 5000, ...opts.extProcOverride } });
 }
 
 /** A chat completion request as an OpenAI client sends it. */
