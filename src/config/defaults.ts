@@ -158,13 +158,21 @@ export const DEFAULTS = {
    */
   sessionsMinTokens: 4096,
   /**
-   * Mean work (running + queued requests) below which excess is counted against this figure
-   * instead, so a lightly loaded fleet is not judged on one- or two-request differences: with
-   * weight 3, one extra request on a worker of an idle fleet costs 0.25 of a score, less than
-   * most of a shared prompt is worth. Under load the mean is far above it and it stops mattering.
-   * With weight 1, floors above 1 kept too many sessions on their prefix's worker at the
-   * workloads' own rates (chat and agent seeds 1-4: imbalance 1.15-1.26 and 1.45-1.58 at 1;
-   * 1.18-1.36 and 1.70-2.26 at 4); with weight 3 the sweep above preferred 3.
+   * Mean work (running + queued requests) below which excess is divided by this figure instead
+   * of the mean, so that on a lightly loaded fleet one request more than the mean costs at most
+   * weight / floor of a score, not the whole term. At weight 3 and floor 3 that is still 1: while
+   * the fleet averages three requests or fewer a worker, a worker running one more than the mean
+   * loses a new session to an idle one even when it holds the session's whole shared prompt,
+   * which then gets computed on a second worker. That copy is most of why kvgate's hit rate
+   * trails the policies that keep each prompt on one worker at light load (by 0.1-0.2 points on
+   * the held-out chat and agent sweeps at 0.2 of capacity, where those run at imbalance 2-3 and
+   * a median end-to-end latency 30-90% longer). Under load the mean is far above the floor and it
+   * stops mattering. With weight 1, floors above 1 kept too many sessions on their prefix's worker at
+   * the workloads' own rates (chat and agent seeds 1-4: imbalance 1.15-1.26 and 1.45-1.58 at 1;
+   * 1.18-1.36 and 1.70-2.26 at 4); with weight 3 the sweep above preferred 3 to 1. Floors of 6
+   * and 12 (a request over the mean costing a half and a quarter), and exempting work up to the
+   * floor, gained light-load hit rate within the runs' noise and cost held-out goodput or balance
+   * past capacity (docs/benchmarks/policy-rounds.md, eighteenth round).
    */
   balanceFloor: 3,
   /**

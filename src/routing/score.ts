@@ -18,8 +18,10 @@
  * one worker holding it, and a four-app chat fleet ends up with four busy workers and four idle
  * ones (imbalance 2.2 in `kvgate sim --workload chat`; 1.2 with it). With it, a worker's prefix
  * advantage fades as it pulls ahead of the fleet (at the default weight of 3 it is gone a third
- * above the mean); the floor keeps a nearly idle fleet from being judged on one-request
- * differences.
+ * above the mean); below the floor the excess is divided by the floor instead of the mean, which
+ * bounds what one request over the mean costs on a lightly loaded fleet at weight / floor (1 at
+ * the defaults: still the whole prefix term, so a shared prompt gets copied to a second worker
+ * there; docs/benchmarks/policy-rounds.md, eighteenth round).
  *
  * Each term is in [0, 1], so a weight reads as "how much of the whole range this signal may
  * swing the choice". With the defaults (src/config/defaults.ts): a worker holding the whole
