@@ -17,6 +17,7 @@ import { startTestGate } from '../helpers/gate.js';
 import { KVGATE, ROOT } from '../helpers/kvgate-cli.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 
 const EXAMPLE = path.join(ROOT, 'envoy/kvgate.yaml');
 const kvgate = (...args: string[]) => spawnSync(process.execPath, [...KVGATE, ...args], { encoding: 'utf8', timeout: 30_000 });
@@ -140,25 +141,28 @@ describe('port in use', () => {
 
 describe('failures of things kvgate talks to', () => {
   test('a metrics scrape that cannot connect says why (not "fetch failed")', async () => {
-    const port = await freePort();
-    const url = `http://127.0.0.1:${port}/metrics`;
-    const err = await fetch(url).then(
-      () => undefined,
-      (e: unknown) => e,
-    );
+    const refused = await refusedPort();
+    const url = `http://127.0.0.1:${refused.port}/metrics`;
+    const err = await fetch(url)
+      .then(
+        () => undefined,
+        (e: unknown) => e,
+      )
+      .finally(() => refused.release());
     const msg = fetchFailure(url, 500, err);
     assert.match(msg, /nothing listening at http:\/\/127\.0\.0\.1:\d+\/metrics \(ECONNREFUSED\): is the worker up, and is its metrics_url right\?/);
     assert.match(fetchFailure(url, 500, new DOMException('x', 'TimeoutError')), /no answer from .* in 500 ms \(signals\.timeout_ms\)/);
   });
 
   test('the cause reaches /workers, where kvgate status shows it', async () => {
-    const port = await freePort();
-    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1', metrics_url: `http://127.0.0.1:${port}/metrics` }] });
+    const refused = await refusedPort();
+    const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'w1', metrics_url: `http://127.0.0.1:${refused.port}/metrics` }] });
     try {
       const body = (await (await fetch(`${g.admin}/workers`)).json()) as { workers: Array<{ signals?: { last_error?: string } }> };
       assert.match(String(body.workers[0]!.signals?.last_error), /nothing listening at .* \(ECONNREFUSED\)/, JSON.stringify(body.workers[0]));
     } finally {
       await g.close(100);
+      await refused.release();
     }
   });
 
@@ -194,9 +198,9 @@ describe('failures of things kvgate talks to', () => {
   });
 
   test('Redis down: the connection error is logged once, not every reconnect', async () => {
-    const port = await freePort();
+    const refused = await refusedPort();
     const { logger, lines } = recordingLogger('warn');
-    const store = new RedisStore({ url: `redis://127.0.0.1:${port}`, keyPrefix: 'outage', timeoutMs: 200, refreshMs: 100, leaseTtlMs: 30_000, localAffinityCacheSize: 100, logger });
+    const store = new RedisStore({ url: `redis://127.0.0.1:${refused.port}`, keyPrefix: 'outage', timeoutMs: 200, refreshMs: 100, leaseTtlMs: 30_000, localAffinityCacheSize: 100, logger });
     try {
       // Reconnects back off from 50 ms: over 1.5 s that is several failed attempts, which
       // a once-a-second limit would have logged twice.
@@ -205,6 +209,7 @@ describe('failures of things kvgate talks to', () => {
       assert.equal(redisLines.length, 1, JSON.stringify(redisLines));
     } finally {
       await store.close();
+      await refused.release();
     }
   });
 });

@@ -11,7 +11,7 @@ import { Command } from 'commander';
 import { registerStatusCommand, unreachableMessage } from '../../src/cli/status-command.js';
 import { harness, holdRequest } from '../helpers/envoy.js';
 import { setWorkerState, startTestGate, type TestGate } from '../helpers/gate.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 
 /** Runs `kvgate status ARGS` in-process and returns what it printed. */
 async function status(...args: string[]): Promise<string> {
@@ -174,8 +174,12 @@ describe('kvgate status', () => {
   });
 
   test('an admin API that is down, failing or answering nonsense: a clear error', async () => {
-    const port = await freePort();
-    await assert.rejects(status('--admin', `http://127.0.0.1:${port}`), /nothing is listening at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is the gate running\? Pass its admin address with --admin/);
+    const refused = await refusedPort();
+    try {
+      await assert.rejects(status('--admin', `http://127.0.0.1:${refused.port}`), /nothing is listening at http:\/\/127\.0\.0\.1:\d+ \(ECONNREFUSED\): is the gate running\? Pass its admin address with --admin/);
+    } finally {
+      await refused.release();
+    }
     await assert.rejects(status('--admin', 'not a url'), /--admin must be a URL/);
     for (const [code, body, message] of [
       [503, '{"error":"not ready"}', /answered 503/],

@@ -21,7 +21,7 @@ import { chat, envoyConfig, harness, holdRequest } from '../helpers/envoy.js';
 import { startExtProcProxy, type ExtProcProxy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { FALLBACK_CLUSTER } from '../helpers/load.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 import path from 'node:path';
 
 const FLEET = [
@@ -137,7 +137,8 @@ describe('a client cannot choose its worker', () => {
     const outputs = new Set([...routingOutputHeaders(example), ...MODES.flatMap((m) => routingOutputHeaders(parseConfig({ routing: m.routing, workers: FLEET })))]);
     const removed = SHIPPED.earlyHeaderMutations.flatMap((m) => (m.kind === 'remove' ? [m.name] : []));
     for (const header of outputs) assert.ok(removed.includes(header), `envoy.yaml removes ${header}`);
-    const h = harness(`127.0.0.1:${await freePort()}`); // nothing listens: every ext_proc call fails
+    const refused = await refusedPort();
+    const h = harness(`127.0.0.1:${refused.port}`); // nothing listens: every ext_proc call fails
     try {
       for (const header of outputs) {
         const out = await h.request(chat({ session: 'down', headers: { [header]: SPOOF } }));
@@ -147,6 +148,7 @@ describe('a client cannot choose its worker', () => {
       }
     } finally {
       h.close();
+      await refused.release();
     }
   });
 });

@@ -9,7 +9,7 @@ import assert from 'node:assert/strict';
 import { describe, test } from 'node:test';
 import { parseConfig } from '../../src/config/load.js';
 import { KvgateError } from '../../src/errors.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 import { waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { recordingLogger } from '../helpers/logger.js';
@@ -33,7 +33,8 @@ describe('secrets in scrape URLs', () => {
   });
 
   test("a failed scrape's message, in /workers and the log, leaves out the URL's query string", async () => {
-    const port = await freePort();
+    const refused = await refusedPort();
+    const port = refused.port;
     const { logger, lines } = recordingLogger('info');
     const g = await startTestGate({ workers: [{ id: 'w1', cluster: 'worker_1', metrics_url: `http://127.0.0.1:${port}/metrics?token=qtok3n` }] }, { logger });
     try {
@@ -52,6 +53,7 @@ describe('secrets in scrape URLs', () => {
       assert.doesNotMatch(JSON.stringify(lines), /qtok3n/, 'the log');
     } finally {
       await g.close(100);
+      await refused.release();
     }
   });
 });

@@ -29,7 +29,7 @@ import { chat } from '../helpers/envoy.js';
 import { EG_ROUTE_CLUSTER, ISTIO_WORKERS, envoyGateway, istioGateway } from '../helpers/deployments.js';
 import { startExtProcProxy, type ExtProcProxy, type ReplyPolicy } from '../helpers/ext-proc-proxy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort, type RefusedPort } from '../helpers/refused-port.js';
 
 const ENVOY_DIR = path.resolve(import.meta.dirname, '../../envoy');
 const PICKER_WORKERS = [
@@ -216,15 +216,18 @@ for (const s of SHIPPED) {
   describe(`a spoofed ${s.header} never reaches the worker it names: ${s.name}`, () => {
     let gate: TestGate;
     let proxy: ExtProcProxy;
+    let refused: RefusedPort;
     let down: string;
     before(async () => {
       gate = await startTestGate(s.kvgate());
       proxy = await startExtProcProxy(gate.target);
-      down = `127.0.0.1:${await freePort()}`;
+      refused = await refusedPort();
+      down = `127.0.0.1:${refused.port}`;
     });
     after(async () => {
       proxy.close();
       await gate.close(100);
+      await refused.release();
     });
 
     for (const mode of MODES) {
@@ -269,12 +272,17 @@ for (const s of SHIPPED) {
 test('endpoint picker: with no early strip at all, ORIGINAL_DST still never connects where a client says', async () => {
   // Defence in depth: the header may match the ORIGINAL_DST route, but the cluster reads only
   // kvgate's envoy.lb metadata, so without kvgate's answer there is no host (503).
-  for (const s of SHIPPED.filter((x) => x.header === DESTINATION_HEADER)) {
-    const config = { ...s.envoy(), earlyHeaderMutations: [] };
-    const out = await run(s, config, `127.0.0.1:${await freePort()}`);
-    assert.equal(out.kind, 'local', s.name);
-    assert.equal(out.kind === 'local' && out.status, 503, s.name);
-    assert.equal(out.kind === 'local' && out.details, 'no_healthy_upstream', s.name);
+  const refused = await refusedPort();
+  try {
+    for (const s of SHIPPED.filter((x) => x.header === DESTINATION_HEADER)) {
+      const config = { ...s.envoy(), earlyHeaderMutations: [] };
+      const out = await run(s, config, `127.0.0.1:${refused.port}`);
+      assert.equal(out.kind, 'local', s.name);
+      assert.equal(out.kind === 'local' && out.status, 503, s.name);
+      assert.equal(out.kind === 'local' && out.details, 'no_healthy_upstream', s.name);
+    }
+  } finally {
+    await refused.release();
   }
 });
 

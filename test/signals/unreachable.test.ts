@@ -13,13 +13,13 @@ import { waitFor } from '../helpers/envoy.js';
 import { startTestGate, workers } from '../helpers/gate.js';
 import { recordingLogger, silentLogger } from '../helpers/logger.js';
 import { startMetricsServer } from '../helpers/metrics-server.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { chatRequest } from '../helpers/requests.js';
 
 test('a worker whose metrics endpoint refuses connections is down, with the reason, and the gate routes around it', async () => {
-  const dead = await freePort();
-  const g = await startTestGate({ workers: [{ id: 'gone', cluster: 'worker_1', metrics_url: `http://127.0.0.1:${dead}/metrics` }, { id: 'plain', cluster: 'worker_2' }] });
+  const dead = await refusedPort();
+  const g = await startTestGate({ workers: [{ id: 'gone', cluster: 'worker_1', metrics_url: `http://127.0.0.1:${dead.port}/metrics` }, { id: 'plain', cluster: 'worker_2' }] });
   try {
     await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'gone')?.state === 'down', 3000, 'down');
     const ws = (await (await fetch(`${g.admin}/workers`)).json()) as { workers: Array<{ id: string; state: string; reasons?: string[] }> };
@@ -28,14 +28,15 @@ test('a worker whose metrics endpoint refuses connections is down, with the reas
     assert.equal(ws.workers.find((w) => w.id === 'plain')?.state, 'healthy', 'a worker without metrics is judged by in-flight counts alone');
   } finally {
     await g.close(100);
+    await dead.release();
   }
 });
 
 test('a DCGM exporter that refuses connections leaves the engine metrics in place: the worker stays healthy, and it is logged', async () => {
   const metrics = await startMetricsServer({ running: 2, waiting: 1, kv: 0.3 });
-  const dead = await freePort();
+  const dead = await refusedPort();
   const { logger, lines } = recordingLogger('warn');
-  const g = await startTestGate({ workers: [{ id: 'w', cluster: 'worker_1', metrics_url: metrics.url, dcgm_url: `http://127.0.0.1:${dead}/metrics` }] }, { logger });
+  const g = await startTestGate({ workers: [{ id: 'w', cluster: 'worker_1', metrics_url: metrics.url, dcgm_url: `http://127.0.0.1:${dead.port}/metrics` }] }, { logger });
   try {
     await waitFor(async () => (await workers(g.admin)).find((w) => w.id === 'w')?.state === 'healthy', 3000, 'healthy');
     // Well past failures_down (3) scrapes at interval_ms (50).
@@ -50,6 +51,7 @@ test('a DCGM exporter that refuses connections leaves the engine metrics in plac
   } finally {
     await g.close(100);
     await metrics.close();
+    await dead.release();
   }
 });
 

@@ -19,7 +19,7 @@ import { chat, harness, waitFor } from '../helpers/envoy.js';
 import { startTestGate } from '../helpers/gate.js';
 import { startGateProcess, writeConfig } from '../helpers/gate-process.js';
 import { silentLogger } from '../helpers/logger.js';
-import { freePort } from '../../src/util/free-port.js';
+import { refusedPort } from '../helpers/refused-port.js';
 import { startRedis } from '../helpers/redis-server.js';
 import { OtlpReceiver, type ReceivedSpan } from './otlp-receiver.js';
 
@@ -278,7 +278,8 @@ describe('tracing over OTLP', () => {
   });
 
   test('an unreachable collector never fails or stalls a request', async () => {
-    const dead = `http://127.0.0.1:${await freePort()}`;
+    const refused = await refusedPort();
+    const dead = `http://127.0.0.1:${refused.port}`;
     const env = { ...otelEnv(dead, 'http/protobuf'), OTEL_EXPORTER_OTLP_TIMEOUT: '200' };
     const tracing: Tracing = await withEnv(env, () => startTracing({ logger: silentLogger() }));
     const g = await startTestGate(FLEET);
@@ -289,6 +290,7 @@ describe('tracing over OTLP', () => {
       h.close();
       await g.close(100);
       await tracing.shutdown();
+      await refused.release();
     }
   });
 });
