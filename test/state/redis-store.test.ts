@@ -789,8 +789,9 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
   test('a commit rewrites the chosen worker’s holdings once they are older than the freshness window: each lapses one TTL after its latest routing past it', () =>
     withRedis(async ({ raw, store: open }) => {
       const store = await open({ refreshMs: 60_000 });
-      // A 20 s TTL: the window is a thousandth of it, 20 ms.
-      const TTL = 20_000;
+      // A 400 s TTL: the window is a thousandth of it, 400 ms, so that two commits made one after
+      // the other fall inside it on a loaded machine too (a 20 ms window saw them 30 ms apart in CI).
+      const TTL = 400_000;
       const blocks = Array.from({ length: 40 }, (_, i) => `again${i}`);
       const held = async () => (await raw.hmget('kvgate-test:{p}:bh:w1', ...blocks)).map(Number);
       const t1 = await redisNow(raw);
@@ -802,7 +803,7 @@ describe('redis store: prompt blocks, a hash and a recency set per worker', () =
       await commitOn(store, 'w1', longer, { prefixTtlMs: TTL });
       assert.deepEqual(await held(), first, 'inside the window: left as written');
       assert.deepEqual((await raw.hmget('kvgate-test:{p}:bh:w1', 'again40', 'again41')).map(Number), [first[39], first[39]]);
-      await new Promise((r) => setTimeout(r, 40));
+      await new Promise((r) => setTimeout(r, 450));
       // Again past the window: rewritten.
       const t2 = await redisNow(raw);
       await commitOn(store, 'w1', blocks, { prefixTtlMs: TTL });
