@@ -68,7 +68,11 @@ test('a 400 KB full-duplex stream refused before it was processed is retried, no
   const client = new LoadClient(server.target);
   const run = client.start({ target: server.target, mode: 'closed', concurrency: 64, bodyBytes: 400 * 1024, bodyMode: 'full_duplex', seed: 1, thread: 0 });
   run.mark();
-  await new Promise((r) => setTimeout(r, 500));
+  // Until the refusal has happened and a few streams have completed, not for a fixed time: on a
+  // loaded machine 500 ms of 64 echoed 400 KB streams once completed none. Waiting longer cannot
+  // hide a lost stream: stop() drains every stream, and a lost one is an error.
+  const deadline = Date.now() + 30_000;
+  while ((server.refused() < 1 || run.completed() < 4) && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
   const result = await run.stop();
   await server.close();
   assert.ok(server.refused() >= 1, 'the server refused a stream');
