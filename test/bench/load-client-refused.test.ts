@@ -25,15 +25,20 @@ const REFUSED_STREAM_ID = 2 * 60 - 1;
 
 /**
  * An ext_proc server that echoes full-duplex bodies, answering each stream from 30 ms after it
- * opened, and refuses one stream of each connection 20 ms after it opened, before any answer.
+ * opened and not before the refusal, and refuses one stream of each connection 20 ms after it
+ * opened, before any answer.
  */
 async function refusingServer(): Promise<{ target: string; refused: () => number; close(): Promise<void> }> {
   const server = new grpc.Server({ 'grpc.max_receive_message_length': 64 * 1024 * 1024 });
+  let refusedOnce = () => {};
+  const refusal = new Promise<void>((resolve) => (refusedOnce = resolve));
   server.addService(extProcServiceDefinition(), {
     Process: (call: grpc.ServerDuplexStream<ProcessingRequest, ProcessingResponse>) => {
       call.on('error', () => {});
-      // Nothing is answered before the refusal: once the server answers, a gRPC client may not retry.
-      const answering = new Promise((resolve) => setTimeout(resolve, 30));
+      // Nothing is answered before the refusal: once the server answers a stream, a gRPC client
+      // may not retry it. Timers alone (30 ms here, 20 ms to the refusal) let a loaded machine
+      // answer the stream to be refused first, and the client then rightly reported it lost.
+      const answering = Promise.all([new Promise((resolve) => setTimeout(resolve, 30)), Promise.race([refusal, new Promise((resolve) => setTimeout(resolve, 5000))])]);
       const reply = (r: ProcessingResponse) => void answering.then(() => call.write(r));
       call.on('data', (msg: ProcessingRequest) => {
         if (msg.request === 'request_headers') reply({ request_headers: { response: { status: 'CONTINUE' } } });
@@ -52,6 +57,7 @@ async function refusingServer(): Promise<{ target: string; refused: () => number
         setTimeout(() => {
           refused++;
           stream.close(http2.constants.NGHTTP2_REFUSED_STREAM);
+          refusedOnce();
         }, 20);
       });
     });
