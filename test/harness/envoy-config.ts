@@ -209,8 +209,10 @@ export interface ParsedEnvoyConfig {
   earlyHeaderMutations: RequestMutation[];
   /**
    * The HCM's request header limits (max_request_headers_kb, default 60;
-   * common_http_protocol_options.max_headers_count, default 100): the request header map carries
-   * them, and ext_proc checks its mutations against them (mutation_utils.cc).
+   * common_http_protocol_options.max_headers_count, default 100; the HttpConnectionManagerConfig
+   * constructor, source/extensions/filters/network/http_connection_manager/config.cc): the request
+   * header map carries them, and ext_proc checks its mutations against them
+   * (source/extensions/filters/http/ext_proc/mutation_utils.cc).
    */
   requestHeaderLimits: HeaderLimits;
 }

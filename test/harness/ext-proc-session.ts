@@ -160,7 +160,7 @@ export function mergePerRoute(configs: ReadonlyArray<ExtProcPerRoute | undefined
     const next: ExtProcPerRoute = { disabled: c.disabled, grpcInitialMetadata: mergeByKey(merged.grpcInitialMetadata, c.grpcInitialMetadata) };
     const fwd = c.forwardingNamespaces ?? merged.forwardingNamespaces;
     if (fwd) next.forwardingNamespaces = fwd;
-    // FilterConfigPerRoute(less, more): the more specific failure_mode_allow when it has one.
+    // FilterConfigPerRoute(less, more) in ext_proc.cc: the more specific failure_mode_allow when it has one.
     const fma = c.failureModeAllow ?? merged.failureModeAllow;
     if (fma !== undefined) next.failureModeAllow = fma;
     // mergeProcessingMode: a disabled more specific config has none; else the more specific one's, else the other's.
@@ -203,7 +203,7 @@ export class ExtProcSession {
   grpcMetadata: Array<[string, string]>;
   /** The dynamic metadata namespaces sent in metadata_context (per-route overrides replace them). */
   forwardingNamespaces: string[];
-  /** Filter::failure_mode_allow_: the filter's, unless a per-route override set it (mergePerRouteConfig). */
+  /** Filter::failure_mode_allow_: the filter's, unless a per-route override set it (Filter::mergePerRouteConfig, ext_proc.cc). */
   private failureModeAllowSetting: boolean;
 
   constructor(

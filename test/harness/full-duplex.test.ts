@@ -15,7 +15,7 @@ import * as grpc from '@grpc/grpc-js';
 import { parse, stringify } from 'yaml';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../../src/extproc/messages.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
-import { ENVOY_YAML, chat } from '../helpers/envoy.js';
+import { ENVOY_YAML, chat, eachObject } from '../helpers/envoy.js';
 import { startTestGate, type TestGate } from '../helpers/gate.js';
 import { recordingLogger } from '../helpers/logger.js';
 import { parseEnvoyConfig, type ParsedEnvoyConfig, type ProcessingMode } from './envoy-config.js';
@@ -67,24 +67,18 @@ type Node = Record<string, unknown>;
 function istioInferencePoolEnvoy(failOpen = false): ParsedEnvoyConfig {
   const doc = parse(readFileSync(EPP_ENVOY, 'utf8')) as Node;
   let replaced = 0;
-  const visit = (n: unknown): void => {
-    if (Array.isArray(n)) n.forEach(visit);
-    else if (n && typeof n === 'object') {
-      const o = n as Node;
-      if (o.name === 'envoy.filters.http.ext_proc' && o.typed_config) {
-        o.typed_config = { ...structuredClone(ISTIO_INFERENCE_POOL_FILTER), failure_mode_allow: failOpen };
-        replaced++;
-      }
-      // The merged settings stand for Istio's per-route override: no other per-route config.
-      const perFilter = o.typed_per_filter_config as Node | undefined;
-      if (perFilter) {
-        delete perFilter['envoy.filters.http.ext_proc'];
-        if (Object.keys(perFilter).length === 0) delete o.typed_per_filter_config;
-      }
-      Object.values(o).forEach(visit);
+  eachObject(doc, (o) => {
+    if (o.name === 'envoy.filters.http.ext_proc' && o.typed_config) {
+      o.typed_config = { ...structuredClone(ISTIO_INFERENCE_POOL_FILTER), failure_mode_allow: failOpen };
+      replaced++;
     }
-  };
-  visit(doc);
+    // The merged settings stand for Istio's per-route override: no other per-route config.
+    const perFilter = o.typed_per_filter_config as Node | undefined;
+    if (perFilter) {
+      delete perFilter['envoy.filters.http.ext_proc'];
+      if (Object.keys(perFilter).length === 0) delete o.typed_per_filter_config;
+    }
+  });
   assert.equal(replaced, 1, 'the picker config has one ext_proc filter');
   return parseEnvoyConfig(stringify(doc));
 }
@@ -316,19 +310,13 @@ describe('harness: FULL_DUPLEX_STREAMED as Envoy runs it', () => {
     });
     const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Node;
     let set = 0;
-    const visit = (n: unknown): void => {
-      if (Array.isArray(n)) n.forEach(visit);
-      else if (n && typeof n === 'object') {
-        const o = n as Node;
-        if (o['@type'] === ISTIO_INFERENCE_POOL_FILTER['@type'] && o.processing_mode) {
-          o.processing_mode = { ...(o.processing_mode as Node), ...DUPLEX };
-          o.failure_mode_allow = true;
-          set++;
-        }
-        Object.values(o).forEach(visit);
+    eachObject(doc, (o) => {
+      if (o['@type'] === ISTIO_INFERENCE_POOL_FILTER['@type'] && o.processing_mode) {
+        o.processing_mode = { ...(o.processing_mode as Node), ...DUPLEX };
+        o.failure_mode_allow = true;
+        set++;
       }
-    };
-    visit(doc);
+    });
     assert.equal(set, 1, 'envoy.yaml has one ext_proc filter');
     const h = new EnvoyHarness({ config: parseEnvoyConfig(stringify(doc)), target: srv.target });
     try {

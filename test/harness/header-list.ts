@@ -44,7 +44,7 @@ export class HeaderList {
     return this.items.length;
   }
 
-  /** HeaderMapImpl::byteSize: the bytes of every name and value (pseudo-headers included). */
+  /** HeaderMapImpl::byteSize (source/common/http/header_map_impl.cc): the bytes of every name and value, pseudo-headers included. */
   get byteSize(): number {
     let n = 0;
     for (const [k, v] of this.items) n += Buffer.byteLength(k) + v.length;

@@ -1,7 +1,8 @@
 /**
  * Header mutation as Envoy applies it:
  *  - `checkMutation` mirrors Filters::Common::MutationRules::Checker (mutation_rules.cc);
- *  - `applyExtProcHeaderMutation` mirrors ext_proc's MutationUtils::applyHeaderMutations;
+ *  - `applyExtProcHeaderMutation` mirrors ext_proc's MutationUtils::applyHeaderMutations
+ *    (source/extensions/filters/http/ext_proc/mutation_utils.cc), its header-limit checks included;
  *  - `applyRequestMutations` mirrors the envoy.filters.http.header_mutation filter.
  */
 import type { ReceivedHeaderMutation as HeaderMutation } from '../../src/extproc/messages.js';

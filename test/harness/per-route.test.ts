@@ -13,7 +13,7 @@ import { parse, stringify } from 'yaml';
 import { forwardedNamespace } from '../../src/extproc/knob-source.js';
 import type { ProcessingResponse, ReceivedProcessingRequest as ProcessingRequest } from '../../src/extproc/messages.js';
 import { extProcServiceDefinition } from '../../src/extproc/proto.js';
-import { ENVOY_YAML } from '../helpers/envoy.js';
+import { eachObject, ENVOY_YAML } from '../helpers/envoy.js';
 import { parseEnvoyConfig } from './envoy-config.js';
 import { EnvoyHarness, type HarnessRequest } from './envoy-harness.js';
 import { mergePerRoute } from './ext-proc-session.js';
@@ -290,23 +290,17 @@ describe('ExtProcPerRoute failure_mode_allow (FilterConfigPerRoute merge, Filter
     const doc = parse(readFileSync(ENVOY_YAML, 'utf8')) as Record<string, unknown>;
     let filters = 0;
     let routes = 0;
-    const visit = (n: unknown): void => {
-      if (Array.isArray(n)) n.forEach(visit);
-      else if (n && typeof n === 'object') {
-        const o = n as Record<string, unknown>;
-        if (o['@type'] === 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor') {
-          o.failure_mode_allow = false;
-          filters++;
-        }
-        if (o.name === 'batch') {
-          const pf = (o.typed_per_filter_config as Record<string, { overrides: Record<string, unknown> }>)['envoy.filters.http.ext_proc']!;
-          pf.overrides.failure_mode_allow = true;
-          routes++;
-        }
-        Object.values(o).forEach(visit);
+    eachObject(doc, (o) => {
+      if (o['@type'] === 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor') {
+        o.failure_mode_allow = false;
+        filters++;
       }
-    };
-    visit(doc);
+      if (o.name === 'batch') {
+        const pf = (o.typed_per_filter_config as Record<string, { overrides: Record<string, unknown> }>)['envoy.filters.http.ext_proc']!;
+        pf.overrides.failure_mode_allow = true;
+        routes++;
+      }
+    });
     assert.deepEqual([filters, routes], [1, 1]);
     const server = new grpc.Server();
     server.addService(extProcServiceDefinition(), {

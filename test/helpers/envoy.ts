@@ -34,6 +34,18 @@ export function harness(target: string, opts: Omit<EnvoyHarnessOptions, 'target'
   return new EnvoyHarness({ target, ...opts, config, extProcOverride: { messageTimeoutMs: 5000, ...opts.extProcOverride } });
 }
 
+/**
+ * Calls `fn` on every object of a parsed YAML or JSON document, each before what it holds (so
+ * what `fn` puts in is visited too): for tests that edit an Envoy config in place.
+ */
+export function eachObject(doc: unknown, fn: (o: Record<string, unknown>) => void): void {
+  if (Array.isArray(doc)) for (const x of doc) eachObject(x, fn);
+  else if (doc !== null && typeof doc === 'object') {
+    fn(doc as Record<string, unknown>);
+    for (const v of Object.values(doc)) eachObject(v, fn);
+  }
+}
+
 /** A chat completion request as an OpenAI client sends it. */
 export function chat(opts: { session?: string; user?: string; system?: string; text?: string; model?: string; headers?: Record<string, string> } = {}) {
   const messages = [
